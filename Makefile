@@ -1,0 +1,35 @@
+# The two commands: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# TensorFlow's C++ logging is noise for a person reading the demo.
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: demo test lint format install clean
+
+$(STAMP): requirements.txt requirements-test.txt setup.cfg
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m data_pipeline.demo --workdir demo_out
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: lint
+	$(PY) -m pytest -n 2 --durations=15 tests
+
+clean:
+	rm -rf $(VENV) demo_out .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""bertjax's host input pipeline: tf.data and NumPy only, never jax."""

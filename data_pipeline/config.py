@@ -64,9 +64,13 @@ def from_config(data_config: Any) -> "DataConfig":
     unknown = sorted(set(values) - names)
     missing = sorted(names - set(values))
     if unknown:
-        raise ConfigError(f"unknown data option(s): {', '.join('config.data.' + k for k in unknown)}")
+        raise ConfigError(
+            f"unknown data option(s): {', '.join('config.data.' + k for k in unknown)}"
+        )
     if missing:
-        raise ConfigError(f"missing data option(s): {', '.join('config.data.' + k for k in missing)}")
+        raise ConfigError(
+            f"missing data option(s): {', '.join('config.data.' + k for k in missing)}"
+        )
     return DataConfig(**values)
 
 

@@ -1,0 +1,552 @@
+"""Learns the vocabulary a run tokenizes with when config.data.vocab_file is ''.
+
+    python -m data_pipeline.build_vocab --config experiments/pretrain/tiny_cpu.py --output vocab.txt
+
+Both kinds of learned vocabulary start with the same five specials:
+[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (the released English BERT vocab
+puts them at 0, 100, 101, 102, 103 instead; code must read ids from the Vocab).
+
+WordPiece (vocab.txt, one token per line, the line number is the id): after the
+specials come the single characters of the alphabet, then the learned pieces by
+decreasing frequency; a piece that continues a word carries the '##' prefix.
+Words are split exactly as `tokenizer.WordPieceTokenizer.words` splits them
+(cleaning, lowercasing and accent stripping when uncased, punctuation and CJK
+splits), counted in at most `max_words_in_memory` entries (see WordCounter), and
+handed to tensorflow-text's WordPiece learner.
+
+SentencePiece (.model): unigram or BPE; the same five specials, [CLS] [SEP] [MASK]
+as user-defined symbols; no BOS/EOS. Uncased models lowercase through the
+model's own normalization rule (nmt_nfkc_cf), so every user of the .model
+lowercases the same way.
+
+Only the train split is read, so held-out documents stay unseen.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import sentencepiece as spm
+import tensorflow as tf
+from absl import app, flags, logging
+from ml_collections import config_flags
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+from data_pipeline import corpus as corpus_lib
+from data_pipeline import tokenizer as tokenizer_lib
+from data_pipeline import vocab as vocab_lib
+from data_pipeline.config import ConfigError, DataConfig, from_config
+
+# Bump when a change here changes what is learned, so cached vocabularies are relearned.
+_ALGORITHM_VERSION = 1
+# tensorflow-text's learner default; longer words are left out of learning (they are
+# still tokenized, into pieces learned from shorter words).
+_MAX_PIECE_CHARS = 50
+# The learner aims this much above vocab_size, then the rarest pieces are cut to fit.
+_OVERSHOOT = 1.1
+_SENTENCES_PER_BATCH = 1024
+
+
+class WordCounter:
+    """Counts words in a dict that never holds more than `max_words` entries.
+
+    Pruning rule: when a new word arrives and the dict is full, every word whose
+    count is at most the median count is dropped (at least half the entries,
+    ties included), then the new word is inserted. Frequent words therefore
+    survive; a dropped word that comes back restarts from its new occurrences, so
+    a count is exact for words never dropped and an underestimate otherwise.
+    The result depends only on the order of the words, which is fixed for an
+    unshuffled corpus, so learning is deterministic.
+    """
+
+    def __init__(self, max_words: int):
+        if max_words < 1:
+            raise ValueError(f"max_words must be at least 1, got {max_words}")
+        self.max_words = max_words
+        self.counts: dict[bytes, int] = {}
+        self.total_words = 0
+        self.prunings = 0
+        # The highest median threshold used: words seen at most this often may be missing.
+        self.max_threshold = 0
+        self.peak_size = 0
+
+    def add(self, words: Iterable[bytes]) -> None:
+        batch = collections.Counter(words)
+        self.total_words += batch.total()
+        counts = self.counts
+        for word, n in batch.items():
+            old = counts.get(word)
+            if old is not None:
+                counts[word] = old + n
+                continue
+            if len(counts) >= self.max_words:
+                counts = self._prune()
+            counts[word] = n
+        self.peak_size = max(self.peak_size, len(counts))
+
+    def _prune(self) -> dict[bytes, int]:
+        self.peak_size = max(self.peak_size, len(self.counts))
+        values = np.fromiter(self.counts.values(), dtype=np.int64, count=len(self.counts))
+        middle = len(values) // 2
+        threshold = int(np.partition(values, middle)[middle])
+        self.counts = {w: c for w, c in self.counts.items() if c > threshold}
+        self.prunings += 1
+        self.max_threshold = max(self.max_threshold, threshold)
+        return self.counts
+
+    def decoded_counts(self) -> dict[str, int]:
+        return {w.decode("utf-8", errors="replace"): c for w, c in self.counts.items()}
+
+
+def count_words(
+    config: DataConfig,
+    *,
+    max_words_in_memory: int = 2_000_000,
+    max_word_chars: int = _MAX_PIECE_CHARS,
+) -> WordCounter:
+    """Counts the train split's words, split as the WordPiece tokenizer splits them.
+
+    Words longer than `max_word_chars` (or config.max_chars_per_word, which
+    makes them [UNK]) are counted in `total_words` only.
+    """
+    word_limit = min(max_word_chars, config.max_chars_per_word)
+    tokenizer = _word_splitter(config)
+
+    def words(sentences):
+        flat = tokenizer.words(sentences).flat_values
+        keep = tf.strings.length(flat, unit="UTF8_CHAR") <= word_limit
+        return tf.boolean_mask(flat, keep), tf.size(flat)
+
+    dataset = _sentence_batches(config, split="train").map(
+        words, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    counter = WordCounter(max_words_in_memory)
+    total = 0
+    for kept, n in dataset.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+        counter.add(kept.tolist())
+        total += int(n)
+    counter.total_words = total
+    return counter
+
+
+def wordpiece_tokens(word_counts: dict[str, int], vocab_size: int) -> list[str]:
+    """The specials, then a WordPiece vocabulary learned from (word, count) pairs.
+
+    Returns exactly `vocab_size` tokens unless the words hold fewer distinct
+    pieces (a small corpus), which is logged. The alphabet is capped so that
+    its characters and their '##' forms fill at most the non-special entries.
+    """
+    specials = list(vocab_lib.SPECIAL_TOKENS)
+    room = vocab_size - len(specials)
+    if room < 2:
+        raise vocab_lib.VocabError(f"vocab_size={vocab_size} leaves no room after the specials")
+    if not word_counts:
+        raise vocab_lib.VocabError("no words to learn a vocabulary from")
+    learned = learner.learn(
+        word_counts,
+        vocab_size=int(vocab_size * _OVERSHOOT) + 1,
+        reserved_tokens=specials,
+        lower_thresh=1,
+        max_input_tokens=None,
+        max_token_length=_MAX_PIECE_CHARS,
+        max_unique_chars=min(1000, room // 2),
+    )
+    tokens = _fit(learned[len(specials) :], room)
+    if len(tokens) < room:
+        logging.warning(
+            "The corpus holds only %d distinct word pieces: the vocabulary has %d entries, "
+            "not vocab_size=%d.",
+            len(tokens),
+            len(tokens) + len(specials),
+            vocab_size,
+        )
+    return specials + tokens
+
+
+def _fit(learned: list[str], room: int) -> list[str]:
+    """Cuts the rarest multi-character pieces, keeping every single character (and its ## form).
+
+    The learner lists pieces by decreasing count after the alphabet, so the cut
+    drops the least frequent ones; without the characters some words could not
+    be segmented at all.
+    """
+    seen = set()
+    unique = []
+    for token in learned:
+        if token not in seen and token not in vocab_lib.SPECIAL_TOKENS:
+            seen.add(token)
+            unique.append(token)
+    characters = sum(len(t.removeprefix("##")) == 1 for t in unique)
+    keep_pieces = max(room - characters, 0)
+    fitted = []
+    for token in unique:
+        if len(token.removeprefix("##")) == 1:
+            fitted.append(token)
+        elif keep_pieces > 0:
+            fitted.append(token)
+            keep_pieces -= 1
+    return fitted
+
+
+def learn_wordpiece_vocab(
+    config: DataConfig,
+    *,
+    vocab_size: int,
+    output_path: str,
+    max_words_in_memory: int = 2_000_000,
+) -> vocab_lib.Vocab:
+    """Learns a WordPiece vocab.txt of `vocab_size` entries from the train split; see the module doc."""
+    corpus_lib.check_sources(config)
+    start = time.monotonic()
+    counter = count_words(config, max_words_in_memory=max_words_in_memory)
+    counted = time.monotonic()
+    logging.info(
+        "Counted %d words (%d distinct kept, %d prunings, max pruned count %d) in %.1f s.",
+        counter.total_words,
+        len(counter.counts),
+        counter.prunings,
+        counter.max_threshold,
+        counted - start,
+    )
+    tokens = wordpiece_tokens(counter.decoded_counts(), vocab_size)
+    _write_atomically(output_path, "".join(t + "\n" for t in tokens).encode("utf-8"))
+    logging.info(
+        "Learned %d WordPiece entries in %.1f s; wrote %s.",
+        len(tokens),
+        time.monotonic() - counted,
+        output_path,
+    )
+    return vocab_lib.load_vocab(output_path)
+
+
+def train_sentencepiece(
+    config: DataConfig,
+    *,
+    vocab_size: int,
+    output_prefix: str,
+    model_type: str = "unigram",
+    max_sentences: int = 1_000_000,
+) -> str:
+    """Trains a SentencePiece model on the train split; returns `output_prefix + '.model'`.
+
+    Sentences are streamed; SentencePiece keeps a uniform random sample of at
+    most `max_sentences` of them (reservoir sampling), which bounds memory.
+    Also writes `output_prefix + '.vocab'` (piece and score per line). The
+    vocabulary limit is soft: a small corpus gives fewer pieces, which is logged.
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
+    corpus_lib.check_sources(config)
+    start = time.monotonic()
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_train_sentences(config),
+        model_writer=model,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
+        normalization_rule_name="nmt_nfkc_cf" if config.do_lower_case else "nmt_nfkc",
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        num_threads=os.cpu_count() or 1,
+        minloglevel=1,
+    )
+    proto = model.getvalue()
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    if pieces[: len(vocab_lib.SPECIAL_TOKENS)] != list(vocab_lib.SPECIAL_TOKENS):
+        raise vocab_lib.VocabError(f"SentencePiece put the specials at {pieces[:5]}")
+    if len(pieces) < vocab_size:
+        logging.warning(
+            "The corpus supports only %d SentencePiece pieces, not vocab_size=%d.",
+            len(pieces),
+            vocab_size,
+        )
+    listing = "".join(f"{p}\t{processor.get_score(i)}\n" for i, p in enumerate(pieces))
+    path = output_prefix + ".model"
+    _write_atomically(output_prefix + ".vocab", listing.encode("utf-8"))
+    _write_atomically(path, proto)
+    logging.info(
+        "Trained a %s SentencePiece model of %d pieces in %.1f s; wrote %s.",
+        model_type,
+        len(pieces),
+        time.monotonic() - start,
+        path,
+    )
+    return path
+
+
+def resolve_vocab_file(config: DataConfig) -> str:
+    """config.vocab_file when set, else a vocabulary learned once and cached (see cache_key)."""
+    if config.vocab_file:
+        if not tf.io.gfile.exists(config.vocab_file):
+            raise vocab_lib.VocabError(
+                f"config.data.vocab_file={config.vocab_file!r}: no such file"
+            )
+        return config.vocab_file
+    if config.source == "tfrecord":
+        raise ConfigError(
+            "config.data.vocab_file='': source='tfrecord' holds token ids, so set "
+            "vocab_file to the vocabulary they were made with"
+        )
+    corpus_lib.check_sources(config)
+    key = cache_key(config)
+    directory = cache_dir(config)
+    suffix = ".txt" if config.tokenizer == "wordpiece" else ".model"
+    name = (
+        f"{config.tokenizer}-{config.vocab_size}-"
+        f"{'uncased' if config.do_lower_case else 'cased'}-{config.source}-{key[:16]}"
+    )
+    path = os.path.join(directory, name + suffix)
+    if tf.io.gfile.exists(path):
+        logging.info("Using the cached vocabulary %s.", path)
+        return path
+    logging.info(
+        "config.data.vocab_file is '': learning a %d-entry %s vocabulary from the %s "
+        "train split into %s.",
+        config.vocab_size,
+        config.tokenizer,
+        config.source,
+        path,
+    )
+    tf.io.gfile.makedirs(directory)
+    if config.tokenizer == "wordpiece":
+        learn_wordpiece_vocab(config, vocab_size=config.vocab_size, output_path=path)
+    else:
+        train_sentencepiece(
+            config, vocab_size=config.vocab_size, output_prefix=os.path.join(directory, name)
+        )
+    description = json.dumps(_key_fields(config), indent=1, sort_keys=True) + "\n"
+    _write_atomically(os.path.join(directory, name + ".json"), description.encode("utf-8"))
+    return path
+
+
+def cache_dir(config: DataConfig) -> str:
+    if config.vocab_cache_dir:
+        return config.vocab_cache_dir
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bertjax")
+
+
+def cache_key(config: DataConfig) -> str:
+    """A hash of everything that determines a learned vocabulary."""
+    text = json.dumps(_key_fields(config), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _key_fields(config: DataConfig) -> dict:
+    fields = {
+        "algorithm_version": _ALGORITHM_VERSION,
+        "source": config.source,
+        "eval_fraction": config.eval_fraction,
+        "tokenizer": config.tokenizer,
+        "vocab_size": config.vocab_size,
+        "do_lower_case": config.do_lower_case,
+        "max_chars_per_word": config.max_chars_per_word,
+    }
+    if config.source == "builtin":
+        # The built-in corpus is made of this Python's own documentation.
+        fields["python_version"] = platform.python_version()
+    elif config.source == "text":
+        # The files as found now: a changed or added file gives a new vocabulary.
+        fields["text_files"] = [
+            [path, stat.length, stat.mtime_nsec]
+            for path in _text_files(config.text_files)
+            for stat in [tf.io.gfile.stat(path)]
+        ]
+    elif config.source == "tfds":
+        fields.update(
+            tfds_name=config.tfds_name,
+            tfds_split=config.tfds_split,
+            tfds_data_dir=config.tfds_data_dir,
+            tfds_text_field=config.tfds_text_field,
+        )
+    return fields
+
+
+def _text_files(patterns: str) -> list[str]:
+    files = set()
+    for pattern in patterns.split(","):
+        if pattern.strip():
+            files.update(tf.io.gfile.glob(pattern.strip()))
+    return sorted(files)
+
+
+def _train_sentences(config: DataConfig, split: str = "train") -> Iterator[str]:
+    for document in corpus_lib.iter_documents(config, split=split):
+        for sentence in document.sentences:
+            if sentence.strip():
+                yield sentence
+
+
+def _sentence_batches(config: DataConfig, *, split: str) -> tf.data.Dataset:
+    """Sentences in batches, so the Python generator costs once per batch, not per sentence."""
+
+    def batches():
+        batch = []
+        for sentence in _train_sentences(config, split):
+            batch.append(sentence)
+            if len(batch) == _SENTENCES_PER_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    return tf.data.Dataset.from_generator(
+        batches, output_signature=tf.TensorSpec([None], tf.string)
+    )
+
+
+def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
+    """A WordPieceTokenizer whose vocab holds only the specials: `words` needs no more."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "vocab.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(t + "\n" for t in vocab_lib.SPECIAL_TOKENS))
+        vocab = vocab_lib.load_vocab(path)
+    return tokenizer_lib.WordPieceTokenizer(
+        vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
+    )
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Writes a temporary file next to `path`, then renames it: readers see all or nothing."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    temporary = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with tf.io.gfile.GFile(temporary, "wb") as f:
+            f.write(data)
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)
+
+
+# --- Command line ----------------------------------------------------------------------
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file; its `data` field is used.", lock_config=True
+)
+_OUTPUT = flags.DEFINE_string(
+    "output",
+    None,
+    "Where to write the vocabulary: vocab.txt for WordPiece; for SentencePiece a .model "
+    "path (a name without .model gets it appended, and a .vocab listing is written beside it).",
+)
+_VOCAB_SIZE = flags.DEFINE_integer(
+    "vocab_size", None, "Entries to learn; defaults to config.data.vocab_size."
+)
+_MODEL_TYPE = flags.DEFINE_enum(
+    "model_type", "unigram", ["unigram", "bpe"], "SentencePiece model type."
+)
+_SAMPLE_SENTENCES = flags.DEFINE_integer(
+    "sample_sentences", 2000, "Held-out sentences tokenized for the summary."
+)
+
+
+@dataclasses.dataclass
+class _SampleStats:
+    sentences: int = 0
+    words: int = 0
+    whole_words: int = 0
+    tokens: int = 0
+    unknown: int = 0
+
+
+def _sample_stats(config: DataConfig, vocab_file: str, max_sentences: int) -> _SampleStats:
+    """Whole-word coverage and [UNK] share over held-out sentences (train ones if none are held out)."""
+    split = "eval" if config.eval_fraction > 0 else "train"
+    sentences = []
+    for sentence in _train_sentences(config, split):
+        sentences.append(sentence)
+        if len(sentences) >= max_sentences:
+            break
+    if not sentences and split == "eval":
+        sentences = [s for s, _ in zip(_train_sentences(config), range(max_sentences))]
+    stats = _SampleStats(sentences=len(sentences))
+    if not sentences:
+        return stats
+    vocab = vocab_lib.load_vocab(vocab_file)
+    texts = tf.constant(sentences)
+    tokenizer = tokenizer_lib.make_tokenizer(config, vocab_file)
+    ids = tokenizer.tokenize(texts).flat_values.numpy()
+    stats.tokens = int(ids.size)
+    stats.unknown = int(np.sum(ids == vocab.unk_id))
+    if config.tokenizer == "wordpiece":
+        words = _word_splitter(config).words(texts).flat_values.numpy()
+        known = set(t.encode("utf-8") for t in vocab.tokens)
+        stats.words = int(words.size)
+        stats.whole_words = sum(w in known for w in words.tolist())
+    else:
+        pieces = set(vocab.tokens)
+        for sentence in sentences:
+            for word in sentence.lower().split() if config.do_lower_case else sentence.split():
+                stats.words += 1
+                stats.whole_words += "\u2581" + word in pieces
+    return stats
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not _OUTPUT.value:
+        raise app.UsageError("--output is required")
+    try:
+        config = from_config(_CONFIG.value.data)
+        vocab_size = config.vocab_size if _VOCAB_SIZE.value is None else _VOCAB_SIZE.value
+        config = config.replace(vocab_file="", vocab_size=vocab_size)
+        start = time.monotonic()
+        if config.tokenizer == "wordpiece":
+            path = _OUTPUT.value
+            entries = len(learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path))
+        else:
+            prefix = _OUTPUT.value.removesuffix(".model")
+            path = train_sentencepiece(
+                config, vocab_size=vocab_size, output_prefix=prefix, model_type=_MODEL_TYPE.value
+            )
+            entries = len(vocab_lib.load_vocab(path))
+        seconds = time.monotonic() - start
+        stats = _sample_stats(config, path, _SAMPLE_SENTENCES.value)
+    except (ConfigError, corpus_lib.CorpusError, vocab_lib.VocabError, OSError) as e:
+        print(f"build_vocab: error: {e}", file=sys.stderr)
+        return 1
+    except tf.errors.OpError as e:
+        print(f"build_vocab: error: {e.message}", file=sys.stderr)
+        return 1
+    case = "uncased" if config.do_lower_case else "cased"
+    print(f"{path}: {entries} {config.tokenizer} entries ({case}), learned in {seconds:.1f} s")
+    if stats.sentences:
+        print(
+            f"sample of {stats.sentences} {'held-out' if config.eval_fraction > 0 else 'train'} "
+            f"sentences: {stats.whole_words / max(stats.words, 1):.1%} of {stats.words} words "
+            f"are whole entries, {stats.unknown / max(stats.tokens, 1):.2%} of "
+            f"{stats.tokens} tokens are [UNK]"
+        )
+    return 0
+
+
+def run() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

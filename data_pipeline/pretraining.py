@@ -1,0 +1,234 @@
+"""The online pretraining pipeline: documents in, masked fixed-shape batches out.
+
+    documents (Python: files, TFDS or the built-in corpus; this host's shard)
+      -> tokenize in graph (tf-text, parallel map)
+      -> sentence pairs for NSP (instances.py; documents shuffled in a buffer)
+      -> shuffle instances -> batch -> mask (masking.py; redrawn every pass)
+      -> prefetch
+
+Training streams forever, each pass over the corpus in a new order with new
+pairs and new masks. Evaluation is one pass with pairs and masks drawn from
+`config.eval_seed`, so an eval set is identical across runs whatever `seed`.
+The batch schema is in schema.py.
+"""
+
+import random
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline import config as config_lib
+from data_pipeline import corpus, instances, masking, schema, tfrecords
+from data_pipeline.build_vocab import resolve_vocab_file
+from data_pipeline.tokenizer import make_tokenizer
+from data_pipeline.vocab import Vocab
+
+SPLITS = ("train", "eval")
+
+
+def masking_spec(config: config_lib.DataConfig, vocab: Vocab) -> masking.MaskingSpec:
+    return masking.MaskingSpec(
+        max_predictions_per_seq=config.max_predictions_per_seq,
+        masked_lm_prob=config.masked_lm_prob,
+        mask_token_prob=config.mask_token_prob,
+        random_token_prob=config.random_token_prob,
+        whole_word_mask=config.whole_word_mask,
+        cls_id=vocab.cls_id,
+        sep_id=vocab.sep_id,
+        pad_id=vocab.pad_id,
+        mask_id=vocab.mask_id,
+        random_token_ids=vocab.random_token_ids,
+        is_continuation=vocab.is_continuation,
+    )
+
+
+def make_pretraining_dataset(
+    data_config: Any,
+    *,
+    split: str,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int,
+    stats: corpus.CorpusStats | None = None,
+) -> tf.data.Dataset:
+    """Batches of this host's share (`batch_size`) in the schema of schema.py.
+
+    `stats`, when given, is updated with what the document readers saw (files,
+    documents, invalid bytes, empty lines) as the dataset is iterated.
+    """
+    config = config_lib.from_config(data_config)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    if config.source == "tfrecord":
+        return tfrecords.read_pretraining_dataset(
+            config,
+            split=split,
+            batch_size=batch_size,
+            process_index=process_index,
+            process_count=process_count,
+            seed=seed,
+        )
+
+    corpus.check_sources(config)
+    tokenizer = make_tokenizer(config, resolve_vocab_file(config))
+    _check_two_documents(config, split, process_index, process_count)
+    stream_seed = config.eval_seed if split == "eval" else seed
+    seeds = np.random.SeedSequence([stream_seed, process_index, SPLITS.index(split)])
+    pair_seed, shuffle_seed, mask_seed = (int(s) for s in seeds.generate_state(3))
+
+    documents = _tokenized_documents(
+        config, tokenizer, split, process_index, process_count, pair_seed, stats
+    )
+    dataset = _instances(config, documents, tokenizer.vocab, pair_seed)
+    if split == "train":
+        dataset = dataset.shuffle(config.shuffle_buffer_size, seed=shuffle_seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_two_documents(config, split, process_index, process_count) -> None:
+    """Fails before any work when this shard cannot make NotNext pairs."""
+    seen = []
+    for document in corpus.iter_documents(
+        config, split=split, process_index=process_index, process_count=process_count
+    ):
+        seen.append(document.doc_id)
+        if len(seen) == 2:
+            return
+    where = f"the {split} split" + (
+        f" of process {process_index}/{process_count}" if process_count > 1 else ""
+    )
+    if not seen:
+        hint = " (raise config.data.eval_fraction)" if split == "eval" else ""
+        raise corpus.CorpusError(f"{_describe_source(config)}: {where} has no documents{hint}")
+    raise corpus.CorpusError(
+        f"{_describe_source(config)}: {where} has a single document ({seen[0]}); "
+        "NSP needs NotNext segments from another document"
+    )
+
+
+def _describe_source(config) -> str:
+    if config.source == "text":
+        return f"config.data.text_files={config.text_files!r}"
+    if config.source == "tfds":
+        return f"TFDS dataset {config.tfds_name!r}"
+    return "the built-in corpus"
+
+
+def _tokenized_documents(config, tokenizer, split, process_index, process_count, seed, stats):
+    """(doc_id, token values, sentence lengths) per document, tokenized in graph."""
+
+    def generate():
+        epoch = 0
+        while True:
+            shuffle_seed = None if split == "eval" else seed + epoch
+            for document in corpus.iter_documents(
+                config,
+                split=split,
+                process_index=process_index,
+                process_count=process_count,
+                shuffle_seed=shuffle_seed,
+                stats=stats,
+            ):
+                yield document.doc_id, list(document.sentences)
+            if split == "eval":
+                return
+            epoch += 1
+
+    def tokenize(doc_id, sentences):
+        ids = tokenizer.tokenize(sentences)
+        return doc_id, ids.flat_values, tf.cast(ids.row_lengths(), tf.int32)
+
+    documents = tf.data.Dataset.from_generator(
+        generate,
+        output_signature=(
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([None], tf.string),
+        ),
+    )
+    return documents.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _instances(config, documents: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.data.Dataset:
+    """Packed, unmasked sentence pairs, one element per instance."""
+    length = config.max_seq_length
+
+    def split_sentences(values, lengths):
+        tokens = values.tolist()
+        ends = np.cumsum(lengths).tolist()
+        # Sentences that tokenize to nothing (only control characters, say) go.
+        return [tokens[end - n : end] for end, n in zip(ends, lengths.tolist(), strict=True) if n]
+
+    def generate():
+        stream = (
+            (doc_id.decode(), split_sentences(values, lengths))
+            for doc_id, values, lengths in documents.as_numpy_iterator()
+        )
+        for batch in instances.instances_from_stream(
+            stream,
+            max_seq_length=length,
+            short_seq_prob=config.short_seq_prob,
+            random_next_prob=config.random_next_prob,
+            buffer_size=config.document_buffer_size,
+            rng=random.Random(seed),
+        ):
+            if batch:
+                yield instances.pack_instances(
+                    batch, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
+                )
+
+    packed = tf.data.Dataset.from_generator(
+        generate,
+        output_signature={
+            "input_ids": tf.TensorSpec([None, length], tf.int32),
+            "input_mask": tf.TensorSpec([None, length], tf.int32),
+            "segment_ids": tf.TensorSpec([None, length], tf.int32),
+            "next_sentence_labels": tf.TensorSpec([None], tf.int32),
+        },
+    )
+    return packed.unbatch()
+
+
+def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int) -> tf.data.Dataset:
+    spec = masking_spec(config, vocab)
+    predictions = config.max_predictions_per_seq
+
+    def mask_numpy(index, input_ids, input_mask):
+        # A batch's masks depend only on the seed and the batch's position in
+        # the stream, so parallel masking stays deterministic.
+        rng = np.random.default_rng([seed, int(index)])
+        out = masking.mask_batch(input_ids, input_mask, spec, rng)
+        return (
+            out["input_ids"],
+            out["masked_lm_positions"],
+            out["masked_lm_ids"],
+            out["masked_lm_weights"],
+        )
+
+    def mask(index, batch):
+        ids, positions, labels, weights = tf.numpy_function(
+            mask_numpy,
+            [index, batch["input_ids"], batch["input_mask"]],
+            [tf.int32, tf.int32, tf.int32, tf.float32],
+            stateful=False,
+        )
+        features = {
+            **batch,
+            "input_ids": ids,
+            "masked_lm_positions": positions,
+            "masked_lm_ids": labels,
+            "masked_lm_weights": weights,
+        }
+        shapes = schema.feature_shapes(config.max_seq_length, predictions)
+        for name, value in features.items():
+            value.set_shape((batch_size, *shapes[name]))
+        return {name: features[name] for name in schema.FEATURES}
+
+    return dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE)

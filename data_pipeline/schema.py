@@ -1,0 +1,48 @@
+"""The pretraining batch schema, documented once.
+
+Every batch, from the online pipeline or from offline TFRecords, is a dict of
+these features with a leading batch axis B (this host's share):
+
+| feature               | dtype   | shape    | meaning                                          |
+|-----------------------|---------|----------|--------------------------------------------------|
+| input_ids             | int32   | [B, L]   | `[CLS] A [SEP] B [SEP]`, masked, 0-padded          |
+| input_mask            | int32   | [B, L]   | 1 on real tokens, 0 on padding                    |
+| segment_ids           | int32   | [B, L]   | 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`, 0 on padding |
+| masked_lm_positions   | int32   | [B, P]   | sorted positions to predict, 0-padded             |
+| masked_lm_ids         | int32   | [B, P]   | original token ids at those positions, 0-padded   |
+| masked_lm_weights     | float32 | [B, P]   | 1.0 for a real prediction, 0.0 for padding        |
+| next_sentence_labels  | int32   | [B]      | 0 = IsNext, 1 = NotNext (B from another document) |
+
+L = max_seq_length, P = max_predictions_per_seq. On disk (tf.Example) the
+names are the same as the original BERT's, every feature int64 except
+masked_lm_weights (float), and next_sentence_labels has shape [1].
+"""
+
+import numpy as np
+
+FEATURES = (
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "masked_lm_weights",
+    "next_sentence_labels",
+)
+
+
+def feature_shapes(max_seq_length: int, max_predictions_per_seq: int) -> dict[str, tuple]:
+    """Per-example shapes (no batch axis)."""
+    return {
+        "input_ids": (max_seq_length,),
+        "input_mask": (max_seq_length,),
+        "segment_ids": (max_seq_length,),
+        "masked_lm_positions": (max_predictions_per_seq,),
+        "masked_lm_ids": (max_predictions_per_seq,),
+        "masked_lm_weights": (max_predictions_per_seq,),
+        "next_sentence_labels": (),
+    }
+
+
+def feature_dtype(name: str) -> np.dtype:
+    return np.dtype(np.float32 if name == "masked_lm_weights" else np.int32)

@@ -17,8 +17,12 @@ $(STAMP): requirements.txt requirements-test.txt setup.cfg
 
 install: $(STAMP)
 
+# Until the training loop lands, the demo is the data side end to end: learn a
+# WordPiece vocab from the built-in corpus, build masked batches, show them.
 demo: $(STAMP)
-	$(PY) -m data_pipeline.demo --workdir demo_out
+	$(PY) -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py \
+		--config.data.vocab_cache_dir=demo_out --num_batches 40 --num_examples 3 \
+		--dump demo_out/examples.jsonl
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

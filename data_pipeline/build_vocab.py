@@ -14,10 +14,12 @@ Words are split exactly as `tokenizer.WordPieceTokenizer.words` splits them
 splits), counted in at most `max_words_in_memory` entries (see WordCounter), and
 handed to tensorflow-text's WordPiece learner.
 
-SentencePiece (.model): unigram or BPE; the same five specials, [CLS] [SEP] [MASK]
-as user-defined symbols; no BOS/EOS. Uncased models lowercase through the
-model's own normalization rule (nmt_nfkc_cf), so every user of the .model
-lowercases the same way.
+SentencePiece (.model, and a .vocab listing beside it): unigram or BPE; the same
+five specials, [CLS] [SEP] [MASK] as user-defined symbols; no BOS/EOS; NFKC
+normalization. Uncased: the training sentences are lowercased in Python before
+SentencePiece sees them, exactly as tokenizer.SentencePieceTokenizer lowercases
+its input in graph; the model itself keeps case, so code that bypasses that
+tokenizer must lowercase too.
 
 Only the train split is read, so held-out documents stay unseen.
 """
@@ -26,7 +28,9 @@ import collections
 import dataclasses
 import hashlib
 import io
+import itertools
 import json
+import math
 import os
 import platform
 import sys
@@ -40,6 +44,7 @@ import sentencepiece as spm
 import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
+from sentencepiece import sentencepiece_model_pb2
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from data_pipeline import corpus as corpus_lib
@@ -52,9 +57,10 @@ _ALGORITHM_VERSION = 1
 # tensorflow-text's learner default; longer words are left out of learning (they are
 # still tokenized, into pieces learned from shorter words).
 _MAX_PIECE_CHARS = 50
-# The learner aims this much above vocab_size, then the rarest pieces are cut to fit.
-_OVERSHOOT = 1.1
+# A learned size up to this share above vocab_size is accepted, then cut to fit.
+_SLACK = 0.05
 _SENTENCES_PER_BATCH = 1024
+_UNUSED_PIECE = sentencepiece_model_pb2.ModelProto.SentencePiece.Type.UNUSED
 
 
 class WordCounter:
@@ -80,9 +86,10 @@ class WordCounter:
         self.max_threshold = 0
         self.peak_size = 0
 
-    def add(self, words: Iterable[bytes]) -> None:
+    def add(self, words: Iterable[bytes], *, skipped: int = 0) -> None:
+        """Counts `words`; `skipped` more were seen but not counted (in total_words only)."""
         batch = collections.Counter(words)
-        self.total_words += batch.total()
+        self.total_words += batch.total() + skipped
         counts = self.counts
         for word, n in batch.items():
             old = counts.get(word)
@@ -131,46 +138,104 @@ def count_words(
         words, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     counter = WordCounter(max_words_in_memory)
-    total = 0
-    for kept, n in dataset.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
-        counter.add(kept.tolist())
-        total += int(n)
-    counter.total_words = total
+    for kept, seen in dataset.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+        counter.add(kept.tolist(), skipped=int(seen) - len(kept))
     return counter
 
 
 def wordpiece_tokens(word_counts: dict[str, int], vocab_size: int) -> list[str]:
     """The specials, then a WordPiece vocabulary learned from (word, count) pairs.
 
-    Returns exactly `vocab_size` tokens unless the words hold fewer distinct
-    pieces (a small corpus), which is logged. The alphabet is capped so that
-    its characters and their '##' forms fill at most the non-special entries.
+    Uses tensorflow-text's learner (`learn_with_thresh`: a piece enters when it
+    is seen at least `threshold` times), with its own search for the threshold
+    (see _search_threshold), then cuts the rarest pieces to exactly
+    `vocab_size` entries. Fewer only when the words hold fewer distinct pieces
+    even at threshold 1 (a small corpus); that is logged. The alphabet is capped
+    so that its characters and their '##' forms fill at most the non-special
+    entries; words with a character outside it are left out of learning.
     """
     specials = list(vocab_lib.SPECIAL_TOKENS)
     room = vocab_size - len(specials)
     if room < 2:
         raise vocab_lib.VocabError(f"vocab_size={vocab_size} leaves no room after the specials")
-    if not word_counts:
-        raise vocab_lib.VocabError("no words to learn a vocabulary from")
-    learned = learner.learn(
-        word_counts,
-        vocab_size=int(vocab_size * _OVERSHOOT) + 1,
-        reserved_tokens=specials,
+    params = learner.Params(
+        upper_thresh=None,
         lower_thresh=1,
-        max_input_tokens=None,
+        num_iterations=4,
+        max_input_tokens=-1,
         max_token_length=_MAX_PIECE_CHARS,
         max_unique_chars=min(1000, room // 2),
+        vocab_size=vocab_size,
+        slack_ratio=0.0,
+        include_joiner_token=True,
+        joiner="##",
+        reserved_tokens=specials,
     )
+    words = learner.get_input_words(list(word_counts.items()), specials, _MAX_PIECE_CHARS)
+    alphabet = learner.get_allowed_chars(words, params.max_unique_chars)
+    words = learner.filter_input_words(words, alphabet, -1)
+    if not words:
+        raise vocab_lib.VocabError("the corpus has no words to learn a vocabulary from")
+    learned = _search_threshold(words, vocab_size, params)
     tokens = _fit(learned[len(specials) :], room)
     if len(tokens) < room:
         logging.warning(
-            "The corpus holds only %d distinct word pieces: the vocabulary has %d entries, "
-            "not vocab_size=%d.",
+            "The corpus holds only %d distinct word pieces; %d [unusedN] placeholders fill "
+            "the vocabulary to vocab_size=%d.",
             len(tokens),
-            len(tokens) + len(specials),
+            room - len(tokens),
             vocab_size,
         )
+        tokens += _placeholders(room - len(tokens), tokens)
     return specials + tokens
+
+
+def _placeholders(count: int, taken: Iterable[str] = ()) -> list[str]:
+    """BERT's filler entries: vocab.Vocab marks them special, so no text or masking yields them."""
+    taken = set(taken)
+    names = (f"[unused{i}]" for i in itertools.count())
+    return list(itertools.islice((n for n in names if n not in taken), count))
+
+
+def _search_threshold(words: list[tuple[str, int]], vocab_size: int, params) -> list[str]:
+    """The vocabulary of the highest threshold that gives at least vocab_size entries.
+
+    Accepts any size in [vocab_size, vocab_size * (1 + _SLACK)] (_fit cuts the
+    rest). The vocabulary shrinks roughly as a power of the threshold, so each
+    guess interpolates in log-log space between the closest sizes seen on either
+    side: a handful of learner runs instead of tensorflow-text's ~log2(max count)
+    binary-search steps, each of which re-learns from all words.
+    """
+    counts = sorted((c for _, c in words), reverse=True)
+    # No piece is seen more often than all words together.
+    ceiling = sum(counts) + 1
+    target = vocab_size * (1 + _SLACK / 2)
+    above = below = None  # (threshold, vocab) with >= and < vocab_size entries
+    previous = None
+    threshold = max(1, counts[min(vocab_size // 2, len(counts) - 1)])
+    while True:
+        vocab = learner.learn_with_thresh(words, threshold, params)
+        logging.info("WordPiece threshold %d gives %d entries.", threshold, len(vocab))
+        if len(vocab) >= vocab_size:
+            if len(vocab) <= vocab_size * (1 + _SLACK):
+                return vocab
+            if above is None or threshold > above[0]:
+                above = (threshold, vocab)
+        elif threshold == 1:
+            return vocab
+        elif below is None or threshold < below[0]:
+            below = (threshold, vocab)
+        # size ~ threshold ** -slope, the slope measured on the last two runs (1 at first).
+        slope = 1.0
+        if previous and previous[0] != threshold and previous[1] != len(vocab):
+            slope = math.log(previous[1] / len(vocab)) / math.log(threshold / previous[0])
+        previous = (threshold, len(vocab))
+        guess = threshold * (len(vocab) / target) ** (1 / min(max(slope, 0.1), 10.0))
+        low = above[0] + 1 if above else 1
+        high = below[0] - 1 if below else min(threshold * 16, ceiling)
+        if low > high:
+            return above[1]
+        threshold = min(max(round(guess), low), high)
 
 
 def _fit(learned: list[str], room: int) -> list[str]:
@@ -242,7 +307,8 @@ def train_sentencepiece(
     Sentences are streamed; SentencePiece keeps a uniform random sample of at
     most `max_sentences` of them (reservoir sampling), which bounds memory.
     Also writes `output_prefix + '.vocab'` (piece and score per line). The
-    vocabulary limit is soft: a small corpus gives fewer pieces, which is logged.
+    model has exactly `vocab_size` pieces: when the corpus supports fewer, unused
+    [unusedN] pieces (never produced by encoding) fill the rest, which is logged.
     """
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
@@ -250,7 +316,7 @@ def train_sentencepiece(
     start = time.monotonic()
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=_train_sentences(config),
+        sentence_iterator=_sentencepiece_sentences(config),
         model_writer=model,
         model_type=model_type,
         vocab_size=vocab_size,
@@ -262,27 +328,33 @@ def train_sentencepiece(
         bos_id=-1,
         eos_id=-1,
         user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
-        normalization_rule_name="nmt_nfkc_cf" if config.do_lower_case else "nmt_nfkc",
+        normalization_rule_name="nmt_nfkc",
         input_sentence_size=max_sentences,
         shuffle_input_sentence=True,
         num_threads=os.cpu_count() or 1,
         minloglevel=1,
     )
-    proto = model.getvalue()
-    processor = spm.SentencePieceProcessor(model_proto=proto)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    pieces = [p.piece for p in proto.pieces]
     if pieces[: len(vocab_lib.SPECIAL_TOKENS)] != list(vocab_lib.SPECIAL_TOKENS):
         raise vocab_lib.VocabError(f"SentencePiece put the specials at {pieces[:5]}")
     if len(pieces) < vocab_size:
         logging.warning(
-            "The corpus supports only %d SentencePiece pieces, not vocab_size=%d.",
+            "The corpus supports only %d SentencePiece pieces; %d unused [unusedN] pieces "
+            "fill the model to vocab_size=%d.",
             len(pieces),
+            vocab_size - len(pieces),
             vocab_size,
         )
-    listing = "".join(f"{p}\t{processor.get_score(i)}\n" for i, p in enumerate(pieces))
+        for name in _placeholders(vocab_size - len(pieces), pieces):
+            proto.pieces.add(piece=name, score=0.0, type=_UNUSED_PIECE)
+            pieces.append(name)
+    scores = [p.score for p in proto.pieces]
+    listing = "".join(f"{p}\t{score:g}\n" for p, score in zip(pieces, scores, strict=True))
     path = output_prefix + ".model"
     _write_atomically(output_prefix + ".vocab", listing.encode("utf-8"))
-    _write_atomically(path, proto)
+    _write_atomically(path, proto.SerializeToString())
     logging.info(
         "Trained a %s SentencePiece model of %d pieces in %.1f s; wrote %s.",
         model_type,
@@ -367,9 +439,9 @@ def _key_fields(config: DataConfig) -> dict:
     elif config.source == "text":
         # The files as found now: a changed or added file gives a new vocabulary.
         fields["text_files"] = [
-            [path, stat.length, stat.mtime_nsec]
-            for path in _text_files(config.text_files)
-            for stat in [tf.io.gfile.stat(path)]
+            [path, stat.st_size, stat.st_mtime_ns]
+            for path in corpus_lib.list_files(config)
+            for stat in [os.stat(path)]
         ]
     elif config.source == "tfds":
         fields.update(
@@ -381,19 +453,18 @@ def _key_fields(config: DataConfig) -> dict:
     return fields
 
 
-def _text_files(patterns: str) -> list[str]:
-    files = set()
-    for pattern in patterns.split(","):
-        if pattern.strip():
-            files.update(tf.io.gfile.glob(pattern.strip()))
-    return sorted(files)
-
-
-def _train_sentences(config: DataConfig, split: str = "train") -> Iterator[str]:
+def _sentences(config: DataConfig, split: str = "train") -> Iterator[str]:
     for document in corpus_lib.iter_documents(config, split=split):
         for sentence in document.sentences:
             if sentence.strip():
                 yield sentence
+
+
+def _sentencepiece_sentences(config: DataConfig) -> Iterator[str]:
+    """Train sentences, lowercased as SentencePieceTokenizer lowercases them when uncased."""
+    for sentence in _sentences(config):
+        # tf.strings.lower, used by the tokenizer, is ICU's full lowercase, as str.lower.
+        yield sentence.replace("\x00", "").lower() if config.do_lower_case else sentence
 
 
 def _sentence_batches(config: DataConfig, *, split: str) -> tf.data.Dataset:
@@ -401,7 +472,7 @@ def _sentence_batches(config: DataConfig, *, split: str) -> tf.data.Dataset:
 
     def batches():
         batch = []
-        for sentence in _train_sentences(config, split):
+        for sentence in _sentences(config, split):
             batch.append(sentence)
             if len(batch) == _SENTENCES_PER_BATCH:
                 yield batch
@@ -415,11 +486,15 @@ def _sentence_batches(config: DataConfig, *, split: str) -> tf.data.Dataset:
 
 
 def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
-    """A WordPieceTokenizer whose vocab holds only the specials: `words` needs no more."""
+    """A WordPieceTokenizer for its `words`, which needs no vocabulary yet.
+
+    load_vocab wants the specials plus at least one ordinary token, hence the
+    placeholder "a"; WordPiece itself is never run with this vocabulary.
+    """
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "vocab.txt")
         with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in vocab_lib.SPECIAL_TOKENS))
+            f.write("".join(t + "\n" for t in (*vocab_lib.SPECIAL_TOKENS, "a")))
         vocab = vocab_lib.load_vocab(path)
     return tokenizer_lib.WordPieceTokenizer(
         vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
@@ -442,29 +517,30 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 
 # --- Command line ----------------------------------------------------------------------
+# Flags are defined by run(), not at import: the trainer imports this module for
+# resolve_vocab_file and defines its own --config.
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file; its `data` field is used.", lock_config=True
-)
-_OUTPUT = flags.DEFINE_string(
-    "output",
-    None,
-    "Where to write the vocabulary: vocab.txt for WordPiece; for SentencePiece a .model "
-    "path (a name without .model gets it appended, and a .vocab listing is written beside it).",
-)
-_VOCAB_SIZE = flags.DEFINE_integer(
-    "vocab_size", None, "Entries to learn; defaults to config.data.vocab_size."
-)
-_MODEL_TYPE = flags.DEFINE_enum(
-    "model_type", "unigram", ["unigram", "bpe"], "SentencePiece model type."
-)
-_SAMPLE_SENTENCES = flags.DEFINE_integer(
-    "sample_sentences", 2000, "Held-out sentences tokenized for the summary."
-)
+
+def _define_flags() -> None:
+    config_flags.DEFINE_config_file(
+        "config", None, "Experiment config file; its `data` field is used.", lock_config=True
+    )
+    flags.mark_flag_as_required("config")
+    flags.DEFINE_string(
+        "output",
+        None,
+        "Where to write the vocabulary: vocab.txt for WordPiece; for SentencePiece the .model "
+        "path ('.model' is appended when missing; a .vocab listing is written beside it).",
+        required=True,
+    )
+    flags.DEFINE_integer("vocab_size", None, "Entries to learn; default config.data.vocab_size.")
+    flags.DEFINE_enum("model_type", "unigram", ["unigram", "bpe"], "SentencePiece model type.")
+    flags.DEFINE_integer("sample_sentences", 2000, "Held-out sentences tokenized for the summary.")
 
 
 @dataclasses.dataclass
 class _SampleStats:
+    split: str
     sentences: int = 0
     words: int = 0
     whole_words: int = 0
@@ -474,58 +550,51 @@ class _SampleStats:
 
 def _sample_stats(config: DataConfig, vocab_file: str, max_sentences: int) -> _SampleStats:
     """Whole-word coverage and [UNK] share over held-out sentences (train ones if none are held out)."""
-    split = "eval" if config.eval_fraction > 0 else "train"
-    sentences = []
-    for sentence in _train_sentences(config, split):
-        sentences.append(sentence)
-        if len(sentences) >= max_sentences:
+    for split in ("eval", "train"):
+        sentences = list(itertools.islice(_sentences(config, split), max_sentences))
+        if sentences:
             break
-    if not sentences and split == "eval":
-        sentences = [s for s, _ in zip(_train_sentences(config), range(max_sentences))]
-    stats = _SampleStats(sentences=len(sentences))
+    stats = _SampleStats(split=split, sentences=len(sentences))
     if not sentences:
         return stats
-    vocab = vocab_lib.load_vocab(vocab_file)
     texts = tf.constant(sentences)
     tokenizer = tokenizer_lib.make_tokenizer(config, vocab_file)
+    vocab = tokenizer.vocab
     ids = tokenizer.tokenize(texts).flat_values.numpy()
     stats.tokens = int(ids.size)
     stats.unknown = int(np.sum(ids == vocab.unk_id))
-    if config.tokenizer == "wordpiece":
-        words = _word_splitter(config).words(texts).flat_values.numpy()
-        known = set(t.encode("utf-8") for t in vocab.tokens)
-        stats.words = int(words.size)
-        stats.whole_words = sum(w in known for w in words.tolist())
-    else:
-        pieces = set(vocab.tokens)
-        for sentence in sentences:
-            for word in sentence.lower().split() if config.do_lower_case else sentence.split():
-                stats.words += 1
-                stats.whole_words += "\u2581" + word in pieces
+    words = tokenizer.words(texts).flat_values.numpy().tolist()
+    # A whole word is one entry: "word" for WordPiece, "\u2581word" for SentencePiece.
+    prefix = vocab_lib.SENTENCEPIECE_WORD_START if vocab.is_sentencepiece else ""
+    entries = set(vocab.tokens)
+    stats.words = len(words)
+    stats.whole_words = sum(prefix + w.decode("utf-8", errors="replace") in entries for w in words)
     return stats
 
 
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if not _OUTPUT.value:
-        raise app.UsageError("--output is required")
+    args = flags.FLAGS
     try:
-        config = from_config(_CONFIG.value.data)
-        vocab_size = config.vocab_size if _VOCAB_SIZE.value is None else _VOCAB_SIZE.value
+        config = from_config(args.config.data)
+        vocab_size = config.vocab_size if args.vocab_size is None else args.vocab_size
+        # Validates vocab_size as config.data.vocab_size would be.
         config = config.replace(vocab_file="", vocab_size=vocab_size)
         start = time.monotonic()
         if config.tokenizer == "wordpiece":
-            path = _OUTPUT.value
-            entries = len(learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path))
+            path = args.output
+            learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path)
         else:
-            prefix = _OUTPUT.value.removesuffix(".model")
             path = train_sentencepiece(
-                config, vocab_size=vocab_size, output_prefix=prefix, model_type=_MODEL_TYPE.value
+                config,
+                vocab_size=vocab_size,
+                output_prefix=args.output.removesuffix(".model"),
+                model_type=args.model_type,
             )
-            entries = len(vocab_lib.load_vocab(path))
         seconds = time.monotonic() - start
-        stats = _sample_stats(config, path, _SAMPLE_SENTENCES.value)
+        entries = len(vocab_lib.load_vocab(path))
+        stats = _sample_stats(config, path, args.sample_sentences)
     except (ConfigError, corpus_lib.CorpusError, vocab_lib.VocabError, OSError) as e:
         print(f"build_vocab: error: {e}", file=sys.stderr)
         return 1
@@ -536,15 +605,16 @@ def main(argv: list[str]) -> int:
     print(f"{path}: {entries} {config.tokenizer} entries ({case}), learned in {seconds:.1f} s")
     if stats.sentences:
         print(
-            f"sample of {stats.sentences} {'held-out' if config.eval_fraction > 0 else 'train'} "
-            f"sentences: {stats.whole_words / max(stats.words, 1):.1%} of {stats.words} words "
-            f"are whole entries, {stats.unknown / max(stats.tokens, 1):.2%} of "
-            f"{stats.tokens} tokens are [UNK]"
+            f"{stats.sentences} {'held-out' if stats.split == 'eval' else 'train'} sentences: "
+            f"{stats.whole_words / max(stats.words, 1):.1%} of {stats.words} words are whole "
+            f"entries; {stats.unknown / max(stats.tokens, 1):.2%} of {stats.tokens} tokens "
+            "are [UNK]"
         )
     return 0
 
 
 def run() -> None:
+    _define_flags()
     app.run(main)
 
 

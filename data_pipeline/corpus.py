@@ -1,0 +1,402 @@
+"""Documents for pretraining: where they come from, which split they belong to,
+and which process reads them.
+
+A document is a list of sentences (any contiguous spans of text). Sources, by
+`config.source`:
+  'text'     files in the original BERT format: one sentence per line, a blank
+             line between documents; `.gz` files are gunzipped.
+  'tfds'     one TFDS example per document; its text is split into sentences.
+  'builtin'  Python's own documentation (data_pipeline/builtin_corpus.py).
+'tfrecord' holds finished instances, not documents, and is read elsewhere.
+
+The held-out split is a hash of each document's text, so it does not depend on
+file order, sharding or duplicates. Processes share the work by file when
+there are at least as many files as processes, else by document ordinal; TFDS
+splits are cut with `tfds.even_splits`.
+
+`CorpusStats` counts what this process read: the documents and sentences of
+both splits (`documents_in_other_split` of them were skipped), and the input
+defects, each charged to the document whose lines held it. Summed over the
+processes of a run the counters give the whole corpus once, except
+`files_read`: when sharding by document every process opens every file.
+"""
+
+import dataclasses
+import functools
+import glob
+import gzip
+import hashlib
+import os
+import random
+import re
+import sys
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NoReturn
+
+from data_pipeline import builtin_corpus
+from data_pipeline.config import ConfigError, DataConfig
+from data_pipeline.sentences import split_sentences
+
+SPLITS = ("train", "eval")
+
+# surrogateescape turns each undecodable byte into one of these code points.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+class CorpusError(ValueError):
+    """A corpus file, glob or dataset that cannot be read; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    doc_id: str
+    sentences: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """What one process read, both splits included (see the module docstring)."""
+
+    files_read: int = 0
+    documents_read: int = 0
+    documents_in_other_split: int = 0
+    sentences_read: int = 0
+    empty_lines_skipped: int = 0
+    invalid_bytes: int = 0
+    # Cc/Cf characters other than \t \n \r (NUL included); the tokenizer drops them.
+    control_characters: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def merge(self, other: "CorpusStats") -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+# One document read from a source with the defects found on the way; a record
+# with no sentences only carries defects (blank lines after a file's last document).
+_Record = tuple[str, tuple[str, ...], CorpusStats]
+
+
+def list_files(config: DataConfig) -> list[str]:
+    """The sorted, de-duplicated files matched by the comma-separated globs `config.text_files`."""
+    files = set()
+    for pattern in (p.strip() for p in config.text_files.split(",")):
+        if not pattern:
+            continue
+        matches = glob.glob(os.path.expanduser(pattern), recursive=True)
+        if not matches:
+            if _GLOB_CHARACTERS.isdisjoint(pattern):
+                raise CorpusError(f"config.data.text_files: no such file {pattern!r}")
+            raise CorpusError(f"config.data.text_files: {pattern!r} matches no file")
+        for path in matches:
+            if os.path.isdir(path):
+                raise CorpusError(
+                    f"config.data.text_files: {path!r} (from {pattern!r}) is a directory"
+                )
+            if not os.path.exists(path):
+                raise CorpusError(
+                    f"config.data.text_files: {path!r} (from {pattern!r}) does not exist "
+                    "(a broken link?)"
+                )
+        files.update(matches)
+    return sorted(files)
+
+
+def check_sources(config: DataConfig) -> None:
+    """Raises CorpusError for every problem that shows before reading a document."""
+    if config.source == "text":
+        for path in list_files(config):
+            with _open_text_file(path) as f:
+                try:
+                    f.read(1)  # proves the file readable, and a .gz file gzip
+                except (OSError, EOFError) as e:
+                    raise CorpusError(f"cannot read {path!r}: {e}") from e
+    elif config.source == "tfds":
+        builder = _tfds_builder(config)
+        if not builder.is_prepared():
+            raise CorpusError(
+                f"TFDS dataset {config.tfds_name!r} is not prepared in "
+                f"{builder.data_dir!r} (config.data.tfds_data_dir={config.tfds_data_dir!r}); "
+                "prepare it with `tfds build` or tfds.builder(...).download_and_prepare()"
+            )
+        _num_tfds_examples(builder, config)
+        _check_tfds_text_field(builder, config)
+    elif config.source == "tfrecord":
+        _refuse_tfrecord()
+
+
+def is_eval_document(sentences: Sequence[str], eval_fraction: float) -> bool:
+    """Whether a document is held out, decided by a stable hash of its text alone."""
+    if eval_fraction <= 0.0:
+        return False
+    text = "\n".join(sentences).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(text, digest_size=8).digest()
+    return int.from_bytes(digest, "big") < eval_fraction * 2**64
+
+
+def iter_documents(
+    config: DataConfig,
+    *,
+    split: str,
+    process_index: int = 0,
+    process_count: int = 1,
+    shuffle_seed: int | None = None,
+    stats: CorpusStats | None = None,
+) -> Iterator[Document]:
+    """Streams this process's documents of `split` ('train' or 'eval').
+
+    Files (or TFDS shards) come in sorted order, or shuffled by `shuffle_seed`.
+    Globs and datasets are resolved at the call, so errors show before reading.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    if process_count < 1 or not 0 <= process_index < process_count:
+        raise ValueError(
+            f"process_index={process_index}, process_count={process_count}: "
+            "need 0 <= process_index < process_count"
+        )
+    if stats is None:
+        stats = CorpusStats()
+    if config.source == "text":
+        records = _text_records(
+            list_files(config), process_index, process_count, shuffle_seed, stats
+        )
+    elif config.source == "tfds":
+        records = _tfds_records(config, process_index, process_count, shuffle_seed)
+    elif config.source == "builtin":
+        records = _builtin_records(process_index, process_count, shuffle_seed)
+    else:
+        _refuse_tfrecord()
+    return _select_split(records, split == "eval", config.eval_fraction, stats)
+
+
+def _select_split(
+    records: Iterable[_Record], want_eval: bool, eval_fraction: float, stats: CorpusStats
+) -> Iterator[Document]:
+    for doc_id, sentences, defects in records:
+        stats.merge(defects)
+        if not sentences:
+            continue
+        stats.documents_read += 1
+        stats.sentences_read += len(sentences)
+        if is_eval_document(sentences, eval_fraction) != want_eval:
+            stats.documents_in_other_split += 1
+            continue
+        yield Document(doc_id, sentences)
+
+
+def _shard_by_element(
+    records: Iterable[_Record], process_index: int, process_count: int
+) -> Iterator[_Record]:
+    """Keeps every process_count-th document; defect-only records go with the next one."""
+    ordinal = 0
+    for record in records:
+        if ordinal % process_count == process_index:
+            yield record
+        if record[1]:
+            ordinal += 1
+
+
+def _refuse_tfrecord() -> NoReturn:
+    raise ConfigError(
+        "config.data.source='tfrecord' holds finished training instances, not documents; "
+        "read it with the TFRecord reader"
+    )
+
+
+# ----------------------------------------------------------------------------- text files
+
+
+def _open_text_file(path: str):
+    try:
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    except OSError as e:
+        raise CorpusError(f"cannot open {path!r}: {e}") from e
+
+
+def _text_records(
+    files: list[str],
+    process_index: int,
+    process_count: int,
+    shuffle_seed: int | None,
+    stats: CorpusStats,
+) -> Iterator[_Record]:
+    by_file = len(files) >= process_count
+    if by_file:
+        files = files[process_index::process_count]
+    if shuffle_seed is not None:
+        files = list(files)
+        random.Random(shuffle_seed).shuffle(files)
+    records = _read_text_files(files, stats)
+    return records if by_file else _shard_by_element(records, process_index, process_count)
+
+
+def _read_text_files(files: list[str], stats: CorpusStats) -> Iterator[_Record]:
+    for path in files:
+        with _open_text_file(path) as f:
+            stats.files_read += 1
+            try:
+                yield from _read_documents(path, f)
+            except (OSError, EOFError) as e:
+                raise CorpusError(f"cannot read {path!r}: {e}") from e
+
+
+def _read_documents(path: str, lines: Iterable[bytes]) -> Iterator[_Record]:
+    ordinal = 0
+    sentences = []
+    defects = CorpusStats()
+    for raw in lines:
+        line, invalid = _decode(raw)
+        defects.invalid_bytes += invalid
+        defects.control_characters += _count_control_characters(line)
+        line = line.strip()
+        if line:
+            sentences.append(line)
+        elif sentences:
+            yield f"{path}:{ordinal}", tuple(sentences), defects
+            ordinal += 1
+            sentences = []
+            defects = CorpusStats()
+        else:
+            defects.empty_lines_skipped += 1
+    if sentences:
+        yield f"{path}:{ordinal}", tuple(sentences), defects
+    elif defects != CorpusStats():
+        yield "", (), defects
+
+
+def _decode(raw: bytes) -> tuple[str, int]:
+    """UTF-8 text with each invalid byte replaced by U+FFFD, and the number replaced."""
+    try:
+        return raw.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "surrogateescape")
+        return _ESCAPED_BYTE.subn("\ufffd", text)
+
+
+def _count_control_characters(text: str) -> int:
+    if text.isprintable():  # fast path; false for any Cc/Cf, but also for tabs and spaces
+        return 0
+    return len(_control_character_pattern().findall(text))
+
+
+@functools.cache
+def _control_character_pattern() -> re.Pattern:
+    """Matches one Cc or Cf character other than \\t \\n \\r, per this Python's Unicode tables."""
+    ranges = []
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if unicodedata.category(char) in ("Cc", "Cf") and char not in "\t\n\r":
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return re.compile(
+        "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]"
+    )
+
+
+# ----------------------------------------------------------------------------- TFDS
+
+
+def _tfds_builder(config: DataConfig):
+    # Imported here: tensorflow_datasets takes seconds to import and only this source needs it.
+    # TensorFlow goes first: tfds' lazy `tf` alias breaks when tfds is imported before it.
+    import tensorflow as tf  # noqa: F401
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.builder(config.tfds_name, data_dir=config.tfds_data_dir or None)
+    except (ValueError, OSError) as e:  # DatasetNotFoundError is a ValueError
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CorpusError(
+            f"TFDS dataset config.data.tfds_name={config.tfds_name!r} "
+            f"(data_dir={config.tfds_data_dir or 'the TFDS default'!r}): {first_line}"
+        ) from e
+
+
+def _num_tfds_examples(builder, config: DataConfig) -> int:
+    try:
+        return builder.info.splits[config.tfds_split].num_examples
+    except (KeyError, ValueError) as e:
+        raise CorpusError(
+            f"TFDS dataset {config.tfds_name!r} has no split "
+            f"config.data.tfds_split={config.tfds_split!r}: {e}"
+        ) from e
+
+
+def _check_tfds_text_field(builder, config: DataConfig) -> None:
+    if config.tfds_text_field not in builder.info.features:
+        raise CorpusError(
+            f"TFDS dataset {config.tfds_name!r} has no feature "
+            f"config.data.tfds_text_field={config.tfds_text_field!r}; "
+            f"it has {sorted(builder.info.features)}"
+        )
+
+
+def _tfds_record(doc_id: str, raw: bytes) -> _Record:
+    text, invalid = _decode(raw)
+    defects = CorpusStats(invalid_bytes=invalid, control_characters=_count_control_characters(text))
+    return doc_id, tuple(split_sentences(text)), defects
+
+
+def _tfds_records(
+    config: DataConfig, process_index: int, process_count: int, shuffle_seed: int | None
+) -> Iterator[_Record]:
+    import tensorflow as tf  # see _tfds_builder
+    import tensorflow_datasets as tfds
+
+    builder = _tfds_builder(config)
+    _check_tfds_text_field(builder, config)
+    split = config.tfds_split
+    by_element = False
+    if process_count > 1:
+        # An even split with fewer examples than processes would leave some empty, which TFDS rejects.
+        if _num_tfds_examples(builder, config) >= process_count:
+            split = tfds.even_splits(split, process_count, drop_remainder=False)[process_index]
+        else:
+            by_element = True
+    read_config = tfds.ReadConfig(add_tfds_id=True, shuffle_seed=shuffle_seed, try_autocache=False)
+    try:
+        dataset = builder.as_dataset(
+            split=split, shuffle_files=shuffle_seed is not None, read_config=read_config
+        )
+    except (AssertionError, KeyError, ValueError) as e:  # TFDS asserts that the data exists
+        raise CorpusError(
+            f"TFDS dataset {config.tfds_name!r} (data_dir={builder.data_dir!r}), "
+            f"split {config.tfds_split!r}: {e}"
+        ) from e
+    field = config.tfds_text_field
+    dataset = dataset.map(lambda example: (example["tfds_id"], example[field]))
+    # Reading runs ahead in TensorFlow's threads while Python splits sentences.
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    prefix = f"tfds:{config.tfds_name}:"
+    records = (
+        _tfds_record(prefix + tfds_id.decode(), text)
+        for tfds_id, text in dataset.as_numpy_iterator()
+    )
+    return _shard_by_element(records, process_index, process_count) if by_element else records
+
+
+# ----------------------------------------------------------------------------- builtin
+
+
+def _builtin_records(
+    process_index: int, process_count: int, shuffle_seed: int | None
+) -> Iterator[_Record]:
+    documents = list(builtin_corpus.documents())
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(documents)
+    records = (
+        (
+            doc_id,
+            sentences,
+            CorpusStats(control_characters=_count_control_characters("\n".join(sentences))),
+        )
+        for doc_id, sentences in documents
+    )
+    return _shard_by_element(records, process_index, process_count)

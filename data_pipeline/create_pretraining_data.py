@@ -1,0 +1,614 @@
+"""Offline pretraining data: documents in, masked instances out as sharded TFRecords.
+
+    python -m data_pipeline.create_pretraining_data --config experiments/pretrain/tiny_cpu.py \
+        --output_dir /tmp/bert_data --num_workers 2
+
+Train with the result by pointing the config at it:
+`--config.data.source=tfrecord --config.data.tfrecord_train_files=/tmp/bert_data/train-*.tfrecord
+--config.data.tfrecord_eval_files=/tmp/bert_data/eval-*.tfrecord --config.data.vocab_file=...`
+(the vocabulary is copied next to the data).
+
+The counterpart of google-research/bert's create_pretraining_data.py, streaming:
+documents are read, tokenized (in a tf.data map, many sentences per call) and
+paired (instances.py) without ever holding the corpus in memory. Masking is
+static: each of `config.dupe_factor` passes over a document is masked once
+(masking.py). The eval split takes one pass, paired and masked from
+`config.eval_seed`.
+
+Work is cut into `num_workers` corpus shards per split (`iter_documents(...,
+process_index=w, process_count=num_workers)`); shard w of a split is written to
+`{split}-{w:03d}-{k:03d}.tfrecord` for k < num_shards_per_worker, instances
+dealt round-robin. What a shard holds depends only on the config, the seed,
+the split and (w, num_workers), so the output is the same whichever process
+writes it. Up to `num_workers` processes share the shards: this one and
+num_workers - 1 started with 'spawn' (TensorFlow is not fork-safe). A started
+process pays seconds to import TensorFlow, so this process takes shards from
+the same queue meanwhile; on a small corpus it may write them all.
+
+Each file is written under a temporary name and renamed when complete;
+`{split}-metadata.json` (counts, config, corpus statistics) is written last.
+"""
+
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import multiprocessing
+import os
+import queue
+import random
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from data_pipeline import config as config_lib
+from data_pipeline import corpus, instances, masking, tfrecords
+from data_pipeline import vocab as vocab_lib
+from data_pipeline.build_vocab import resolve_vocab_file
+from data_pipeline.pretraining import masking_spec
+from data_pipeline.tokenizer import make_tokenizer
+
+SPLITS = ("train", "eval")
+# Sentences tokenized per tf.data element: enough to amortize the graph call.
+_SENTENCES_PER_CALL = 2048
+_BATCHES_AHEAD = 2
+# Instances packed, masked and encoded together, and shuffled before writing
+# (the original shuffles all of its instances; a stream can only shuffle blocks).
+_WRITE_BLOCK = 4096
+# Errors that describe bad input or options; the CLI prints them as one line.
+USER_ERRORS = (
+    config_lib.ConfigError,
+    corpus.CorpusError,
+    vocab_lib.VocabError,
+    instances.NotNextError,
+    tfrecords.TFRecordError,
+)
+
+
+class WriterError(RuntimeError):
+    """The output folder cannot be used, or a worker failed; the message says which."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+    split: str
+    worker: int
+    num_workers: int
+    num_shards: int
+    seed: int
+
+    def shard_name(self, shard: int) -> str:
+        return f"{self.split}-{self.worker:03d}-{shard:03d}.tfrecord"
+
+
+def write_pretraining_data(
+    data_config: Any,
+    output_dir: str,
+    *,
+    num_workers: int = 1,
+    num_shards_per_worker: int = 1,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict:
+    """Writes the train and eval splits to `output_dir`; returns counts and timing.
+
+    The result has `instances` and `documents` (both splits), `seconds` (wall
+    time of this call, startup included) and `splits` (each split's metadata).
+    Every check (options, corpus, vocabulary, output folder, at least two
+    documents per shard) runs before anything is written.
+    """
+    start = time.perf_counter()
+    config = config_lib.from_config(data_config)
+    if config.source == "tfrecord":
+        raise config_lib.ConfigError(
+            "config.data.source='tfrecord' holds finished instances; the writer needs "
+            "documents ('builtin', 'text' or 'tfds')"
+        )
+    if num_workers < 1:
+        raise config_lib.ConfigError(f"--num_workers={num_workers}: must be at least 1")
+    if num_shards_per_worker < 1:
+        raise config_lib.ConfigError(
+            f"--num_shards_per_worker={num_shards_per_worker}: must be at least 1"
+        )
+    corpus.check_sources(config)
+    vocab_file = resolve_vocab_file(config)
+    vocab_lib.load_vocab(vocab_file)
+    splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
+    for split in splits:
+        for worker in range(num_workers):
+            _check_two_documents(config, split, worker, num_workers)
+    _prepare_output_dir(output_dir, splits, overwrite)
+
+    vocab_name = os.path.basename(vocab_file)
+    _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
+    tasks = [
+        _Task(split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed))
+        for split in splits
+        for worker in range(num_workers)
+    ]
+    results = _run_tasks(tasks, config, vocab_file, output_dir, num_workers)
+
+    summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
+    for split in splits:
+        parts = [r for r in results if r["split"] == split]
+        stats = corpus.CorpusStats()
+        for part in parts:
+            stats.merge(corpus.CorpusStats(**part["corpus"]))
+        shards = {name: n for part in parts for name, n in part["shards"].items()}
+        metadata = {
+            "split": split,
+            "instances": sum(p["instances"] for p in parts),
+            "documents": sum(p["documents"] for p in parts),
+            "instances_per_shard": dict(sorted(shards.items())),
+            "files": os.path.join(output_dir, f"{split}-*.tfrecord"),
+            "passes_per_document": _passes(config, split),
+            "seed": _split_seed(config, split, seed),
+            "num_workers": num_workers,
+            "num_shards_per_worker": num_shards_per_worker,
+            "vocab_file": vocab_name,
+            "source_vocab_file": vocab_file,
+            "corpus": stats.as_dict(),
+            "config": dataclasses.asdict(config),
+        }
+        _write_text_atomically(
+            os.path.join(output_dir, f"{split}-metadata.json"), json.dumps(metadata, indent=2)
+        )
+        if overwrite:
+            _remove_stale_shards(output_dir, split, set(shards))
+        summary["splits"][split] = metadata
+        summary["instances"] += metadata["instances"]
+        summary["documents"] += metadata["documents"]
+    summary["seconds"] = time.perf_counter() - start
+    return summary
+
+
+def _split_seed(config: config_lib.DataConfig, split: str, seed: int) -> int:
+    return config.eval_seed if split == "eval" else seed
+
+
+def _passes(config: config_lib.DataConfig, split: str) -> int:
+    return config.dupe_factor if split == "train" else 1
+
+
+def _check_two_documents(config, split: str, worker: int, num_workers: int) -> None:
+    """A shard needs two documents: NotNext segments come from another document."""
+    seen = []
+    for document in corpus.iter_documents(
+        config, split=split, process_index=worker, process_count=num_workers
+    ):
+        seen.append(document.doc_id)
+        if len(seen) == 2:
+            return
+    where = f"the {split} split" + (
+        f" of worker {worker} of --num_workers={num_workers}" if num_workers > 1 else ""
+    )
+    hints = []
+    if num_workers > 1:
+        hints.append("use fewer workers")
+    if split == "eval":
+        hints.append("raise config.data.eval_fraction, or set it to 0 to write no eval split")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    if not seen:
+        raise corpus.CorpusError(f"{where} has no documents{hint}")
+    raise corpus.CorpusError(
+        f"{where} has a single document ({seen[0]}); next-sentence prediction needs "
+        f"at least two{hint}"
+    )
+
+
+# --------------------------------------------------------------------------- one shard
+
+
+_TOKENIZERS: dict = {}
+
+
+def _tokenizer(config: config_lib.DataConfig, vocab_file: str):
+    """One tokenizer per process and vocabulary: building the lookup tables takes a while."""
+    key = (vocab_file, config.tokenizer, config.do_lower_case, config.max_chars_per_word)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = make_tokenizer(config, vocab_file)
+    return _TOKENIZERS[key]
+
+
+def _write_task(task: _Task, config: config_lib.DataConfig, vocab_file: str, output_dir: str) -> dict:
+    """Writes shard `task.worker` of `task.split`; returns its counts."""
+    start = time.perf_counter()
+    tokenizer = _tokenizer(config, vocab_file)
+    vocab = tokenizer.vocab
+    spec = masking_spec(config, vocab)
+    seeds = np.random.SeedSequence(
+        [task.seed, SPLITS.index(task.split), task.worker, task.num_workers]
+    )
+    pair_seed, mask_seed, order_seed = (int(s) for s in seeds.generate_state(3))
+    stats = corpus.CorpusStats()
+    documents = corpus.iter_documents(
+        config,
+        split=task.split,
+        process_index=task.worker,
+        process_count=task.num_workers,
+        shuffle_seed=order_seed if task.split == "train" else None,
+        stats=stats,
+    )
+    counter = _Counter(documents)
+    passes = instances.instances_from_stream(
+        tokenize_documents(counter, tokenizer),
+        max_seq_length=config.max_seq_length,
+        short_seq_prob=config.short_seq_prob,
+        random_next_prob=config.random_next_prob,
+        buffer_size=config.document_buffer_size,
+        rng=random.Random(pair_seed),
+        passes_per_document=_passes(config, task.split),
+    )
+    names = [task.shard_name(k) for k in range(task.num_shards)]
+    temporary = [_temporary_name(output_dir, name) for name in names]
+    counts = [0] * task.num_shards
+    writers = [tf.io.TFRecordWriter(path) for path in temporary]
+    rng = np.random.default_rng(mask_seed)
+    written = 0
+    try:
+        for block in _blocks(passes, _WRITE_BLOCK):
+            for record in encode_instances(block, config, vocab, spec, rng):
+                shard = written % task.num_shards
+                writers[shard].write(record)
+                counts[shard] += 1
+                written += 1
+        for writer in writers:
+            writer.close()
+        for path, name in zip(temporary, names, strict=True):
+            tf.io.gfile.rename(path, os.path.join(output_dir, name), overwrite=True)
+    finally:
+        for writer in writers:
+            writer.close()
+        for path in temporary:
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+    logging.info(
+        "Wrote %d %s instances from %d documents (shard %d of %d) in %.1f s, process %d.",
+        written,
+        task.split,
+        counter.count,
+        task.worker,
+        task.num_workers,
+        time.perf_counter() - start,
+        os.getpid(),
+    )
+    return {
+        "split": task.split,
+        "worker": task.worker,
+        "instances": written,
+        "documents": counter.count,
+        "shards": dict(zip(names, counts, strict=True)),
+        "corpus": stats.as_dict(),
+    }
+
+
+def encode_instances(
+    block: list[instances.Instance],
+    config: config_lib.DataConfig,
+    vocab: vocab_lib.Vocab,
+    spec: masking.MaskingSpec,
+    rng: np.random.Generator,
+) -> list[bytes]:
+    """Packs, masks (one draw per instance) and serializes a block, in a shuffled order."""
+    packed = instances.pack_instances(
+        block, max_seq_length=config.max_seq_length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
+    )
+    masked = masking.mask_batch(packed["input_ids"], packed["input_mask"], spec, rng)
+    order = rng.permutation(len(block))
+    features = {name: value[order] for name, value in {**packed, **masked}.items()}
+    return tfrecords.encode_examples(features)
+
+
+def tokenize_documents(
+    documents: Iterable[corpus.Document], tokenizer
+) -> Iterator[tuple[str, list[list[int]]]]:
+    """(doc_id, sentences as token ids); sentences that tokenize to nothing go.
+
+    Sentences are tokenized in graph, `_SENTENCES_PER_CALL` at a time, by a
+    tf.function traced once per process, on a thread that runs a few batches
+    ahead of the caller (TensorFlow releases the GIL while its ops run).
+    """
+    tokenize = _graph_tokenizer(tokenizer)
+    pending = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for ids, sentences, counts in _document_batches(documents):
+            pending.append((ids, counts, pool.submit(tokenize, sentences)))
+            if len(pending) > _BATCHES_AHEAD:
+                yield from _split_documents(*pending.popleft())
+        while pending:
+            yield from _split_documents(*pending.popleft())
+
+
+_GRAPH_TOKENIZERS: dict = {}
+
+
+def _graph_tokenizer(tokenizer):
+    """tf.string [N] -> (int32 token ids of all sentences, int32 [N] tokens per sentence)."""
+    if id(tokenizer) not in _GRAPH_TOKENIZERS:
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+        def tokenize(sentences):
+            tokens = tokenizer.tokenize(sentences)
+            return tokens.flat_values, tf.cast(tokens.row_lengths(), tf.int32)
+
+        _GRAPH_TOKENIZERS[id(tokenizer)] = (tokenizer, tokenize)
+    tokenize = _GRAPH_TOKENIZERS[id(tokenizer)][1]
+    return lambda sentences: tuple(t.numpy() for t in tokenize(tf.constant(sentences)))
+
+
+def _document_batches(documents: Iterable[corpus.Document]):
+    ids, sentences, counts = [], [], []
+    for document in documents:
+        ids.append(document.doc_id)
+        sentences.extend(document.sentences)
+        counts.append(len(document.sentences))
+        if len(sentences) >= _SENTENCES_PER_CALL:
+            yield ids, sentences, counts
+            ids, sentences, counts = [], [], []
+    if ids:
+        yield ids, sentences, counts
+
+
+def _split_documents(ids: list[str], counts: list[int], future) -> Iterator[tuple[str, list]]:
+    values, lengths = future.result()
+    tokens = values.tolist()
+    lengths = lengths.tolist()
+    start = 0
+    sentence = 0
+    for doc_id, count in zip(ids, counts, strict=True):
+        sentences = []
+        for length in lengths[sentence : sentence + count]:
+            if length:
+                sentences.append(tokens[start : start + length])
+            start += length
+        sentence += count
+        yield doc_id, sentences
+
+
+class _Counter:
+    """Passes documents through, counting them."""
+
+    def __init__(self, documents: Iterable[corpus.Document]):
+        self._documents = documents
+        self.count = 0
+
+    def __iter__(self):
+        for document in self._documents:
+            self.count += 1
+            yield document
+
+
+def _blocks(passes: Iterable[list[instances.Instance]], size: int) -> Iterator[list]:
+    block = []
+    for batch in passes:
+        block.extend(batch)
+        if len(block) >= size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _run_tasks(tasks: list[_Task], config, vocab_file: str, output_dir: str, num_workers: int):
+    """Runs the tasks here and in num_workers - 1 spawned processes; results in task order."""
+    if num_workers == 1:
+        return [_write_task(task, config, vocab_file, output_dir) for task in tasks]
+    context = multiprocessing.get_context("spawn")
+    todo = context.Queue()
+    done = context.Queue()
+    for index, task in enumerate(tasks):
+        todo.put((index, task))
+    helpers = [
+        context.Process(
+            target=_helper_main,
+            args=(todo, done, config, vocab_file, output_dir, tasks[n % len(tasks)]),
+            name=f"create_pretraining_data-{n}",
+            daemon=True,
+        )
+        for n in range(1, num_workers)
+    ]
+    for helper in helpers:
+        helper.start()
+    results: dict[int, dict] = {}
+    running: dict[int, tuple[int, _Task]] = {}  # helper pid -> its task
+    try:
+        while True:
+            _collect(done, results, running, block=False)
+            try:
+                index, task = todo.get_nowait()
+            except queue.Empty:
+                break
+            results[index] = _write_task(task, config, vocab_file, output_dir)
+        for _ in helpers:
+            todo.put(None)
+        while len(results) < len(tasks):
+            if not _collect(done, results, running, block=True):
+                dead = [h for h in helpers if h.exitcode not in (None, 0)]
+                for helper in dead:
+                    if helper.pid in running:
+                        _, task = running[helper.pid]
+                        raise WriterError(
+                            f"worker process {helper.pid} died (exit code {helper.exitcode}) "
+                            f"writing shard {task.worker} of the {task.split} split"
+                        )
+                if all(h.exitcode is not None for h in helpers) and done.empty():
+                    raise WriterError("worker processes exited before finishing their shards")
+    finally:
+        for helper in helpers:
+            if helper.is_alive():
+                helper.terminate()
+            helper.join()
+    return [results[i] for i in range(len(tasks))]
+
+
+def _collect(done, results: dict, running: dict, *, block: bool) -> bool:
+    """Reads one message from the helpers; False when none came."""
+    try:
+        message = done.get(timeout=1.0) if block else done.get_nowait()
+    except queue.Empty:
+        return False
+    kind, pid, index, payload = message
+    if kind == "started":
+        running[pid] = (index, payload)
+    elif kind == "done":
+        running.pop(pid, None)
+        results[index] = payload
+    else:  # "error": payload = (exception type name, one-line message, traceback)
+        name, text, trace = payload
+        for error_type in (*USER_ERRORS, WriterError):
+            if error_type.__name__ == name:
+                raise error_type(text)
+        raise WriterError(f"worker process {pid} failed: {name}: {text}\n{trace}")
+    return True
+
+
+def _helper_main(todo, done, config, vocab_file: str, output_dir: str, warm_up: _Task) -> None:
+    """A spawned process: writes shards from `todo` until it gets None."""
+    pid = os.getpid()
+    # Pay the one-time costs (tokenizer tables and trace, corpus indexes) before
+    # taking a shard, so a helper that is ready late never holds up the end.
+    try:
+        _graph_tokenizer(_tokenizer(config, vocab_file))(["warm up"])
+        documents = corpus.iter_documents(
+            config,
+            split=warm_up.split,
+            process_index=warm_up.worker,
+            process_count=warm_up.num_workers,
+        )
+        next(iter(documents), None)
+    except Exception:  # the same error shows again, reported, in the first task
+        pass
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        index, task = item
+        done.put(("started", pid, index, task))
+        try:
+            result = _write_task(task, config, vocab_file, output_dir)
+        except Exception as e:
+            done.put(("error", pid, index, (type(e).__name__, str(e), traceback.format_exc())))
+            return
+        done.put(("done", pid, index, result))
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _temporary_name(output_dir: str, name: str) -> str:
+    # Hidden, so a `train-*.tfrecord` glob never matches a file being written.
+    return os.path.join(output_dir, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
+def _copy_atomically(source: str, destination: str) -> None:
+    temporary = _temporary_name(os.path.dirname(destination), os.path.basename(destination))
+    tf.io.gfile.copy(source, temporary, overwrite=True)
+    tf.io.gfile.rename(temporary, destination, overwrite=True)
+
+
+def _write_text_atomically(path: str, text: str) -> None:
+    temporary = _temporary_name(os.path.dirname(path), os.path.basename(path))
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def _existing_outputs(output_dir: str, split: str) -> list[str]:
+    return sorted(
+        tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*.tfrecord"))
+        + tf.io.gfile.glob(os.path.join(output_dir, f"{split}-metadata.json"))
+    )
+
+
+def _prepare_output_dir(output_dir: str, splits: Iterable[str], overwrite: bool) -> None:
+    try:
+        if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+            raise WriterError(f"--output_dir={output_dir}: exists and is not a folder")
+        tf.io.gfile.makedirs(output_dir)
+    except tf.errors.OpError as e:
+        raise WriterError(f"--output_dir={output_dir}: cannot create it: {e.message}") from e
+    if overwrite:
+        return
+    for split in splits:
+        existing = _existing_outputs(output_dir, split)
+        if existing:
+            raise WriterError(
+                f"--output_dir={output_dir} already holds {split} data ({existing[0]}); "
+                "pass --overwrite to replace it"
+            )
+
+
+def _remove_stale_shards(output_dir: str, split: str, keep: set[str]) -> None:
+    """After an --overwrite run: shards of an earlier run with more workers or shards go."""
+    for path in tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*-*.tfrecord")):
+        if os.path.basename(path) not in keep:
+            tf.io.gfile.remove(path)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _define_flags():
+    defined = flags.FLAGS
+    # Another data_pipeline module may have defined --config already (same meaning).
+    if "config" not in defined:
+        config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+    flags.DEFINE_string("output_dir", None, "Folder for the TFRecords and their metadata.")
+    flags.DEFINE_integer(
+        "num_workers", 1, "Corpus shards per split, written by up to this many processes."
+    )
+    flags.DEFINE_integer("num_shards_per_worker", 1, "TFRecord files per corpus shard.")
+    flags.DEFINE_bool("overwrite", False, "Replace data already in --output_dir.")
+    flags.mark_flags_as_required(["config", "output_dir"])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    values = flags.FLAGS
+    try:
+        result = write_pretraining_data(
+            values.config.data,
+            values.output_dir,
+            num_workers=values.num_workers,
+            num_shards_per_worker=values.num_shards_per_worker,
+            seed=values.config.seed,
+            overwrite=values.overwrite,
+        )
+    except (*USER_ERRORS, WriterError, OSError) as e:
+        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
+        return 1
+    except tf.errors.OpError as e:
+        print(f"create_pretraining_data: error: {e.message}", file=sys.stderr)
+        return 1
+    for split, metadata in result["splits"].items():
+        print(
+            f"{split}: {metadata['instances']:,} instances from {metadata['documents']:,} "
+            f"documents in {len(metadata['instances_per_shard'])} files {metadata['files']}"
+        )
+    print(
+        f"{result['instances']:,} instances in {result['seconds']:.1f} s "
+        f"({result['instances'] / max(result['seconds'], 1e-9):,.0f}/s); "
+        f"vocabulary: {os.path.join(result['output_dir'], result['splits']['train']['vocab_file'])}"
+    )
+    return 0
+
+
+def run() -> None:
+    _define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,112 @@
+"""Shows what the model will see: decoded pretraining examples and batch statistics.
+
+    python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py \
+        [--split eval] [--num_batches N] [--dump FILE.jsonl] [--config.data.KEY=VALUE ...]
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from data_pipeline import config as config_lib
+from data_pipeline import corpus, instances, pretraining, statistics
+from data_pipeline.build_vocab import resolve_vocab_file
+from data_pipeline.tfrecords import TFRecordError
+from data_pipeline.vocab import VocabError, load_vocab
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+_SPLIT = flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to read.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", 10, "Batches to read (eval stops at its end).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Sequences per batch.")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "Decoded examples to print.")
+_DUMP = flags.DEFINE_string("dump", None, "Write every example read as one JSON line here.")
+
+# Bad input: one line that names the file or option, no traceback.
+USER_ERRORS = (
+    config_lib.ConfigError,
+    corpus.CorpusError,
+    VocabError,
+    instances.NotNextError,
+    TFRecordError,
+)
+
+
+def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=sys.stdout):
+    """Reads `num_batches` batches, prints examples and statistics; returns the summary."""
+    data = config_lib.from_config(config.data)
+    if "model" in config and "max_position_embeddings" in config.model:
+        config_lib.check_max_positions(data, config.model.max_position_embeddings)
+    corpus_stats = corpus.CorpusStats()
+    start = time.perf_counter()
+    vocab_file = resolve_vocab_file(data)
+    vocab = load_vocab(vocab_file)
+    print(f"vocabulary  {vocab_file} ({len(vocab):,} tokens, {data.tokenizer})", file=out)
+    dataset = pretraining.make_pretraining_dataset(
+        data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
+    )
+    stats = statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
+    if dump:
+        os.makedirs(os.path.dirname(os.path.abspath(dump)), exist_ok=True)
+    dump_file = open(dump, "w", encoding="utf-8") if dump else None  # noqa: SIM115
+    shown = 0
+    try:
+        for batch in dataset.take(num_batches).as_numpy_iterator():
+            stats.update(batch, vocab)
+            for row in range(batch_size):
+                example = {name: value[row] for name, value in batch.items()}
+                if shown < num_examples:
+                    print(
+                        f"\nexample {shown}: {statistics.format_example(example, vocab)}", file=out
+                    )
+                    shown += 1
+                if dump_file:
+                    record = {name: np.asarray(v).tolist() for name, v in example.items()}
+                    record["tokens"] = vocab.decode(example["input_ids"])
+                    dump_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if dump_file:
+            dump_file.close()
+    seconds = time.perf_counter() - start
+    summary = stats.summary()
+    reported = corpus_stats.as_dict() if data.source != "tfrecord" else None
+    print(
+        f"\n{split} split, {summary['sequences'] // max(batch_size, 1)} batches "
+        f"of {batch_size}, {seconds:.1f}s",
+        file=out,
+    )
+    print(statistics.format_summary(summary, reported), file=out)
+    if dump:
+        print(f"wrote {summary['sequences']:,} examples to {dump}", file=out)
+    return summary
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)
+    try:
+        inspect(
+            _CONFIG.value,
+            split=_SPLIT.value,
+            num_batches=_NUM_BATCHES.value,
+            batch_size=_BATCH_SIZE.value,
+            num_examples=_NUM_EXAMPLES.value,
+            dump=_DUMP.value,
+        )
+    except USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run():
+    flags.mark_flag_as_required("config")
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,142 @@
+"""What a person checks in pretraining batches: decoded examples and running statistics."""
+
+import dataclasses
+
+import numpy as np
+
+from data_pipeline.vocab import Vocab
+
+
+@dataclasses.dataclass
+class BatchStatistics:
+    """Running totals over batches in the schema of schema.py."""
+
+    max_seq_length: int
+    max_predictions_per_seq: int
+    sequences: int = 0
+    tokens: int = 0
+    short_sequences: int = 0
+    not_next: int = 0
+    predictions: int = 0
+    predictions_at_cap: int = 0
+    as_mask: int = 0
+    as_random: int = 0
+    as_same: int = 0
+    specials_predicted: int = 0
+    length_histogram: np.ndarray = dataclasses.field(default=None)
+
+    def __post_init__(self):
+        if self.length_histogram is None:
+            self.length_histogram = np.zeros(self.max_seq_length + 1, np.int64)
+
+    def update(self, batch: dict, vocab: Vocab) -> None:
+        mask = np.asarray(batch["input_mask"])
+        ids = np.asarray(batch["input_ids"])
+        weights = np.asarray(batch["masked_lm_weights"]) > 0
+        positions = np.asarray(batch["masked_lm_positions"])
+        labels = np.asarray(batch["masked_lm_ids"])
+        lengths = mask.sum(axis=1)
+        self.sequences += len(lengths)
+        self.tokens += int(lengths.sum())
+        self.length_histogram += np.bincount(lengths, minlength=self.max_seq_length + 1)
+        self.short_sequences += int((lengths < self.max_seq_length // 2).sum())
+        self.not_next += int(np.asarray(batch["next_sentence_labels"]).sum())
+        per_row = weights.sum(axis=1)
+        self.predictions += int(per_row.sum())
+        self.predictions_at_cap += int((per_row == self.max_predictions_per_seq).sum())
+        rows = np.nonzero(weights)[0]
+        now = ids[rows, positions[weights]]
+        original = labels[weights]
+        self.as_mask += int((now == vocab.mask_id).sum())
+        self.as_same += int((now == original).sum())
+        self.as_random += int(((now != vocab.mask_id) & (now != original)).sum())
+        self.specials_predicted += int(
+            np.isin(original, [vocab.cls_id, vocab.sep_id, vocab.pad_id]).sum()
+        )
+
+    def summary(self) -> dict:
+        n = max(self.sequences, 1)
+        lengths = np.repeat(np.arange(self.max_seq_length + 1), self.length_histogram)
+        predictions = max(self.predictions, 1)
+        return {
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "length_mean": float(lengths.mean()) if lengths.size else 0.0,
+            "length_min": int(lengths.min()) if lengths.size else 0,
+            "length_p50": float(np.percentile(lengths, 50)) if lengths.size else 0.0,
+            "length_max": int(lengths.max()) if lengths.size else 0,
+            "share_full_length": float(self.length_histogram[-1] / n),
+            "share_short": self.short_sequences / n,
+            "share_not_next": self.not_next / n,
+            "predictions_per_sequence": self.predictions / n,
+            "share_tokens_predicted": self.predictions / max(self.tokens, 1),
+            "share_sequences_at_prediction_cap": self.predictions_at_cap / n,
+            "share_mask_token": self.as_mask / predictions,
+            "share_random_token": self.as_random / predictions,
+            "share_unchanged": self.as_same / predictions,
+            "specials_predicted": self.specials_predicted,
+            "share_padding": 1.0 - self.tokens / (n * self.max_seq_length),
+        }
+
+
+def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
+    s = summary
+    lines = [
+        f"sequences            {s['sequences']:,} ({s['tokens']:,} tokens)",
+        f"length               mean {s['length_mean']:.1f}, median {s['length_p50']:.0f}, "
+        f"min {s['length_min']}, max {s['length_max']}; "
+        f"{s['share_full_length']:.1%} full length",
+        f"short (< half max)   {s['share_short']:.1%}",
+        f"NSP                  {s['share_not_next']:.1%} NotNext, "
+        f"{1 - s['share_not_next']:.1%} IsNext",
+        f"masked per sequence  {s['predictions_per_sequence']:.2f} "
+        f"({s['share_tokens_predicted']:.1%} of tokens; "
+        f"{s['share_sequences_at_prediction_cap']:.1%} of sequences at the cap)",
+        f"masked as            {s['share_mask_token']:.1%} [MASK], "
+        f"{s['share_random_token']:.1%} random, {s['share_unchanged']:.1%} unchanged",
+        f"specials masked      {s['specials_predicted']}",
+        f"padding              {s['share_padding']:.1%} of positions",
+    ]
+    if corpus_stats:
+        c = corpus_stats
+        lines += [
+            f"documents read       {c['documents_read']:,} "
+            f"({c['documents_in_other_split']:,} belong to the other split), "
+            f"{c['sentences_read']:,} sentences, {c['files_read']:,} files",
+            f"skipped              {c['empty_lines_skipped']:,} empty lines, "
+            f"{c['invalid_bytes']:,} invalid UTF-8 bytes, "
+            f"{c['control_characters']:,} control characters",
+        ]
+    return "\n".join(lines)
+
+
+def decode_example(example: dict, vocab: Vocab) -> dict:
+    """One example (no batch axis) as token strings: `tokens` plus the masked view."""
+    length = int(np.asarray(example["input_mask"]).sum())
+    ids = np.asarray(example["input_ids"])[:length]
+    tokens = vocab.decode(ids)
+    weights = np.asarray(example["masked_lm_weights"]) > 0
+    positions = np.asarray(example["masked_lm_positions"])[weights]
+    labels = vocab.decode(np.asarray(example["masked_lm_ids"])[weights])
+    return {"tokens": tokens, "masked": dict(zip(positions.tolist(), labels, strict=True))}
+
+
+def format_example(example: dict, vocab: Vocab) -> str:
+    """`[MASK]{dog}` a masked token, `~cat{dog}` a random replacement, `={dog}` one kept."""
+    decoded = decode_example(example, vocab)
+    segments = np.asarray(example["segment_ids"])
+    parts: list[list[str]] = [[], []]
+    for position, token in enumerate(decoded["tokens"]):
+        label = decoded["masked"].get(position)
+        if label is None:
+            shown = token
+        elif token == label:
+            shown = f"={{{label}}}"
+        elif int(np.asarray(example["input_ids"])[position]) == vocab.mask_id:
+            shown = f"[MASK]{{{label}}}"
+        else:
+            shown = f"~{token}{{{label}}}"
+        parts[int(segments[position])].append(shown)
+    label = "NotNext" if int(example["next_sentence_labels"]) else "IsNext"
+    head = f"{label}, {len(decoded['tokens'])} tokens, {len(decoded['masked'])} masked"
+    return f"{head}\n  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}"

@@ -1,0 +1,402 @@
+"""Pretraining instances as tf.Example TFRecords, in the original BERT layout.
+
+On disk every record is a tf.Example with the original create_pretraining_data.py
+feature names and types: int64 lists for the ids, masks, positions and the label
+(`next_sentence_labels` has length 1), a float list for `masked_lm_weights`.
+Files written by the original tool read here, and files written here read there.
+
+Writing encodes the Example bytes directly with NumPy (`encode_examples`): the
+wire format is a handful of length-prefixed fields, and building
+tf.train.Example protos one by one costs far more than everything else the
+offline writer does. The bytes are exactly what
+`tf.train.Example.SerializeToString(deterministic=True)` gives (features in
+sorted name order, minimal varints); tests hold the two equal.
+
+Reading (`read_pretraining_dataset`) returns batches in the schema of schema.py.
+"""
+
+import concurrent.futures
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline import config as config_lib
+from data_pipeline import schema
+
+SPLITS = ("train", "eval")
+# Serialized records shuffled together; records are ~0.6-2.5 KB, so this is a few MB.
+_FILES_READ_AT_ONCE = 8
+_GLOB_CHARS = frozenset("*?[")
+
+
+class TFRecordError(ValueError):
+    """A pretraining TFRecord file that is missing, unreadable or of the wrong shape."""
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Protobuf varints of every entry of `values` [N, K]: (bytes of all rows, bytes per row).
+
+    Encoded as protobuf encodes int64: negatives as 10-byte two's complement.
+    """
+    rows = values.shape[0]
+    if values.size == 0:
+        return np.zeros(0, np.uint8), np.zeros(rows, np.int64)
+    low, high = int(values.min()), int(values.max())
+    if low >= 0 and high < 128:
+        # Masks, segment ids, labels and short positions: one byte each.
+        return values.astype(np.uint8).ravel(), np.full(rows, values.shape[1], np.int64)
+    # Unsigned arithmetic in the narrowest type that holds the values.
+    dtype = np.uint32 if low >= 0 and high < (1 << 32) else np.uint64
+    unsigned = values.astype(np.int64).astype(dtype)
+    width = 10 if low < 0 else (high.bit_length() + 6) // 7
+    count = np.ones(values.shape, np.uint8)
+    for j in range(1, width):
+        count += unsigned >= dtype(1 << (7 * j))
+    index = np.arange(width, dtype=np.uint8)
+    groups = (unsigned[..., None] >> (index.astype(dtype) * dtype(7))) & dtype(0x7F)
+    more = index < (count[..., None] - 1)
+    encoded = groups.astype(np.uint8) | (more.astype(np.uint8) << 7)
+    keep = index < count[..., None]
+    return np.compress(keep.ravel(), encoded.ravel()), count.sum(axis=1, dtype=np.int64)
+
+
+class _FieldHeaders:
+    """The bytes before a feature's packed payload, cached per payload length.
+
+    map entry:  0x0A len(entry) 0x0A len(key) key 0x12 len(Feature)
+    Feature:    0x1A (int64_list) or 0x12 (float_list), len(list)
+    list:       0x0A len(payload)  (absent when the payload is empty)
+    """
+
+    def __init__(self, name: str, is_float: bool):
+        key = name.encode()
+        self._key = b"\x0a" + _varint(len(key)) + key
+        self._kind = b"\x12" if is_float else b"\x1a"
+        self._cache: dict[int, bytes] = {}
+
+    def __call__(self, payload_length: int) -> bytes:
+        header = self._cache.get(payload_length)
+        if header is None:
+            values = b"\x0a" + _varint(payload_length) if payload_length else b""
+            feature = self._kind + _varint(len(values) + payload_length) + values
+            feature_length = len(feature) + payload_length
+            entry = self._key + b"\x12" + _varint(feature_length)
+            header = b"\x0a" + _varint(len(entry) + feature_length) + entry + feature
+            self._cache[payload_length] = header
+        return header
+
+
+def _prefixes(lengths: np.ndarray, make_prefix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pool of distinct prefixes, start in the pool, length) per entry of `lengths`."""
+    distinct, inverse = np.unique(lengths, return_inverse=True)
+    prefixes = [make_prefix(int(n)) for n in distinct]
+    sizes = np.array([len(p) for p in prefixes], np.int64)
+    pool = np.frombuffer(b"".join(prefixes), np.uint8)
+    return pool, (np.cumsum(sizes) - sizes)[inverse], sizes[inverse]
+
+
+_HEADERS = {name: _FieldHeaders(name, name == "masked_lm_weights") for name in schema.FEATURES}
+# Protobuf's deterministic serialization writes map entries in sorted key order.
+_SORTED_FEATURES = tuple(sorted(schema.FEATURES))
+
+
+def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
+    """Serialized tf.Examples, one per row of a batch in the schema of schema.py.
+
+    Vectorized: every record is a run of segments (a length prefix, then per
+    feature a header and its packed values), all gathered from one buffer.
+    """
+    count = len(features["input_ids"])
+    if count == 0:
+        return []
+    pools, starts, lengths = [], [], []
+    offset = 0
+
+    def add(pool, pool_starts, sizes):
+        nonlocal offset
+        pools.append(pool)
+        starts.append(pool_starts + offset)
+        lengths.append(sizes)
+        offset += pool.size
+
+    for name in _SORTED_FEATURES:
+        values = np.asarray(features[name]).reshape(count, -1)
+        if name == "masked_lm_weights":
+            payload = np.frombuffer(values.astype("<f4").tobytes(), np.uint8)
+            sizes = np.full(count, 4 * values.shape[1], np.int64)
+        else:
+            payload, sizes = _varint_columns(values)
+        add(*_prefixes(sizes, _HEADERS[name]))
+        add(payload, np.cumsum(sizes) - sizes, sizes)
+    body = np.sum(lengths, axis=0)
+    add(*_prefixes(body, lambda n: b"\x0a" + _varint(n)))
+
+    # Segment order within a record: the Example's length prefix first.
+    order = [len(lengths) - 1, *range(len(lengths) - 1)]
+    seg_starts = np.stack([starts[i] for i in order], axis=1).ravel()
+    seg_lengths = np.stack([lengths[i] for i in order], axis=1).ravel()
+    source = np.concatenate(pools)
+    out_starts = np.cumsum(seg_lengths) - seg_lengths
+    gather = np.repeat(seg_starts - out_starts, seg_lengths) + np.arange(int(seg_lengths.sum()))
+    buffer = source[gather].tobytes()
+    ends = np.cumsum(seg_lengths.reshape(count, -1).sum(axis=1)).tolist()
+    return [buffer[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def make_example(features: dict[str, np.ndarray]) -> tf.train.Example:
+    """One tf.Example the slow, obvious way (tests and small tools); `features` has no batch axis."""
+
+    def int64s(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(values).tolist()))
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(values).tolist()))
+
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                name: (floats if name == "masked_lm_weights" else int64s)(features[name])
+                for name in schema.FEATURES
+            }
+        )
+    )
+
+
+def write_records(path: str, records: Iterable[bytes]) -> int:
+    """Writes serialized records to a TFRecord file; returns how many."""
+    count = 0
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+            count += 1
+    return count
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def feature_spec(
+    max_seq_length: int, max_predictions_per_seq: int
+) -> dict[str, tf.io.FixedLenFeature]:
+    """tf.io.parse_example spec of the on-disk layout."""
+    spec = {}
+    for name, shape in schema.feature_shapes(max_seq_length, max_predictions_per_seq).items():
+        dtype = tf.float32 if name == "masked_lm_weights" else tf.int64
+        spec[name] = tf.io.FixedLenFeature(shape or (1,), dtype)
+    return spec
+
+
+def parse_examples(
+    serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int
+) -> dict[str, tf.Tensor]:
+    """A batch of serialized tf.Examples [B] -> the schema of schema.py."""
+    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, max_predictions_per_seq))
+    batch = {}
+    for name in schema.FEATURES:
+        value = parsed[name]
+        if name == "next_sentence_labels":
+            value = tf.reshape(value, [-1])
+        batch[name] = tf.cast(value, schema.feature_dtype(name))
+    return batch
+
+
+def split_files(config: config_lib.DataConfig, split: str) -> list[str]:
+    """The sorted files of `split`'s globs; a glob or a file that matches nothing fails."""
+    option = f"tfrecord_{split}_files"
+    patterns = [p.strip() for p in getattr(config, option).split(",") if p.strip()]
+    if not patterns:
+        raise TFRecordError(f"config.data.{option} is empty: no {split} TFRecords to read")
+    files = set()
+    for pattern in patterns:
+        matches = tf.io.gfile.glob(pattern)
+        if not matches:
+            if _GLOB_CHARS.isdisjoint(pattern):
+                raise TFRecordError(f"config.data.{option}: file not found: {pattern}")
+            raise TFRecordError(f"config.data.{option}: glob matches no files: {pattern}")
+        files.update(m for m in matches if not tf.io.gfile.isdir(m))
+    if not files:
+        raise TFRecordError(
+            f"config.data.{option}={getattr(config, option)!r} matches only folders"
+        )
+    return sorted(files)
+
+
+def process_files(
+    files: Sequence[str], process_index: int, process_count: int
+) -> tuple[list[str], bool]:
+    """(the files this process opens, whether it must also keep every process_count-th record).
+
+    By file when there are at least as many files as processes, else every
+    process reads every file and keeps its share of the records.
+    """
+    if len(files) >= process_count:
+        return list(files[process_index::process_count]), False
+    return list(files), process_count > 1
+
+
+def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> bool:
+    """Checks that `path` is a TFRecord of pretraining Examples of the configured shape.
+
+    Reads only the first record. Returns False for an empty file (no records).
+    """
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            header = f.read(12)
+            if not header:
+                return False
+            if len(header) < 12:
+                raise TFRecordError(f"{path}: not a TFRecord file (truncated record header)")
+            (length,) = struct.unpack("<Q", header[:8])
+            (length_crc,) = struct.unpack("<I", header[8:])
+            if _masked_crc32c(header[:8]) != length_crc:
+                raise TFRecordError(f"{path}: not a TFRecord file (bad record header checksum)")
+            data = f.read(length)
+            footer = f.read(4)
+    except tf.errors.NotFoundError as e:
+        raise TFRecordError(f"{path}: file not found") from e
+    except tf.errors.OpError as e:
+        raise TFRecordError(f"{path}: cannot read: {e.message}") from e
+    if len(data) < length or len(footer) < 4:
+        raise TFRecordError(f"{path}: not a TFRecord file (truncated first record)")
+    if _masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+        raise TFRecordError(f"{path}: corrupted first record (bad data checksum)")
+    try:
+        example = tf.train.Example.FromString(data)
+    except Exception as e:  # protobuf's DecodeError has no stable import path
+        raise TFRecordError(f"{path}: the first record is not a tf.Example ({e})") from e
+
+    features = example.features.feature
+    shapes = schema.feature_shapes(max_seq_length, max_predictions_per_seq)
+    for name in schema.FEATURES:
+        if name not in features:
+            raise TFRecordError(f"{path}: the first record has no feature {name!r}")
+        kind = "float_list" if name == "masked_lm_weights" else "int64_list"
+        if features[name].WhichOneof("kind") != kind:
+            raise TFRecordError(
+                f"{path}: feature {name!r} is a {features[name].WhichOneof('kind')}, "
+                f"expected a {kind}"
+            )
+    for name, option, wanted in (
+        ("input_ids", "max_seq_length", max_seq_length),
+        ("masked_lm_positions", "max_predictions_per_seq", max_predictions_per_seq),
+    ):
+        found = len(features[name].int64_list.value)
+        if found != wanted:
+            raise TFRecordError(
+                f"{path}: records have {name} of length {found}, but config.data.{option}={wanted}"
+            )
+    for name, shape in shapes.items():
+        kind = "float_list" if name == "masked_lm_weights" else "int64_list"
+        found = len(getattr(features[name], kind).value)
+        if found != int(np.prod(shape or (1,))):
+            raise TFRecordError(
+                f"{path}: feature {name!r} has length {found}, expected {int(np.prod(shape or (1,)))}"
+            )
+    return True
+
+
+def read_pretraining_dataset(
+    data_config: Any,
+    *,
+    split: str,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int,
+) -> tf.data.Dataset:
+    """Batches of this process's share of the offline instances, in the schema of schema.py.
+
+    train: files shuffled (seeded, anew each pass), read interleaved, records
+    shuffled in a buffer of `config.shuffle_buffer_size`, repeated forever.
+    eval: one pass in sorted file order. Both drop a last partial batch, so every
+    batch has `batch_size` rows. Across `process_count` processes the shares are
+    disjoint and together are every record.
+    """
+    config = config_lib.from_config(data_config)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    files = split_files(config, split)
+    mine, by_record = process_files(files, process_index, process_count)
+    length, predictions = config.max_seq_length, config.max_predictions_per_seq
+    with concurrent.futures.ThreadPoolExecutor(min(16, len(mine))) as pool:
+        has_records = list(pool.map(lambda f: check_file(f, length, predictions), mine))
+    if not any(has_records):
+        raise TFRecordError(
+            f"config.data.tfrecord_{split}_files: no records in "
+            + (mine[0] if len(mine) == 1 else f"any of {len(mine)} files")
+        )
+
+    file_seed, record_seed = (
+        int(s) for s in np.random.SeedSequence([seed, process_index]).generate_state(2)
+    )
+    filenames = tf.data.Dataset.from_tensor_slices(mine)
+    if split == "train" and not by_record:
+        filenames = filenames.shuffle(len(mine), seed=file_seed, reshuffle_each_iteration=True)
+        filenames = filenames.repeat()
+    records = filenames.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(len(mine), _FILES_READ_AT_ONCE),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if by_record:
+        # Every process reads the files in the same fixed order, so the shares
+        # are disjoint; the shuffle below mixes them.
+        records = records.shard(process_count, process_index)
+        if split == "train":
+            records = records.repeat()
+    if split == "train":
+        records = records.shuffle(
+            config.shuffle_buffer_size, seed=record_seed, reshuffle_each_iteration=True
+        )
+    batches = records.batch(batch_size, drop_remainder=True)
+    batches = batches.map(
+        lambda serialized: parse_examples(serialized, length, predictions),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+# --------------------------------------------------------------------------- CRC32C
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's checksum: CRC-32C (Castagnoli), rotated and offset."""
+    crc = 0xFFFFFFFF
+    table = _CRC32C_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -1,0 +1,143 @@
+"""Text to token ids in TensorFlow graph ops: BERT's WordPiece, or sentencepiece.
+
+`WordPieceTokenizer` reproduces the original BERT tokenization (google-research/bert
+`tokenization.py`: BasicTokenizer, then WordPiece) with tensorflow-text ops, so it
+runs inside `tf.data` without Python. tensorflow-text's own BertTokenizer is not
+used because it differs from the original in four ways: it replaces control
+characters by a space (the original drops them, so "a<ZWJ>b" is one word), it
+case-folds ("ß" -> "ss") where the original lowercases, its whitespace is ASCII
+only (U+00A0 and U+3000 glue words together), and it limits words by bytes (100)
+where the original limits them by characters (200).
+"""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_pipeline.config import DataConfig
+from data_pipeline.vocab import WORDPIECE_PREFIX, Vocab, VocabError, load_vocab
+
+# Dropped before anything else: U+0000, U+FFFD, and the Cc and Cf characters
+# except tab, newline and carriage return. Dropping NUL first also matters to
+# tf.strings.lower, which stops reading a string at a NUL.
+_DROPPED = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\x{FFFD}\p{Cf}]+"
+# Python's str.split() whitespace once controls are gone: the Zs characters,
+# U+2028 and U+2029, and tab, newline and carriage return.
+_WHITESPACE = r"[\t\n\r \p{Zs}\x{2028}\x{2029}]+"
+# Characters that stand alone as a word: ASCII punctuation (33-47, 58-64,
+# 91-96, 123-126), every Unicode P* character, and the CJK ideograph blocks.
+_ALONE = (
+    r"[!-/:-@\[-`{-~\p{P}"
+    r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
+    r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]"
+)
+# Nonspacing marks, stripped after NFD when lowercasing. U+FFFD goes too: ICU's
+# lowercasing turns invalid UTF-8 bytes into it, and the original drops them.
+_MARKS_AND_INVALID = r"[\p{Mn}\x{FFFD}]+"
+# UTF-8 spends at most 4 bytes on a character.
+_MAX_UTF8_BYTES = 4
+
+
+class WordPieceTokenizer:
+    """BERT's BasicTokenizer + WordPiece; ids exclude [CLS] and [SEP]."""
+
+    def __init__(self, vocab: Vocab, *, lower_case: bool, max_chars_per_word: int = 200):
+        if vocab.is_sentencepiece:
+            raise VocabError(f"{vocab.path}: a sentencepiece model; use SentencePieceTokenizer")
+        if max_chars_per_word < 1:
+            raise ValueError(f"max_chars_per_word={max_chars_per_word} must be at least 1")
+        self.vocab = vocab
+        self.lower_case = lower_case
+        self.max_chars_per_word = max_chars_per_word
+        self._unk = vocab.tokens[vocab.unk_id]
+        # Words are already cut at max_chars_per_word characters, so the byte limit
+        # of tensorflow-text must never be the one that applies.
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=list(vocab.tokens),
+            suffix_indicator=WORDPIECE_PREFIX,
+            max_bytes_per_word=_MAX_UTF8_BYTES * max_chars_per_word,
+            token_out_type=tf.int32,
+            unknown_token=self._unk,
+            no_pretokenization=True,
+        )
+
+    def words(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> tf.string [N, (words)]: the BasicTokenizer's words."""
+        texts = tf.strings.regex_replace(texts, _DROPPED, "")
+        if self.lower_case:
+            # tf.strings.lower uses ICU's full lowercase mapping, as Python's
+            # str.lower(): "İ" -> "i̇", a word-final "Σ" -> "ς", "ß" stays.
+            texts = tf.strings.lower(texts, encoding="utf-8")
+            texts = tf_text.normalize_utf8(texts, "NFD")
+            texts = tf.strings.regex_replace(texts, _MARKS_AND_INVALID, "")
+        return tf_text.regex_split(texts, f"{_WHITESPACE}|{_ALONE}", _ALONE)
+
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> int32 [N, (tokens)]."""
+        words = self.words(texts)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
+        words = words.with_flat_values(tf.where(too_long, self._unk, words.flat_values))
+        return self._wordpiece.tokenize(words).merge_dims(-2, -1)
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model (loaded as a Vocab from its .model file) run in graph.
+
+    The model's own normalization applies; lower_case lowercases before it. The
+    special tokens never come from text: sentencepiece matches a user-defined
+    piece such as "[MASK]" wherever the text spells it, and such a match becomes
+    [UNK] here.
+    """
+
+    def __init__(self, vocab: Vocab, *, lower_case: bool):
+        if not vocab.is_sentencepiece:
+            raise VocabError(f"{vocab.path}: not a sentencepiece model (*.model)")
+        self.vocab = vocab
+        self.lower_case = lower_case
+        try:
+            with open(vocab.path, "rb") as f:
+                model = f.read()
+        except OSError as e:
+            raise VocabError(f"{vocab.path}: cannot read the model: {e.strerror or e}") from None
+        self._sentencepiece = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+        replace = np.arange(len(vocab), dtype=np.int32)
+        replace[[vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id]] = vocab.unk_id
+        self._replace = tf.constant(replace)
+
+    def _normalize(self, texts):
+        if self.lower_case:
+            # tf.strings.lower stops at a NUL.
+            texts = tf.strings.lower(tf.strings.regex_replace(texts, "\x00", ""), encoding="utf-8")
+        return texts
+
+    def words(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> tf.string [N, (words)]: the (lowercased) whitespace-separated words."""
+        return tf_text.regex_split(self._normalize(texts), _WHITESPACE)
+
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> int32 [N, (tokens)]."""
+        ids = self._sentencepiece.tokenize(self._normalize(texts))
+        return ids.with_flat_values(tf.gather(self._replace, ids.flat_values))
+
+
+def make_tokenizer(
+    config: DataConfig, vocab_file: str
+) -> WordPieceTokenizer | SentencePieceTokenizer:
+    """The tokenizer config.tokenizer names, with config.do_lower_case and max_chars_per_word."""
+    vocab = load_vocab(vocab_file)
+    if (config.tokenizer == "sentencepiece") != vocab.is_sentencepiece:
+        raise VocabError(
+            f"{vocab_file}: config.data.tokenizer={config.tokenizer!r} needs "
+            + (
+                "a sentencepiece *.model file"
+                if config.tokenizer == "sentencepiece"
+                else "a vocab.txt or tokenizer.json, not a sentencepiece model"
+            )
+        )
+    if vocab.is_sentencepiece:
+        return SentencePieceTokenizer(vocab, lower_case=config.do_lower_case)
+    return WordPieceTokenizer(
+        vocab,
+        lower_case=config.do_lower_case,
+        max_chars_per_word=config.max_chars_per_word,
+    )

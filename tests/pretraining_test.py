@@ -1,0 +1,242 @@
+"""The online pipeline end to end: schema, statistics, determinism, shards, bad input."""
+
+import numpy as np
+import pytest
+
+from data_pipeline import config as config_lib
+from data_pipeline import corpus, pretraining, schema, statistics
+from data_pipeline.vocab import load_vocab
+
+YEARS = [str(year) for year in range(1901, 1961)]
+
+
+@pytest.fixture
+def bert_config(data_config, bert_tokenizer_json):
+    data_config.vocab_file = bert_tokenizer_json
+    data_config.shuffle_buffer_size = 500
+    data_config.document_buffer_size = 100
+    return data_config
+
+
+@pytest.fixture
+def year_corpus(tmp_path, bert_tokenizer_json):
+    """60 documents in 4 files; document i mentions only the year YEARS[i]."""
+    vocab = load_vocab(bert_tokenizer_json)
+    assert all(year in vocab.tokens for year in YEARS)
+    files = []
+    for f in range(4):
+        lines = []
+        for i in range(f * 15, f * 15 + 15):
+            year = YEARS[i]
+            lines += [
+                f"In {year} the town built a new bridge over the river.",
+                f"The bridge of {year} was made of stone and iron.",
+                f"People crossed it every day after {year} ended.",
+                "",
+            ]
+        path = tmp_path / f"part{f}.txt"
+        path.write_text("\n".join(lines), encoding="utf-8")
+        files.append(path)
+    return str(tmp_path / "part*.txt"), vocab
+
+
+def take(dataset, count):
+    return list(dataset.take(count).as_numpy_iterator())
+
+
+def test_batches_follow_the_schema(bert_config):
+    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=8, seed=0)
+    batch = take(dataset, 1)[0]
+    assert set(batch) == set(schema.FEATURES)
+    shapes = schema.feature_shapes(128, 20)
+    for name, value in batch.items():
+        assert value.shape == (8, *shapes[name]), name
+        assert value.dtype == schema.feature_dtype(name), name
+    # The element spec is static: jit needs fixed shapes.
+    for name, spec in dataset.element_spec.items():
+        assert spec.shape.as_list() == [8, *shapes[name]]
+
+
+def test_statistics_over_thousands_of_sequences(bert_config):
+    vocab = load_vocab(bert_config.vocab_file)
+    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=64, seed=1)
+    stats = statistics.BatchStatistics(128, 20)
+    for batch in take(dataset, 50):
+        stats.update(batch, vocab)
+        ids, mask, segments = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
+        lengths = mask.sum(1)
+        assert (ids[:, 0] == vocab.cls_id).all()
+        # Exactly two [SEP]: the end of A and the end of B; segment 1 covers B [SEP].
+        seps = (ids == vocab.sep_id) & (mask == 1)
+        masked_sep = np.isin(batch["masked_lm_ids"], [vocab.sep_id]) & (batch["masked_lm_weights"] > 0)
+        assert not masked_sep.any()
+        assert (seps.sum(1) == 2).all()
+        assert (ids[np.arange(len(ids)), lengths - 1] == vocab.sep_id).all()
+        assert ((segments == 1) <= (mask == 1)).all()
+        assert (ids[mask == 0] == 0).all()
+    s = stats.summary()
+    assert s["sequences"] == 3200
+    assert s["specials_predicted"] == 0
+    assert s["share_tokens_predicted"] == pytest.approx(0.15, abs=0.01)
+    assert s["share_mask_token"] == pytest.approx(0.8, abs=0.02)
+    assert s["share_random_token"] == pytest.approx(0.1, abs=0.015)
+    assert s["share_unchanged"] == pytest.approx(0.1, abs=0.015)
+    assert s["share_not_next"] == pytest.approx(0.5, abs=0.06)
+    # Most sequences fill the length; a few aim short (short_seq_prob 0.1) or end a document.
+    assert s["share_full_length"] > 0.5
+    assert 0.03 < s["share_short"] < 0.35
+
+
+def test_same_seed_same_batches_and_eval_is_fixed(bert_config):
+    def first(split, seed):
+        dataset = pretraining.make_pretraining_dataset(
+            bert_config, split=split, batch_size=16, seed=seed
+        )
+        return take(dataset, 3)
+
+    a, b, c = first("train", 3), first("train", 3), first("train", 4)
+    for x, y in zip(a, b, strict=True):
+        for name in schema.FEATURES:
+            np.testing.assert_array_equal(x[name], y[name])
+    assert not np.array_equal(a[0]["input_ids"], c[0]["input_ids"])
+    # Evaluation ignores the training seed: the eval set is the same in every run.
+    e1, e2 = first("eval", 3), first("eval", 99)
+    for x, y in zip(e1, e2, strict=True):
+        for name in schema.FEATURES:
+            np.testing.assert_array_equal(x[name], y[name])
+
+
+def test_eval_is_one_finite_pass_of_held_out_documents(bert_config):
+    bert_config.eval_fraction = 0.05
+    held_out = list(corpus.iter_documents(config_lib.from_config(bert_config), split="eval"))
+    assert held_out
+    dataset = pretraining.make_pretraining_dataset(bert_config, split="eval", batch_size=4, seed=0)
+    count = sum(1 for _ in dataset.as_numpy_iterator())
+    assert count > 0
+    assert count == sum(1 for _ in dataset.as_numpy_iterator())
+
+
+def unmasked(batch):
+    ids = batch["input_ids"].copy()
+    rows, slots = np.nonzero(batch["masked_lm_weights"])
+    ids[rows, batch["masked_lm_positions"][rows, slots]] = batch["masked_lm_ids"][rows, slots]
+    return ids
+
+
+def test_masks_are_redrawn_every_pass(year_corpus, bert_config):
+    # Two-sentence documents and no NotNext: every pass makes the same pairs,
+    # so only the masks can differ between passes.
+    pattern, _ = year_corpus
+    bert_config.update(
+        source="text",
+        text_files=pattern,
+        eval_fraction=0.0,
+        random_next_prob=0.0,
+        short_seq_prob=0.0,
+        max_seq_length=64,
+        max_predictions_per_seq=10,
+        shuffle_buffer_size=1,
+    )
+    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=10, seed=0)
+    seen = {}
+    redrawn = 0
+    for batch in take(dataset, 60):
+        for row, sequence in enumerate(unmasked(batch)):
+            key = sequence.tobytes()
+            positions = batch["masked_lm_positions"][row].tobytes()
+            if key in seen:
+                redrawn += seen[key] != positions
+            seen[key] = positions
+    assert redrawn > 20
+
+
+def test_process_shards_are_disjoint(year_corpus, bert_config):
+    pattern, vocab = year_corpus
+    bert_config.update(source="text", text_files=pattern, eval_fraction=0.0)
+    year_ids = {vocab.token_to_id(year) for year in YEARS}
+
+    def years_of(process_index, process_count):
+        dataset = pretraining.make_pretraining_dataset(
+            bert_config,
+            split="train",
+            batch_size=8,
+            seed=0,
+            process_index=process_index,
+            process_count=process_count,
+        )
+        found = set()
+        for batch in take(dataset, 40):
+            found |= set(np.unique(unmasked(batch))) & year_ids
+        return found
+
+    first, second = years_of(0, 2), years_of(1, 2)
+    assert first and second
+    assert not first & second
+    assert first | second == years_of(0, 1) == year_ids
+
+
+def test_single_document_corpus_is_refused_before_work(tmp_path, bert_config):
+    path = tmp_path / "one.txt"
+    path.write_text("Only one document here.\nIt has two sentences.\n", encoding="utf-8")
+    bert_config.update(source="text", text_files=str(path), eval_fraction=0.0)
+    with pytest.raises(corpus.CorpusError, match="single document"):
+        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+
+
+def test_empty_eval_split_is_refused(year_corpus, bert_config):
+    pattern, _ = year_corpus
+    bert_config.update(source="text", text_files=pattern, eval_fraction=0.0)
+    with pytest.raises(corpus.CorpusError, match="eval_fraction"):
+        pretraining.make_pretraining_dataset(bert_config, split="eval", batch_size=2, seed=0)
+
+
+@pytest.mark.parametrize(
+    "option,value,match",
+    [
+        ("max_seq_length", 4, "max_seq_length"),
+        ("max_predictions_per_seq", 0, "max_predictions_per_seq"),
+        ("masked_lm_prob", 1.5, "masked_lm_prob"),
+        ("source", "s3", "source"),
+    ],
+)
+def test_bad_options_name_the_option(bert_config, option, value, match):
+    bert_config[option] = value
+    with pytest.raises(config_lib.ConfigError, match=match):
+        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+
+
+def test_unknown_option_is_refused(bert_config):
+    bert_config.unlock()
+    bert_config.max_seq_len = 128
+    with pytest.raises(config_lib.ConfigError, match="config.data.max_seq_len"):
+        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+
+
+def test_max_seq_length_above_model_positions():
+    from experiments.pretrain import tiny_cpu
+
+    data = config_lib.from_config(tiny_cpu.get_data_config()).replace(max_seq_length=1024)
+    with pytest.raises(config_lib.ConfigError, match="max_position_embeddings=512"):
+        config_lib.check_max_positions(data, 512)
+
+
+def test_missing_glob_is_refused_before_work(tmp_path, bert_config):
+    bert_config.update(source="text", text_files=str(tmp_path / "nothing-*.txt"))
+    with pytest.raises(corpus.CorpusError, match="nothing-"):
+        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+
+
+def test_whole_word_masking_in_the_pipeline(bert_config):
+    bert_config.whole_word_mask = True
+    vocab = load_vocab(bert_config.vocab_file)
+    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=32, seed=0)
+    for batch in take(dataset, 5):
+        ids = unmasked(batch)
+        for row in range(len(ids)):
+            chosen = set(batch["masked_lm_positions"][row][batch["masked_lm_weights"][row] > 0])
+            for position in chosen:
+                # A masked "##" piece means the piece before it is masked too.
+                if vocab.is_continuation[ids[row, position]] and position > 1:
+                    previous = ids[row, position - 1]
+                    if previous not in (vocab.cls_id, vocab.sep_id):
+                        assert position - 1 in chosen

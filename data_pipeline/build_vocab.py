@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import sentencepiece as spm
@@ -47,6 +47,7 @@ from ml_collections import config_flags
 from sentencepiece import sentencepiece_model_pb2
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
+from data_pipeline import builtin_corpus
 from data_pipeline import corpus as corpus_lib
 from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
@@ -147,12 +148,13 @@ def wordpiece_tokens(word_counts: dict[str, int], vocab_size: int) -> list[str]:
     """The specials, then a WordPiece vocabulary learned from (word, count) pairs.
 
     Uses tensorflow-text's learner (`learn_with_thresh`: a piece enters when it
-    is seen at least `threshold` times), with its own search for the threshold
+    is seen at least `threshold` times) with its own search for the threshold
     (see _search_threshold), then cuts the rarest pieces to exactly
-    `vocab_size` entries. Fewer only when the words hold fewer distinct pieces
-    even at threshold 1 (a small corpus); that is logged. The alphabet is capped
-    so that its characters and their '##' forms fill at most the non-special
-    entries; words with a character outside it are left out of learning.
+    `vocab_size` entries. When the words hold fewer distinct pieces even at
+    threshold 1 (a small corpus), [unusedN] placeholders fill the rest, logged.
+    The alphabet is capped so that its characters and their '##' forms fill at
+    most the non-special entries; words with a character outside it are left out
+    of learning (and become [UNK] when tokenized).
     """
     specials = list(vocab_lib.SPECIAL_TOKENS)
     room = vocab_size - len(specials)
@@ -176,7 +178,10 @@ def wordpiece_tokens(word_counts: dict[str, int], vocab_size: int) -> list[str]:
     words = learner.filter_input_words(words, alphabet, -1)
     if not words:
         raise vocab_lib.VocabError("the corpus has no words to learn a vocabulary from")
-    learned = _search_threshold(words, vocab_size, params)
+    # The learner adds "##c" for every character c, but punctuation and CJK are always
+    # words of their own, so their "##" forms would be dead entries.
+    inner = {c for word, _ in words for c in word[1:]}
+    learned = _search_threshold(words, vocab_size, params, keep=lambda t: _is_live(t, inner))
     tokens = _fit(learned[len(specials) :], room)
     if len(tokens) < room:
         logging.warning(
@@ -197,7 +202,14 @@ def _placeholders(count: int, taken: Iterable[str] = ()) -> list[str]:
     return list(itertools.islice((n for n in names if n not in taken), count))
 
 
-def _search_threshold(words: list[tuple[str, int]], vocab_size: int, params) -> list[str]:
+def _is_live(token: str, inner_characters: set[str]) -> bool:
+    """False for "##c" when no word has the character c after its first position."""
+    return not (len(token) == 3 and token.startswith("##") and token[2] not in inner_characters)
+
+
+def _search_threshold(
+    words: list[tuple[str, int]], vocab_size: int, params, keep: Callable[[str], bool]
+) -> list[str]:
     """The vocabulary of the highest threshold that gives at least vocab_size entries.
 
     Accepts any size in [vocab_size, vocab_size * (1 + _SLACK)] (_fit cuts the
@@ -214,7 +226,7 @@ def _search_threshold(words: list[tuple[str, int]], vocab_size: int, params) -> 
     previous = None
     threshold = max(1, counts[min(vocab_size // 2, len(counts) - 1)])
     while True:
-        vocab = learner.learn_with_thresh(words, threshold, params)
+        vocab = [t for t in learner.learn_with_thresh(words, threshold, params) if keep(t)]
         logging.info("WordPiece threshold %d gives %d entries.", threshold, len(vocab))
         if len(vocab) >= vocab_size:
             if len(vocab) <= vocab_size * (1 + _SLACK):
@@ -270,7 +282,12 @@ def learn_wordpiece_vocab(
     output_path: str,
     max_words_in_memory: int = 2_000_000,
 ) -> vocab_lib.Vocab:
-    """Learns a WordPiece vocab.txt of `vocab_size` entries from the train split; see the module doc."""
+    """Learns a WordPiece vocab.txt of `vocab_size` entries from the train split; see the module doc.
+
+    Memory is bounded by `max_words_in_memory` distinct words, whatever the
+    corpus size; so is the learner's time (pure Python, roughly distinct words
+    x word length squared per run, a few runs: minutes at a million words).
+    """
     corpus_lib.check_sources(config)
     start = time.monotonic()
     counter = count_words(config, max_words_in_memory=max_words_in_memory)
@@ -434,8 +451,12 @@ def _key_fields(config: DataConfig) -> dict:
         "max_chars_per_word": config.max_chars_per_word,
     }
     if config.source == "builtin":
-        # The built-in corpus is made of this Python's own documentation.
+        # The built-in corpus is this Python's own documentation, as builtin_corpus cleans it.
         fields["python_version"] = platform.python_version()
+        digest = hashlib.sha256()
+        for doc_id, sentences in builtin_corpus.documents():
+            digest.update("\n".join((doc_id, *sentences, "")).encode("utf-8", "surrogatepass"))
+        fields["builtin_corpus_sha256"] = digest.hexdigest()
     elif config.source == "text":
         # The files as found now: a changed or added file gives a new vocabulary.
         fields["text_files"] = [

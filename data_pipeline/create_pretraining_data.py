@@ -63,6 +63,8 @@ _BATCHES_AHEAD = 2
 # Instances packed, masked and encoded together, and shuffled before writing
 # (the original shuffles all of its instances; a stream can only shuffle blocks).
 _WRITE_BLOCK = 4096
+# Whether this process takes shards too (tests turn it off to exercise the helpers).
+_THIS_PROCESS_WRITES = True
 # Errors that describe bad input or options; the CLI prints them as one line.
 USER_ERRORS = (
     config_lib.ConfigError,
@@ -218,7 +220,9 @@ def _tokenizer(config: config_lib.DataConfig, vocab_file: str):
     return _TOKENIZERS[key]
 
 
-def _write_task(task: _Task, config: config_lib.DataConfig, vocab_file: str, output_dir: str) -> dict:
+def _write_task(
+    task: _Task, config: config_lib.DataConfig, vocab_file: str, output_dir: str
+) -> dict:
     """Writes shard `task.worker` of `task.split`; returns its counts."""
     start = time.perf_counter()
     tokenizer = _tokenizer(config, vocab_file)
@@ -423,7 +427,7 @@ def _run_tasks(tasks: list[_Task], config, vocab_file: str, output_dir: str, num
     results: dict[int, dict] = {}
     running: dict[int, tuple[int, _Task]] = {}  # helper pid -> its task
     try:
-        while True:
+        while _THIS_PROCESS_WRITES:
             _collect(done, results, running, block=False)
             try:
                 index, task = todo.get_nowait()

@@ -2,12 +2,23 @@
 
 `WordPieceTokenizer` reproduces the original BERT tokenization (google-research/bert
 `tokenization.py`: BasicTokenizer, then WordPiece) with tensorflow-text ops, so it
-runs inside `tf.data` without Python. tensorflow-text's own BertTokenizer is not
-used because it differs from the original in four ways: it replaces control
-characters by a space (the original drops them, so "a<ZWJ>b" is one word), it
-case-folds ("ß" -> "ss") where the original lowercases, its whitespace is ASCII
-only (U+00A0 and U+3000 glue words together), and it limits words by bytes (100)
-where the original limits them by characters (200).
+runs inside `tf.data` without Python:
+
+    drop controls -> [uncased: lowercase, NFD, strip Mn] -> split on whitespace,
+    punctuation and CJK ideographs -> words over max_chars_per_word characters
+    become [UNK] -> WordPiece, greedy longest-match-first
+
+tensorflow-text's own BertTokenizer is not used because it differs from the
+original in four ways: it replaces control characters by a space (the original
+drops them, so "a<ZWJ>b" is one word), it case-folds ("ß" -> "ss", "，" -> ",")
+where the original lowercases, its whitespace is ASCII only (U+00A0 and U+3000
+glue words together), and it limits words by bytes (100) where the original
+limits them by characters (200).
+
+What remains different comes from Unicode versions: Python 3.11 has Unicode 14,
+TensorFlow's ICU case tables are older and its RE2 tables newer. Over every code
+point, 386 tokenize differently uncased and 30 cased, all of them assigned in
+Unicode 14 or later (for example, the Vithkuqi capitals are not lowercased).
 """
 
 import numpy as np
@@ -83,8 +94,9 @@ class WordPieceTokenizer:
 class SentencePieceTokenizer:
     """A sentencepiece model (loaded as a Vocab from its .model file) run in graph.
 
-    The model's own normalization applies; lower_case lowercases before it. The
-    special tokens never come from text: sentencepiece matches a user-defined
+    The model's own normalization applies; lower_case lowercases before it (so
+    the model must be trained on lowercased text). The special tokens never come
+    from text: sentencepiece matches a user-defined
     piece such as "[MASK]" wherever the text spells it, and such a match becomes
     [UNK] here.
     """
@@ -106,8 +118,8 @@ class SentencePieceTokenizer:
 
     def _normalize(self, texts):
         if self.lower_case:
-            # tf.strings.lower stops at a NUL.
-            texts = tf.strings.lower(tf.strings.regex_replace(texts, "\x00", ""), encoding="utf-8")
+            # tf.strings.lower would stop at a NUL and lose the rest of the text.
+            texts = tf.strings.lower(tf.strings.regex_replace(texts, r"\x00", ""), encoding="utf-8")
         return texts
 
     def words(self, texts: tf.Tensor) -> tf.RaggedTensor:

@@ -77,6 +77,18 @@ def test_wordpiece_tokens_have_exactly_vocab_size_entries_and_the_alphabet():
         assert letter in tokens and "##" + letter in tokens
 
 
+def test_a_small_corpus_is_filled_with_placeholders(tmp_path):
+    tokens = build_vocab.wordpiece_tokens({"ab": 5, "abc": 3, "b": 2}, 100)
+    assert len(tokens) == len(set(tokens)) == 100
+    learned = [t for t in tokens if not t.startswith("[unused")]
+    assert learned == [*vocab.SPECIAL_TOKENS, "a", "b", "c", "ab", "abc", "##b", "##c"]
+    assert tokens[len(learned) :] == [f"[unused{i}]" for i in range(100 - len(learned))]
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    v = vocab.load_vocab(str(path))
+    assert v.is_special[[i for i, t in enumerate(tokens) if t.startswith("[unused")]].all()
+
+
 def test_learn_wordpiece_vocab_in_bounded_memory(tmp_path, data_config, monkeypatch):
     bound = 40
     sizes = []
@@ -210,5 +222,7 @@ def test_cli_reports_a_missing_file_in_one_line(tmp_path):
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
-    assert "missing-*.txt" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "config.data.text_files" in errors[0], result.stderr
+    assert "missing-*.txt" in errors[0]
     assert not (tmp_path / "vocab.txt").exists()

@@ -59,7 +59,7 @@ def get_data_config() -> ml_collections.ConfigDict:
     # Probability that segment B comes from another document (NotNext).
     data.random_next_prob = 0.5
     # Documents held in memory to draw NotNext segments and to shuffle document order.
-    data.document_buffer_size = 1000
+    data.document_buffer_size = 256
     # Instances shuffled together before batching.
     data.shuffle_buffer_size = 10000
     # Offline writer: masked copies of each document pass (BERT: 10).

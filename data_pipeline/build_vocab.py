@@ -73,7 +73,8 @@ class WordCounter:
     survive; a dropped word that comes back restarts from its new occurrences, so
     a count is exact for words never dropped and an underestimate otherwise.
     The result depends only on the order of the words, which is fixed for an
-    unshuffled corpus, so learning is deterministic.
+    unshuffled corpus, so learning is deterministic. (While pruning, the kept
+    half is copied: the peak is 1.5 x max_words entries for a moment.)
     """
 
     def __init__(self, max_words: int):
@@ -83,7 +84,7 @@ class WordCounter:
         self.counts: dict[bytes, int] = {}
         self.total_words = 0
         self.prunings = 0
-        # The highest median threshold used: words seen at most this often may be missing.
+        # The highest count dropped by a pruning: rarer words may be missing or undercounted.
         self.max_threshold = 0
         self.peak_size = 0
 
@@ -135,12 +136,15 @@ def count_words(
         keep = tf.strings.length(flat, unit="UTF8_CHAR") <= word_limit
         return tf.boolean_mask(flat, keep), tf.size(flat)
 
-    dataset = _sentence_batches(config, split="train").map(
+    errors = []
+    dataset = _sentence_batches(config, split="train", errors=errors).map(
         words, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     counter = WordCounter(max_words_in_memory)
     for kept, seen in dataset.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
         counter.add(kept.tolist(), skipped=int(seen) - len(kept))
+    if errors:
+        raise errors[0]
     return counter
 
 
@@ -332,25 +336,32 @@ def train_sentencepiece(
     corpus_lib.check_sources(config)
     start = time.monotonic()
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_sentencepiece_sentences(config),
-        model_writer=model,
-        model_type=model_type,
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
-        normalization_rule_name="nmt_nfkc",
-        input_sentence_size=max_sentences,
-        shuffle_input_sentence=True,
-        num_threads=os.cpu_count() or 1,
-        minloglevel=1,
-    )
+    errors = []
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_stop_on_error(_sentencepiece_sentences(config), errors),
+            model_writer=model,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,
+            pad_id=0,
+            pad_piece="[PAD]",
+            unk_id=1,
+            unk_piece="[UNK]",
+            bos_id=-1,
+            eos_id=-1,
+            user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
+            normalization_rule_name="nmt_nfkc",
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=1,
+        )
+    except RuntimeError as e:
+        if not errors:
+            raise vocab_lib.VocabError(f"SentencePiece training failed: {e}") from e
+    if errors:
+        raise errors[0]
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model.getvalue())
     pieces = [p.piece for p in proto.pieces]
@@ -488,22 +499,29 @@ def _sentencepiece_sentences(config: DataConfig) -> Iterator[str]:
         yield sentence.replace("\x00", "").lower() if config.do_lower_case else sentence
 
 
-def _sentence_batches(config: DataConfig, *, split: str) -> tf.data.Dataset:
+def _sentence_batches(config: DataConfig, *, split: str, errors: list) -> tf.data.Dataset:
     """Sentences in batches, so the Python generator costs once per batch, not per sentence."""
 
     def batches():
-        batch = []
-        for sentence in _sentences(config, split):
-            batch.append(sentence)
-            if len(batch) == _SENTENCES_PER_BATCH:
-                yield batch
-                batch = []
-        if batch:
+        sentences = _stop_on_error(_sentences(config, split), errors)
+        while batch := list(itertools.islice(sentences, _SENTENCES_PER_BATCH)):
             yield batch
 
     return tf.data.Dataset.from_generator(
         batches, output_signature=tf.TensorSpec([None], tf.string)
     )
+
+
+def _stop_on_error(items: Iterator, errors: list) -> Iterator:
+    """Ends `items` at its first exception and keeps it in `errors`.
+
+    tf.data and SentencePiece would wrap an exception raised inside their
+    iteration, traceback included; the caller re-raises it as itself instead.
+    """
+    try:
+        yield from items
+    except Exception as e:
+        errors.append(e)
 
 
 def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:

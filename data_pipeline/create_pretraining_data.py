@@ -120,23 +120,27 @@ def write_pretraining_data(
         raise config_lib.ConfigError(
             f"--num_shards_per_worker={num_shards_per_worker}: must be at least 1"
         )
-    corpus.check_sources(config)
-    vocab_file = resolve_vocab_file(config)
-    vocab_lib.load_vocab(vocab_file)
-    splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
-    for split in splits:
-        for worker in range(num_workers):
-            _check_two_documents(config, split, worker, num_workers)
-    _prepare_output_dir(output_dir, splits, overwrite)
+    # Helpers start first: they import TensorFlow while the checks below run.
+    with _Helpers(num_workers - 1) as helpers:
+        corpus.check_sources(config)
+        vocab_file = resolve_vocab_file(config)
+        vocab_lib.load_vocab(vocab_file)
+        splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
+        for split in splits:
+            for worker in range(num_workers):
+                _check_two_documents(config, split, worker, num_workers)
+        _prepare_output_dir(output_dir, splits, overwrite)
 
-    vocab_name = os.path.basename(vocab_file)
-    _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
-    tasks = [
-        _Task(split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed))
-        for split in splits
-        for worker in range(num_workers)
-    ]
-    results = _run_tasks(tasks, config, vocab_file, output_dir, num_workers)
+        vocab_name = os.path.basename(vocab_file)
+        _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
+        tasks = [
+            _Task(
+                split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed)
+            )
+            for split in splits
+            for worker in range(num_workers)
+        ]
+        results = helpers.run(tasks, config, vocab_file, output_dir)
 
     summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
     for split in splits:
@@ -404,84 +408,114 @@ def _blocks(passes: Iterable[list[instances.Instance]], size: int) -> Iterator[l
 # --------------------------------------------------------------------------- processes
 
 
-def _run_tasks(tasks: list[_Task], config, vocab_file: str, output_dir: str, num_workers: int):
-    """Runs the tasks here and in num_workers - 1 spawned processes; results in task order."""
-    if num_workers == 1:
-        return [_write_task(task, config, vocab_file, output_dir) for task in tasks]
-    context = multiprocessing.get_context("spawn")
-    todo = context.Queue()
-    done = context.Queue()
-    for index, task in enumerate(tasks):
-        todo.put((index, task))
-    helpers = [
-        context.Process(
-            target=_helper_main,
-            args=(todo, done, config, vocab_file, output_dir, tasks[n % len(tasks)]),
-            name=f"create_pretraining_data-{n}",
-            daemon=True,
-        )
-        for n in range(1, num_workers)
-    ]
-    for helper in helpers:
-        helper.start()
-    results: dict[int, dict] = {}
-    running: dict[int, tuple[int, _Task]] = {}  # helper pid -> its task
-    try:
-        while _THIS_PROCESS_WRITES:
-            _collect(done, results, running, block=False)
-            try:
-                index, task = todo.get_nowait()
-            except queue.Empty:
+class _Helpers:
+    """`count` spawned processes that take shards in turn with this process.
+
+    Shards are handed out by a shared counter: whoever is free takes the next.
+    A helper imports TensorFlow (seconds), waits for the run's setup, pays its
+    one-time costs (tokenizer tables and trace, corpus indexes), and only then
+    takes a shard, so a helper that is ready late never holds up the end.
+    """
+
+    def __init__(self, count: int):
+        context = multiprocessing.get_context("spawn")
+        self._next = context.Value("i", 0)
+        self._done = context.Queue()
+        self._setups = [context.Queue() for _ in range(count)]
+        self._processes = [
+            context.Process(
+                target=_helper_main,
+                args=(setup, self._next, self._done),
+                name=f"create_pretraining_data-{n + 1}",
+                daemon=True,
+            )
+            for n, setup in enumerate(self._setups)
+        ]
+
+    def __enter__(self) -> "_Helpers":
+        for process in self._processes:
+            process.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        with self._next.get_lock():
+            self._next.value = 1 << 30  # no more shards for anyone
+        for setup in self._setups:
+            setup.put(None)
+            # A setup a terminated helper never read must not hold up this process's exit.
+            setup.cancel_join_thread()
+        for process in self._processes:
+            # Done, or still importing TensorFlow with nothing left to do.
+            process.join(timeout=1.0)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+
+    def run(self, tasks: list[_Task], config, vocab_file: str, output_dir: str) -> list[dict]:
+        """Every task's result, in task order."""
+        for n, setup in enumerate(self._setups):
+            setup.put((tasks, config, vocab_file, output_dir, tasks[(n + 1) % len(tasks)]))
+        results: dict[int, dict] = {}
+        running: dict[int, _Task] = {}  # helper pid -> its task
+        while _THIS_PROCESS_WRITES or not self._processes:
+            while self._collect(results, running, block=False):
+                pass
+            index = _take(self._next)
+            if index >= len(tasks):
                 break
-            results[index] = _write_task(task, config, vocab_file, output_dir)
-        for _ in helpers:
-            todo.put(None)
+            results[index] = _write_task(tasks[index], config, vocab_file, output_dir)
         while len(results) < len(tasks):
-            if not _collect(done, results, running, block=True):
-                dead = [h for h in helpers if h.exitcode not in (None, 0)]
-                for helper in dead:
-                    if helper.pid in running:
-                        _, task = running[helper.pid]
-                        raise WriterError(
-                            f"worker process {helper.pid} died (exit code {helper.exitcode}) "
-                            f"writing shard {task.worker} of the {task.split} split"
-                        )
-                if all(h.exitcode is not None for h in helpers) and done.empty():
-                    raise WriterError("worker processes exited before finishing their shards")
-    finally:
-        for helper in helpers:
-            if helper.is_alive():
-                helper.terminate()
-            helper.join()
-    return [results[i] for i in range(len(tasks))]
+            if self._collect(results, running, block=True):
+                continue
+            for process in self._processes:
+                if process.exitcode not in (None, 0) and process.pid in running:
+                    task = running[process.pid]
+                    raise WriterError(
+                        f"worker process {process.pid} died (exit code {process.exitcode}) "
+                        f"writing shard {task.worker} of the {task.split} split"
+                    )
+            if all(p.exitcode is not None for p in self._processes) and self._done.empty():
+                raise WriterError("worker processes exited before finishing their shards")
+        return [results[i] for i in range(len(tasks))]
+
+    def _collect(self, results: dict, running: dict, *, block: bool) -> bool:
+        """Handles one message from the helpers; False when none came."""
+        if not self._processes:
+            return False
+        try:
+            message = self._done.get(timeout=1.0) if block else self._done.get_nowait()
+        except queue.Empty:
+            return False
+        kind, pid, index, payload = message
+        if kind == "started":
+            running[pid] = payload
+        elif kind == "done":
+            running.pop(pid, None)
+            results[index] = payload
+        else:  # "error": payload = (exception type name, message, traceback)
+            name, text, trace = payload
+            for error_type in (*USER_ERRORS, WriterError):
+                if error_type.__name__ == name:
+                    raise error_type(text)
+            raise WriterError(f"worker process {pid} failed: {name}: {text}\n{trace}")
+        return True
 
 
-def _collect(done, results: dict, running: dict, *, block: bool) -> bool:
-    """Reads one message from the helpers; False when none came."""
-    try:
-        message = done.get(timeout=1.0) if block else done.get_nowait()
-    except queue.Empty:
-        return False
-    kind, pid, index, payload = message
-    if kind == "started":
-        running[pid] = (index, payload)
-    elif kind == "done":
-        running.pop(pid, None)
-        results[index] = payload
-    else:  # "error": payload = (exception type name, one-line message, traceback)
-        name, text, trace = payload
-        for error_type in (*USER_ERRORS, WriterError):
-            if error_type.__name__ == name:
-                raise error_type(text)
-        raise WriterError(f"worker process {pid} failed: {name}: {text}\n{trace}")
-    return True
+def _take(counter) -> int:
+    """The index of the next shard to write (past the end when none is left)."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    return index
 
 
-def _helper_main(todo, done, config, vocab_file: str, output_dir: str, warm_up: _Task) -> None:
-    """A spawned process: writes shards from `todo` until it gets None."""
+def _helper_main(setup, counter, done) -> None:
+    """A spawned process: after its setup, writes shards until none is left."""
+    received = setup.get()
+    if received is None:
+        return
+    tasks, config, vocab_file, output_dir, warm_up = received
     pid = os.getpid()
-    # Pay the one-time costs (tokenizer tables and trace, corpus indexes) before
-    # taking a shard, so a helper that is ready late never holds up the end.
     try:
         _graph_tokenizer(_tokenizer(config, vocab_file))(["warm up"])
         documents = corpus.iter_documents(
@@ -491,13 +525,10 @@ def _helper_main(todo, done, config, vocab_file: str, output_dir: str, warm_up: 
             process_count=warm_up.num_workers,
         )
         next(iter(documents), None)
-    except Exception:  # the same error shows again, reported, in the first task
+    except Exception:  # the same error shows again, reported, in the first shard
         pass
-    while True:
-        item = todo.get()
-        if item is None:
-            return
-        index, task = item
+    while (index := _take(counter)) < len(tasks):
+        task = tasks[index]
         done.put(("started", pid, index, task))
         try:
             result = _write_task(task, config, vocab_file, output_dir)

@@ -222,7 +222,7 @@ def test_cli_reports_a_missing_file_in_one_line(tmp_path):
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("build_vocab:")]
     assert len(errors) == 1 and "config.data.text_files" in errors[0], result.stderr
     assert "missing-*.txt" in errors[0]
     assert not (tmp_path / "vocab.txt").exists()

@@ -17,11 +17,12 @@ from data_pipeline.vocab import load_vocab
 from experiments.pretrain import tiny_cpu
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-WORDS = (
+# Words of the bert-base-uncased vocabulary, each one token.
+VOCABULARY_WORDS = (
     "the river town bridge stone iron people day night city road house water field tree "
     "garden window door market school church king queen ship harbor winter summer morning "
     "evening letter friend mother father child book paper light fire wind rain snow hill"
-).split()
+)
 
 
 def base_config(vocab_file, **changes):
@@ -45,13 +46,14 @@ def read_split(output_dir, split, config):
 
 def write_text_corpus(folder, *, num_files, docs_per_file, sentences=(2, 6), words=(6, 14), seed=0):
     rng = random.Random(seed)
+    words_list = VOCABULARY_WORDS.split()
     folder.mkdir(parents=True, exist_ok=True)
     for f in range(num_files):
         documents = []
         for d in range(docs_per_file):
             count = rng.randint(*sentences)
             lines = [
-                " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))).capitalize()
+                " ".join(rng.choices(words_list, k=rng.randint(*words))).capitalize()
                 + f" number {f} {d} {s}."
                 for s in range(count)
             ]
@@ -233,7 +235,10 @@ def test_output_does_not_depend_on_which_process_writes(small_corpus, tmp_path, 
     assert here["instances"] == spawned["instances"] > 0
     files = tree(tmp_path / "here")
     assert sorted(files) == [
-        f"{split}-{w:03d}-{k:03d}.tfrecord" for split in ("eval", "train") for w in (0, 1) for k in (0, 1)
+        f"{split}-{w:03d}-{k:03d}.tfrecord"
+        for split in ("eval", "train")
+        for w in (0, 1)
+        for k in (0, 1)
     ]
     assert files == tree(tmp_path / "spawned")
 
@@ -277,7 +282,11 @@ def test_existing_output_is_refused_unless_overwrite(small_corpus, tmp_path):
 @pytest.mark.parametrize(
     "changes,error,match",
     [
-        ({"source": "tfrecord", "tfrecord_train_files": "x"}, config_lib.ConfigError, "source='tfrecord'"),
+        (
+            {"source": "tfrecord", "tfrecord_train_files": "x"},
+            config_lib.ConfigError,
+            "source='tfrecord'",
+        ),
         ({"text_files": "/nonexistent/corpus.txt"}, corpus.CorpusError, "/nonexistent/corpus.txt"),
         ({"vocab_file": "/nonexistent/vocab.txt"}, Exception, "/nonexistent/vocab.txt"),
         ({"eval_fraction": 0.001}, corpus.CorpusError, "eval split .* no documents"),
@@ -291,8 +300,11 @@ def test_bad_input_fails_before_any_output(small_corpus, tmp_path, changes, erro
     assert not out.exists() or not list(out.iterdir())
 
 
-def test_too_many_workers_for_the_eval_split(small_corpus, tmp_path):
-    with pytest.raises(corpus.CorpusError, match="eval split of worker .* of --num_workers=40"):
+def test_too_many_workers_for_the_documents(small_corpus, tmp_path):
+    with pytest.raises(
+        corpus.CorpusError,
+        match="split of worker 0 of --num_workers=40 has no documents .use fewer workers",
+    ):
         writer.write_pretraining_data(small_corpus, str(tmp_path / "out"), num_workers=40, seed=0)
 
 
@@ -355,6 +367,8 @@ def test_cli_error_is_one_line_without_traceback(tmp_path):
     )
     assert process.returncode != 0
     assert "Traceback" not in process.stderr
-    errors = [line for line in process.stderr.splitlines() if "error" in line]
+    # TensorFlow's own start-up lines aside, the error is one line that names the file.
+    errors = [line for line in process.stderr.splitlines() if "create_pretraining_data" in line]
     assert len(errors) == 1 and str(missing) in errors[0], process.stderr
+    assert errors[0].startswith("create_pretraining_data: error: ")
     assert not (tmp_path / "out").exists()

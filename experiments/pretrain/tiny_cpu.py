@@ -35,7 +35,7 @@ def get_data_config() -> ml_collections.ConfigDict:
     # vocab.txt or tokenizer.json (wordpiece), or a .model file (sentencepiece); '' learns one.
     data.vocab_file = ""
     # Size of the vocabulary learned when vocab_file is ''.
-    data.vocab_size = 8192
+    data.vocab_size = 4096
     # Where learned vocabularies are cached; '' means $XDG_CACHE_HOME/bertjax.
     data.vocab_cache_dir = ""
     # Uncased model: lowercase and strip accents before WordPiece.

@@ -9,11 +9,12 @@ Train with the result by pointing the config at it:
 (the vocabulary is copied next to the data).
 
 The counterpart of google-research/bert's create_pretraining_data.py, streaming:
-documents are read, tokenized (in a tf.data map, many sentences per call) and
-paired (instances.py) without ever holding the corpus in memory. Masking is
-static: each of `config.dupe_factor` passes over a document is masked once
-(masking.py). The eval split takes one pass, paired and masked from
-`config.eval_seed`.
+documents are read, tokenized in graph (2048 sentences per call, on a thread
+that runs ahead) and paired (instances.py) without ever holding the corpus in
+memory. Masking is static: each of `config.dupe_factor` passes over a document
+is masked once (masking.py). The eval split takes one pass, paired and masked
+from `config.eval_seed`. Records are encoded straight to tf.Example bytes
+(tfrecords.encode_examples), several times faster than building protos.
 
 Work is cut into `num_workers` corpus shards per split (`iter_documents(...,
 process_index=w, process_count=num_workers)`); shard w of a split is written to
@@ -21,9 +22,9 @@ process_index=w, process_count=num_workers)`); shard w of a split is written to
 dealt round-robin. What a shard holds depends only on the config, the seed,
 the split and (w, num_workers), so the output is the same whichever process
 writes it. Up to `num_workers` processes share the shards: this one and
-num_workers - 1 started with 'spawn' (TensorFlow is not fork-safe). A started
-process pays seconds to import TensorFlow, so this process takes shards from
-the same queue meanwhile; on a small corpus it may write them all.
+num_workers - 1 started with 'spawn' (TensorFlow is not fork-safe), each taking
+the next unwritten shard when free. A started process spends seconds importing
+TensorFlow, so on a small corpus this process may write every shard itself.
 
 Each file is written under a temporary name and renamed when complete;
 `{split}-metadata.json` (counts, config, corpus statistics) is written last.
@@ -57,7 +58,7 @@ from data_pipeline.pretraining import masking_spec
 from data_pipeline.tokenizer import make_tokenizer
 
 SPLITS = ("train", "eval")
-# Sentences tokenized per tf.data element: enough to amortize the graph call.
+# Sentences tokenized per graph call, and calls queued ahead of the consumer.
 _SENTENCES_PER_CALL = 2048
 _BATCHES_AHEAD = 2
 # Instances packed, masked and encoded together, and shuffled before writing
@@ -71,7 +72,6 @@ USER_ERRORS = (
     corpus.CorpusError,
     vocab_lib.VocabError,
     instances.NotNextError,
-    tfrecords.TFRecordError,
 )
 
 
@@ -120,27 +120,31 @@ def write_pretraining_data(
         raise config_lib.ConfigError(
             f"--num_shards_per_worker={num_shards_per_worker}: must be at least 1"
         )
-    # Helpers start first: they import TensorFlow while the checks below run.
-    with _Helpers(num_workers - 1) as helpers:
-        corpus.check_sources(config)
-        vocab_file = resolve_vocab_file(config)
-        vocab_lib.load_vocab(vocab_file)
-        splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
-        for split in splits:
-            for worker in range(num_workers):
-                _check_two_documents(config, split, worker, num_workers)
-        _prepare_output_dir(output_dir, splits, overwrite)
+    corpus.check_sources(config)
+    vocab_file = resolve_vocab_file(config)
+    vocab_lib.load_vocab(vocab_file)
+    splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
+    for split in splits:
+        for worker in range(num_workers):
+            _check_two_documents(config, split, worker, num_workers)
+    _prepare_output_dir(output_dir, splits, overwrite)
 
-        vocab_name = os.path.basename(vocab_file)
-        _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
-        tasks = [
-            _Task(
-                split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed)
-            )
-            for split in splits
-            for worker in range(num_workers)
-        ]
-        results = helpers.run(tasks, config, vocab_file, output_dir)
+    tasks = [
+        _Task(split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed))
+        for split in splits
+        for worker in range(num_workers)
+    ]
+    vocab_name = os.path.basename(vocab_file)
+    try:
+        with _Helpers(num_workers - 1) as helpers:
+            _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
+            results = helpers.run(tasks, config, vocab_file, output_dir)
+    except BaseException:
+        # A stopped helper leaves its unfinished files behind; finished shards stay,
+        # but without their metadata, so the run reads as incomplete.
+        for path in tf.io.gfile.glob(os.path.join(output_dir, ".*.tmp-*")):
+            tf.io.gfile.remove(path)
+        raise
 
     summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
     for split in splits:
@@ -412,7 +416,7 @@ class _Helpers:
     """`count` spawned processes that take shards in turn with this process.
 
     Shards are handed out by a shared counter: whoever is free takes the next.
-    A helper imports TensorFlow (seconds), waits for the run's setup, pays its
+    A helper imports TensorFlow (seconds), receives the run's setup, pays its
     one-time costs (tokenizer tables and trace, corpus indexes), and only then
     takes a shard, so a helper that is ready late never holds up the end.
     """
@@ -438,18 +442,17 @@ class _Helpers:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        # Every result is in (or the run failed): a helper still alive is idle or
+        # still importing TensorFlow, and has nothing left to do.
         with self._next.get_lock():
-            self._next.value = 1 << 30  # no more shards for anyone
+            self._next.value = 1 << 30
         for setup in self._setups:
-            setup.put(None)
-            # A setup a terminated helper never read must not hold up this process's exit.
+            # A setup a stopped helper never read must not hold up this process's exit.
             setup.cancel_join_thread()
         for process in self._processes:
-            # Done, or still importing TensorFlow with nothing left to do.
-            process.join(timeout=1.0)
             if process.is_alive():
                 process.terminate()
-                process.join()
+            process.join()
 
     def run(self, tasks: list[_Task], config, vocab_file: str, output_dir: str) -> list[dict]:
         """Every task's result, in task order."""

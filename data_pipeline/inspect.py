@@ -36,8 +36,9 @@ USER_ERRORS = (
 )
 
 
-def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=sys.stdout):
-    """Reads `num_batches` batches, prints examples and statistics; returns the summary."""
+def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=None):
+    """Reads `num_batches` batches, prints examples and statistics; returns them as dicts."""
+    out = out or sys.stdout
     data = config_lib.from_config(config.data)
     if "model" in config and "max_position_embeddings" in config.model:
         config_lib.check_max_positions(data, config.model.max_position_embeddings)
@@ -82,7 +83,7 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=s
     print(statistics.format_summary(summary, reported), file=out)
     if dump:
         print(f"wrote {summary['sequences']:,} examples to {dump}", file=out)
-    return summary
+    return {"batches": summary, "corpus": reported}
 
 
 def main(argv):

@@ -100,8 +100,9 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
     if corpus_stats:
         c = corpus_stats
         lines += [
-            f"documents read       {c['documents_read']:,} "
-            f"({c['documents_in_other_split']:,} belong to the other split), "
+            # Counted as read, so training's read-ahead and later passes are included.
+            f"documents read       {c['documents_read']:,} (all passes, read-ahead included; "
+            f"{c['documents_in_other_split']:,} belong to the other split), "
             f"{c['sentences_read']:,} sentences, {c['files_read']:,} files",
             f"skipped              {c['empty_lines_skipped']:,} empty lines, "
             f"{c['invalid_bytes']:,} invalid UTF-8 bytes, "

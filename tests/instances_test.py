@@ -41,7 +41,16 @@ def document_of(token):
 
 @pytest.mark.parametrize(
     "len_a,len_b,limit",
-    [(1, 1, 2), (10, 3, 5), (3, 10, 5), (7, 7, 5), (8, 7, 5), (100, 1, 2), (1, 100, 2), (50, 60, 61)],
+    [
+        (1, 1, 2),
+        (10, 3, 5),
+        (3, 10, 5),
+        (7, 7, 5),
+        (8, 7, 5),
+        (100, 1, 2),
+        (1, 100, 2),
+        (50, 60, 61),
+    ],
 )
 def test_truncate_matches_reference_lengths_and_keeps_contiguous_spans(len_a, len_b, limit):
     a, b = list(range(len_a)), list(range(1000, 1000 + len_b))

@@ -133,9 +133,11 @@ def test_whole_word_masking_masks_whole_words_with_one_draw():
         chosen = set(positions[row][weights[row] > 0].tolist())
         # Every word is all in or all out.
         for start in range(1, mask[row].sum() - 1):
-            if ids[row, start] in (CLS, SEP) or CONTINUATION[ids[row, start]] and ids[
-                row, start - 1
-            ] not in (CLS, SEP):
+            if (
+                ids[row, start] in (CLS, SEP)
+                or CONTINUATION[ids[row, start]]
+                and ids[row, start - 1] not in (CLS, SEP)
+            ):
                 continue
             end = start + 1
             while end < mask[row].sum() and CONTINUATION[ids[row, end]]:

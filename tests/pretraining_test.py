@@ -59,7 +59,9 @@ def test_batches_follow_the_schema(bert_config):
 
 def test_statistics_over_thousands_of_sequences(bert_config):
     vocab = load_vocab(bert_config.vocab_file)
-    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=64, seed=1)
+    dataset = pretraining.make_pretraining_dataset(
+        bert_config, split="train", batch_size=64, seed=1
+    )
     stats = statistics.BatchStatistics(128, 20)
     for batch in take(dataset, 50):
         stats.update(batch, vocab)
@@ -68,7 +70,9 @@ def test_statistics_over_thousands_of_sequences(bert_config):
         assert (ids[:, 0] == vocab.cls_id).all()
         # Exactly two [SEP]: the end of A and the end of B; segment 1 covers B [SEP].
         seps = (ids == vocab.sep_id) & (mask == 1)
-        masked_sep = np.isin(batch["masked_lm_ids"], [vocab.sep_id]) & (batch["masked_lm_weights"] > 0)
+        masked_sep = np.isin(batch["masked_lm_ids"], [vocab.sep_id]) & (
+            batch["masked_lm_weights"] > 0
+        )
         assert not masked_sep.any()
         assert (seps.sum(1) == 2).all()
         assert (ids[np.arange(len(ids)), lengths - 1] == vocab.sep_id).all()
@@ -137,7 +141,9 @@ def test_masks_are_redrawn_every_pass(year_corpus, bert_config):
         max_predictions_per_seq=10,
         shuffle_buffer_size=1,
     )
-    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=10, seed=0)
+    dataset = pretraining.make_pretraining_dataset(
+        bert_config, split="train", batch_size=10, seed=0
+    )
     seen = {}
     redrawn = 0
     for batch in take(dataset, 60):
@@ -229,7 +235,9 @@ def test_missing_glob_is_refused_before_work(tmp_path, bert_config):
 def test_whole_word_masking_in_the_pipeline(bert_config):
     bert_config.whole_word_mask = True
     vocab = load_vocab(bert_config.vocab_file)
-    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=32, seed=0)
+    dataset = pretraining.make_pretraining_dataset(
+        bert_config, split="train", batch_size=32, seed=0
+    )
     for batch in take(dataset, 5):
         ids = unmasked(batch)
         for row in range(len(ids)):

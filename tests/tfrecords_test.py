@@ -200,10 +200,12 @@ def test_train_is_shuffled_repeated_and_deterministic(tmp_path, data_config):
     assert max(collections.Counter(ids.tolist()).values()) <= 4
 
 
-def test_eval_order_is_fixed(tmp_path, data_config):
+def test_eval_reads_file_after_file_in_sorted_order(tmp_path, data_config):
     glob = write_files(tmp_path, "eval", random_instances(20), num_files=2)
     config = tfrecord_config(data_config, eval_files=glob)
     first = read_all(config, "eval", seed=0)["input_ids"][:, 1]
+    # write_files deals records round-robin: file 0 holds the even ones.
+    assert first.tolist() == list(range(0, 20, 2)) + list(range(1, 20, 2))
     np.testing.assert_array_equal(first, read_all(config, "eval", seed=7)["input_ids"][:, 1])
 
 

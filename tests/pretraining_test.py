@@ -248,3 +248,21 @@ def test_whole_word_masking_in_the_pipeline(bert_config):
                     previous = ids[row, position - 1]
                     if previous not in (vocab.cls_id, vocab.sep_id):
                         assert position - 1 in chosen
+
+
+def test_megabyte_line_without_spaces_is_one_unknown_word(tmp_path, bert_config, year_corpus):
+    pattern, vocab = year_corpus
+    (tmp_path / "part9.txt").write_text(
+        "A normal first sentence.\n" + "x" * 1_000_000 + "\nA normal last sentence.\n",
+        encoding="utf-8",
+    )
+    bert_config.update(source="text", text_files=pattern, eval_fraction=0.0)
+    dataset = pretraining.make_pretraining_dataset(
+        bert_config, split="train", batch_size=16, seed=0
+    )
+    found_unk = False
+    for batch in take(dataset, 20):
+        ids = unmasked(batch)
+        found_unk |= bool((ids == vocab.unk_id).any())
+        assert batch["input_mask"].sum(1).max() <= 128
+    assert found_unk

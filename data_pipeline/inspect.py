@@ -46,7 +46,11 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     start = time.perf_counter()
     vocab_file = resolve_vocab_file(data)
     vocab = load_vocab(vocab_file)
-    print(f"vocabulary  {vocab_file} ({len(vocab):,} tokens, {data.tokenizer})", file=out)
+    origin = "given" if data.vocab_file else "learned from the training split, cached"
+    print(
+        f"vocabulary  {vocab_file}\n            {len(vocab):,} tokens, {data.tokenizer}, {origin}",
+        file=out,
+    )
     dataset = pretraining.make_pretraining_dataset(
         data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
     )

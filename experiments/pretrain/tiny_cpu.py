@@ -61,7 +61,7 @@ def get_data_config() -> ml_collections.ConfigDict:
     # Documents held in memory to draw NotNext segments and to shuffle document order.
     data.document_buffer_size = 256
     # Instances shuffled together before batching.
-    data.shuffle_buffer_size = 10000
+    data.shuffle_buffer_size = 2048
     # Offline writer: masked copies of each document pass (BERT: 10).
     data.dupe_factor = 10
     # Seed of the fixed evaluation masking, so an eval set is identical across runs.

@@ -174,6 +174,51 @@ def iter_documents(
     return _select_split(records, split == "eval", config.eval_fraction, stats)
 
 
+def check_two_documents(
+    config: DataConfig,
+    *,
+    split: str,
+    process_index: int = 0,
+    process_count: int = 1,
+    shard: str = "process",
+    hints: Sequence[str] = (),
+) -> None:
+    """Fails before any work when this shard cannot make NotNext pairs.
+
+    Next-sentence prediction draws NotNext segments from another document, so
+    every shard (`shard` names what a shard is for the message: a process or a
+    worker) needs two documents. Reads only until it has seen two.
+    """
+    seen = []
+    for document in iter_documents(
+        config, split=split, process_index=process_index, process_count=process_count
+    ):
+        seen.append(document.doc_id)
+        if len(seen) == 2:
+            return
+    where = f"{_describe_source(config)}: the {split} split"
+    if process_count > 1:
+        where += f" of {shard} {process_index} of {process_count}"
+    hints = list(hints)
+    if split == "eval":
+        hints.append("raise config.data.eval_fraction")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    if not seen:
+        raise CorpusError(f"{where} has no documents{hint}")
+    raise CorpusError(
+        f"{where} has a single document ({seen[0]}); next-sentence prediction needs "
+        f"NotNext segments from another document{hint}"
+    )
+
+
+def _describe_source(config: DataConfig) -> str:
+    if config.source == "text":
+        return f"config.data.text_files={config.text_files!r}"
+    if config.source == "tfds":
+        return f"TFDS dataset {config.tfds_name!r}"
+    return "the built-in corpus"
+
+
 def _select_split(
     records: Iterable[_Record], want_eval: bool, eval_fraction: float, stats: CorpusStats
 ) -> Iterator[Document]:

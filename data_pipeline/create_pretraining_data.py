@@ -126,7 +126,14 @@ def write_pretraining_data(
     splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
     for split in splits:
         for worker in range(num_workers):
-            _check_two_documents(config, split, worker, num_workers)
+            corpus.check_two_documents(
+                config,
+                split=split,
+                process_index=worker,
+                process_count=num_workers,
+                shard="worker",
+                hints=["use fewer --num_workers"] if num_workers > 1 else [],
+            )
     _prepare_output_dir(output_dir, splits, overwrite)
 
     tasks = [
@@ -186,32 +193,6 @@ def _split_seed(config: config_lib.DataConfig, split: str, seed: int) -> int:
 
 def _passes(config: config_lib.DataConfig, split: str) -> int:
     return config.dupe_factor if split == "train" else 1
-
-
-def _check_two_documents(config, split: str, worker: int, num_workers: int) -> None:
-    """A shard needs two documents: NotNext segments come from another document."""
-    seen = []
-    for document in corpus.iter_documents(
-        config, split=split, process_index=worker, process_count=num_workers
-    ):
-        seen.append(document.doc_id)
-        if len(seen) == 2:
-            return
-    where = f"the {split} split" + (
-        f" of worker {worker} of --num_workers={num_workers}" if num_workers > 1 else ""
-    )
-    hints = []
-    if num_workers > 1:
-        hints.append("use fewer workers")
-    if split == "eval":
-        hints.append("raise config.data.eval_fraction, or set it to 0 to write no eval split")
-    hint = f" ({'; '.join(hints)})" if hints else ""
-    if not seen:
-        raise corpus.CorpusError(f"{where} has no documents{hint}")
-    raise corpus.CorpusError(
-        f"{where} has a single document ({seen[0]}); next-sentence prediction needs "
-        f"at least two{hint}"
-    )
 
 
 # --------------------------------------------------------------------------- one shard

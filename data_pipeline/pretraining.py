@@ -77,7 +77,9 @@ def make_pretraining_dataset(
 
     corpus.check_sources(config)
     tokenizer = make_tokenizer(config, resolve_vocab_file(config))
-    _check_two_documents(config, split, process_index, process_count)
+    corpus.check_two_documents(
+        config, split=split, process_index=process_index, process_count=process_count
+    )
     stream_seed = config.eval_seed if split == "eval" else seed
     seeds = np.random.SeedSequence([stream_seed, process_index, SPLITS.index(split)])
     pair_seed, shuffle_seed, mask_seed = (int(s) for s in seeds.generate_state(3))
@@ -91,35 +93,6 @@ def make_pretraining_dataset(
     dataset = dataset.batch(batch_size, drop_remainder=True)
     dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size)
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _check_two_documents(config, split, process_index, process_count) -> None:
-    """Fails before any work when this shard cannot make NotNext pairs."""
-    seen = []
-    for document in corpus.iter_documents(
-        config, split=split, process_index=process_index, process_count=process_count
-    ):
-        seen.append(document.doc_id)
-        if len(seen) == 2:
-            return
-    where = f"the {split} split" + (
-        f" of process {process_index}/{process_count}" if process_count > 1 else ""
-    )
-    if not seen:
-        hint = " (raise config.data.eval_fraction)" if split == "eval" else ""
-        raise corpus.CorpusError(f"{_describe_source(config)}: {where} has no documents{hint}")
-    raise corpus.CorpusError(
-        f"{_describe_source(config)}: {where} has a single document ({seen[0]}); "
-        "NSP needs NotNext segments from another document"
-    )
-
-
-def _describe_source(config) -> str:
-    if config.source == "text":
-        return f"config.data.text_files={config.text_files!r}"
-    if config.source == "tfds":
-        return f"TFDS dataset {config.tfds_name!r}"
-    return "the built-in corpus"
 
 
 # Documents tokenized together in one call: tf-text ops pay a fixed cost per

@@ -6,6 +6,7 @@ import pathlib
 import zipfile
 
 import pytest
+import sentencepiece
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -35,3 +36,26 @@ def data_config():
     from experiments.pretrain import tiny_cpu
 
     return tiny_cpu.get_data_config()
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_model(tmp_path_factory) -> str:
+    """A 300-piece SentencePiece model laid out as data_pipeline.build_vocab writes them."""
+    from pydoc_data.topics import topics
+
+    lines = [line for text in topics.values() for line in text.splitlines() if line.strip()]
+    prefix = tmp_path_factory.mktemp("spm") / "sp"
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines[:800]),
+        model_prefix=str(prefix),
+        vocab_size=300,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2,
+    )
+    return f"{prefix}.model"

@@ -303,7 +303,7 @@ def test_bad_input_fails_before_any_output(small_corpus, tmp_path, changes, erro
 def test_too_many_workers_for_the_documents(small_corpus, tmp_path):
     with pytest.raises(
         corpus.CorpusError,
-        match=r"split of worker \d+ of --num_workers=40 has .*\(use fewer workers",
+        match=r"split of worker \d+ of 40 has .*\(use fewer --num_workers",
     ):
         writer.write_pretraining_data(small_corpus, str(tmp_path / "out"), num_workers=40, seed=0)
 

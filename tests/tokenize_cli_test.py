@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from data_pipeline.tokenize import decode_line
 from data_pipeline.tokenizer import WordPieceTokenizer
-from data_pipeline.vocab import SPECIAL_TOKENS, load_vocab
+from data_pipeline.vocab import load_vocab
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_tokenizes_lines_like_the_library(bert_json):
     assert "replaced 3 invalid UTF-8 byte(s) on 1 line(s)" in result.stderr.decode()
 
 
-def test_cased_max_chars_and_sentencepiece(bert_json, tmp_path):
+def test_cased_max_chars_and_sentencepiece(bert_json, sentencepiece_model):
     result = run_cli(
         "--vocab", str(bert_json), "--cased", "--max_chars_per_word", "3", stdin=b"abc abcd Hi\n"
     )
@@ -71,23 +71,9 @@ def test_cased_max_chars_and_sentencepiece(bert_json, tmp_path):
 
     import sentencepiece
 
-    prefix = tmp_path / "sp"
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(["the cat sat on the mat", "a dog and a cat"] * 50),
-        model_prefix=str(prefix),
-        vocab_size=20,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=list(SPECIAL_TOKENS[2:]),
-        minloglevel=2,
-    )
-    result = run_cli("--vocab", f"{prefix}.model", stdin=b"The Cat\n")
+    result = run_cli("--vocab", sentencepiece_model, stdin=b"The Cat\n")
     assert result.returncode == 0, result.stderr.decode()
-    processor = sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
+    processor = sentencepiece.SentencePieceProcessor(model_file=sentencepiece_model)
     assert json.loads(result.stdout)["ids"] == processor.encode("the cat")
 
 

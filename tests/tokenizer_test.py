@@ -426,27 +426,6 @@ def test_words_in_dataset_map(bert_json):
     assert words.to_list() == [[b"hello", b",", b"world", b"!"], ["οδος".encode()]]
 
 
-@pytest.fixture(scope="module")
-def sentencepiece_model(tmp_path_factory):
-    """A 300-piece model laid out as bertjax's trainer writes them."""
-    lines = [line for text in topics.values() for line in text.splitlines() if line.strip()]
-    prefix = tmp_path_factory.mktemp("spm") / "sp"
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines[:800]),
-        model_prefix=str(prefix),
-        vocab_size=300,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
-        minloglevel=2,
-    )
-    return f"{prefix}.model"
-
-
 def test_sentencepiece_in_dataset_map(sentencepiece_model):
     vocab = load_vocab(sentencepiece_model)
     tokenizer = SentencePieceTokenizer(vocab, lower_case=False)

@@ -156,28 +156,6 @@ def test_tokenizer_json_errors(tmp_path):
     assert load_vocab(str(tokenizer_json(tmp_path / "ok.json", {**WORDPIECE, "vocab": ok})))
 
 
-@pytest.fixture(scope="module")
-def sentencepiece_model(tmp_path_factory):
-    from pydoc_data.topics import topics
-
-    lines = [line for text in topics.values() for line in text.splitlines() if line.strip()]
-    prefix = tmp_path_factory.mktemp("spm") / "sp"
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines[:800]),
-        model_prefix=str(prefix),
-        vocab_size=300,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
-        minloglevel=2,
-    )
-    return f"{prefix}.model"
-
-
 def test_sentencepiece_vocab(sentencepiece_model):
     vocab = load_vocab(sentencepiece_model)
     processor = sentencepiece.SentencePieceProcessor(model_file=sentencepiece_model)

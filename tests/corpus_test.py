@@ -430,3 +430,23 @@ def test_tfds_mock_wikipedia(tfds, data_config):
     assert len(documents) == 12 == stats.documents_read
     assert all(d.doc_id.startswith("tfds:wikipedia/20230601.en:") for d in documents)
     assert all(s and s == s.strip() for d in documents for s in d.sentences)
+
+
+def test_tfds_corpus_through_the_whole_pipeline(tiny_tfds, data_config, bert_tokenizer_json):
+    from data_pipeline import pretraining
+
+    data_config.update(
+        source="tfds",
+        tfds_name="bertjax_tiny_corpus",
+        tfds_data_dir=tiny_tfds,
+        tfds_text_field="body",
+        eval_fraction=0.0,
+        vocab_file=bert_tokenizer_json,
+        document_buffer_size=8,
+        shuffle_buffer_size=16,
+    )
+    dataset = pretraining.make_pretraining_dataset(data_config, split="train", batch_size=8, seed=0)
+    batch = next(dataset.as_numpy_iterator())
+    assert batch["input_ids"].shape == (8, 128)
+    assert batch["masked_lm_weights"].sum() > 0
+    assert set(batch["next_sentence_labels"]) <= {0, 1}

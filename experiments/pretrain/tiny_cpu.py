@@ -1,9 +1,12 @@
-"""BERT-Tiny pretraining on the built-in corpus, on a laptop CPU.
+"""BERT-Tiny pretraining data on the built-in corpus, on a laptop CPU.
 
     python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py
 
-Hardware: any CPU. The data side alone (vocab learning included) takes under a
-minute; the model and training fields arrive with the training loop.
+Hardware: any CPU; 2 cores suffice. Time: under a minute, learning the 4,096
+entry WordPiece vocab included (cached after the first run). Expected: decoded
+examples and statistics showing about 15% of tokens predicted (80% [MASK], 10%
+random, 10% unchanged), a little over 50% NotNext, no special token masked.
+The model and training fields arrive with the training loop.
 """
 
 import ml_collections

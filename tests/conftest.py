@@ -9,6 +9,10 @@ import pytest
 import sentencepiece
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Eight fake CPU devices for the sharding tests; must be set before jax loads.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -75,5 +75,34 @@ def get_data_config() -> ml_collections.ConfigDict:
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
+    config.num_train_steps = 3000
+    config.train_batch_size = 32  # global, over all hosts
+    config.eval_batch_size = 32
+    config.num_eval_steps = 0  # 0: the whole held-out split
+    config.eval_every_steps = 1000
+    config.checkpoint_every_steps = 1000
+    config.checkpoints_to_keep = 2
+    config.log_every_steps = 100
+    # Another run's workdir to take the parameters from (phase 2), or ''.
+    config.init_checkpoint = ""
+    # Mesh axis sizes; one may be -1 (the remaining devices).
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+
     config.data = get_data_config()
+
+    config.model = ml_collections.ConfigDict()
+    config.model.preset = "tiny"
+    # Follows config.data.vocab_size unless set on its own.
+    config.model.vocab_size = config.data.get_ref("vocab_size")
+
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "adamw"
+    config.optimizer.learning_rate = 1e-3
+    config.optimizer.warmup_steps = 300
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 0.01
+    config.optimizer.max_grad_norm = 1.0
+    config.optimizer.num_microbatches = 1
     return config

@@ -1,0 +1,64 @@
+"""Pretrains BERT.
+
+    python -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir DIR \
+        [--config.KEY=VALUE ...]
+
+Re-running the same command resumes from the workdir's latest checkpoint. This
+is the only file that defines flags.
+"""
+
+import sys
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from bertjax import checkpoint, sharding, train
+from data_pipeline import config as data_config_lib
+from data_pipeline.corpus import CorpusError
+from data_pipeline.instances import NotNextError
+from data_pipeline.tfrecords import TFRecordError
+from data_pipeline.vocab import VocabError
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file.", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the vocab.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Multi-host run: call jax.distributed.initialize() first (on Cloud TPU it finds the other "
+    "hosts itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).",
+)
+
+# Bad input and inconsistent configs: one line naming the key or file, no traceback.
+USER_ERRORS = (
+    data_config_lib.ConfigError,
+    CorpusError,
+    VocabError,
+    NotNextError,
+    TFRecordError,
+    sharding.MeshError,
+    checkpoint.CheckpointError,
+    train.TrainingError,
+)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)
+    if _DISTRIBUTED.value:
+        jax.distributed.initialize()
+    if jax.process_count() > 1:
+        logging.info("process %d of %d", jax.process_index(), jax.process_count())
+    try:
+        train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    except USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["config", "workdir"])
+    app.run(main)

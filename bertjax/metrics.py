@@ -1,0 +1,73 @@
+"""Where training metrics go: the console, a progress bar, TensorBoard and metrics.jsonl.
+
+`metrics.jsonl` has one JSON object per logged point, with at least `step`,
+`split` ('train' or 'eval'), `loss`, `mlm_loss`, `mlm_accuracy`, `nsp_loss`,
+`nsp_accuracy`, and on train lines `learning_rate`.
+"""
+
+import json
+import os
+import sys
+import time
+
+import jax
+import tensorflow as tf
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricWriter:
+    """Writes on process 0 only; the others stay quiet."""
+
+    def __init__(self, workdir: str, *, num_train_steps: int, out=None):
+        self.num_train_steps = num_train_steps
+        self.out = out or sys.stdout
+        self.active = jax.process_index() == 0
+        self.progress = self.active and self.out.isatty()
+        if self.active:
+            os.makedirs(workdir, exist_ok=True)
+            self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", encoding="utf-8")  # noqa: SIM115
+            self._tensorboard = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, split: str, values: dict) -> None:
+        if not self.active:
+            return
+        record = {"step": step, "split": split, **values}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        with self._tensorboard.as_default(step=step):
+            for name, value in values.items():
+                if isinstance(value, int | float):
+                    tf.summary.scalar(f"{split}/{name}", value)
+        self._tensorboard.flush()
+
+    def console(self, line: str) -> None:
+        if self.active:
+            if self.progress:
+                self.out.write("\r\033[K")
+            print(line, file=self.out, flush=True)
+
+    def progress_bar(self, step: int, started: float, start_step: int) -> None:
+        if not self.progress:
+            return
+        done = step / max(self.num_train_steps, 1)
+        width = 30
+        filled = int(done * width)
+        rate = (step - start_step) / max(time.perf_counter() - started, 1e-9)
+        self.out.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {step}/{self.num_train_steps} "
+            f"{rate:.2f} steps/s"
+        )
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.active:
+            self._jsonl.close()
+            self._tensorboard.close()
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

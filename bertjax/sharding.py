@@ -1,0 +1,129 @@
+"""The device mesh, the logical-axis rules, and where host batches become global arrays.
+
+Parameters and activations carry logical axis names (model.py); `RULES` maps
+them onto three mesh axes:
+
+    data    data parallelism: the batch is split, parameters are replicated
+    fsdp    fully sharded data parallelism: the batch is split and so are the
+            parameters' 'embed' dimensions (gathered for each matmul)
+    tensor  tensor parallelism: attention heads, the MLP's hidden units and
+            the vocabulary are split
+
+`config.mesh` gives each axis a size; one may be -1, meaning "the rest of the
+devices". The same code then serves one CPU, one TPU host or a pod.
+"""
+
+import math
+from collections.abc import Mapping
+
+import jax
+import numpy as np
+from flax import linen as nn
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# Logical name -> mesh axes. Flax gives each mesh axis to at most one dimension
+# of an array, first rule first: an activation [batch, length, embed] keeps
+# fsdp for its batch, while a parameter [vocab, embed] gives fsdp to embed.
+RULES = (
+    ("batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("embed", "fsdp"),
+    ("kv", None),
+    ("length", None),
+    ("layers", None),
+    ("position", None),
+    ("token_type", None),
+    ("classes", None),
+    ("predictions", None),
+)
+
+
+class MeshError(ValueError):
+    """A mesh that does not fit the devices or the batch."""
+
+
+def mesh_shape(mesh_config: Mapping[str, int], device_count: int) -> dict[str, int]:
+    """Resolves the one -1 in `config.mesh` so the sizes multiply to `device_count`."""
+    sizes = dict(mesh_config)
+    unknown = sorted(set(sizes) - set(MESH_AXES))
+    if unknown:
+        raise MeshError(f"config.mesh.{unknown[0]}: unknown mesh axis; use {', '.join(MESH_AXES)}")
+    for axis in MESH_AXES:
+        sizes.setdefault(axis, 1)
+        if sizes[axis] == 0 or sizes[axis] < -1:
+            raise MeshError(f"config.mesh.{axis}={sizes[axis]}: must be positive or -1")
+    fill = [axis for axis in MESH_AXES if sizes[axis] == -1]
+    if len(fill) > 1:
+        raise MeshError(f"config.mesh: only one axis may be -1, not {', '.join(fill)}")
+    known = math.prod(size for size in sizes.values() if size != -1)
+    if fill:
+        if device_count % known:
+            raise MeshError(
+                f"config.mesh={dict(mesh_config)}: the fixed axes ({known} devices) do not "
+                f"divide the {device_count} devices"
+            )
+        sizes[fill[0]] = device_count // known
+    if math.prod(sizes.values()) != device_count:
+        raise MeshError(
+            f"config.mesh={dict(mesh_config)}: the axes multiply to "
+            f"{math.prod(sizes.values())}, but there are {device_count} devices"
+        )
+    return {axis: sizes[axis] for axis in MESH_AXES}
+
+
+def make_mesh(mesh_config: Mapping[str, int], devices=None) -> Mesh:
+    devices = jax.devices() if devices is None else devices
+    shape = mesh_shape(mesh_config, len(devices))
+    # Auto axes: the compiler propagates shardings from the logical annotations.
+    auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+    return jax.make_mesh(tuple(shape.values()), MESH_AXES, devices=devices, axis_types=auto)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
+
+
+def check_batch_size(batch_size: int, mesh: Mesh, *, option: str) -> None:
+    """A global batch must split evenly over the batch axes and over the hosts."""
+    parallel = data_parallel_size(mesh)
+    if batch_size % parallel:
+        raise MeshError(
+            f"{option}={batch_size} is not divisible by the data-parallel size {parallel} "
+            f"(mesh data={mesh.shape['data']} x fsdp={mesh.shape['fsdp']})"
+        )
+    if batch_size % jax.process_count():
+        raise MeshError(
+            f"{option}={batch_size} is not divisible by the {jax.process_count()} processes"
+        )
+
+
+def logical_shardings(boxed_tree, mesh: Mesh):
+    """NamedShardings for a tree whose leaves are flax LogicallyPartitioned boxes."""
+    specs = nn.get_partition_spec(boxed_tree)
+    return nn.logical_to_mesh_sharding(specs, mesh, RULES)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def make_global_batch(host_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """This host's share of a batch -> global arrays split over the batch axes.
+
+    The only place host data enters the device world: every process passes its
+    own rows, and the result is one array spanning all of them.
+    """
+    sharding = batch_sharding(mesh)
+    return {
+        name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+        for name, value in host_batch.items()
+    }

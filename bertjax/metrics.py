@@ -12,8 +12,13 @@ import time
 
 import jax
 import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
 METRICS_FILE = "metrics.jsonl"
+# What tf.summary.scalar would attach, written without the tensorboard package.
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+).SerializeToString()
 
 
 class MetricWriter:
@@ -38,7 +43,11 @@ class MetricWriter:
         with self._tensorboard.as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, int | float):
-                    tf.summary.scalar(f"{split}/{name}", value)
+                    tf.summary.write(
+                        f"{split}/{name}",
+                        tf.constant(value, tf.float32),
+                        metadata=_SCALAR_METADATA,
+                    )
         self._tensorboard.flush()
 
     def console(self, line: str) -> None:

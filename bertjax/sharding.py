@@ -34,6 +34,7 @@ RULES = (
     ("mlp", "tensor"),
     ("embed", "fsdp"),
     ("kv", None),
+    ("embed_out", None),
     ("length", None),
     ("layers", None),
     ("position", None),

@@ -23,6 +23,7 @@ from absl import logging
 from flax import linen as nn
 
 from bertjax import checkpoint, losses, metrics, optim, sharding
+from bertjax import model as model_lib
 from bertjax.model import BertConfig, BertForPreTraining
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset
@@ -163,11 +164,14 @@ def check_config(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def build_run(config: ml_collections.ConfigDict, workdir: str) -> Run:
-    """Checks every option and builds model, optimizer, mesh and shardings; compiles nothing."""
+def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) -> Run:
+    """Checks every option and builds model, optimizer, mesh and shardings; compiles nothing.
+
+    `devices` defaults to all devices; the mesh must use exactly these.
+    """
     check_config(config)
     data = data_config_lib.from_config(config.data)
-    model_config = BertConfig.from_config(config.model)
+    model_config = model_lib.from_config(config.model)
     data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
 
     saved_model_config = checkpoint.read_model_config(workdir)
@@ -195,7 +199,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str) -> Run:
         )
     data = data.replace(vocab_file=vocab_file)
 
-    mesh = sharding.make_mesh(config.mesh)
+    mesh = sharding.make_mesh(config.mesh, devices)
     sharding.check_batch_size(config.train_batch_size, mesh, option="config.train_batch_size")
     sharding.check_batch_size(config.eval_batch_size, mesh, option="config.eval_batch_size")
     microbatch = config.train_batch_size // config.optimizer.num_microbatches
@@ -292,22 +296,8 @@ def create_state(run: Run):
     return state
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Pretrains per `config` in `workdir`, resuming from its latest checkpoint if any.
-
-    Returns the last evaluation's metrics (empty when the run never evaluates).
-    """
-    run = build_run(config, workdir)
-    vocab_file = checkpoint.write_run_description(workdir, config, run.model_config, run.vocab_file)
-    run.data = run.data.replace(vocab_file=vocab_file)
-    manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
-    start_step = manager.latest_step() or 0
-    if start_step:
-        logging.info("resuming from %s at step %d", workdir, start_step)
-        state = checkpoint.restore(manager, start_step, run.abstract_state)
-    else:
-        state = create_state(run)
-
+def jit_steps(run: Run):
+    """The train and eval steps, jitted with explicit shardings; the state is donated."""
     batch_sharding = sharding.batch_sharding(run.mesh)
     replicated = sharding.replicated(run.mesh)
     p_train_step = jax.jit(
@@ -315,7 +305,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             train_step,
             model=run.model,
             tx=run.tx,
-            num_microbatches=config.optimizer.num_microbatches,
+            num_microbatches=run.config.optimizer.num_microbatches,
         ),
         in_shardings=(run.state_shardings, batch_sharding, replicated),
         out_shardings=(run.state_shardings, replicated),
@@ -326,6 +316,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         in_shardings=(run.state_shardings.params, batch_sharding),
         out_shardings=replicated,
     )
+    return p_train_step, p_eval_step
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | None = None
+) -> dict:
+    """Pretrains per `config` in `workdir`, resuming from its latest checkpoint if any.
+
+    `stop_after` ends this invocation after that step with a checkpoint, as a
+    preempted or time-sliced job would; running again continues the same run.
+    Returns the last evaluation's metrics (empty when the run never evaluates).
+    """
+    run = build_run(config, workdir)
+    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+        return _train(run, config, workdir, stop_after)
+
+
+def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
+    vocab_file = checkpoint.write_run_description(workdir, config, run.model_config, run.vocab_file)
+    run.data = run.data.replace(vocab_file=vocab_file)
+    manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
+    start_step = manager.latest_step() or 0
+    if start_step:
+        logging.info("resuming from %s at step %d", workdir, start_step)
+        state = checkpoint.restore(manager, start_step, run.abstract_state)
+    else:
+        state = create_state(run)
+
+    p_train_step, p_eval_step = jit_steps(run)
     schedule = optim.learning_rate_schedule(config.optimizer, config.num_train_steps)
     writer = metrics.MetricWriter(workdir, num_train_steps=config.num_train_steps)
     rng = jax.random.key(config.seed)
@@ -347,48 +366,52 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     window, window_start, window_step = None, time.perf_counter(), start_step
     started = time.perf_counter()
     last_eval: dict = {}
-    with jax.sharding.use_mesh(run.mesh):
-        for step in range(start_step + 1, config.num_train_steps + 1):
-            batch = sharding.make_global_batch(next(train_batches), run.mesh)
-            state, sums = p_train_step(state, batch, rng)
-            window = _add(window, sums)
-            writer.progress_bar(step, started, start_step)
+    last_step = (
+        config.num_train_steps if stop_after is None else min(stop_after, config.num_train_steps)
+    )
+    for step in range(start_step + 1, last_step + 1):
+        batch = sharding.make_global_batch(next(train_batches), run.mesh)
+        state, sums = p_train_step(state, batch, rng)
+        window = _add(window, sums)
+        writer.progress_bar(step, started, start_step)
 
-            last = step == config.num_train_steps
-            if step % config.log_every_steps == 0 or last:
-                summary = _checked(losses.summarize(window), step)
-                elapsed = time.perf_counter() - window_start
-                steps_per_s = (step - window_step) / max(elapsed, 1e-9)
-                summary["learning_rate"] = float(schedule(step - 1))
-                summary["steps_per_second"] = steps_per_s
-                summary["tokens_per_second"] = steps_per_s * tokens_per_step
-                writer.write(step, "train", summary)
-                eta = (config.num_train_steps - step) / max(steps_per_s, 1e-9)
-                writer.console(
-                    f"step {step:>6}/{config.num_train_steps}  loss {summary['loss']:.4f}  "
-                    f"mlm_acc {summary['mlm_accuracy']:.3f}  nsp_acc {summary['nsp_accuracy']:.3f}  "
-                    f"lr {summary['learning_rate']:.2e}  {steps_per_s:.2f} steps/s  "
-                    f"{summary['tokens_per_second']:,.0f} tokens/s  eta {metrics.format_duration(eta)}"
-                )
-                window, window_start, window_step = None, time.perf_counter(), step
+        last = step == config.num_train_steps
+        if step % config.log_every_steps == 0 or last:
+            summary = _checked(losses.summarize(window), step)
+            elapsed = time.perf_counter() - window_start
+            steps_per_s = (step - window_step) / max(elapsed, 1e-9)
+            summary["learning_rate"] = float(schedule(step - 1))
+            summary["steps_per_second"] = steps_per_s
+            summary["tokens_per_second"] = steps_per_s * tokens_per_step
+            writer.write(step, "train", summary)
+            eta = (config.num_train_steps - step) / max(steps_per_s, 1e-9)
+            writer.console(
+                f"step {step:>6}/{config.num_train_steps}  loss {summary['loss']:.4f}  "
+                f"mlm_acc {summary['mlm_accuracy']:.3f}  nsp_acc {summary['nsp_accuracy']:.3f}  "
+                f"lr {summary['learning_rate']:.2e}  {steps_per_s:.2f} steps/s  "
+                f"{summary['tokens_per_second']:,.0f} tokens/s  eta {metrics.format_duration(eta)}"
+            )
+            window, window_start, window_step = None, time.perf_counter(), step
 
-            if config.eval_every_steps and (step % config.eval_every_steps == 0 or last):
-                last_eval = evaluate(run, state.params, p_eval_step)
-                writer.write(step, "eval", last_eval)
-                writer.console(
-                    f"eval at {step}: loss {last_eval['loss']:.4f}  "
-                    f"mlm_acc {last_eval['mlm_accuracy']:.3f}  "
-                    f"perplexity {last_eval['mlm_perplexity']:.2f}  "
-                    f"nsp_acc {last_eval['nsp_accuracy']:.3f}"
-                )
+        if config.eval_every_steps and (step % config.eval_every_steps == 0 or last):
+            last_eval = evaluate(run, state.params, p_eval_step)
+            writer.write(step, "eval", last_eval)
+            writer.console(
+                f"eval at {step}: loss {last_eval['loss']:.4f}  "
+                f"mlm_acc {last_eval['mlm_accuracy']:.3f}  "
+                f"perplexity {last_eval['mlm_perplexity']:.2f}  "
+                f"nsp_acc {last_eval['nsp_accuracy']:.3f}"
+            )
 
-            if (
-                config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0
-            ) or last:
-                # Never write parameters that a non-finite loss may have spoiled.
-                if window is not None:
-                    _checked(losses.summarize(window), step)
-                checkpoint.save(manager, step, state)
+        if (
+            (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
+            or last
+            or step == last_step
+        ):
+            # Never write parameters that a non-finite loss may have spoiled.
+            if window is not None:
+                _checked(losses.summarize(window), step)
+            checkpoint.save(manager, step, state)
     manager.wait_until_finished()
     manager.close()
     writer.close()

@@ -32,7 +32,7 @@ def get_data_config() -> ml_collections.ConfigDict:
     # source='tfrecord': comma-separated globs of offline evaluation instances.
     data.tfrecord_eval_files = ""
     # Share of documents (by a hash of their text) held out for evaluation.
-    data.eval_fraction = 0.05
+    data.eval_fraction = 0.1
     # 'wordpiece' (BERT's) or 'sentencepiece'.
     data.tokenizer = "wordpiece"
     # vocab.txt or tokenizer.json (wordpiece), or a .model file (sentencepiece); '' learns one.

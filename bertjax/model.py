@@ -1,0 +1,595 @@
+"""BERT in Flax linen: the config, the presets, then the modules from embeddings to heads.
+
+BertForPreTraining's parameters (a BertModel alone is the `bert` subtree):
+
+    bert/embeddings/{word,position,token_type}_embeddings/embedding  [V|P|T, H]
+    bert/embeddings/LayerNorm/{scale,bias}                           [H]
+    bert/encoder/layer_{i}/attention/{query,key,value}/kernel        [H, A, H/A]
+    bert/encoder/layer_{i}/attention/{query,key,value}/bias          [A, H/A]
+    bert/encoder/layer_{i}/attention/output/{kernel,bias}            [A, H/A, H], [H]
+    bert/encoder/layer_{i}/attention_LayerNorm/{scale,bias}          [H]
+    bert/encoder/layer_{i}/intermediate/{kernel,bias}                [H, I], [I]
+    bert/encoder/layer_{i}/output/{kernel,bias}                      [I, H], [H]
+    bert/encoder/layer_{i}/output_LayerNorm/{scale,bias}             [H]
+    bert/pooler/dense/{kernel,bias}                                  [H, H], [H]
+    predictions/dense/{kernel,bias}                                  [H, H], [H]
+    predictions/LayerNorm/{scale,bias}                               [H]
+    predictions/output_bias                                          [V]
+    seq_relationship/{kernel,bias}                                   [H, 2], [2]
+
+With `scan_layers` the layers are one subtree `bert/encoder/layer` whose leaves
+have a leading axis of length L. The MLM output matrix is the word embedding
+table (tied), so it has no parameter of its own.
+
+The names are the original checkpoint's (google-research/bert), so importing
+one is a rename table: `gamma`/`beta` -> `scale`/`bias`, an embedding table
+`X` -> `X/embedding`, attention kernels reshaped [H, H] -> [H, A, H/A] (query,
+key, value) or [A, H/A, H] (attention output), and these paths:
+
+    attention/self/{query,key,value}   -> attention/{query,key,value}
+    attention/output/dense             -> attention/output
+    attention/output/LayerNorm         -> attention_LayerNorm
+    intermediate/dense                 -> intermediate
+    output/dense                       -> output
+    output/LayerNorm                   -> output_LayerNorm
+    cls/predictions/transform/X        -> predictions/X
+    cls/predictions/output_bias        -> predictions/output_bias
+    cls/seq_relationship/output_weights, output_bias
+                                       -> seq_relationship/kernel (transposed), bias
+
+Every parameter is boxed with logical axis names (LOGICAL_AXES; scan adds
+'layers' in front) and activations are constrained at block boundaries to
+('batch', 'length', 'embed'), ('batch', 'length', 'heads', 'kv'),
+('batch', 'length', 'mlp') and ('batch', None, 'vocab'). The same names serve
+parameters and activations, so a rules table must list 'batch' before any
+name that shares its mesh axes (flax assigns each mesh axis once per array, in
+rule order). Without rules the constraints are no-ops.
+
+Mixed precision: parameters are stored, and the three embeddings summed, in
+`param_dtype`; matmuls and activations run in `dtype`; LayerNorm statistics,
+the attention softmax and both heads' logits are float32.
+"""
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
+DTYPES = ("float32", "bfloat16")
+ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn")
+# jax.checkpoint_policies that are policies themselves (the others build one from arguments).
+REMAT_POLICIES = (
+    "none",
+    "full",
+    "everything_saveable",
+    "nothing_saveable",
+    "dots_saveable",
+    "checkpoint_dots",
+    "dots_with_no_batch_dims_saveable",
+    "checkpoint_dots_with_no_batch_dims",
+)
+
+LOGICAL_AXES = {
+    "batch": "examples (activations only)",
+    "length": "sequence positions (activations only)",
+    "embed": "hidden_size H",
+    "embed_out": "output side of the square H x H kernels (pooler, MLM transform)",
+    "heads": "attention heads A",
+    "kv": "size of one attention head, H / A",
+    "mlp": "intermediate_size I",
+    "vocab": "vocab_size V",
+    "position": "max_position_embeddings",
+    "token_type": "type_vocab_size",
+    "classes": "outputs of a classifier head (2 for NSP)",
+    "layers": "stacked layers, only with scan_layers",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BertConfig:
+    """The model's hyperparameters.
+
+    The first eleven fields are named as in the original bert_config.json and
+    layer_norm_eps as in Hugging Face's config.json; the rest are ours.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_act: str = "gelu_tanh"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    # Compute dtype of the matmuls and activations.
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    # One nn.scan over the layers (fast compiles) instead of a Python loop.
+    scan_layers: bool = False
+    # 'none', 'full' (recompute everything) or one of REMAT_POLICIES.
+    remat_policy: str = "none"
+    # `implementation` of jax.nn.dot_product_attention; 'cudnn' needs bfloat16.
+    attention_implementation: str = "xla"
+
+    def __post_init__(self):
+        _check(self)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "BertConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "BertConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown BertConfig field(s): {', '.join(unknown)}")
+        missing = sorted(f.name for f in _REQUIRED_FIELDS if f.name not in values)
+        if missing:
+            raise ValueError(f"missing BertConfig field(s): {', '.join(missing)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json_file(cls, path: str, **overrides) -> "BertConfig":
+        """Reads a released bert_config.json (Google) or config.json (Hugging Face).
+
+        The two disagree on "gelu": the original modeling.py's gelu is the tanh
+        approximation, Hugging Face's is the exact erf form. A file with
+        "model_type" is Hugging Face's. Keys that change the architecture and are
+        not ours fail; `overrides` sets our own fields (dtype, scan_layers, ...).
+        """
+        with open(path) as f:
+            values = json.load(f)
+        source = "huggingface" if "model_type" in values else "google"
+        if source == "huggingface":
+            for key, required in _HF_REQUIRED.items():
+                if key in values and values.pop(key) != required:
+                    raise ValueError(f"{path}: {key} must be {required!r} for BERT")
+            for key in _HF_IGNORED:
+                values.pop(key, None)
+        unknown = sorted(set(values) - set(_JSON_FIELDS))
+        if unknown:
+            raise ValueError(f"{path}: unsupported key(s) {', '.join(unknown)}")
+        act = values.get("hidden_act")
+        if act not in _JSON_HIDDEN_ACTS[source]:
+            raise ValueError(
+                f"{path}: hidden_act={act!r} is not one of {', '.join(_JSON_HIDDEN_ACTS[source])}"
+            )
+        values["hidden_act"] = _JSON_HIDDEN_ACTS[source][act]
+        return cls.from_dict({**values, **overrides})
+
+
+# Compact sizes from Turc et al. (heads = H / 64); base and large from the BERT paper.
+#        (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
+_SIZES = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+PRESETS = {
+    name: dict(
+        zip(
+            ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"),
+            size,
+            strict=True,
+        )
+    )
+    for name, size in _SIZES.items()
+}
+
+_REQUIRED_FIELDS = tuple(
+    f for f in dataclasses.fields(BertConfig) if f.default is dataclasses.MISSING
+)
+# bert_config.json's fields, plus layer_norm_eps which Hugging Face's config.json adds.
+_JSON_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig))[:12]
+_JSON_HIDDEN_ACTS = {
+    "google": {"gelu": "gelu_tanh", "relu": "relu"},
+    "huggingface": {
+        "gelu": "gelu",
+        "gelu_new": "gelu_tanh",
+        "gelu_pytorch_tanh": "gelu_tanh",
+        "relu": "relu",
+    },
+}
+# Hugging Face keys that would change the architecture unless they have these values.
+_HF_REQUIRED = {
+    "model_type": "bert",
+    "position_embedding_type": "absolute",
+    "is_decoder": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
+# Hugging Face keys about its own runtime, tokenizer or fine-tuning: no effect on the weights.
+_HF_IGNORED = (
+    "architectures",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "use_cache",
+    "classifier_dropout",
+    "gradient_checkpointing",
+)
+
+
+def from_config(model_config: Any) -> BertConfig:
+    """Builds the BertConfig for `config.model`: a `preset` name plus overrides of any field."""
+    values = model_config.to_dict() if hasattr(model_config, "to_dict") else dict(model_config)
+    names = {f.name for f in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(values) - names - {"preset"})
+    if unknown:
+        raise ValueError(
+            f"unknown model option(s): {', '.join('config.model.' + k for k in unknown)}"
+        )
+    if "preset" not in values:
+        raise ValueError(f"config.model.preset is missing; presets: {', '.join(PRESETS)}")
+    return BertConfig.from_preset(values.pop("preset"), **values)
+
+
+def _fail(field: str, value: Any, why: str) -> None:
+    raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+
+
+def _check(c: BertConfig) -> None:
+    for field in (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+    ):
+        value = getattr(c, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            _fail(field, value, "must be a positive integer")
+    if c.hidden_size % c.num_attention_heads:
+        _fail(
+            "hidden_size",
+            c.hidden_size,
+            f"must be divisible by num_attention_heads={c.num_attention_heads}",
+        )
+    if c.hidden_act not in HIDDEN_ACTS:
+        _fail("hidden_act", c.hidden_act, f"must be one of {', '.join(HIDDEN_ACTS)}")
+    for field in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(c, field)
+        if not 0.0 <= value < 1.0:
+            _fail(field, value, "must be in [0, 1)")
+    for field in ("initializer_range", "layer_norm_eps"):
+        if not getattr(c, field) > 0.0:
+            _fail(field, getattr(c, field), "must be positive")
+    for field in ("dtype", "param_dtype"):
+        if getattr(c, field) not in DTYPES:
+            _fail(field, getattr(c, field), f"must be one of {', '.join(DTYPES)}")
+    if not isinstance(c.scan_layers, bool):
+        _fail("scan_layers", c.scan_layers, "must be a bool")
+    if c.remat_policy not in REMAT_POLICIES:
+        _fail("remat_policy", c.remat_policy, f"must be one of {', '.join(REMAT_POLICIES)}")
+    if c.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+        _fail(
+            "attention_implementation",
+            c.attention_implementation,
+            f"must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}",
+        )
+    if c.attention_implementation == "cudnn" and c.dtype != "bfloat16":
+        _fail("attention_implementation", "cudnn", "cuDNN attention needs dtype='bfloat16'")
+
+
+# The original's tf.truncated_normal_initializer(stddev): N(0, stddev^2) cut at
+# +-2 stddev. jax's truncated_normal(stddev) cuts the unit normal at +-2 before
+# scaling, the same distribution (its std is about 0.88 * stddev).
+def _kernel_init(config: BertConfig, names: tuple[str, ...]):
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(config.initializer_range), names
+    )
+
+
+def _layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=jnp.dtype(config.dtype),
+        param_dtype=jnp.dtype(config.param_dtype),
+        # Two-pass variance, as the original: E[x^2] - E[x]^2 loses digits when |mean| >> std.
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        name=name,
+    )
+
+
+def _embed(config: BertConfig, rows: int, row_axis: str) -> nn.Embed:
+    # Looked up in param_dtype: the three embeddings are summed before LayerNorm casts.
+    return nn.Embed(
+        rows,
+        config.hidden_size,
+        dtype=jnp.dtype(config.param_dtype),
+        param_dtype=jnp.dtype(config.param_dtype),
+        embedding_init=_kernel_init(config, (row_axis, "embed")),
+    )
+
+
+_ACTIVATIONS = {
+    "gelu_tanh": functools.partial(nn.gelu, approximate=True),
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "relu": nn.relu,
+}
+
+
+def _remat_policy(name: str):
+    return None if name == "full" else getattr(jax.checkpoint_policies, name)
+
+
+def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: jax.Array):
+    """Softmax attention with dropout on the probabilities, as the original trains.
+
+    jax.nn.dot_product_attention (and cuDNN through it) has no dropout, so the
+    model uses it whenever probabilities are not dropped, and this explicit form
+    only while training with attention_probs_dropout_prob > 0. Same layouts:
+    query/key/value [B, T|S, A, D], boolean mask broadcastable to [B, A, T, S].
+    """
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=jnp.float32)
+    logits = logits / np.sqrt(query.shape[-1]).astype(np.float32)
+    # finfo.min rather than -inf: a row with every key masked stays finite (uniform).
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
+    return jnp.einsum("bnts,bsnh->btnh", probs.astype(value.dtype), value)
+
+
+class Dense(nn.Module):
+    """x . kernel + bias, contracting the trailing axes of x that the kernel does not output.
+
+    The kernel is created in its final shape, so its logical names fit it from
+    the start; flax's DenseGeneral initializes a flattened kernel and applies
+    the names to that under a mesh (google/flax#3676).
+    """
+
+    config: BertConfig
+    features: int | tuple[int, ...]
+    kernel_axes: tuple[str, ...]
+    # Compute dtype when not config.dtype.
+    dtype: str | None = None
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
+        n_in = len(self.kernel_axes) - len(features)
+        kernel = self.param(
+            "kernel",
+            _kernel_init(c, self.kernel_axes),
+            (*x.shape[x.ndim - n_in :], *features),
+            jnp.dtype(c.param_dtype),
+        )
+        bias = self.param(
+            "bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, self.kernel_axes[n_in:]),
+            features,
+            jnp.dtype(c.param_dtype),
+        )
+        dtype = jnp.dtype(self.dtype or c.dtype)
+        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+        y = jax.lax.dot_general(x.astype(dtype), kernel.astype(dtype), (contract, ((), ())))
+        return y + bias.astype(dtype)
+
+
+class BertEmbeddings(nn.Module):
+    """Word + learned position + token type embeddings -> LayerNorm -> dropout."""
+
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        self.word_embeddings = _embed(c, c.vocab_size, "vocab")
+        self.position_embeddings = _embed(c, c.max_position_embeddings, "position")
+        self.token_type_embeddings = _embed(c, c.type_vocab_size, "token_type")
+        self.LayerNorm = _layer_norm(c)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def __call__(self, input_ids, segment_ids, *, deterministic: bool):
+        length = input_ids.shape[1]
+        if length > self.config.max_position_embeddings:
+            # An out-of-range jnp.take would silently read NaNs.
+            raise ValueError(
+                f"sequence length {length} exceeds "
+                f"max_position_embeddings={self.config.max_position_embeddings}"
+            )
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(jnp.arange(length))[None]
+            + self.token_type_embeddings(segment_ids)
+        )
+        x = self.dropout(self.LayerNorm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention, projected back to hidden_size (no residual)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        c = self.config
+        heads = (c.num_attention_heads, c.hidden_size // c.num_attention_heads)
+
+        def project(name):
+            y = Dense(c, heads, ("embed", "heads", "kv"), name=name)(x)
+            return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+
+        query, key, value = project("query"), project("key"), project("value")
+        if deterministic or c.attention_probs_dropout_prob == 0.0:
+            y = jax.nn.dot_product_attention(
+                query, key, value, mask=mask, implementation=c.attention_implementation
+            )
+        else:
+            y = attention_with_probs_dropout(
+                query,
+                key,
+                value,
+                mask,
+                rate=c.attention_probs_dropout_prob,
+                rng=self.make_rng("dropout"),
+            )
+        y = nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+        return Dense(c, c.hidden_size, ("heads", "kv", "embed"), name="output")(y)
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm transformer block.
+
+    Returns (hidden, None), the body signature nn.scan needs, in both encoder layouts.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        c = self.config
+        y = BertSelfAttention(c, name="attention")(x, mask, deterministic)
+        y = nn.Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+        x = _layer_norm(c, "attention_LayerNorm")(x + y)
+        y = Dense(c, c.intermediate_size, ("embed", "mlp"), name="intermediate")(x)
+        y = nn.with_logical_constraint(_ACTIVATIONS[c.hidden_act](y), ("batch", "length", "mlp"))
+        y = Dense(c, c.hidden_size, ("mlp", "embed"), name="output")(y)
+        y = nn.Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+        x = _layer_norm(c, "output_LayerNorm")(x + y)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
+
+
+class BertEncoder(nn.Module):
+    """num_hidden_layers BertLayers: `layer_0`, `layer_1`, ... or one scanned `layer`."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, input_mask, *, deterministic: bool):
+        c = self.config
+        # [B, 1, 1, S]: every query attends to every real key, never to padding.
+        mask = input_mask[:, None, None, :].astype(bool)
+        layer = BertLayer
+        if c.remat_policy != "none":
+            layer = nn.remat(
+                layer,
+                policy=_remat_policy(c.remat_policy),
+                # Inside scan the loop already stops XLA from merging the recomputation.
+                prevent_cse=not c.scan_layers,
+                static_argnums=(3,),  # deterministic (self is argument 0)
+            )
+        if c.scan_layers:
+            layers = nn.scan(
+                layer,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast),
+                length=c.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, _ = layers(c, name="layer")(x, mask, deterministic)
+        else:
+            for i in range(c.num_hidden_layers):
+                x, _ = layer(c, name=f"layer_{i}")(x, mask, deterministic)
+        return x
+
+
+class BertPooler(nn.Module):
+    """dense(H, tanh) on the [CLS] position."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output):
+        c = self.config
+        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(sequence_output[:, 0])
+        return jnp.tanh(x)
+
+
+class BertModel(nn.Module):
+    """The encoder that pretraining and fine-tuning share: (sequence_output, pooled_output)."""
+
+    config: BertConfig
+
+    def setup(self):
+        self.embeddings = BertEmbeddings(self.config)
+        self.encoder = BertEncoder(self.config)
+        self.pooler = BertPooler(self.config)
+
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        """int [B, L] inputs -> ([B, L, H], [B, H]) in config.dtype."""
+        x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+        x = self.encoder(x, input_mask, deterministic=deterministic)
+        return x, self.pooler(x)
+
+
+class BertMLMHead(nn.Module):
+    """Masked-LM logits at the masked positions only, against the tied word embeddings."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output, masked_lm_positions, word_embeddings):
+        """[B, L, H], int [B, P], [V, H] -> float32 [B, P, V]."""
+        c = self.config
+        x = jnp.take_along_axis(sequence_output, masked_lm_positions[..., None], axis=1)
+        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(x)
+        x = _layer_norm(c, "LayerNorm")(_ACTIVATIONS[c.hidden_act](x))
+        logits = jnp.einsum(
+            "bph,vh->bpv",
+            x,
+            word_embeddings.astype(x.dtype),
+            preferred_element_type=jnp.float32,
+        )
+        output_bias = self.param(
+            "output_bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (c.vocab_size,),
+            jnp.dtype(c.param_dtype),
+        )
+        logits = logits + output_bias.astype(jnp.float32)
+        return nn.with_logical_constraint(logits, ("batch", None, "vocab"))
+
+
+class BertForPreTraining(nn.Module):
+    """BertModel with the masked-LM and next-sentence heads."""
+
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        self.bert = BertModel(c)
+        self.predictions = BertMLMHead(c)
+        # Two logits from the pooled [CLS]; float32, the matmul is negligible.
+        self.seq_relationship = Dense(c, 2, ("embed", "classes"), dtype="float32")
+
+    def __call__(
+        self, input_ids, input_mask, segment_ids, masked_lm_positions, *, deterministic: bool
+    ):
+        """Batch features as in data_pipeline/schema.py -> (mlm [B, P, V], nsp [B, 2]) float32."""
+        sequence_output, pooled_output = self.bert(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        word_embeddings = self.bert.embeddings.word_embeddings.embedding
+        mlm_logits = self.predictions(sequence_output, masked_lm_positions, word_embeddings)
+        return mlm_logits, self.seq_relationship(pooled_output)

@@ -1,0 +1,173 @@
+"""The pretraining loop end to end: learning, exact resume, phase 2, accumulation, bad configs."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax import checkpoint, sharding, train
+from data_pipeline import config as data_config_lib
+from data_pipeline import make_pretraining_dataset
+from experiments.pretrain import tiny_cpu
+
+
+@pytest.fixture
+def config(bert_tokenizer_json):
+    """tiny_cpu, shrunk: a 2-layer model of width 64 on the bert-base-uncased vocab."""
+    c = tiny_cpu.get_config()
+    c.num_train_steps = 8
+    c.train_batch_size = 8
+    c.eval_batch_size = 8
+    c.num_eval_steps = 2
+    c.eval_every_steps = 4
+    c.checkpoint_every_steps = 4
+    c.log_every_steps = 2
+    c.optimizer.warmup_steps = 2
+    c.data.vocab_file = bert_tokenizer_json
+    c.data.vocab_size = 30522
+    c.data.max_seq_length = 64
+    c.data.max_predictions_per_seq = 10
+    c.data.document_buffer_size = 32
+    c.data.shuffle_buffer_size = 64
+    c.model.hidden_size = 64
+    c.model.num_attention_heads = 2
+    c.model.intermediate_size = 128
+    c.model.max_position_embeddings = 64
+    return c
+
+
+def read_metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def final_params(workdir, config):
+    run = train.build_run(config, workdir)
+    manager = checkpoint.make_manager(workdir, max_to_keep=5)
+    state = checkpoint.restore(manager, manager.latest_step(), run.abstract_state)
+    manager.close()
+    return jax.tree.map(np.asarray, state.params)
+
+
+def test_resume_continues_exactly(tmp_path, config):
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train.train_and_evaluate(config, straight)
+    train.train_and_evaluate(config, resumed, stop_after=4)
+    assert checkpoint.latest_step(resumed) == 4
+    train.train_and_evaluate(config, resumed)
+
+    a, b = final_params(straight, config), final_params(resumed, config)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)
+    lines_a = [m for m in read_metrics(straight) if m["split"] == "train"]
+    lines_b = [m for m in read_metrics(resumed) if m["split"] == "train"]
+    assert [m["step"] for m in lines_a] == [m["step"] for m in lines_b] == [2, 4, 6, 8]
+    for x, y in zip(lines_a, lines_b, strict=True):
+        for key in (
+            "loss",
+            "mlm_loss",
+            "mlm_accuracy",
+            "nsp_loss",
+            "nsp_accuracy",
+            "learning_rate",
+        ):
+            assert x[key] == y[key], (x["step"], key)
+    evals = [m for m in read_metrics(straight) if m["split"] == "eval"]
+    assert [m["step"] for m in evals] == [4, 8]
+    # The workdir describes the run on its own.
+    for name in ("config.json", "model_config.json", "vocab.json"):
+        assert os.path.exists(os.path.join(straight, name))
+
+
+def test_loss_goes_down(tmp_path, config):
+    config.num_train_steps = 40
+    config.log_every_steps = 10
+    config.eval_every_steps = 0
+    config.optimizer.learning_rate = 3e-3
+    config.optimizer.warmup_steps = 5
+    train.train_and_evaluate(config, str(tmp_path))
+    losses = [m["loss"] for m in read_metrics(str(tmp_path)) if m["split"] == "train"]
+    assert losses[-1] < losses[0] - 1.0
+
+
+def test_gradient_accumulation_equals_the_full_batch(config, tmp_path):
+    # Without dropout, two microbatches of 4 give the update of one batch of 8.
+    config.model.hidden_dropout_prob = 0.0
+    config.model.attention_probs_dropout_prob = 0.0
+    results = []
+    for microbatches in (1, 2):
+        config.optimizer.num_microbatches = microbatches
+        run = train.build_run(config, str(tmp_path / f"m{microbatches}"), devices=jax.devices()[:1])
+        with jax.set_mesh(run.mesh):
+            state = train.create_state(run)
+            step, _ = train.jit_steps(run)
+            batches = make_pretraining_dataset(run.data, split="train", batch_size=8, seed=0)
+            for host_batch in batches.take(2).as_numpy_iterator():
+                state, sums = step(
+                    state, sharding.make_global_batch(host_batch, run.mesh), jax.random.key(0)
+                )
+            results.append((jax.tree.map(np.asarray, state.params), float(sums["mlm_loss_sum"])))
+    (p1, loss1), (p2, loss2) = results
+    assert loss1 == pytest.approx(loss2, rel=1e-5)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-6), p1, p2)
+
+
+def test_phase_two_starts_from_another_runs_parameters(tmp_path, config):
+    phase1 = str(tmp_path / "phase1")
+    train.train_and_evaluate(config, phase1)
+    config.init_checkpoint = phase1
+    config.num_train_steps = 2
+    config.log_every_steps = 1
+    config.eval_every_steps = 0
+    config.optimizer.warmup_steps = 1
+    run = train.build_run(config, str(tmp_path / "phase2"))
+    with jax.set_mesh(run.mesh):
+        state = train.create_state(run)
+    expected = final_params(phase1, config)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_array_equal(np.asarray(x), y), state.params, expected
+    )
+    assert int(state.step) == 0
+
+
+@pytest.mark.parametrize(
+    "change,error,match",
+    [
+        ({"unknown_key": 1}, data_config_lib.ConfigError, "config.unknown_key"),
+        ({"data.max_seq_length": 128}, data_config_lib.ConfigError, "max_position_embeddings"),
+        ({"model.vocab_size": 1000}, data_config_lib.ConfigError, "config.model.vocab_size"),
+        ({"train_batch_size": 12}, sharding.MeshError, "config.train_batch_size=12"),
+        ({"mesh.data": 3}, sharding.MeshError, "config.mesh"),
+        ({"model.hidden_sizes": 3}, ValueError, "config.model.hidden_sizes"),
+        ({"optimizer.beta1": 0.9}, data_config_lib.ConfigError, "config.optimizer.beta1"),
+    ],
+)
+def test_bad_config_is_refused_before_compiling(tmp_path, config, change, error, match):
+    [(key, value)] = change.items()
+    target = config
+    *parents, leaf = key.split(".")
+    for parent in parents:
+        target = target[parent]
+    with target.ignore_type():
+        target.unlock()
+        target[leaf] = value
+    with pytest.raises(error, match=match):
+        train.build_run(config, str(tmp_path))
+
+
+def test_workdir_of_another_model_is_refused(tmp_path, config):
+    workdir = str(tmp_path)
+    train.train_and_evaluate(config, workdir, stop_after=1)
+    config.model.hidden_size = 32
+    with pytest.raises(checkpoint.CheckpointError, match="hidden_size"):
+        train.build_run(config, workdir)
+
+
+def test_non_finite_loss_stops_without_a_checkpoint(tmp_path, config):
+    config.optimizer.learning_rate = 1e30
+    config.optimizer.max_grad_norm = 0.0
+    config.num_train_steps = 6
+    with pytest.raises(train.TrainingError, match="non-finite loss .* step"):
+        train.train_and_evaluate(config, str(tmp_path))
+    assert checkpoint.latest_step(str(tmp_path)) in (None, 0)

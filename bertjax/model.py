@@ -61,6 +61,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from data_pipeline.config import ConfigError
+
 HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
 DTYPES = ("float32", "bfloat16")
 ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn")
@@ -128,7 +130,7 @@ class BertConfig:
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "BertConfig":
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+            raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
 
     @classmethod
@@ -136,10 +138,10 @@ class BertConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise ValueError(f"unknown BertConfig field(s): {', '.join(unknown)}")
+            raise ConfigError(f"unknown BertConfig field(s): {', '.join(unknown)}")
         missing = sorted(f.name for f in _REQUIRED_FIELDS if f.name not in values)
         if missing:
-            raise ValueError(f"missing BertConfig field(s): {', '.join(missing)}")
+            raise ConfigError(f"missing BertConfig field(s): {', '.join(missing)}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,15 +162,15 @@ class BertConfig:
         if source == "huggingface":
             for key, required in _HF_REQUIRED.items():
                 if key in values and values.pop(key) != required:
-                    raise ValueError(f"{path}: {key} must be {required!r} for BERT")
+                    raise ConfigError(f"{path}: {key} must be {required!r} for BERT")
             for key in _HF_IGNORED:
                 values.pop(key, None)
         unknown = sorted(set(values) - set(_JSON_FIELDS))
         if unknown:
-            raise ValueError(f"{path}: unsupported key(s) {', '.join(unknown)}")
+            raise ConfigError(f"{path}: unsupported key(s) {', '.join(unknown)}")
         act = values.get("hidden_act")
         if act not in _JSON_HIDDEN_ACTS[source]:
-            raise ValueError(
+            raise ConfigError(
                 f"{path}: hidden_act={act!r} is not one of {', '.join(_JSON_HIDDEN_ACTS[source])}"
             )
         values["hidden_act"] = _JSON_HIDDEN_ACTS[source][act]
@@ -239,16 +241,16 @@ def from_config(model_config: Any) -> BertConfig:
     names = {f.name for f in dataclasses.fields(BertConfig)}
     unknown = sorted(set(values) - names - {"preset"})
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"unknown model option(s): {', '.join('config.model.' + k for k in unknown)}"
         )
     if "preset" not in values:
-        raise ValueError(f"config.model.preset is missing; presets: {', '.join(PRESETS)}")
+        raise ConfigError(f"config.model.preset is missing; presets: {', '.join(PRESETS)}")
     return BertConfig.from_preset(values.pop("preset"), **values)
 
 
 def _fail(field: str, value: Any, why: str) -> None:
-    raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+    raise ConfigError(f"BertConfig.{field}={value!r}: {why}")
 
 
 def _check(c: BertConfig) -> None:

@@ -109,6 +109,25 @@ def logical_shardings(boxed_tree, mesh: Mesh):
     return nn.logical_to_mesh_sharding(specs, mesh, RULES)
 
 
+def check_divisible(abstract_tree, shardings) -> None:
+    """Every split dimension must divide evenly over its mesh axes; names the parameter."""
+    leaves = jax.tree_util.tree_flatten_with_path(abstract_tree)[0]
+    for (path, leaf), leaf_sharding in zip(leaves, jax.tree.leaves(shardings), strict=True):
+        mesh = leaf_sharding.mesh
+        for dim, axes in zip(leaf.shape, leaf_sharding.spec, strict=False):
+            if axes is None:
+                continue
+            axes = (axes,) if isinstance(axes, str) else axes
+            parts = math.prod(mesh.shape[axis] for axis in axes)
+            if dim % parts:
+                name = "/".join(str(getattr(key, "key", key)) for key in path)
+                raise MeshError(
+                    f"{name} has a dimension of {dim}, which does not split over mesh "
+                    f"axes {'x'.join(axes)} of size {parts}; change config.mesh "
+                    "(or pad the vocabulary to a multiple of the tensor axis)"
+                )
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 

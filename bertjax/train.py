@@ -213,6 +213,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
         functools.partial(_init_params, model=model, data=data), jax.random.key(0)
     )
     state_shardings = _state_shardings(abstract, boxed_params, mesh)
+    sharding.check_divisible(abstract.params, state_shardings.params)
     abstract_state = jax.tree.map(
         lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
         abstract,

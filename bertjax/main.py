@@ -13,7 +13,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bertjax import checkpoint, sharding, train
+from bertjax import checkpoint, report, sharding, train
 from data_pipeline import config as data_config_lib
 from data_pipeline.corpus import CorpusError
 from data_pipeline.instances import NotNextError
@@ -24,6 +24,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file.", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the vocab.")
+_FILL_MASK_EXAMPLES = flags.DEFINE_integer(
+    "fill_mask_examples", 0, "After training, show the model's guesses for N held-out sentences."
+)
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
     False,
@@ -53,7 +56,15 @@ def main(argv):
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     try:
-        train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        last_eval = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        if jax.process_index() == 0:
+            report.print_report(
+                _WORKDIR.value,
+                _CONFIG.value,
+                last_eval,
+                fill_mask_examples=_FILL_MASK_EXAMPLES.value,
+                out=sys.stdout,
+            )
     except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

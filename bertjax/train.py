@@ -413,6 +413,9 @@ def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
             if window is not None:
                 _checked(losses.summarize(window), step)
             checkpoint.save(manager, step, state)
+    if start_step >= last_step and config.eval_every_steps:
+        # Nothing left to train (a finished run started again): report where it stands.
+        last_eval = evaluate(run, state.params, p_eval_step)
     manager.wait_until_finished()
     manager.close()
     writer.close()

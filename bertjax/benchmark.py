@@ -1,0 +1,156 @@
+"""Compiles the real train step and measures it.
+
+    python -m bertjax.benchmark --config experiments/pretrain/tiny_cpu.py \
+        [--config.model.preset=small] [--steps 20] [--json]
+
+Prints compile time, median step time, tokens/s, the analytic model FLOPs per
+step, XLA's cost-analysis FLOPs, and the compiled memory. With --json the last
+line is one JSON object with the same figures. Batches are synthetic (random
+ids of the configured shapes), so the data pipeline is not measured here
+(data_pipeline.benchmark does that).
+"""
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+from flax import linen as nn
+from ml_collections import config_flags
+
+from bertjax import model as model_lib
+from bertjax import sharding, train
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file.", lock_config=True
+)
+_STEPS = flags.DEFINE_integer("steps", 20, "Timed steps after the first.")
+_JSON = flags.DEFINE_bool("json", False, "Also print the figures as one JSON object.")
+
+
+def analytic_flops_per_step(
+    model_config, *, batch_size: int, seq_len: int, predictions: int
+) -> float:
+    """Matmul FLOPs of one training step: 3x the forward pass (backward is 2x)."""
+    h, i, v = model_config.hidden_size, model_config.intermediate_size, model_config.vocab_size
+    per_layer = (
+        4 * 2 * seq_len * h * h  # query, key, value, output projections
+        + 2 * 2 * seq_len * seq_len * h  # scores and the weighted sum of values
+        + 2 * 2 * seq_len * h * i  # the feed-forward block
+    )
+    heads = 2 * h * h + 2 * h * 2 + predictions * (2 * h * h + 2 * h * v)
+    forward = batch_size * (model_config.num_hidden_layers * per_layer + heads)
+    return 3.0 * forward
+
+
+def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0):
+    rng = np.random.default_rng(seed)
+    positions = np.sort(rng.integers(1, seq_len - 1, (batch_size, predictions)), axis=1)
+    return {
+        "input_ids": rng.integers(5, vocab_size, (batch_size, seq_len)).astype(np.int32),
+        "input_mask": np.ones((batch_size, seq_len), np.int32),
+        "segment_ids": (np.arange(seq_len) >= seq_len // 2)
+        .astype(np.int32)[None]
+        .repeat(batch_size, 0),
+        "masked_lm_positions": positions.astype(np.int32),
+        "masked_lm_ids": rng.integers(5, vocab_size, (batch_size, predictions)).astype(np.int32),
+        "masked_lm_weights": np.ones((batch_size, predictions), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (batch_size,)).astype(np.int32),
+    }
+
+
+def synthetic_vocab(path: str, size: int) -> str:
+    """A vocab.txt of `size` entries: the five specials, then placeholder pieces."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += [f"piece{i}" for i in range(size - len(tokens))]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return path
+
+
+def measure(config, workdir: str, steps: int) -> dict:
+    config = config.copy_and_resolve_references()
+    vocab_size = model_lib.from_config(config.model).vocab_size
+    config.data.vocab_file = synthetic_vocab(os.path.join(workdir, "bench_vocab.txt"), vocab_size)
+    run = train.build_run(config, os.path.join(workdir, "run"))
+    batch_size, seq_len = config.train_batch_size, run.data.max_seq_length
+    predictions = run.data.max_predictions_per_seq
+    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+        state = train.create_state(run)
+        p_train_step, _ = train.jit_steps(run)
+        batch = sharding.make_global_batch(
+            synthetic_batch(batch_size, seq_len, predictions, run.model_config.vocab_size),
+            run.mesh,
+        )
+        rng = jax.random.key(0)
+        start = time.perf_counter()
+        compiled = p_train_step.lower(state, batch, rng).compile()
+        compile_s = time.perf_counter() - start
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list | tuple) else cost
+        memory = compiled.memory_analysis()
+        state, sums = compiled(state, batch, rng)
+        jax.block_until_ready(sums)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            state, sums = compiled(state, batch, rng)
+            jax.block_until_ready(sums)
+            times.append(time.perf_counter() - start)
+    step_time = statistics.median(times)
+    m = run.model_config
+    memory_bytes = (
+        memory.temp_size_in_bytes
+        + memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+    return {
+        "num_hidden_layers": m.num_hidden_layers,
+        "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "intermediate_size": m.intermediate_size,
+        "vocab_size": m.vocab_size,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "max_predictions_per_seq": predictions,
+        "compile_s": compile_s,
+        "step_time_s": step_time,
+        "tokens_per_s": batch_size * seq_len / step_time,
+        "analytic_flops_per_step": analytic_flops_per_step(
+            m, batch_size=batch_size, seq_len=seq_len, predictions=predictions
+        ),
+        "xla_flops_per_step": float(cost.get("flops", float("nan"))),
+        "memory_bytes": int(memory_bytes),
+    }
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.ERROR)
+    with tempfile.TemporaryDirectory() as workdir:
+        result = measure(_CONFIG.value, workdir, _STEPS.value)
+    r = result
+    print(
+        f"model L={r['num_hidden_layers']} H={r['hidden_size']} A={r['num_attention_heads']} "
+        f"I={r['intermediate_size']} V={r['vocab_size']}; batch {r['batch_size']} x {r['seq_len']}, "
+        f"{r['max_predictions_per_seq']} predictions; {jax.device_count()} {jax.devices()[0].platform} device(s)"
+    )
+    print(f"compile        {r['compile_s']:.1f} s")
+    print(f"step (median)  {r['step_time_s'] * 1000:.1f} ms   {r['tokens_per_s']:,.0f} tokens/s")
+    print(
+        f"FLOPs/step     analytic {r['analytic_flops_per_step']:.3e}   XLA {r['xla_flops_per_step']:.3e} "
+        f"({r['xla_flops_per_step'] / r['analytic_flops_per_step']:.2f}x)"
+    )
+    print(f"memory         {r['memory_bytes'] / 2**20:,.1f} MiB (compiled step)")
+    if _JSON.value:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["config"])
+    app.run(main)

@@ -1,0 +1,84 @@
+"""What a person reads at the end of a run: held-out accuracy against baselines, and fill-mask.
+
+The baselines are what a model with no understanding scores on the same
+held-out batches: always predicting the most frequent masked token, and always
+predicting the more frequent NSP label.
+"""
+
+import collections
+import random
+import re
+
+from bertjax import inference
+from data_pipeline import config as data_config_lib
+from data_pipeline import corpus, make_pretraining_dataset
+
+_WORD = re.compile(r"[A-Za-z]{4,}")
+
+
+def baselines(data_config, *, batch_size: int, num_batches: int) -> dict:
+    """Accuracies of constant predictions on the held-out batches the evaluation uses."""
+    dataset = make_pretraining_dataset(data_config, split="eval", batch_size=batch_size, seed=0)
+    if num_batches:
+        dataset = dataset.take(num_batches)
+    tokens = collections.Counter()
+    nsp = collections.Counter()
+    for batch in dataset.as_numpy_iterator():
+        weights = batch["masked_lm_weights"] > 0
+        tokens.update(batch["masked_lm_ids"][weights].tolist())
+        nsp.update(batch["next_sentence_labels"].tolist())
+    token, token_count = tokens.most_common(1)[0]
+    label, label_count = nsp.most_common(1)[0]
+    return {
+        "mlm_token": token,
+        "mlm_accuracy": token_count / sum(tokens.values()),
+        "nsp_label": label,
+        "nsp_accuracy": label_count / sum(nsp.values()),
+    }
+
+
+def held_out_sentences(data_config, count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`count` held-out sentences, each with one word swapped for [MASK]: (masked, word)."""
+    rng = random.Random(seed)
+    picked = []
+    for document in corpus.iter_documents(data_config, split="eval"):
+        for sentence in document.sentences:
+            words = sentence.split()
+            candidates = list(_WORD.finditer(sentence))
+            if 8 <= len(words) <= 24 and candidates:
+                match = rng.choice(candidates)
+                masked = sentence[: match.start()] + inference.MASK_TEXT + sentence[match.end() :]
+                picked.append((masked, match.group()))
+                break
+        if len(picked) == count:
+            break
+    return picked
+
+
+def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: int, out) -> None:
+    data = data_config_lib.from_config(config.data)
+    restored = inference.restore(workdir)
+    vocab = restored.tokenizer.vocab
+    data = data.replace(vocab_file=restored.tokenizer.vocab.path)
+    base = baselines(data, batch_size=config.eval_batch_size, num_batches=config.num_eval_steps)
+    if last_eval:
+        print(
+            f"\nheld-out MLM accuracy {last_eval['mlm_accuracy']:.3f} "
+            f"(baseline {base['mlm_accuracy']:.3f}: always {vocab.tokens[base['mlm_token']]!r}); "
+            f"perplexity {last_eval['mlm_perplexity']:.1f}",
+            file=out,
+        )
+        label = "NotNext" if base["nsp_label"] else "IsNext"
+        print(
+            f"held-out NSP accuracy {last_eval['nsp_accuracy']:.3f} "
+            f"(baseline {base['nsp_accuracy']:.3f}: always {label})",
+            file=out,
+        )
+    if not fill_mask_examples:
+        return
+    print(f"\nfill-mask on held-out sentences (model at step {restored.step}):", file=out)
+    for masked, word in held_out_sentences(data, fill_mask_examples):
+        [top] = inference.fill_mask(restored, masked, top_k=5)
+        guesses = "  ".join(f"{token} {p:.2f}" for token, p in top)
+        hit = "*" if word.lower() in [token for token, _ in top] else " "
+        print(f"  {masked}\n    answer {word!r}{hit}  top 5: {guesses}", file=out)

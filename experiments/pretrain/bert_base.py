@@ -1,0 +1,152 @@
+"""BERT-Base pretraining, phase 1: the paper's recipe at sequence length 128.
+
+    python -m bertjax.main --config experiments/pretrain/bert_base.py \
+        --workdir /gcs/YOUR_BUCKET/runs/bert_base --distributed
+
+Hardware: a Cloud TPU v4-32 slice (16 chips, 4 hosts), the paper's 16 TPU chips;
+any TPU or GPU setup whose device count divides the batch of 256 runs it unchanged
+(`--distributed` only on multi-host setups).
+
+Time: not measured with bertjax. The paper trained BERT-Base on 4 Cloud TPUs in
+Pod configuration (16 TPU chips) in 4 days for all 1,000,000 steps (paper,
+Appendix A.2); phase 1 is 90% of those steps. A lower bound from compute:
+17.9 TFLOP per step (bertjax.benchmark's analytic matmul count), 1.6e19 for
+900,000 steps, is 1 hour at the peak of a v4-32 (16 chips x 275 bf16 TFLOP/s);
+real runs reach a fraction of peak, and 900,000 sequential steps of 16
+sequences per chip may be bound by step latency instead. Measure your hardware
+with `python -m bertjax.benchmark --config experiments/pretrain/bert_base.py`
+(model) and `python -m data_pipeline.benchmark` (host pipeline).
+
+Expected result: REFERENCE.md's published numbers describe the finished model,
+i.e. after phase 2 (experiments/pretrain/bert_base_phase2.py): held-out MLM loss
+about 1.4 nats (perplexity about 4) and, after fine-tuning, SQuAD 1.1 dev F1 88.5.
+Phase 1 alone has no published figure; its held-out MLM loss at length 128
+should approach that level without reaching it. This config trains on Wikipedia
+only (see below), so the numbers are expected to land near the paper's, not on
+them; nothing here has been run to completion yet.
+
+Paths to override (every YOUR_BUCKET):
+- `data.vocab_file`: the released uncased vocabulary (30,522 entries), the
+  `vocab.txt` of Google's uncased_L-12_H-768_A-12.zip.
+- `data.tfds_data_dir`: a TFDS data dir holding wikipedia/20230601.en, prepared
+  once with `tfds build wikipedia/20230601.en --data_dir gs://YOUR_BUCKET/tensorflow_datasets`
+  (a Beam dataset: for the English dump use a distributed runner such as Dataflow).
+- The workdir, `data.vocab_file` and phase 2's `init_checkpoint` are read and
+  written with Python's local file API (bertjax/checkpoint.py, data_pipeline/vocab.py),
+  so they must be paths every host sees: a gcsfuse mount of the bucket
+  (`gcsfuse YOUR_BUCKET /gcs/YOUR_BUCKET` on each host) or an NFS share, not
+  gs:// URLs. TFDS and TFRecords are read through TensorFlow, which takes gs://.
+
+Data: the paper used BooksCorpus + English Wikipedia. TFDS has no BookCorpus with
+document boundaries, so this config reads Wikipedia from TFDS and masks online
+(dynamic masking, re-drawn every pass). To train on Wikipedia + BookCorpus, write
+both as text files in the original format (one sentence per line, a blank line
+between documents) and make offline TFRecords:
+
+    python -m data_pipeline.create_pretraining_data \
+        --config experiments/pretrain/bert_base.py --config.data.source=text \
+        --config.data.text_files='/data/wiki/*.txt,/data/books/*.txt' \
+        --output_dir gs://YOUR_BUCKET/bert_data/128 --num_workers 16
+
+then train with `--config.data.source=tfrecord
+--config.data.tfrecord_train_files='gs://YOUR_BUCKET/bert_data/128/train-*.tfrecord'
+--config.data.tfrecord_eval_files='gs://YOUR_BUCKET/bert_data/128/eval-*.tfrecord'`
+(the TFRecords are read with TensorFlow's file API, so gs:// works there). Phase 2
+needs its own TFRecords written with its max_seq_length and max_predictions_per_seq.
+
+Schedule (our decision, not the paper's): the paper describes one schedule over
+1,000,000 steps (10,000 warmup steps, then linear decay, to 0 at step 1M in
+the original optimization.py) and switches to length 512 for the last 100,000
+steps, so the rate is still about 1e-5 when length 128 ends. bertjax's schedule decays to 0 at `num_train_steps`
+and a run has one sequence length, so the two phases are two runs: this one,
+900,000 steps at length 128 decaying to 0 at its end, and phase 2, its own
+100,000-step schedule at length 512 starting from this run's parameters
+(`init_checkpoint`; the optimizer state starts fresh). Phase 1 therefore ends
+with a lower rate than the paper's; phase 2 starts where the paper's does.
+"""
+
+import ml_collections
+
+# Steps of the paper's whole run (both phases) and of each phase.
+PAPER_TOTAL_STEPS = 1_000_000
+PHASE1_STEPS = 900_000
+PHASE2_STEPS = PAPER_TOTAL_STEPS - PHASE1_STEPS
+PEAK_LEARNING_RATE = 1e-4
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    config.num_train_steps = PHASE1_STEPS
+    config.train_batch_size = 256  # global, over all hosts (paper: 256 sequences)
+    config.eval_batch_size = 256
+    # 100 x 256 = 25,600 held-out sequences, more than MLPerf's fixed 10,000.
+    config.num_eval_steps = 100
+    config.eval_every_steps = 10_000
+    config.checkpoint_every_steps = 10_000
+    config.checkpoints_to_keep = 2
+    config.log_every_steps = 100
+    # Another run's workdir to take the parameters from (phase 2), or ''.
+    config.init_checkpoint = ""
+    # Pure data parallelism: Base's parameters and Adam moments (about 1.3 GB in
+    # float32) fit on every chip, so sharding them would only add all-gathers.
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+
+    config.data = get_data_config()
+
+    config.model = ml_collections.ConfigDict()
+    config.model.preset = "base"
+    # 30,522: follows config.data.vocab_size, the released vocabulary's size.
+    config.model.vocab_size = config.data.get_ref("vocab_size")
+    # Matmuls in bfloat16 on TPU; parameters, LayerNorm, softmax and logits stay float32.
+    config.model.dtype = "bfloat16"
+
+    # The original optimization.py's values (REFERENCE.md, "Optimizer and schedule").
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "adamw"
+    config.optimizer.learning_rate = PEAK_LEARNING_RATE
+    config.optimizer.warmup_steps = 10_000
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 0.01
+    config.optimizer.max_grad_norm = 1.0
+    config.optimizer.num_microbatches = 1
+    return config
+
+
+def get_data_config() -> ml_collections.ConfigDict:
+    """Every field read by data_pipeline.DataConfig; tiny_cpu.py comments each one."""
+    data = ml_collections.ConfigDict()
+    data.source = "tfds"
+    data.text_files = ""
+    data.tfds_name = "wikipedia/20230601.en"
+    data.tfds_split = "train"
+    data.tfds_data_dir = "gs://YOUR_BUCKET/tensorflow_datasets"
+    data.tfds_text_field = "text"
+    data.tfrecord_train_files = ""
+    data.tfrecord_eval_files = ""
+    # 1% of the articles (tens of thousands) held out: far more than num_eval_steps
+    # needs, and each evaluation scans the split only until it has enough.
+    data.eval_fraction = 0.01
+    data.tokenizer = "wordpiece"
+    data.vocab_file = "/gcs/YOUR_BUCKET/bert/uncased_L-12_H-768_A-12/vocab.txt"
+    data.vocab_size = 30522
+    data.vocab_cache_dir = ""
+    data.do_lower_case = True
+    data.max_chars_per_word = 200
+    data.max_seq_length = 128
+    data.max_predictions_per_seq = 20
+    data.masked_lm_prob = 0.15
+    data.mask_token_prob = 0.8
+    data.random_token_prob = 0.1
+    data.whole_word_mask = False
+    data.short_seq_prob = 0.1
+    data.random_next_prob = 0.5
+    # Per host. Wikipedia comes roughly in article-id order; a large document
+    # buffer mixes topics and gives NotNext segments from unrelated articles.
+    data.document_buffer_size = 10_000
+    data.shuffle_buffer_size = 50_000
+    data.dupe_factor = 10
+    data.eval_seed = 1234
+    return data

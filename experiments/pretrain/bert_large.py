@@ -1,0 +1,42 @@
+"""BERT-Large pretraining, phase 1: the paper's recipe at sequence length 128.
+
+    python -m bertjax.main --config experiments/pretrain/bert_large.py \
+        --workdir /gcs/YOUR_BUCKET/runs/bert_large --distributed
+
+Hardware: a Cloud TPU v4-128 slice (64 chips, 16 hosts), the paper's 64 TPU
+chips; a v3-128 (64 chips, 128 cores) works too. The device count must divide
+the batch of 256.
+
+Time: not measured with bertjax. The paper trained BERT-Large on 16 Cloud TPUs
+(64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
+is 90% of those steps. A lower bound from compute: 61.6 TFLOP per step
+(bertjax.benchmark's analytic matmul count), 5.5e19 for 900,000 steps, is 53
+minutes at the peak of a v4-128 (64 chips x 275 bf16 TFLOP/s); real runs reach
+a fraction of peak. `python -m bertjax.benchmark --config
+experiments/pretrain/bert_large.py` measures a step on your hardware.
+
+Expected result: the published numbers describe the finished model, after
+phase 2 (experiments/pretrain/bert_large_phase2.py): SQuAD 1.1 dev F1 90.9 after
+fine-tuning, and MLPerf's BERT-Large target of masked-LM accuracy >= 0.720 on
+held-out sequences of length 512 (REFERENCE.md). Phase 1 alone has no published
+figure. Not yet reproduced with bertjax; this config trains on Wikipedia only.
+
+Everything else (the data, the paths to override, the offline TFRecords for
+Wikipedia + BookCorpus, and how the paper's single schedule is split into two
+runs) is as in experiments/pretrain/bert_base.py. The uncased vocabulary of the
+Large release is the same 30,522-entry file as Base's.
+"""
+
+from experiments.pretrain import bert_base
+
+
+def get_config():
+    config = bert_base.get_config()
+    config.model.preset = "large"
+    # Still pure data parallelism: parameters, gradients and both Adam moments of
+    # Large take about 5.4 GB in float32, which fits on a v4 chip (32 GiB) or a
+    # v3 core (16 GiB) next to 2-4 sequences' activations. Sharding them over
+    # fsdp (--config.mesh.fsdp=4) saves memory for larger per-device batches
+    # at the cost of an all-gather per layer.
+    config.mesh.fsdp = 1
+    return config

@@ -246,7 +246,9 @@ def from_config(model_config: Any) -> BertConfig:
         )
     if "preset" not in values:
         raise ConfigError(f"config.model.preset is missing; presets: {', '.join(PRESETS)}")
-    return BertConfig.from_preset(values.pop("preset"), **values)
+    preset = values.pop("preset")
+    # None leaves a field at the preset's value (experiment configs list every field).
+    return BertConfig.from_preset(preset, **{k: v for k, v in values.items() if v is not None})
 
 
 def _fail(field: str, value: Any, why: str) -> None:

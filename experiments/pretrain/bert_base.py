@@ -67,6 +67,8 @@ with a lower rate than the paper's; phase 2 starts where the paper's does.
 
 import ml_collections
 
+from experiments.pretrain import tiny_cpu
+
 # Steps of the paper's whole run (both phases) and of each phase.
 PAPER_TOTAL_STEPS = 1_000_000
 PHASE1_STEPS = 900_000
@@ -94,10 +96,8 @@ def get_config() -> ml_collections.ConfigDict:
 
     config.data = get_data_config()
 
-    config.model = ml_collections.ConfigDict()
-    config.model.preset = "base"
     # 30,522: follows config.data.vocab_size, the released vocabulary's size.
-    config.model.vocab_size = config.data.get_ref("vocab_size")
+    config.model = tiny_cpu.get_model_config("base", config.data.get_ref("vocab_size"))
     # Matmuls in bfloat16 on TPU; parameters, LayerNorm, softmax and logits stay float32.
     config.model.dtype = "bfloat16"
 

@@ -72,6 +72,38 @@ def get_data_config() -> ml_collections.ConfigDict:
     return data
 
 
+def get_model_config(preset: str, vocab_size) -> ml_collections.ConfigDict:
+    """`preset` plus every BertConfig field, None meaning the preset's value.
+
+    Listing the fields lets any of them be overridden on the command line
+    (`--config.model.num_hidden_layers=4`) although the config is locked.
+    """
+    model = ml_collections.ConfigDict()
+    # One of tiny, mini, small, medium, base, large.
+    model.preset = preset
+    model.vocab_size = vocab_size
+    for field, field_type in (
+        ("hidden_size", int),
+        ("num_hidden_layers", int),
+        ("num_attention_heads", int),
+        ("intermediate_size", int),
+        ("hidden_act", str),  # gelu_tanh (the original), gelu (exact erf) or relu
+        ("hidden_dropout_prob", float),
+        ("attention_probs_dropout_prob", float),
+        ("max_position_embeddings", int),
+        ("type_vocab_size", int),
+        ("initializer_range", float),
+        ("layer_norm_eps", float),
+        ("dtype", str),  # compute dtype: float32 or bfloat16
+        ("param_dtype", str),
+        ("scan_layers", bool),  # one nn.scan over the layers: faster compiles
+        ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
+        ("attention_implementation", str),  # xla, or cudnn on GPU
+    ):
+        model[field] = ml_collections.FieldReference(None, field_type=field_type)
+    return model
+
+
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
@@ -90,10 +122,8 @@ def get_config() -> ml_collections.ConfigDict:
 
     config.data = get_data_config()
 
-    config.model = ml_collections.ConfigDict()
-    config.model.preset = "tiny"
-    # Follows config.data.vocab_size unless set on its own.
-    config.model.vocab_size = config.data.get_ref("vocab_size")
+    # vocab_size follows config.data.vocab_size unless set on its own.
+    config.model = get_model_config("tiny", config.data.get_ref("vocab_size"))
 
     config.optimizer = ml_collections.ConfigDict()
     config.optimizer.name = "adamw"

@@ -44,6 +44,9 @@ def setup(bert_tokenizer_json):
     config.model.num_attention_heads = 4
     config.model.intermediate_size = 128
     config.model.max_position_embeddings = 32
+    # With dropout, so the per-device random bits must agree with one device's too.
+    config.model.hidden_dropout_prob = 0.1
+    config.model.attention_probs_dropout_prob = 0.1
     config.optimizer.warmup_steps = 1
     config.optimizer.learning_rate = 1e-2
     batches = list(

@@ -124,11 +124,14 @@ def get_config() -> ml_collections.ConfigDict:
 
     # vocab_size follows config.data.vocab_size unless set on its own.
     config.model = get_model_config("tiny", config.data.get_ref("vocab_size"))
+    # No dropout: a short run on a small corpus learns faster without it.
+    config.model.hidden_dropout_prob = 0.0
+    config.model.attention_probs_dropout_prob = 0.0
 
     config.optimizer = ml_collections.ConfigDict()
     config.optimizer.name = "adamw"
-    config.optimizer.learning_rate = 1e-3
-    config.optimizer.warmup_steps = 300
+    config.optimizer.learning_rate = 2e-3
+    config.optimizer.warmup_steps = 100
     config.optimizer.b1 = 0.9
     config.optimizer.b2 = 0.999
     config.optimizer.eps = 1e-6

@@ -1,12 +1,15 @@
-"""BERT-Tiny pretraining data on the built-in corpus, on a laptop CPU.
+"""BERT-Tiny pretraining on the built-in corpus, on a laptop CPU: the run of `make demo`.
 
-    python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py
+    python -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir demo_out \
+        --fill_mask_examples 5
 
-Hardware: any CPU; 2 cores suffice. Time: under a minute, learning the 4,096
-entry WordPiece vocab included (cached after the first run). Expected: decoded
-examples and statistics showing about 15% of tokens predicted (80% [MASK], 10%
-random, 10% unchanged), a little over 50% NotNext, no special token masked.
-The model and training fields arrive with the training loop.
+Hardware: any CPU; 2 cores suffice. Time: about 11 minutes on 2 cores
+(3,000 steps of 32 x 128 tokens at about 5 steps/s), plus a few seconds to
+learn the 4,096-entry vocabulary the first time. Expected result: held-out MLM
+accuracy about 0.165 against 0.053 for always guessing the most frequent token,
+NSP accuracy about 0.72 against 0.56.
+
+The data side alone: `python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py`.
 """
 
 import ml_collections

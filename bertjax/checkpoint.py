@@ -19,7 +19,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bertjax.model import BertConfig
+from bertjax.model import SHAPE_FIELDS, BertConfig
 
 CONFIG_FILE = "config.json"
 MODEL_CONFIG_FILE = "model_config.json"
@@ -99,16 +99,7 @@ def read_model_config(workdir: str) -> BertConfig | None:
 
 def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> None:
     """Fails when a saved model's parameter shapes differ from this run's."""
-    shape_fields = (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-        "type_vocab_size",
-    )
-    for name in shape_fields:
+    for name in SHAPE_FIELDS:
         if getattr(saved, name) != getattr(current, name):
             raise CheckpointError(
                 f"{where}: the saved model has {name}={getattr(saved, name)}, this run "

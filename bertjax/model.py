@@ -255,16 +255,20 @@ def _fail(field: str, value: Any, why: str) -> None:
     raise ConfigError(f"BertConfig.{field}={value!r}: {why}")
 
 
+# The fields that fix parameter shapes: checkpoints of a model must agree on them.
+SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
+
+
 def _check(c: BertConfig) -> None:
-    for field in (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-        "type_vocab_size",
-    ):
+    for field in SHAPE_FIELDS:
         value = getattr(c, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             _fail(field, value, "must be a positive integer")

@@ -63,3 +63,34 @@ def sentencepiece_model(tmp_path_factory) -> str:
         minloglevel=2,
     )
     return f"{prefix}.model"
+
+
+@pytest.fixture(scope="session")
+def make_small_config(bert_tokenizer_json):
+    """Builds tiny_cpu shrunk for tests: 8 steps, a 2-layer width-64 model, the real vocab."""
+
+    def make():
+        from experiments.pretrain import tiny_cpu
+
+        c = tiny_cpu.get_config()
+        c.num_train_steps = 8
+        c.train_batch_size = 8
+        c.eval_batch_size = 8
+        c.num_eval_steps = 2
+        c.eval_every_steps = 4
+        c.checkpoint_every_steps = 4
+        c.log_every_steps = 2
+        c.optimizer.warmup_steps = 2
+        c.data.vocab_file = bert_tokenizer_json
+        c.data.vocab_size = 30522
+        c.data.max_seq_length = 64
+        c.data.max_predictions_per_seq = 10
+        c.data.document_buffer_size = 32
+        c.data.shuffle_buffer_size = 64
+        c.model.hidden_size = 64
+        c.model.num_attention_heads = 2
+        c.model.intermediate_size = 128
+        c.model.max_position_embeddings = 64
+        return c
+
+    return make

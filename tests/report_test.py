@@ -7,29 +7,13 @@ import numpy as np
 import pytest
 
 from bertjax import checkpoint, inference, report, train
-from experiments.pretrain import tiny_cpu
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, bert_tokenizer_json):
-    config = tiny_cpu.get_config()
+def trained(tmp_path_factory, make_small_config):
+    config = make_small_config()
     config.num_train_steps = 4
-    config.train_batch_size = 8
-    config.eval_batch_size = 8
-    config.num_eval_steps = 2
-    config.eval_every_steps = 4
     config.log_every_steps = 4
-    config.optimizer.warmup_steps = 1
-    config.data.vocab_file = bert_tokenizer_json
-    config.data.vocab_size = 30522
-    config.data.max_seq_length = 64
-    config.data.max_predictions_per_seq = 10
-    config.data.document_buffer_size = 32
-    config.data.shuffle_buffer_size = 64
-    config.model.hidden_size = 64
-    config.model.num_attention_heads = 2
-    config.model.intermediate_size = 128
-    config.model.max_position_embeddings = 64
     workdir = str(tmp_path_factory.mktemp("run"))
     last_eval = train.train_and_evaluate(config, workdir)
     return config, workdir, last_eval

@@ -10,32 +10,11 @@ import pytest
 from bertjax import checkpoint, sharding, train
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset
-from experiments.pretrain import tiny_cpu
 
 
 @pytest.fixture
-def config(bert_tokenizer_json):
-    """tiny_cpu, shrunk: a 2-layer model of width 64 on the bert-base-uncased vocab."""
-    c = tiny_cpu.get_config()
-    c.num_train_steps = 8
-    c.train_batch_size = 8
-    c.eval_batch_size = 8
-    c.num_eval_steps = 2
-    c.eval_every_steps = 4
-    c.checkpoint_every_steps = 4
-    c.log_every_steps = 2
-    c.optimizer.warmup_steps = 2
-    c.data.vocab_file = bert_tokenizer_json
-    c.data.vocab_size = 30522
-    c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
-    c.data.document_buffer_size = 32
-    c.data.shuffle_buffer_size = 64
-    c.model.hidden_size = 64
-    c.model.num_attention_heads = 2
-    c.model.intermediate_size = 128
-    c.model.max_position_embeddings = 64
-    return c
+def config(make_small_config):
+    return make_small_config()
 
 
 def read_metrics(workdir):

@@ -116,37 +116,18 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def get_data_config() -> ml_collections.ConfigDict:
-    """Every field read by data_pipeline.DataConfig; tiny_cpu.py comments each one."""
-    data = ml_collections.ConfigDict()
+    """tiny_cpu.py's data config (which comments every field) with Wikipedia's values."""
+    data = tiny_cpu.get_data_config()
     data.source = "tfds"
-    data.text_files = ""
     data.tfds_name = "wikipedia/20230601.en"
-    data.tfds_split = "train"
     data.tfds_data_dir = "gs://YOUR_BUCKET/tensorflow_datasets"
-    data.tfds_text_field = "text"
-    data.tfrecord_train_files = ""
-    data.tfrecord_eval_files = ""
     # 1% of the articles (tens of thousands) held out: far more than num_eval_steps
     # needs, and each evaluation scans the split only until it has enough.
     data.eval_fraction = 0.01
-    data.tokenizer = "wordpiece"
     data.vocab_file = "/gcs/YOUR_BUCKET/bert/uncased_L-12_H-768_A-12/vocab.txt"
     data.vocab_size = 30522
-    data.vocab_cache_dir = ""
-    data.do_lower_case = True
-    data.max_chars_per_word = 200
-    data.max_seq_length = 128
-    data.max_predictions_per_seq = 20
-    data.masked_lm_prob = 0.15
-    data.mask_token_prob = 0.8
-    data.random_token_prob = 0.1
-    data.whole_word_mask = False
-    data.short_seq_prob = 0.1
-    data.random_next_prob = 0.5
     # Per host. Wikipedia comes roughly in article-id order; a large document
     # buffer mixes topics and gives NotNext segments from unrelated articles.
     data.document_buffer_size = 10_000
     data.shuffle_buffer_size = 50_000
-    data.dupe_factor = 10
-    data.eval_seed = 1234
     return data

@@ -40,8 +40,10 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     """Reads `num_batches` batches, prints examples and statistics; returns them as dicts."""
     out = out or sys.stdout
     data = config_lib.from_config(config.data)
-    if "model" in config and "max_position_embeddings" in config.model:
-        config_lib.check_max_positions(data, config.model.max_position_embeddings)
+    # Set explicitly in the config; a preset's own value is checked by the trainer.
+    positions = config.model.get("max_position_embeddings") if "model" in config else None
+    if positions is not None:
+        config_lib.check_max_positions(data, positions)
     corpus_stats = corpus.CorpusStats()
     start = time.perf_counter()
     vocab_file = resolve_vocab_file(data)

@@ -98,3 +98,15 @@ def test_cli_names_a_bad_option():
     assert result.returncode == 2
     assert "config.data.max_seq_length=4" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_sequence_longer_than_the_model_positions_is_refused(bert_tokenizer_json):
+    from data_pipeline import config as config_lib
+
+    config = tiny_cpu.get_config()
+    config.data.vocab_file = bert_tokenizer_json
+    config.model.max_position_embeddings = 64
+    with pytest.raises(config_lib.ConfigError, match="max_position_embeddings=64"):
+        inspect.inspect(
+            config, split="train", num_batches=1, batch_size=2, num_examples=0, dump=None
+        )

@@ -156,6 +156,13 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be >= 0")
+    if jax.process_count() > 1 and config.eval_every_steps and not config.num_eval_steps:
+        # Every host must run the same number of eval steps (they are collective),
+        # and hosts' shares of the held-out split differ in size.
+        raise data_config_lib.ConfigError(
+            "config.num_eval_steps=0 (the whole split) works on one host only; "
+            f"set it for this {jax.process_count()}-host run"
+        )
     microbatches = optim.from_config(config.optimizer).num_microbatches
     if config.train_batch_size % microbatches:
         raise data_config_lib.ConfigError(

@@ -150,3 +150,11 @@ def test_non_finite_loss_stops_without_a_checkpoint(tmp_path, config):
     with pytest.raises(train.TrainingError, match="non-finite loss .* step"):
         train.train_and_evaluate(config, str(tmp_path))
     assert checkpoint.latest_step(str(tmp_path)) in (None, 0)
+
+
+def test_multi_host_eval_needs_a_fixed_number_of_steps(tmp_path, config, monkeypatch):
+    # A second host cannot exist here; only its count matters to this check.
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    config.num_eval_steps = 0
+    with pytest.raises(data_config_lib.ConfigError, match="config.num_eval_steps=0"):
+        train.build_run(config, str(tmp_path))

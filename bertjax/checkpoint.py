@@ -107,6 +107,18 @@ def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> 
             )
 
 
+VOCAB_NAMES = ("vocab.txt", "vocab.json", "vocab.model")
+
+
+def workdir_vocab(workdir: str) -> str | None:
+    """The vocabulary write_run_description copied into the workdir, if any."""
+    for name in VOCAB_NAMES:
+        path = os.path.join(workdir, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def write_run_description(workdir: str, config, model_config: BertConfig, vocab_file: str) -> str:
     """Writes config, model config and vocab into the workdir; returns the workdir vocab path."""
     if jax.process_index() != 0:

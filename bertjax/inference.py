@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
+from flax import linen as nn
 
 from bertjax import checkpoint
 from bertjax.model import BertConfig, BertForPreTraining
@@ -41,11 +42,9 @@ def restore(workdir: str, step: int | None = None) -> Restored:
     with open(os.path.join(workdir, checkpoint.CONFIG_FILE), encoding="utf-8") as f:
         run_config = json.load(f)
     data = data_config_lib.from_config(run_config["data"])
-    vocab_file = next(
-        os.path.join(workdir, name)
-        for name in ("vocab.txt", "vocab.json", "vocab.model")
-        if os.path.exists(os.path.join(workdir, name))
-    )
+    vocab_file = checkpoint.workdir_vocab(workdir)
+    if vocab_file is None:
+        raise checkpoint.CheckpointError(f"{workdir}: no vocabulary (vocab.txt, .json or .model)")
     tokenizer = make_tokenizer(data, vocab_file)
     step = checkpoint.latest_step(workdir) if step is None else step
     if step is None:
@@ -55,7 +54,7 @@ def restore(workdir: str, step: int | None = None) -> Restored:
     def init(rng):
         ids = jnp.zeros((1, 8), jnp.int32)
         variables = model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
-        return jax.tree.map(lambda x: getattr(x, "value", x), variables["params"], is_leaf=_boxed)
+        return nn.meta.unbox(variables["params"])
 
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(
@@ -64,10 +63,6 @@ def restore(workdir: str, step: int | None = None) -> Restored:
     )
     params = checkpoint.restore_params(workdir, abstract, step)
     return Restored(model=model, params=params, config=model_config, tokenizer=tokenizer, step=step)
-
-
-def _boxed(x) -> bool:
-    return hasattr(x, "unbox")
 
 
 def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:

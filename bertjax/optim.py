@@ -114,24 +114,15 @@ def make_optimizer(optimizer_config: Any, num_train_steps: int) -> optax.Gradien
     """
     config = from_config(optimizer_config)
     schedule = learning_rate_schedule(config, num_train_steps)
-    if config.name == "adamw":
-        tx = optax.adamw(
-            schedule,
-            b1=config.b1,
-            b2=config.b2,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            mask=weight_decay_mask,
-        )
-    else:
-        tx = optax.lamb(
-            schedule,
-            b1=config.b1,
-            b2=config.b2,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            mask=weight_decay_mask,
-        )
+    optimizer = optax.adamw if config.name == "adamw" else optax.lamb
+    tx = optimizer(
+        schedule,
+        b1=config.b1,
+        b2=config.b2,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        mask=weight_decay_mask,
+    )
     if config.max_grad_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), tx)
     return tx

@@ -9,7 +9,6 @@ dropout rngs are folded from the step).
 
 import dataclasses
 import functools
-import os
 import time
 from typing import Any
 
@@ -241,11 +240,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
 
 def _vocab_file(workdir: str, data) -> str:
     """The run's vocabulary: the workdir's copy when resuming, else the configured or learned one."""
-    for name in ("vocab.txt", "vocab.json", "vocab.model"):
-        path = os.path.join(workdir, name)
-        if os.path.exists(path):
-            return path
-    return resolve_vocab_file(data)
+    return checkpoint.workdir_vocab(workdir) or resolve_vocab_file(data)
 
 
 def _init_params(rng, *, model, data):

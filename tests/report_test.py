@@ -57,3 +57,15 @@ def test_report_prints_accuracy_baselines_and_guesses(trained):
     assert "held-out MLM accuracy" in text and "baseline" in text
     assert "held-out NSP accuracy" in text
     assert text.count("answer ") == 2 and "top 5:" in text
+
+
+def test_restore_names_what_the_workdir_lacks(trained, tmp_path):
+    import shutil
+
+    _, workdir, _ = trained
+    with pytest.raises(checkpoint.CheckpointError, match="model_config.json"):
+        inference.restore(str(tmp_path))
+    for name in (checkpoint.CONFIG_FILE, checkpoint.MODEL_CONFIG_FILE):
+        shutil.copy(f"{workdir}/{name}", tmp_path / name)
+    with pytest.raises(checkpoint.CheckpointError, match="no vocabulary"):
+        inference.restore(str(tmp_path))

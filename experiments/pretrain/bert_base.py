@@ -77,8 +77,8 @@ PEAK_LEARNING_RATE = 1e-4
 
 
 def get_config() -> ml_collections.ConfigDict:
-    config = ml_collections.ConfigDict()
-    config.seed = 0
+    """tiny_cpu.py's config (which comments every key) with the paper's values."""
+    config = tiny_cpu.get_config()
     config.num_train_steps = PHASE1_STEPS
     config.train_batch_size = 256  # global, over all hosts (paper: 256 sequences)
     config.eval_batch_size = 256
@@ -86,38 +86,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.num_eval_steps = 100
     config.eval_every_steps = 10_000
     config.checkpoint_every_steps = 10_000
-    config.checkpoints_to_keep = 2
-    config.log_every_steps = 100
-    # Another run's workdir to take the parameters from (phase 2), or ''.
-    config.init_checkpoint = ""
-    # Pure data parallelism: Base's parameters and Adam moments (about 1.3 GB in
-    # float32) fit on every chip, so sharding them would only add all-gathers.
-    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    # Pure data parallelism (tiny_cpu's mesh): Base's parameters and Adam moments
+    # (about 1.3 GB in float32) fit on every chip, so sharding them would only add
+    # all-gathers.
 
-    config.data = get_data_config()
-
-    # 30,522: follows config.data.vocab_size, the released vocabulary's size.
-    config.model = tiny_cpu.get_model_config("base", config.data.get_ref("vocab_size"))
-    # Matmuls in bfloat16 on TPU; parameters, LayerNorm, softmax and logits stay float32.
-    config.model.dtype = "bfloat16"
-
-    # The original optimization.py's values (REFERENCE.md, "Optimizer and schedule").
-    config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"
-    config.optimizer.learning_rate = PEAK_LEARNING_RATE
-    config.optimizer.warmup_steps = 10_000
-    config.optimizer.b1 = 0.9
-    config.optimizer.b2 = 0.999
-    config.optimizer.eps = 1e-6
-    config.optimizer.weight_decay = 0.01
-    config.optimizer.max_grad_norm = 1.0
-    config.optimizer.num_microbatches = 1
-    return config
-
-
-def get_data_config() -> ml_collections.ConfigDict:
-    """tiny_cpu.py's data config (which comments every field) with Wikipedia's values."""
-    data = tiny_cpu.get_data_config()
+    data = config.data
     data.source = "tfds"
     data.tfds_name = "wikipedia/20230601.en"
     data.tfds_data_dir = "gs://YOUR_BUCKET/tensorflow_datasets"
@@ -125,9 +98,19 @@ def get_data_config() -> ml_collections.ConfigDict:
     # needs, and each evaluation scans the split only until it has enough.
     data.eval_fraction = 0.01
     data.vocab_file = "/gcs/YOUR_BUCKET/bert/uncased_L-12_H-768_A-12/vocab.txt"
+    # 30,522, the released vocabulary's size; config.model.vocab_size follows it.
     data.vocab_size = 30522
     # Per host. Wikipedia comes roughly in article-id order; a large document
     # buffer mixes topics and gives NotNext segments from unrelated articles.
     data.document_buffer_size = 10_000
     data.shuffle_buffer_size = 50_000
-    return data
+
+    config.model = tiny_cpu.get_model_config("base", data.get_ref("vocab_size"))
+    # Matmuls in bfloat16 on TPU; parameters, LayerNorm, softmax and logits stay float32.
+    config.model.dtype = "bfloat16"
+
+    # The original optimization.py's values; b1, b2, eps, weight decay and
+    # clipping are tiny_cpu's already.
+    config.optimizer.learning_rate = PEAK_LEARNING_RATE
+    config.optimizer.warmup_steps = 10_000
+    return config

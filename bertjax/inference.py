@@ -1,12 +1,23 @@
-"""Using a trained workdir from Python: restore it, then ask the model to fill in masks.
+"""Using a trained or converted checkpoint from Python (a notebook, a script).
 
-restored = bertjax.inference.restore("demo_out")
-fill_mask(restored, "The [MASK] statement raises an exception.")
+    import bertjax
+    restored = bertjax.restore("demo_out")          # latest step; step=N for another
+    bertjax.fill_mask(restored, "The [MASK] statement raises an exception.")
+    out = bertjax.encode(restored, ["first text", "second text"])
+    vectors = bertjax.embed(restored, texts)         # mean-pooled, [N, hidden]
+    bertjax.next_sentence(restored, "A sentence.", "The one after it?")
+
+`restore` takes a pretraining workdir or one written by `bertjax.convert
+import`. It restores onto the first local device, whatever mesh wrote the
+checkpoint, or sharded over `mesh` when one is given. Encoder layers come back
+in the loop layout (`layer_0`, `layer_1`, ...) even from a `scan_layers` run,
+so notebooks can index them.
 """
 
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -15,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
-from bertjax import checkpoint
-from bertjax.model import BertConfig, BertForPreTraining
+from bertjax import checkpoint, sharding
+from bertjax.model import BertConfig, BertForPreTraining, BertModel
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -25,44 +36,175 @@ MASK_TEXT = "[MASK]"
 
 @dataclasses.dataclass
 class Restored:
-    """A model with its parameters, config and tokenizer, on the local devices."""
+    """A model with its parameters, config and tokenizer."""
 
     model: BertForPreTraining
     params: Any
     config: BertConfig
     tokenizer: Any
     step: int
+    # The sequence length the run trained with; longer inputs are refused.
+    max_seq_length: int
 
 
-def restore(workdir: str, step: int | None = None) -> Restored:
-    """Restores a pretraining workdir (latest or `step`) onto the local default device."""
-    model_config = checkpoint.read_model_config(workdir)
-    if model_config is None:
-        raise checkpoint.CheckpointError(f"{workdir}: no {checkpoint.MODEL_CONFIG_FILE}")
-    with open(os.path.join(workdir, checkpoint.CONFIG_FILE), encoding="utf-8") as f:
-        run_config = json.load(f)
-    data = data_config_lib.from_config(run_config["data"])
-    vocab_file = checkpoint.workdir_vocab(workdir)
+def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None = None) -> Restored:
+    """Restores a workdir's checkpoint (latest or `step`), on one device or over `mesh`."""
+    saved_config = checkpoint.read_model_config(path)
+    if saved_config is None:
+        raise checkpoint.CheckpointError(
+            f"{path}: no {checkpoint.MODEL_CONFIG_FILE}; expected a bertjax workdir "
+            "(a training run or the output of `python -m bertjax.convert import`)"
+        )
+    config_path = os.path.join(path, checkpoint.CONFIG_FILE)
+    if not os.path.exists(config_path):
+        raise checkpoint.CheckpointError(f"{path}: no {checkpoint.CONFIG_FILE}")
+    with open(config_path, encoding="utf-8") as f:
+        data = data_config_lib.from_config(json.load(f)["data"])
+    vocab_file = checkpoint.workdir_vocab(path)
     if vocab_file is None:
-        raise checkpoint.CheckpointError(f"{workdir}: no vocabulary (vocab.txt, .json or .model)")
+        raise checkpoint.CheckpointError(f"{path}: no vocabulary (vocab.txt, .json or .model)")
     tokenizer = make_tokenizer(data, vocab_file)
-    step = checkpoint.latest_step(workdir) if step is None else step
+    step = checkpoint.latest_step(path) if step is None else step
     if step is None:
-        raise checkpoint.CheckpointError(f"{workdir}: no checkpoint to restore")
-    model = BertForPreTraining(model_config)
+        raise checkpoint.CheckpointError(f"{path}: no checkpoint to restore")
 
-    def init(rng):
-        ids = jnp.zeros((1, 8), jnp.int32)
-        variables = model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
-        return nn.meta.unbox(variables["params"])
-
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    # The checkpoint's own layout first; then the loop layout for inference.
+    saved_model = BertForPreTraining(saved_config)
+    boxed = jax.eval_shape(lambda rng: _init(saved_model, rng), jax.random.key(0))
+    if mesh is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree.map(lambda _: device, nn.meta.unbox(boxed))
+    else:
+        shardings = sharding.logical_shardings(boxed, mesh)
     abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(init, jax.random.key(0)),
+        lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
+        nn.meta.unbox(boxed),
+        shardings,
     )
-    params = checkpoint.restore_params(workdir, abstract, step)
-    return Restored(model=model, params=params, config=model_config, tokenizer=tokenizer, step=step)
+    params = checkpoint.restore_params(path, abstract, step)
+    config = dataclasses.replace(saved_config, scan_layers=False, remat_policy="none")
+    if saved_config.scan_layers:
+        params = _unstack_layers(params, config.num_hidden_layers)
+    return Restored(
+        model=BertForPreTraining(config),
+        params=params,
+        config=config,
+        tokenizer=tokenizer,
+        step=step,
+        max_seq_length=min(data.max_seq_length, config.max_position_embeddings),
+    )
+
+
+def _init(model: BertForPreTraining, rng):
+    ids = jnp.zeros((1, 8), jnp.int32)
+    return model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)["params"]
+
+
+def _unstack_layers(params, num_layers: int):
+    """bert/encoder/layer with a leading layers axis -> bert/encoder/layer_0 ... layer_{n-1}."""
+    stacked = params["bert"]["encoder"]["layer"]
+    encoder = {f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_layers)}
+    return {**params, "bert": {**params["bert"], "encoder": encoder}}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _pack(restored: Restored, texts_a: Sequence[str], texts_b: Sequence[str] | None = None):
+    """[CLS] A [SEP] (B [SEP]) per row, padded to the longest row: numpy ids, mask, segments.
+
+    Texts longer than the run's max_seq_length are refused rather than cut: a
+    notebook answer about a silently truncated text would mislead.
+    """
+    vocab = restored.tokenizer.vocab
+    if isinstance(texts_a, str):
+        raise TypeError("pass a list of texts, not one string")
+    tokens_a = restored.tokenizer.tokenize(tf.constant(list(texts_a), tf.string)).to_list()
+    tokens_b = (
+        restored.tokenizer.tokenize(tf.constant(list(texts_b), tf.string)).to_list()
+        if texts_b is not None
+        else [None] * len(tokens_a)
+    )
+    rows = []
+    for index, (a, b) in enumerate(zip(tokens_a, tokens_b, strict=True)):
+        ids = [vocab.cls_id, *a, vocab.sep_id]
+        segments = [0] * len(ids)
+        if b is not None:
+            ids += [*b, vocab.sep_id]
+            segments += [1] * (len(b) + 1)
+        if len(ids) > restored.max_seq_length:
+            raise ValueError(
+                f"text {index} is {len(ids)} tokens with [CLS]/[SEP], longer than the "
+                f"model's max_seq_length {restored.max_seq_length}"
+            )
+        rows.append((ids, segments))
+    length = max(len(ids) for ids, _ in rows)
+    input_ids = np.zeros((len(rows), length), np.int32)
+    segment_ids = np.zeros_like(input_ids)
+    input_mask = np.zeros_like(input_ids)
+    for row, (ids, segments) in enumerate(rows):
+        input_ids[row, : len(ids)] = ids
+        segment_ids[row, : len(ids)] = segments
+        input_mask[row, : len(ids)] = 1
+    return input_ids, input_mask, segment_ids
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def encode(restored: Restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:
+    """The encoder's outputs for `texts` (each paired with `pairs[i]` when given), as NumPy.
+
+    Returns `sequence_output` [N, L, H], `pooled_output` [N, H], and the
+    `input_ids`, `input_mask`, `segment_ids` [N, L] they were computed from
+    (L: the longest text in tokens; rows are padded with input_mask 0).
+    """
+    input_ids, input_mask, segment_ids = _pack(restored, texts, pairs)
+    sequence_output, pooled_output = BertModel(restored.config).apply(
+        {"params": restored.params["bert"]},
+        input_ids,
+        input_mask,
+        segment_ids,
+        deterministic=True,
+    )
+    return {
+        "sequence_output": np.asarray(sequence_output, np.float32),
+        "pooled_output": np.asarray(pooled_output, np.float32),
+        "input_ids": input_ids,
+        "input_mask": input_mask,
+        "segment_ids": segment_ids,
+    }
+
+
+POOLINGS = ("mean", "cls", "pooler")
+
+
+def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np.ndarray:
+    """One vector per text [N, H]: the mean over real tokens, the [CLS] state, or the pooler."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLINGS)}")
+    out = encode(restored, texts)
+    if pooling == "pooler":
+        return out["pooled_output"]
+    if pooling == "cls":
+        return out["sequence_output"][:, 0]
+    mask = out["input_mask"][..., None].astype(np.float32)
+    return (out["sequence_output"] * mask).sum(axis=1) / mask.sum(axis=1)
+
+
+def next_sentence(restored: Restored, first: str, second: str) -> float:
+    """The model's probability that `second` follows `first` (the NSP head's IsNext)."""
+    input_ids, input_mask, segment_ids = _pack(restored, [first], [second])
+    _, nsp_logits = restored.model.apply(
+        {"params": restored.params},
+        input_ids,
+        input_mask,
+        segment_ids,
+        np.zeros((1, 1), np.int32),
+        deterministic=True,
+    )
+    # Label 0 is IsNext, as in the original data and data_pipeline.
+    return float(jax.nn.softmax(nsp_logits[0])[0])
 
 
 def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -80,9 +222,10 @@ def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[
             ids.append(vocab.mask_id)
         ids.extend(piece)
     ids.append(vocab.sep_id)
-    limit = restored.config.max_position_embeddings
-    if len(ids) > limit:
-        raise ValueError(f"{len(ids)} tokens: longer than the model's {limit} positions")
+    if len(ids) > restored.max_seq_length:
+        raise ValueError(
+            f"{len(ids)} tokens: longer than the model's max_seq_length {restored.max_seq_length}"
+        )
     input_ids = jnp.asarray([ids], jnp.int32)
     ones = jnp.ones_like(input_ids)
     mlm_logits, _ = restored.model.apply(
@@ -99,3 +242,31 @@ def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[
         best = np.argsort(-row)[:top_k]
         results.append([(vocab.tokens[i], float(row[i])) for i in best])
     return results
+
+
+def attention_maps(restored: Restored, text: str) -> tuple[np.ndarray, list[str]]:
+    """Attention probabilities of every layer and head for one text: [layers, heads, L, L].
+
+    jax.nn.dot_product_attention does not return its probabilities, so they are
+    recomputed from the captured query and key projections (the same softmax
+    of q.k / sqrt(head_dim); no padding in a single text).
+    """
+    input_ids, input_mask, segment_ids = _pack(restored, [text])
+    _, state = BertModel(restored.config).apply(
+        {"params": restored.params["bert"]},
+        input_ids,
+        input_mask,
+        segment_ids,
+        deterministic=True,
+        capture_intermediates=lambda module, _: module.name in ("query", "key"),
+        mutable=["intermediates"],
+    )
+    encoder = state["intermediates"]["encoder"]
+    maps = []
+    for i in range(restored.config.num_hidden_layers):
+        attention = encoder[f"layer_{i}"]["attention"]
+        query = attention["query"]["__call__"][0][0].astype(jnp.float32)
+        key = attention["key"]["__call__"][0][0].astype(jnp.float32)
+        scores = jnp.einsum("qnh,knh->nqk", query, key) / np.sqrt(query.shape[-1])
+        maps.append(np.asarray(jax.nn.softmax(scores, axis=-1)))
+    return np.stack(maps), restored.tokenizer.vocab.decode(input_ids[0])

@@ -7,6 +7,7 @@ Re-running the same command resumes from the workdir's latest checkpoint. This
 is the only file that defines flags.
 """
 
+import os
 import sys
 
 import jax
@@ -30,8 +31,9 @@ _FILL_MASK_EXAMPLES = flags.DEFINE_integer(
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
     False,
-    "Multi-host run: call jax.distributed.initialize() first (on Cloud TPU it finds the other "
-    "hosts itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).",
+    "Multi-host run: call jax.distributed.initialize() first (on Cloud TPU, SLURM, Open MPI or "
+    "Kubernetes it finds the other hosts itself; elsewhere set JAX_COORDINATOR_ADDRESS, "
+    "JAX_NUM_PROCESSES, JAX_PROCESS_ID).",
 )
 
 # Bad input and inconsistent configs: one line naming the key or file, no traceback.
@@ -47,12 +49,22 @@ USER_ERRORS = (
 )
 
 
+def initialize_distributed() -> None:
+    """What --distributed does: joins the other processes of a multi-host run."""
+    # jax reads JAX_COORDINATOR_ADDRESS itself but not the process count and index.
+    count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    jax.distributed.initialize(
+        num_processes=None if count is None else int(count),
+        process_id=None if index is None else int(index),
+    )
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
     if _DISTRIBUTED.value:
-        jax.distributed.initialize()
+        initialize_distributed()
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     try:

@@ -82,7 +82,18 @@ def make_mesh(mesh_config: Mapping[str, int], devices=None) -> Mesh:
     shape = mesh_shape(mesh_config, len(devices))
     # Auto axes: the compiler propagates shardings from the logical annotations.
     auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
-    return jax.make_mesh(tuple(shape.values()), MESH_AXES, devices=devices, axis_types=auto)
+    mesh = jax.make_mesh(tuple(shape.values()), MESH_AXES, devices=devices, axis_types=auto)
+    # Each host reads its own rows (make_global_batch), so the devices that hold
+    # the same rows of a batch, along the tensor axis, must be on one host.
+    for row in mesh.devices.reshape(data_parallel_size(mesh), -1):
+        hosts = sorted({device.process_index for device in row})
+        if len(hosts) > 1:
+            raise MeshError(
+                f"config.mesh={dict(mesh_config)}: hosts {hosts[0]} and {hosts[1]} would hold "
+                "the same batch rows, but each host reads its own data; keep the tensor axis "
+                f"within a host ({jax.local_device_count()} devices)"
+            )
+    return mesh
 
 
 def data_parallel_size(mesh: Mesh) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from absl import logging
 from flax import linen as nn
+from jax.experimental import multihost_utils
 
 from bertjax import checkpoint, losses, metrics, optim, sharding
 from bertjax import model as model_lib
@@ -88,29 +89,42 @@ def train_step(state, batch, rng, *, model, tx, num_microbatches):
         sums = losses.pretraining_sums(mlm_logits, nsp_logits, microbatch)
         return losses.total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count), sums
 
+    grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
+    return apply_gradients(state, grads, tx), sums
+
+
+def accumulate_gradients(loss_fn, params, batch, rng, num_microbatches: int):
+    """Gradients and metric sums of `loss_fn(params, batch, rng) -> (loss, sums)`.
+
+    With `num_microbatches` > 1 the batch is split along its first axis and
+    the pieces' gradients and sums are added (a scan, so one piece's
+    activations live at a time); each piece gets its own rng folded from `rng`.
+    """
     grad_fn = jax.grad(loss_fn, has_aux=True)
     if num_microbatches == 1:
-        grads, sums = grad_fn(state.params, batch, step_rng)
-    else:
-        pieces = jax.tree.map(
-            lambda x: x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:]),
-            batch,
-        )
+        return grad_fn(params, batch, rng)
+    pieces = jax.tree.map(
+        lambda x: x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:]),
+        batch,
+    )
 
-        def accumulate(carry, inputs):
-            index, microbatch = inputs
-            grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(step_rng, index))
-            return jax.tree.map(jnp.add, carry, (grads, sums)), None
+    def accumulate(carry, inputs):
+        index, microbatch = inputs
+        grads, sums = grad_fn(params, microbatch, jax.random.fold_in(rng, index))
+        return jax.tree.map(jnp.add, carry, (grads, sums)), None
 
-        zeros = (
-            jax.tree.map(jnp.zeros_like, state.params),
-            {key: jnp.zeros((), jnp.float32) for key in losses.SUM_KEYS},
-        )
-        (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(num_microbatches), pieces))
+    first = jax.tree.map(lambda x: x[0], pieces)
+    zeros = jax.tree.map(
+        lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(grad_fn, params, first, rng)
+    )
+    (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(num_microbatches), pieces))
+    return grads, sums
+
+
+def apply_gradients(state, grads, tx):
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-    return new_state, sums
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state)
 
 
 def eval_step(params, batch, *, model):
@@ -218,12 +232,12 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
     boxed_params = jax.eval_shape(
         functools.partial(_init_params, model=model, data=data), jax.random.key(0)
     )
-    state_shardings = _state_shardings(abstract, boxed_params, mesh)
-    sharding.check_divisible(abstract.params, state_shardings.params)
+    shardings = state_shardings(abstract, boxed_params, mesh)
+    sharding.check_divisible(abstract.params, shardings.params)
     abstract_state = jax.tree.map(
         lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
         abstract,
-        state_shardings,
+        shardings,
     )
     return Run(
         config=config,
@@ -232,7 +246,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
         model=model,
         tx=tx,
         mesh=mesh,
-        state_shardings=state_shardings,
+        state_shardings=shardings,
         abstract_state=abstract_state,
         vocab_file=vocab_file,
     )
@@ -255,7 +269,7 @@ def _init_state(rng, *, model, tx, data):
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def _state_shardings(abstract_state, boxed_params, mesh):
+def state_shardings(abstract_state, boxed_params, mesh):
     """Parameters by their logical names; optimizer moments like the parameter they track."""
     param_shardings = sharding.logical_shardings(boxed_params, mesh)
     by_path = {
@@ -332,6 +346,7 @@ def train_and_evaluate(
     Returns the last evaluation's metrics (empty when the run never evaluates).
     """
     run = build_run(config, workdir)
+    check_eval_shares(run)
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         return _train(run, config, workdir, stop_after)
 
@@ -424,17 +439,49 @@ def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
     return last_eval
 
 
+def check_eval_shares(run: Run) -> None:
+    """On several hosts, fails on all of them alike if one's eval share is short.
+
+    Eval steps are collective: a host that runs out of batches while the
+    others go on hangs the run. Padding a short share would need a weight per
+    example for NSP, which the batch schema lacks, and repeating batches would
+    count examples twice; so a short share is a config error, found before
+    training by reading every host's first `num_eval_steps` batches once (the
+    eval set is fixed by data.eval_seed, so every later eval sees the same).
+    """
+    config = run.config
+    if jax.process_count() == 1 or not config.eval_every_steps:
+        return
+    host_batch_size = config.eval_batch_size // jax.process_count()
+    dataset = _eval_dataset(run).take(config.num_eval_steps)
+    count = sum(1 for _ in dataset.as_numpy_iterator())
+    counts = multihost_utils.process_allgather(np.int32(count))
+    for host, host_count in enumerate(counts):
+        if host_count < config.num_eval_steps:
+            raise data_config_lib.ConfigError(
+                f"config.num_eval_steps={config.num_eval_steps}: host {host}'s share of the "
+                f"eval split gives only {host_count} batches of {host_batch_size} "
+                f"(config.eval_batch_size={config.eval_batch_size} over "
+                f"{jax.process_count()} hosts); set it to at most {int(min(counts))}"
+            )
+
+
+def _eval_dataset(run: Run):
+    """This host's share of the eval split, one pass, in batches of its share of eval_batch_size."""
+    return make_pretraining_dataset(
+        run.data,
+        split="eval",
+        batch_size=run.config.eval_batch_size // jax.process_count(),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        seed=run.config.seed,
+    )
+
+
 def evaluate(run: Run, params, p_eval_step) -> dict:
     """Held-out MLM/NSP metrics over `num_eval_steps` batches (0: the whole eval split)."""
     config = run.config
-    dataset = make_pretraining_dataset(
-        run.data,
-        split="eval",
-        batch_size=config.eval_batch_size // jax.process_count(),
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        seed=config.seed,
-    )
+    dataset = _eval_dataset(run)
     if config.num_eval_steps:
         dataset = dataset.take(config.num_eval_steps)
     total = None

@@ -1,0 +1,719 @@
+"""Sentence and sentence-pair classification (GLUE or local files) as fixed-shape batches.
+
+Sources, by `config.source`:
+  'files'  local files chosen by extension, with a header naming the columns
+           `text_a`, `text_b` (empty for single-sentence tasks) and
+           `label`:
+             .tsv          tab-separated, no quoting, as GLUE ships its files;
+             .csv          comma-separated with RFC 4180 quoting;
+             .jsonl/.json  JSON lines: one object per line, the columns as keys.
+  'glue'   the TFDS dataset `glue/<glue_task>`, for the nine tasks of GLUE_TASKS.
+
+`load_classification_task` reads both splits into memory and checks every row, so
+bad input fails before training with a `TaskDataError` that names the file and
+line (or the dataset and split). The label set is the training file's labels,
+sorted (numerically when all are integers), unless `label_names` fixes it; for
+GLUE it is the dataset's ClassLabel names. STS-B, and files with
+`is_regression`, have a float label instead.
+
+`make_classification_dataset` tokenizes in graph, a batch of texts per call, and
+lays each example out as `[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or
+`[CLS] A [SEP]` when B is empty or absent. Too long, the longer text loses its
+last token, one at a time, B on ties: the rule of the original run_classifier.py.
+
+Every batch is a dict with a leading axis B, this host's `batch_size`, and
+L = `max_seq_length`:
+
+| feature         | dtype   | shape  | meaning                                             |
+|-----------------|---------|--------|-----------------------------------------------------|
+| input_ids       | int32   | [B, L] | `[CLS] A [SEP] B [SEP]`, padded with [PAD]           |
+| input_mask      | int32   | [B, L] | 1 on tokens, 0 on padding                            |
+| segment_ids     | int32   | [B, L] | 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`, 0 on padding |
+| label           | int32   | [B]    | index into `label_names`; float32 for regression     |
+| example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches     |
+
+Batching (`batch_indices`, shared with tagging.py): training draws a new
+permutation of the whole split each epoch from (seed, epoch), the same on every
+process, chains the epochs, cuts them into global batches of
+batch_size * process_count and gives process i the i-th slice of each. It yields
+int(num_examples / global_batch_size * num_epochs) batches, the original's
+num_train_steps, so an epoch may end inside a batch. Evaluation keeps the
+split's order and yields every example exactly once: the global batches, each
+the processes' slices in process order, concatenate to the split. The last one
+is filled with copies of example 0 whose example_weight is 0, so every process
+yields the same number of full batches and weighted metrics are exact.
+"""
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline.config import ConfigError
+
+SOURCES = ("files", "glue")
+SPLITS = ("train", "eval")
+METRICS = ("accuracy", "f1", "matthews_corrcoef", "pearson", "spearman")
+FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+# Options are named as the experiment config spells them.
+OPTION_PREFIX = "config.data."
+
+
+class TaskDataError(ValueError):
+    """A fine-tuning file, row or dataset that cannot be used; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    text_a: str
+    text_b: str | None
+    label_names: tuple[str, ...]  # () for regression
+    eval_splits: tuple[str, ...]  # the first is the default
+    metrics: tuple[str, ...]
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+
+# The TFDS glue builder's feature and label names. F1 takes label 1 as positive.
+GLUE_TASKS = {
+    "cola": GlueTask(
+        "sentence", None, ("unacceptable", "acceptable"), ("validation",), ("matthews_corrcoef",)
+    ),
+    "sst2": GlueTask("sentence", None, ("negative", "positive"), ("validation",), ("accuracy",)),
+    "mrpc": GlueTask(
+        "sentence1",
+        "sentence2",
+        ("not_equivalent", "equivalent"),
+        ("validation",),
+        ("accuracy", "f1"),
+    ),
+    "stsb": GlueTask("sentence1", "sentence2", (), ("validation",), ("pearson", "spearman")),
+    "qqp": GlueTask(
+        "question1",
+        "question2",
+        ("not_duplicate", "duplicate"),
+        ("validation",),
+        ("accuracy", "f1"),
+    ),
+    "mnli": GlueTask(
+        "premise",
+        "hypothesis",
+        ("entailment", "neutral", "contradiction"),
+        ("validation_matched", "validation_mismatched"),
+        ("accuracy",),
+    ),
+    "qnli": GlueTask(
+        "question", "sentence", ("entailment", "not_entailment"), ("validation",), ("accuracy",)
+    ),
+    "rte": GlueTask(
+        "sentence1", "sentence2", ("entailment", "not_entailment"), ("validation",), ("accuracy",)
+    ),
+    "wnli": GlueTask(
+        "sentence1", "sentence2", ("not_entailment", "entailment"), ("validation",), ("accuracy",)
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationConfig:
+    source: str = "files"
+    # source='glue'
+    glue_task: str = ""
+    tfds_data_dir: str = ""  # "" is the TFDS default
+    eval_split: str = ""  # "" is the task's first eval split
+    # source='files'
+    train_file: str = ""
+    eval_file: str = ""
+    text_a: str = "text_a"
+    text_b: str = "text_b"  # "" for single-sentence tasks
+    label: str = "label"
+    is_regression: bool = False
+    label_names: tuple[str, ...] = ()  # () reads them from train_file
+    metrics: tuple[str, ...] = ()  # () is accuracy, or pearson and spearman for regression
+    # both
+    max_seq_length: int = 128
+
+    def __post_init__(self):
+        _check(self)
+
+
+def from_config(data_config: Any) -> ClassificationConfig:
+    """A ClassificationConfig from a ConfigDict, a dict or itself; unknown keys fail."""
+    if isinstance(data_config, ClassificationConfig):
+        return data_config
+    return ClassificationConfig(**config_values(ClassificationConfig, data_config))
+
+
+def config_values(config_class, data_config: Any) -> dict[str, Any]:
+    """The keys of a ConfigDict or dict for `config_class`; lists become tuples."""
+    values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(config_class)})
+    if unknown:
+        raise ConfigError(
+            f"unknown data option(s): {', '.join(OPTION_PREFIX + k for k in unknown)}"
+        )
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def fail(option: str, value: Any, why: str) -> NoReturn:
+    raise ConfigError(f"{OPTION_PREFIX}{option}={value!r}: {why}")
+
+
+def _check(c: ClassificationConfig) -> None:
+    if c.source not in SOURCES:
+        fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
+    if c.max_seq_length < 3:
+        fail("max_seq_length", c.max_seq_length, "must be at least 3 ([CLS] A [SEP])")
+    for metric in c.metrics:
+        if metric not in METRICS:
+            fail("metrics", c.metrics, f"{metric!r} is not one of {', '.join(METRICS)}")
+    if c.source == "glue":
+        if c.glue_task not in GLUE_TASKS:
+            fail("glue_task", c.glue_task, f"must be one of {', '.join(GLUE_TASKS)}")
+        task = GLUE_TASKS[c.glue_task]
+        if c.eval_split and c.eval_split not in task.eval_splits:
+            fail(
+                "eval_split", c.eval_split, f"glue/{c.glue_task} has {', '.join(task.eval_splits)}"
+            )
+        if c.label_names or c.metrics:
+            option = "label_names" if c.label_names else "metrics"
+            fail(option, getattr(c, option), "source='glue' takes it from GLUE_TASKS")
+        if c.is_regression and not task.is_regression:
+            fail("is_regression", True, f"glue/{c.glue_task} is a classification task")
+        return
+    if not c.train_file and not c.eval_file:
+        fail("train_file", c.train_file, "source='files' needs train_file, eval_file or both")
+    for option in ("train_file", "eval_file"):
+        path = getattr(c, option)
+        if path and os.path.splitext(path)[1].lower() not in FILE_FORMATS:
+            fail(option, path, f"the extension must be one of {', '.join(FILE_FORMATS)}")
+    if not c.text_a:
+        fail("text_a", c.text_a, "must name a column")
+    if not c.label:
+        fail("label", c.label, "must name a column")
+    if c.is_regression:
+        if c.label_names:
+            fail("label_names", c.label_names, "a regression task has no label names")
+        if {"accuracy", "f1", "matthews_corrcoef"} & set(c.metrics):
+            fail("metrics", c.metrics, "regression takes pearson and spearman")
+        return
+    if {"pearson", "spearman"} & set(c.metrics):
+        fail("metrics", c.metrics, "pearson and spearman are for is_regression=True")
+    if not c.train_file and not c.label_names:
+        fail("label_names", c.label_names, "without train_file the label set must be given")
+    if c.label_names and len(set(c.label_names)) != len(c.label_names):
+        fail("label_names", c.label_names, "has duplicates")
+    if c.label_names and len(c.label_names) < 2:
+        fail("label_names", c.label_names, "classification needs at least two labels")
+    if "f1" in c.metrics and c.label_names and len(c.label_names) != 2:
+        fail("metrics", c.metrics, "f1 needs exactly two labels")
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Examples:
+    """One split in memory. `source` names it in messages (a path, or tfds:glue/mrpc:train)."""
+
+    source: str
+    text_a: np.ndarray  # object [N] of str
+    text_b: np.ndarray  # object [N] of str; "" where there is no second text
+    labels: np.ndarray  # int32 [N], or float32 [N] for regression
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClassificationTask:
+    config: ClassificationConfig
+    name: str  # the GLUE task, or the training (else eval) file's base name
+    label_names: tuple[str, ...]  # () for regression
+    metrics: tuple[str, ...]
+    train: Examples | None
+    eval: Examples | None
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        """The width of the output layer: 1 for regression."""
+        return len(self.label_names) or 1
+
+
+def load_classification_task(data_config: Any) -> ClassificationTask:
+    """Reads and checks both splits (those configured, for files)."""
+    config = from_config(data_config)
+    if config.source == "glue":
+        return _load_glue(config)
+    rows = {
+        split: _read_rows(config, path, f"{split}_file")
+        for split, path in (("train", config.train_file), ("eval", config.eval_file))
+        if path
+    }
+    if config.is_regression:
+        label_names = ()
+        metrics = config.metrics or ("pearson", "spearman")
+    else:
+        label_names = config.label_names or _label_set(rows["train"])
+        metrics = config.metrics or ("accuracy",)
+        if "f1" in metrics and len(label_names) != 2:
+            fail("metrics", metrics, f"f1 needs two labels; there are {len(label_names)}")
+    label_source = config.train_file if not config.label_names else f"{OPTION_PREFIX}label_names"
+    examples = {
+        split: _examples(config, split_rows, label_names, label_source)
+        for split, split_rows in rows.items()
+    }
+    return ClassificationTask(
+        config=config,
+        name=os.path.splitext(os.path.basename(config.train_file or config.eval_file))[0],
+        label_names=label_names,
+        metrics=metrics,
+        train=examples.get("train"),
+        eval=examples.get("eval"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    path: str
+    lines: list[int]
+    text_a: list[str]
+    text_b: list[str]
+    labels: list  # str (classification) or float (regression)
+
+
+def read_text_file(path: str, option: str = "") -> str:
+    """The file's text, UTF-8 with any BOM dropped. A TaskDataError names the file, the option
+    that named it, and for bad UTF-8 the line."""
+    what = f" ({OPTION_PREFIX}{option})" if option else ""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TaskDataError(f"{path}{what}: cannot read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TaskDataError(
+            f"{path}{what}: line {line} is not valid UTF-8 (byte {data[e.start]:#04x} "
+            f"at offset {e.start})"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _read_rows(config: ClassificationConfig, path: str, option: str) -> _Rows:
+    text = read_text_file(path, option)
+    file_format = FILE_FORMATS[os.path.splitext(path)[1].lower()]
+    columns = [("text_a", config.text_a), ("label", config.label)]
+    if config.text_b:
+        columns.insert(1, ("text_b", config.text_b))
+    if file_format == "jsonl":
+        records = _jsonl_records(path, text, columns)
+    else:
+        records = _delimited_records(path, text, columns, file_format)
+    rows = _Rows(path, [], [], [], [])
+    for line, values in records:
+        values = dict(zip((option for option, _ in columns), values, strict=True))
+        rows.lines.append(line)
+        rows.text_a.append(_text(path, line, config.text_a, values["text_a"]))
+        rows.text_b.append(_text(path, line, config.text_b, values.get("text_b")))
+        rows.labels.append(_label(config, path, line, values["label"]))
+    if not rows.lines:
+        raise TaskDataError(f"{path} ({OPTION_PREFIX}{option}): no examples")
+    return rows
+
+
+def _delimited_records(path, text, columns, file_format):
+    """(line, values of `columns`) for each row after the header; blank lines are skipped."""
+    if file_format == "tsv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+    header = None
+    while True:
+        line = reader.line_num + 1  # where the next record starts
+        try:
+            row = next(reader, None)
+        except csv.Error as e:
+            raise TaskDataError(f"{path}: line {line}: {e}") from None
+        if row is None:
+            break
+        if not row:
+            continue
+        if header is None:
+            header = row
+            missing = [(o, name) for o, name in columns if name not in header]
+            if missing:
+                option, name = missing[0]
+                raise TaskDataError(
+                    f"{path}: no column {name!r} ({OPTION_PREFIX}{option}); "
+                    f"the header (line {line}) has {header}"
+                )
+            positions = [header.index(name) for _, name in columns]
+            continue
+        if len(row) != len(header):
+            raise TaskDataError(
+                f"{path}: line {line} has {len(row)} fields; the header has {len(header)}"
+            )
+        yield line, [row[i] for i in positions]
+    if header is None:
+        raise TaskDataError(f"{path}: empty file; expected a header naming the columns")
+
+
+def _jsonl_records(path, text, columns):
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise TaskDataError(
+                f"{path}: line {line} is not valid JSON ({e.msg}); JSON lines hold one object a line"
+            ) from None
+        if not isinstance(record, dict):
+            raise TaskDataError(f"{path}: line {line} is not a JSON object")
+        for option, name in columns:
+            if name not in record:
+                raise TaskDataError(
+                    f"{path}: line {line}: no key {name!r} ({OPTION_PREFIX}{option}); "
+                    f"the keys are {sorted(record)}"
+                )
+        yield line, [record[name] for _, name in columns]
+
+
+def _text(path, line, column, value) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TaskDataError(
+            f"{path}: line {line}: {column!r} is {type(value).__name__} {value!r}, not text"
+        )
+    return value
+
+
+def _label(config, path, line, value):
+    name = config.label
+    if config.is_regression:
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            number = None
+        if number is None or not math.isfinite(number):
+            raise TaskDataError(f"{path}: line {line}: {name!r} is {value!r}, not a finite number")
+        return number
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise TaskDataError(
+            f"{path}: line {line}: {name!r} is {type(value).__name__} {value!r}; "
+            "a class label is a string or an integer"
+        )
+    if not value.strip():
+        raise TaskDataError(f"{path}: line {line}: empty label in column {name!r}")
+    return value
+
+
+def sorted_labels(labels: Sequence[str]) -> tuple[str, ...]:
+    """The distinct labels, in numeric order when all are integers, else in string order."""
+    distinct = set(labels)
+    if all(re.fullmatch(r"[+-]?\d+", label) for label in distinct):
+        return tuple(sorted(distinct, key=lambda label: (int(label), label)))
+    return tuple(sorted(distinct))
+
+
+def _label_set(rows: _Rows) -> tuple[str, ...]:
+    names = sorted_labels(rows.labels)
+    if len(names) < 2:
+        raise TaskDataError(
+            f"{rows.path}: every example has the label {names[0]!r}; "
+            "classification needs at least two labels"
+        )
+    return names
+
+
+def _examples(config, rows: _Rows, label_names, label_source) -> Examples:
+    if config.is_regression:
+        labels = np.asarray(rows.labels, np.float32)
+    else:
+        ids = {name: i for i, name in enumerate(label_names)}
+        for line, label in zip(rows.lines, rows.labels, strict=True):
+            if label not in ids:
+                raise TaskDataError(
+                    f"{rows.path}: line {line}: label {label!r} is not in the label set "
+                    f"{list(label_names)} (from {label_source})"
+                )
+        labels = np.asarray([ids[label] for label in rows.labels], np.int32)
+    return Examples(rows.path, _strings(rows.text_a), _strings(rows.text_b), labels)
+
+
+def _strings(values: list[str]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+# ----------------------------------------------------------------------------- GLUE
+
+
+def tfds_builder(name: str, data_dir: str):
+    """tfds.builder(name), with its errors as TaskDataError."""
+    # Imported here: tensorflow_datasets takes seconds to import and only TFDS sources need it.
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.builder(name, data_dir=data_dir or None)
+    except (ValueError, OSError) as e:  # DatasetNotFoundError is a ValueError
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TaskDataError(f"TFDS dataset {name!r}: {first_line}") from e
+
+
+def tfds_dataset(builder, name: str, split: str) -> tf.data.Dataset:
+    """A TFDS split in its stored order, with its errors as TaskDataError."""
+    try:
+        return builder.as_dataset(split=split, shuffle_files=False)
+    except (AssertionError, KeyError, ValueError) as e:  # TFDS asserts that the data exists
+        raise TaskDataError(
+            f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}), split {split!r}: "
+            f"{str(e).strip().splitlines()[0]} (prepare it with `tfds build {name}`)"
+        ) from e
+
+
+def _load_glue(config: ClassificationConfig) -> ClassificationTask:
+    task = GLUE_TASKS[config.glue_task]
+    name = f"glue/{config.glue_task}"
+    builder = tfds_builder(name, config.tfds_data_dir)
+    label_feature = builder.info.features["label"]
+    found = tuple(getattr(label_feature, "names", ()))
+    if found != task.label_names:
+        raise TaskDataError(
+            f"TFDS dataset {name!r}: the labels are {list(found) or 'float'}, "
+            f"GLUE_TASKS expects {list(task.label_names) or 'float'}"
+        )
+    splits = {"train": "train", "eval": config.eval_split or task.eval_splits[0]}
+    examples = {}
+    for split, tfds_split_name in splits.items():
+        text_a, text_b, labels = [], [], []
+        for batch in tfds_dataset(builder, name, tfds_split_name).batch(1024).as_numpy_iterator():
+            text_a.extend(t.decode("utf-8") for t in batch[task.text_a])
+            if task.text_b:
+                text_b.extend(t.decode("utf-8") for t in batch[task.text_b])
+            labels.append(batch["label"])
+        source = f"tfds:{name}:{tfds_split_name}"
+        if not text_a:
+            raise TaskDataError(f"{source}: no examples")
+        labels = np.concatenate(labels)
+        labels = labels.astype(np.float32 if task.is_regression else np.int32)
+        if not task.is_regression and (labels.min() < 0 or labels.max() >= len(found)):
+            raise TaskDataError(f"{source}: labels outside [0, {len(found)}) (an unlabeled split?)")
+        examples[split] = Examples(
+            source, _strings(text_a), _strings(text_b or [""] * len(text_a)), labels
+        )
+    return ClassificationTask(
+        config=config,
+        name=config.glue_task,
+        label_names=task.label_names,
+        metrics=task.metrics,
+        train=examples["train"],
+        eval=examples["eval"],
+    )
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    num_examples: int  # in the split, all processes together
+    global_batch_size: int  # batch_size * process_count
+    num_batches: int  # what the dataset yields, the same on every process
+
+
+def batch_indices(
+    num_examples: int,
+    *,
+    training: bool,
+    batch_size: int,
+    process_index: int,
+    process_count: int,
+    seed: int,
+    num_epochs: float,
+) -> tuple[tf.data.Dataset, SplitInfo]:
+    """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
+    module docstring describes."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    if num_examples < 1:
+        raise ValueError("no examples")
+    global_batch = batch_size * process_count
+    start = process_index * batch_size
+    if not training:
+        num_batches = -(-num_examples // global_batch)
+        indices = np.arange(num_batches * global_batch, dtype=np.int32)
+        weights = (indices < num_examples).astype(np.float32)
+        indices[num_examples:] = 0
+        indices = indices.reshape(num_batches, global_batch)[:, start : start + batch_size]
+        weights = weights.reshape(num_batches, global_batch)[:, start : start + batch_size]
+        dataset = tf.data.Dataset.from_tensor_slices((indices, weights))
+        return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+    if not num_epochs > 0:
+        raise ValueError(f"num_epochs={num_epochs}: must be above 0")
+    num_batches = int(num_examples / global_batch * num_epochs)
+    if num_batches < 1:
+        raise ValueError(
+            f"{num_examples} examples x {num_epochs} epochs make no global batch of "
+            f"{global_batch} (batch_size {batch_size} x {process_count} processes)"
+        )
+    epochs = -(-num_batches * global_batch // num_examples)
+    seed = seed % 2**63
+
+    def permutation(epoch):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_examples, dtype=tf.int32),
+            seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+        )
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    dataset = tf.data.Dataset.range(epochs).flat_map(permutation)
+    dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches)
+    dataset = dataset.map(
+        lambda order: (order[start : start + batch_size], tf.ones([batch_size], tf.float32))
+    )
+    return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+
+def make_classification_dataset(
+    task: ClassificationTask,
+    tokenizer,
+    *,
+    split: str,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+) -> tuple[tf.data.Dataset, SplitInfo]:
+    """This host's batches of `split` ('train' or 'eval'); see the module docstring.
+
+    `tokenizer` is a data_pipeline.tokenizer tokenizer (make_tokenizer). `seed`
+    and `num_epochs` apply to training only.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    examples = task.train if split == "train" else task.eval
+    if examples is None:
+        fail(f"{split}_file", "", f"no {split} split configured")
+    indices, info = batch_indices(
+        len(examples),
+        training=split == "train",
+        batch_size=batch_size,
+        process_index=process_index,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    text_a = tf.constant(examples.text_a, tf.string)
+    text_b = tf.constant(examples.text_b, tf.string)
+    labels = tf.constant(examples.labels)
+    vocab = tokenizer.vocab
+    length = task.config.max_seq_length
+
+    def encode(index, weight):
+        features = encode_texts(
+            tokenizer,
+            tf.gather(text_a, index),
+            tf.gather(text_b, index),
+            max_seq_length=length,
+            cls_id=vocab.cls_id,
+            sep_id=vocab.sep_id,
+            pad_id=vocab.pad_id,
+        )
+        features["label"] = tf.gather(labels, index)
+        features["example_weight"] = weight
+        for value in features.values():
+            value.set_shape([batch_size, *value.shape[1:]])
+        return features
+
+    dataset = indices.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor, max_tokens: tf.Tensor):
+    """The lengths run_classifier's `_truncate_seq_pair` leaves: it pops the last token of the
+    longer side (B on ties) until len_a + len_b <= max_tokens. In closed form: the longer
+    side alone shrinks to the other's length, then B and A lose a token in turn."""
+    excess = tf.maximum(len_a + len_b - max_tokens, 0)
+    first = tf.minimum(excess, tf.abs(len_a - len_b))
+    a_longer = len_a > len_b
+    rest = excess - first
+    cut_a = tf.where(a_longer, first, 0) + rest // 2
+    cut_b = tf.where(a_longer, 0, first) + (rest + 1) // 2
+    return len_a - cut_a, len_b - cut_b
+
+
+def encode_texts(
+    tokenizer,
+    text_a: tf.Tensor,
+    text_b: tf.Tensor,
+    *,
+    max_seq_length: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+) -> dict[str, tf.Tensor]:
+    """tf.string [N] pairs -> input_ids, input_mask, segment_ids int32 [N, max_seq_length].
+
+    An empty `text_b` gives `[CLS] A [SEP]`, as the original treats a missing B.
+    """
+    count = tf.shape(text_a)[0]
+    ids = tokenizer.tokenize(tf.concat([text_a, text_b], 0))  # one call for both sides
+    ids_a, ids_b = ids[:count], ids[count:]
+    has_b = tf.strings.length(text_b) > 0
+    budget = tf.where(has_b, max_seq_length - 3, max_seq_length - 2)
+    keep_a, keep_b = truncated_lengths(
+        tf.cast(ids_a.row_lengths(), tf.int32), tf.cast(ids_b.row_lengths(), tf.int32), budget
+    )
+
+    def column(token_id):
+        return tf.RaggedTensor.from_tensor(tf.fill([count, 1], tf.constant(token_id, tf.int32)))
+
+    first = tf.concat([column(cls_id), _prefix(ids_a, keep_a), column(sep_id)], axis=1)
+    # B keeps its first keep_b tokens and its [SEP]; rows without B keep nothing.
+    second = tf.concat([_prefix(ids_b, keep_b), column(sep_id)], axis=1)
+    second = _prefix(second, tf.where(has_b, keep_b + 1, 0))
+    tokens = tf.concat([first, second], axis=1)
+    segments = tf.concat([tf.zeros_like(first), tf.ones_like(second)], axis=1)
+    shape = [None, max_seq_length]
+    return {
+        "input_ids": tokens.to_tensor(default_value=pad_id, shape=shape),
+        "input_mask": tf.ones_like(tokens).to_tensor(default_value=0, shape=shape),
+        "segment_ids": segments.to_tensor(default_value=0, shape=shape),
+    }
+
+
+def _prefix(tokens: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+    """The first lengths[i] tokens of each row i."""
+    positions = tf.ragged.range(tokens.row_lengths())
+    return tf.ragged.boolean_mask(tokens, positions < tf.cast(lengths, tf.int64)[:, None])

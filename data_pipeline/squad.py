@@ -1,0 +1,882 @@
+"""SQuAD 1.1 and 2.0: questions in, fixed-shape windows out, answer spans back.
+
+    read_squad_json / read_squad_tfds -> SquadData (questions, checked)
+      -> make_features (one tokenizer call per batch of words, not per word)
+      -> make_dataset (tf.data batches of the schema below)
+      ... the model gives start and end logits per row ...
+      -> predict_answers (n-best spans, back to the context's own text)
+      -> write_predictions (predictions.json, nbest_predictions.json, null_odds.json)
+
+`load_squad_task` and `make_task_dataset` do the same from `config.data`
+(`SquadConfig`): official JSON files (source='files') or the TFDS datasets
+squad/v1.1 and squad/v2.0 (source='tfds'), both splits read, checked and
+windowed before training.
+
+Features follow the original run_squad.py. The context is split into words at
+whitespace (space, tab, CR, LF, U+202F), each word is tokenized on its own, and
+an answer's character offsets pick its first and last word, then the tightest
+run of word pieces that tokenizes like the answer text. The query keeps its
+first `max_query_length` pieces; the document is cut into windows of
+`max_seq_length - len(query) - 3` pieces, each starting `doc_stride` after the
+one before, and a row reads `[CLS] query [SEP] window [SEP]`, padded. A piece
+seen by several windows has its "maximum context" in the one where it is
+furthest from an edge (ties: the longer window, then the first); only there may
+a predicted answer start. A row whose window does not hold the whole answer,
+or whose question has none, points both positions at [CLS] (0).
+
+Every batch is a dict with a leading batch axis B (this host's share):
+
+| feature          | dtype   | shape  | meaning                                               |
+|------------------|---------|--------|-------------------------------------------------------|
+| input_ids        | int32   | [B, L] | `[CLS] query [SEP] window [SEP]`, padded with [PAD]    |
+| input_mask       | int32   | [B, L] | 1 on real tokens, 0 on padding                         |
+| segment_ids      | int32   | [B, L] | 0 for `[CLS] query [SEP]`, 1 for `window [SEP]`        |
+| start_positions  | int32   | [B]    | answer start in the row, 0 ([CLS]) when not in it      |
+| end_positions    | int32   | [B]    | answer end (inclusive), 0 when not in it               |
+| example_weight   | float32 | [B]    | 1.0, or 0.0 for the rows padding the last eval batch   |
+| feature_index    | int32   | [B]    | the row of `SquadFeatures` it came from; -1 on padding |
+
+L = max_seq_length. Rows are features, drawn as classification.py draws
+examples (`batch_indices`): training batches are shuffled anew each epoch and
+full; evaluation yields every feature once over all processes, in order.
+
+Every problem in the data is a `SquadError` (a TaskDataError) naming the file
+(or TFDS dataset and split) and the question, raised while reading, before any
+training; a bad option is a ConfigError naming `config.data.<option>`.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline.classification import (
+    SPLITS,
+    SplitInfo,
+    TaskDataError,
+    batch_indices,
+    config_values,
+    fail,
+    tfds_builder,
+    tfds_dataset,
+)
+from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
+
+SOURCES = ("files", "tfds")
+
+# run_squad.py's word separators: Python's str.split() would also split at
+# U+00A0 and friends, which the original keeps inside a word.
+_WORD = re.compile("[^ \t\r\n\u202f]+")
+# Texts per tokenizer call: the tf-text ops pay a fixed cost per call.
+TEXTS_PER_TOKENIZER_CALL = 1 << 15
+
+
+class SquadError(TaskDataError):
+    """SQuAD data that cannot be used; the message names the file and, if any, the question."""
+
+
+# ----------------------------------------------------------------------------- questions
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    text: str
+    start: int  # character offset into the context
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadExample:
+    qid: str
+    question: str
+    context: str
+    answers: tuple[Answer, ...]  # empty when is_impossible
+    is_impossible: bool = False
+    plausible_answers: tuple[Answer, ...] = ()  # SQuAD 2.0, unanswerable questions only
+    title: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadData:
+    source: str  # the file, or the TFDS dataset and split, for messages
+    examples: tuple[SquadExample, ...]
+
+    @property
+    def has_impossible(self) -> bool:
+        return any(e.is_impossible for e in self.examples)
+
+    def gold_answers(self) -> dict[str, list[str]]:
+        """question id -> answer texts ([] when unanswerable), for bertjax.scores.squad_scores."""
+        return {e.qid: [a.text for a in e.answers] for e in self.examples}
+
+
+def read_squad_json(path: str) -> SquadData:
+    """An official SQuAD file: data -> paragraphs -> context, qas -> id, question, answers."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SquadError(f"{path}: cannot read the SQuAD file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SquadError(f"{path}: not UTF-8 text: {e}") from None
+    try:
+        root = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SquadError(f"{path}: not valid JSON: {e}") from None
+    examples = []
+    for i, article in enumerate(_get(root, "data", list, path, "the file")):
+        where = f"data[{i}]"
+        title = _get(article, "title", str, path, where, default="")
+        for j, paragraph in enumerate(_get(article, "paragraphs", list, path, where)):
+            where = f"data[{i}].paragraphs[{j}]"
+            context = _get(paragraph, "context", str, path, where)
+            for k, qa in enumerate(_get(paragraph, "qas", list, path, where)):
+                where = f"data[{i}].paragraphs[{j}].qas[{k}]"
+                qid = _get(qa, "id", str, path, where)
+                where = f"question {qid!r} ({where})"
+                examples.append(
+                    SquadExample(
+                        qid=qid,
+                        question=_get(qa, "question", str, path, where),
+                        context=context,
+                        answers=_answers(qa, "answers", path, where, required=True),
+                        is_impossible=_get(qa, "is_impossible", bool, path, where, default=False),
+                        plausible_answers=_answers(qa, "plausible_answers", path, where),
+                        title=title,
+                    )
+                )
+    return _checked(SquadData(path, tuple(examples)))
+
+
+def read_squad_tfds(name: str, split: str, data_dir: str = "") -> SquadData:
+    """A prepared TFDS SQuAD dataset ('squad/v1.1' or 'squad/v2.0'), e.g. split 'validation'."""
+    source = f"tfds:{name}:{split}"
+    builder = tfds_builder(name, data_dir)
+    missing = [
+        k for k in ("id", "question", "context", "answers") if k not in builder.info.features
+    ]
+    if missing:
+        raise SquadError(f"{source}: not a SQuAD dataset (no feature {', '.join(missing)})")
+    dataset = tfds_dataset(builder, name, split)
+
+    def answers(record, qid, key) -> tuple[Answer, ...]:
+        texts, starts = record["text"], record["answer_start"]
+        if len(texts) != len(starts):
+            raise SquadError(
+                f"{source}: question {qid!r}: {key} has {len(texts)} texts but "
+                f"{len(starts)} answer_start values"
+            )
+        return tuple(Answer(t.decode("utf-8"), int(s)) for t, s in zip(texts, starts, strict=True))
+
+    examples = []
+    for record in dataset.as_numpy_iterator():
+        qid = record["id"].decode("utf-8")
+        examples.append(
+            SquadExample(
+                qid=qid,
+                question=record["question"].decode("utf-8"),
+                context=record["context"].decode("utf-8"),
+                answers=answers(record["answers"], qid, "answers"),
+                is_impossible=bool(record.get("is_impossible", False)),
+                plausible_answers=(
+                    answers(record["plausible_answers"], qid, "plausible_answers")
+                    if "plausible_answers" in record
+                    else ()
+                ),
+                title=record["title"].decode("utf-8") if "title" in record else "",
+            )
+        )
+    return _checked(SquadData(source, tuple(examples)))
+
+
+def _get(obj, key, kind, source, where, default=None):
+    if not isinstance(obj, dict):
+        raise SquadError(f"{source}: {where} is {_json_type(obj)}, expected an object")
+    if key not in obj:
+        if default is not None:
+            return default
+        raise SquadError(f"{source}: {where} has no {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SquadError(
+            f"{source}: {where}: {key!r} is {_json_type(value)}, expected {_json_type(kind())}"
+        )
+    return value
+
+
+def _json_type(value) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
+    return "null" if value is None else names.get(type(value), f"a {type(value).__name__}")
+
+
+def _answers(qa, key, source, where, *, required=False) -> tuple[Answer, ...]:
+    found = []
+    default = None if required else []
+    for n, answer in enumerate(_get(qa, key, list, source, where, default=default)):
+        at = f"{where}, {key}[{n}]"
+        found.append(
+            Answer(
+                _get(answer, "text", str, source, at), _get(answer, "answer_start", int, source, at)
+            )
+        )
+    return tuple(found)
+
+
+def _checked(data: SquadData) -> SquadData:
+    if not data.examples:
+        raise SquadError(f"{data.source}: no questions")
+    seen = set()
+    for example in data.examples:
+        where = f"{data.source}: question {example.qid!r}"
+        if example.qid in seen:
+            raise SquadError(f"{where}: the id is used twice; predictions are keyed by id")
+        seen.add(example.qid)
+        if example.is_impossible and example.answers:
+            raise SquadError(f"{where}: is_impossible, yet it has answers")
+        if not example.is_impossible and not example.answers:
+            raise SquadError(f"{where}: no answers, and not marked is_impossible")
+        for answer in example.answers:
+            end = answer.start + len(answer.text)
+            if not answer.text.strip():
+                raise SquadError(f"{where}: an answer has no text (empty or blank)")
+            if answer.start < 0 or end > len(example.context):
+                raise SquadError(
+                    f"{where}: answer {answer.text!r} at answer_start={answer.start} runs "
+                    f"outside the context ({len(example.context)} characters)"
+                )
+            if example.context[answer.start : end] != answer.text:
+                raise SquadError(
+                    f"{where}: answer {answer.text!r} does not match the context at "
+                    f"answer_start={answer.start}, which reads "
+                    f"{example.context[answer.start : end]!r}"
+                )
+    return data
+
+
+# ----------------------------------------------------------------------------- features
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadConfig:
+    source: str = "files"
+    # source='files': official SQuAD JSON files
+    train_file: str = ""
+    eval_file: str = ""
+    # source='tfds'
+    tfds_name: str = "squad/v1.1"
+    tfds_data_dir: str = ""  # "" is the TFDS default
+    train_split: str = "train"
+    eval_split: str = "validation"
+    # both
+    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    # SQuAD 2.0: answer "" when the null score beats the best span's by more than this.
+    null_score_diff_threshold: float = 0.0
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
+        if self.max_query_length < 1:
+            fail("max_query_length", self.max_query_length, "must be at least 1")
+        room = self.max_seq_length - self.max_query_length - 3
+        if room < 1:
+            fail(
+                "max_query_length",
+                self.max_query_length,
+                f"max_query_length + 3 >= max_seq_length={self.max_seq_length}: a full-length "
+                "query leaves no room for the document in [CLS] query [SEP] document [SEP]",
+            )
+        if not 1 <= self.doc_stride <= room:
+            fail(
+                "doc_stride",
+                self.doc_stride,
+                f"must be in [1, max_seq_length - max_query_length - 3 = {room}]; "
+                "a longer stride would skip document tokens",
+            )
+        if self.n_best_size < 1:
+            fail("n_best_size", self.n_best_size, "must be at least 1")
+        if self.max_answer_length < 1:
+            fail("max_answer_length", self.max_answer_length, "must be at least 1")
+
+
+def from_config(data_config: Any) -> SquadConfig:
+    """A SquadConfig from a ConfigDict, a dict or itself; unknown keys fail."""
+    if isinstance(data_config, SquadConfig):
+        return data_config
+    return SquadConfig(**config_values(SquadConfig, data_config))
+
+
+# eq=False: NumPy fields; compared and hashed by identity.
+@dataclasses.dataclass(frozen=True, eq=False)
+class SquadDocument:
+    """One context, split and tokenized once for all of its questions."""
+
+    words: tuple[str, ...]
+    token_ids: np.ndarray  # int32 [T]: every word's pieces, in order
+    token_to_word: np.ndarray  # int32 [T]
+    word_to_token: np.ndarray  # int32 [W]: a word's first piece (the next word's if it has none)
+    char_to_word: np.ndarray  # int32 [len(context)]: whitespace maps to the word before it
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SquadFeatures:
+    """Every window of every question, row f being feature f.
+
+    doc_start[f] is the window's first piece in its document, placed at
+    position doc_offset[f] (query length + 2) of the row; doc_length[f] pieces
+    follow. max_context[f, p] is True where position p is a document piece
+    whose maximum context is this window.
+    """
+
+    data: SquadData
+    config: SquadConfig
+    documents: tuple[SquadDocument, ...]  # per example; questions on one context share it
+    pad_id: int
+    example_index: np.ndarray  # int32 [F], ascending
+    doc_start: np.ndarray  # int32 [F]
+    doc_offset: np.ndarray  # int32 [F]
+    doc_length: np.ndarray  # int32 [F]
+    input_ids: np.ndarray  # int32 [F, L]
+    input_mask: np.ndarray  # int8 [F, L]
+    segment_ids: np.ndarray  # int8 [F, L]
+    start_positions: np.ndarray  # int32 [F]
+    end_positions: np.ndarray  # int32 [F]
+    max_context: np.ndarray  # bool [F, L]
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data.examples)
+
+    @property
+    def num_features(self) -> int:
+        return len(self.example_index)
+
+
+def make_features(data: SquadData, tokenizer, config: SquadConfig) -> SquadFeatures:
+    """Tokenizes and windows every question of `data` (see the module docstring).
+
+    Positions come from each question's first answer, for evaluation rows too.
+    """
+    if not config.version_2_with_negative:
+        for example in data.examples:
+            if example.is_impossible:
+                raise SquadError(
+                    f"{data.source}: question {example.qid!r} has no answer (is_impossible), "
+                    "but version_2_with_negative=False; turn it on for SQuAD 2.0 data"
+                )
+    vocab = tokenizer.vocab
+    contexts = list(dict.fromkeys(e.context for e in data.examples))
+    by_context = dict(zip(contexts, _make_documents(contexts, tokenizer), strict=True))
+    for example in data.examples:
+        if not by_context[example.context].token_ids.size:
+            raise SquadError(f"{data.source}: question {example.qid!r}: the context has no tokens")
+    questions = _tokenize_texts(tokenizer, [e.question for e in data.examples])
+    answers = _tokenize_texts(
+        tokenizer, [e.answers[0].text if e.answers else "" for e in data.examples]
+    )
+
+    length = config.max_seq_length
+    columns = {name: [] for name in ("example_index", "doc_start", "doc_offset", "doc_length")}
+    rows, positions, max_context = [], [], []
+    for index, example in enumerate(data.examples):
+        document = by_context[example.context]
+        query = questions[index][: config.max_query_length]
+        doc_offset = len(query) + 2
+        windows = _windows(len(document.token_ids), length - len(query) - 3, config.doc_stride)
+        best_window = _best_windows(windows, len(document.token_ids))
+        answer_start, answer_end = (
+            _answer_span(example, document, answers[index]) if example.answers else (-1, -1)
+        )
+        for w, (start, size) in enumerate(windows):
+            row = np.full(length, vocab.pad_id, np.int32)
+            row[0] = vocab.cls_id
+            row[1 : doc_offset - 1] = query
+            row[doc_offset - 1] = vocab.sep_id
+            row[doc_offset : doc_offset + size] = document.token_ids[start : start + size]
+            row[doc_offset + size] = vocab.sep_id
+            rows.append(row)
+            inside = answer_start >= start and answer_end < start + size
+            positions.append(
+                (answer_start - start + doc_offset, answer_end - start + doc_offset)
+                if answer_start >= 0 and inside
+                else (0, 0)
+            )
+            mask = np.zeros(length, bool)
+            mask[doc_offset : doc_offset + size] = best_window[start : start + size] == w
+            max_context.append(mask)
+            for name, value in (
+                ("example_index", index),
+                ("doc_start", start),
+                ("doc_offset", doc_offset),
+                ("doc_length", size),
+            ):
+                columns[name].append(value)
+
+    columns = {name: np.array(values, np.int32) for name, values in columns.items()}
+    position = np.arange(length)
+    used = columns["doc_offset"] + columns["doc_length"] + 1  # through the last [SEP]
+    is_document = (position >= columns["doc_offset"][:, None]) & (position < used[:, None])
+    positions = np.array(positions, np.int32).reshape(-1, 2)
+    return SquadFeatures(
+        data=data,
+        config=config,
+        documents=tuple(by_context[e.context] for e in data.examples),
+        pad_id=vocab.pad_id,
+        input_ids=np.stack(rows),
+        input_mask=(position < used[:, None]).astype(np.int8),
+        segment_ids=is_document.astype(np.int8),
+        start_positions=positions[:, 0].copy(),
+        end_positions=positions[:, 1].copy(),
+        max_context=np.stack(max_context),
+        **columns,
+    )
+
+
+def _tokenize_texts(tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    flat, splits = _tokenize_flat(tokenizer, texts)
+    return [flat[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
+
+
+def _tokenize_flat(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """int32 pieces of all texts, and row splits: text i has flat[splits[i]:splits[i + 1]]."""
+    flat, lengths = [], []
+    for begin in range(0, len(texts), TEXTS_PER_TOKENIZER_CALL):
+        ids = tokenizer.tokenize(tf.constant(texts[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
+        flat.append(ids.flat_values.numpy())
+        lengths.append(ids.row_lengths().numpy())
+    splits = np.zeros(len(texts) + 1, np.int64)
+    if texts:
+        np.cumsum(np.concatenate(lengths), out=splits[1:])
+    return (np.concatenate(flat) if flat else np.zeros(0, np.int32)), splits
+
+
+def _make_documents(contexts: Sequence[str], tokenizer) -> list[SquadDocument]:
+    words = [tuple(_WORD.findall(context)) for context in contexts]
+    flat, splits = _tokenize_flat(tokenizer, [w for ws in words for w in ws])
+    documents = []
+    first_word = 0
+    for context, doc_words in zip(contexts, words, strict=True):
+        word_splits = splits[first_word : first_word + len(doc_words) + 1]
+        first_word += len(doc_words)
+        token_ids = flat[word_splits[0] : word_splits[-1]]
+        pieces_per_word = np.diff(word_splits)
+        # Code points; U+202F and the ASCII separators are all below 2**32.
+        chars = np.frombuffer(context.encode("utf-32-le", "surrogatepass"), np.uint32)
+        is_space = np.isin(chars, [0x20, 0x09, 0x0D, 0x0A, 0x202F])
+        starts_word = ~is_space & np.r_[True, is_space[:-1]]
+        documents.append(
+            SquadDocument(
+                words=doc_words,
+                token_ids=token_ids,
+                token_to_word=np.repeat(np.arange(len(doc_words), dtype=np.int32), pieces_per_word),
+                word_to_token=(word_splits[:-1] - word_splits[0]).astype(np.int32),
+                char_to_word=(np.cumsum(starts_word) - 1).astype(np.int32),
+            )
+        )
+    return documents
+
+
+def _answer_span(example: SquadExample, document: SquadDocument, answer_ids) -> tuple[int, int]:
+    """The first answer's first and last piece in the document (inclusive)."""
+    answer = example.answers[0]
+    # An answer starting on whitespace before the first word belongs to the first word.
+    first_word = max(int(document.char_to_word[answer.start]), 0)
+    last_word = int(document.char_to_word[answer.start + len(answer.text) - 1])
+    start = int(document.word_to_token[first_word])
+    if last_word + 1 < len(document.words):
+        end = int(document.word_to_token[last_word + 1]) - 1
+    else:
+        end = len(document.token_ids) - 1
+    # The words may hold more than the answer ("1889" in "(1889)."): keep the
+    # first run of pieces that tokenizes exactly as the answer text does.
+    n = len(answer_ids)
+    if n:
+        for first in range(start, end - n + 2):
+            if np.array_equal(document.token_ids[first : first + n], answer_ids):
+                return first, first + n - 1
+    return start, end
+
+
+def _windows(num_tokens: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """(first piece, length) of each window over the document."""
+    windows = []
+    start = 0
+    while True:
+        size = min(num_tokens - start, room)
+        windows.append((start, size))
+        if start + size >= num_tokens:
+            return windows
+        start += min(size, stride)
+
+
+def _best_windows(windows: list[tuple[int, int]], num_tokens: int) -> np.ndarray:
+    """int [T]: for each piece, the window giving it the most context on its shorter side.
+
+    A window's score for a piece is min(pieces to its left, pieces to its right)
+    + 0.01 * window length; the first window wins a tie.
+    """
+    starts = np.array([s for s, _ in windows])[:, None]
+    sizes = np.array([n for _, n in windows])[:, None]
+    piece = np.arange(num_tokens)[None, :]
+    score = np.minimum(piece - starts, starts + sizes - 1 - piece) + 0.01 * sizes
+    score = np.where((piece >= starts) & (piece < starts + sizes), score, -np.inf)
+    return np.argmax(score, axis=0)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SquadTask:
+    config: SquadConfig
+    train: SquadFeatures | None
+    eval: SquadFeatures | None
+
+
+def load_squad_task(data_config: Any, tokenizer) -> SquadTask:
+    """Reads, checks and windows both splits (those configured, for files)."""
+    config = from_config(data_config)
+    # Checked here, not in SquadConfig: make_features needs no source.
+    if config.source == "files" and not config.train_file and not config.eval_file:
+        fail("train_file", config.train_file, "source='files' needs train_file, eval_file or both")
+    if config.source == "tfds" and not config.tfds_name:
+        fail("tfds_name", config.tfds_name, "source='tfds' needs a dataset name")
+    splits = {}
+    for split in SPLITS:
+        if config.source == "tfds":
+            tfds_split = config.train_split if split == "train" else config.eval_split
+            data = read_squad_tfds(config.tfds_name, tfds_split, config.tfds_data_dir)
+        elif getattr(config, f"{split}_file"):
+            data = read_squad_json(getattr(config, f"{split}_file"))
+        else:
+            continue
+        splits[split] = make_features(data, tokenizer, config)
+    return SquadTask(config, splits.get("train"), splits.get("eval"))
+
+
+def make_task_dataset(
+    task: SquadTask,
+    *,
+    split: str,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+) -> tuple[tf.data.Dataset, int]:
+    """make_dataset over `split` ('train' or 'eval') of the task, and its number of batches."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    features = task.train if split == "train" else task.eval
+    if features is None:
+        fail(f"{split}_file", "", f"no {split} split configured")
+    dataset, info = make_dataset(
+        features,
+        training=split == "train",
+        batch_size=batch_size,
+        process_index=process_index,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    return dataset, info.num_batches
+
+
+def make_dataset(
+    features: SquadFeatures,
+    *,
+    training: bool,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+) -> tuple[tf.data.Dataset, SplitInfo]:
+    """This host's batches of `features`, one feature a row, in the schema above.
+
+    Rows are drawn as classification.batch_indices draws examples: training
+    takes a new permutation each epoch and yields
+    int(num_features / global batch * num_epochs) full batches; evaluation
+    yields every feature once, in order, the last global batch padded with
+    rows of weight 0 and feature_index -1.
+    """
+    indices, info = batch_indices(
+        features.num_features,
+        training=training,
+        batch_size=batch_size,
+        process_index=process_index,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    columns = {
+        name: tf.constant(getattr(features, name))
+        for name in ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
+    }
+
+    def gather(index, weight):
+        real = weight > 0
+        batch = {}
+        for name, column in columns.items():
+            values = tf.cast(tf.gather(column, index), tf.int32)
+            blank = features.pad_id if name == "input_ids" else 0
+            keep = tf.reshape(real, [-1] + [1] * (len(column.shape) - 1))
+            batch[name] = tf.where(keep, values, blank)
+        batch["example_weight"] = weight
+        batch["feature_index"] = tf.where(real, index, -1)
+        for value in batch.values():
+            value.set_shape([batch_size, *value.shape[1:]])
+        return batch
+
+    dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadPredictions:
+    answers: dict[str, str]  # question id -> answer text ("" for no answer): predictions.json
+    nbest: dict[str, list[dict]]  # text, probability, start_logit, end_logit, best first
+    # SQuAD 2.0: question id -> null score minus the best span's score; above
+    # null_score_diff_threshold, the answer is "". None for SQuAD 1.1.
+    null_odds: dict[str, float] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    feature: int
+    start: int  # positions in the row; 0 and 0 for the null answer
+    end: int
+    start_logit: float
+    end_logit: float
+
+
+def predict_answers(
+    features: SquadFeatures,
+    feature_index,
+    start_logits,
+    end_logits,
+    tokenizer,
+) -> SquadPredictions:
+    """Each question's answer from the logits of its windows.
+
+    Rows of `start_logits`/`end_logits` (float [N, L]) belong to the features
+    named by `feature_index` (int [N], as in the batches; rows with -1 are
+    padding), and together they must cover every feature once.
+    """
+    config = features.config
+    start_logits, end_logits = _scatter(features, feature_index, start_logits, end_logits)
+    basic = _basic_words(features.documents, tokenizer)
+    vocab_tokens = tokenizer.vocab.tokens
+    detokenize = _sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text
+    positions = np.arange(config.max_seq_length)
+    in_document = (positions >= features.doc_offset[:, None]) & (
+        positions < (features.doc_offset + features.doc_length)[:, None]
+    )
+    bounds = np.searchsorted(features.example_index, np.arange(features.num_examples + 1))
+
+    answers, nbest_all, null_odds = {}, {}, {}
+    for index, example in enumerate(features.data.examples):
+        document = features.documents[index]
+        candidates, null = [], None
+        for f in range(bounds[index], bounds[index + 1]):
+            candidates += _span_candidates(
+                f, start_logits[f], end_logits[f], in_document[f], features, config
+            )
+            null_score = start_logits[f, 0] + end_logits[f, 0]
+            if null is None or null_score < null.start_logit + null.end_logit:
+                null = _Candidate(f, 0, 0, float(start_logits[f, 0]), float(end_logits[f, 0]))
+        if config.version_2_with_negative:
+            candidates.append(null)
+        candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
+
+        nbest, seen = [], set()
+        for candidate in candidates:
+            if len(nbest) >= config.n_best_size:
+                break
+            text = ""
+            if candidate.start > 0:
+                f = candidate.feature
+                ids = features.input_ids[f, candidate.start : candidate.end + 1]
+                first, last = (
+                    document.token_to_word[
+                        features.doc_start[f] + position - features.doc_offset[f]
+                    ]
+                    for position in (candidate.start, candidate.end)
+                )
+                text = final_text(
+                    detokenize([vocab_tokens[i] for i in ids]),
+                    " ".join(document.words[first : last + 1]),
+                    " ".join(w for w in basic[id(document)][first : last + 1] if w),
+                )
+                if text in seen:
+                    continue
+            seen.add(text)
+            nbest.append((text, candidate.start_logit, candidate.end_logit))
+        if config.version_2_with_negative and "" not in seen:
+            nbest.append(("", null.start_logit, null.end_logit))
+        if not nbest:  # no span fits anywhere (every window too short for one)
+            nbest.append(("", 0.0, 0.0))
+
+        scores = np.array([s + e for _, s, e in nbest])
+        probabilities = np.exp(scores - scores.max())
+        probabilities /= probabilities.sum()
+        nbest_all[example.qid] = [
+            {"text": t, "probability": float(p), "start_logit": s, "end_logit": e}
+            for (t, s, e), p in zip(nbest, probabilities, strict=True)
+        ]
+        if not config.version_2_with_negative:
+            answers[example.qid] = nbest[0][0]
+            continue
+        best = next((entry for entry in nbest if entry[0]), None)
+        if best is None:
+            null_odds[example.qid] = math.inf
+            answers[example.qid] = ""
+            continue
+        diff = null.start_logit + null.end_logit - best[1] - best[2]
+        null_odds[example.qid] = diff
+        answers[example.qid] = "" if diff > config.null_score_diff_threshold else best[0]
+    return SquadPredictions(
+        answers=answers,
+        nbest=nbest_all,
+        null_odds=null_odds if config.version_2_with_negative else None,
+    )
+
+
+def _scatter(features: SquadFeatures, feature_index, start_logits, end_logits):
+    feature_index = np.asarray(feature_index).reshape(-1)
+    start_logits = np.asarray(start_logits, np.float64)
+    end_logits = np.asarray(end_logits, np.float64)
+    shape = (feature_index.size, features.config.max_seq_length)
+    if start_logits.shape != shape or end_logits.shape != shape:
+        raise ValueError(
+            f"start_logits {start_logits.shape} and end_logits {end_logits.shape}: expected "
+            f"{shape}, one row of max_seq_length logits per feature_index"
+        )
+    real = feature_index >= 0
+    index = feature_index[real]
+    if index.size and index.max() >= features.num_features:
+        raise ValueError(
+            f"feature_index {index.max()} is out of range: {features.num_features} features"
+        )
+    counts = np.bincount(index, minlength=features.num_features)
+    if (counts != 1).any():
+        f = int(np.flatnonzero(counts != 1)[0])
+        qid = features.data.examples[features.example_index[f]].qid
+        raise SquadError(
+            f"{features.data.source}: feature {f} (question {qid!r}) has {counts[f]} rows of "
+            f"logits; every feature needs exactly one ({np.sum(counts == 0)} have none, "
+            f"{np.sum(counts > 1)} have several)"
+        )
+    start = np.empty((features.num_features, shape[1]))
+    end = np.empty((features.num_features, shape[1]))
+    start[index] = start_logits[real]
+    end[index] = end_logits[real]
+    return start, end
+
+
+def _span_candidates(f, start_logits, end_logits, in_document, features, config):
+    """Spans from the n best starts and ends: inside the window, start <= end, not too
+    long, and starting where this window gives the start its maximum context."""
+    n = config.n_best_size
+    starts = np.argsort(-start_logits, kind="stable")[:n]
+    ends = np.argsort(-end_logits, kind="stable")[:n]
+    s, e = starts[:, None], ends[None, :]
+    ok = (
+        in_document[s]
+        & in_document[e]
+        & features.max_context[f, s]
+        & (e >= s)
+        & (e - s + 1 <= config.max_answer_length)
+    )
+    return [
+        _Candidate(
+            f,
+            int(starts[i]),
+            int(ends[j]),
+            float(start_logits[starts[i]]),
+            float(end_logits[ends[j]]),
+        )
+        for i, j in zip(*np.nonzero(ok), strict=True)
+    ]
+
+
+def _basic_words(documents: Sequence[SquadDocument], tokenizer) -> dict[int, list[str]]:
+    """id(document) -> for each word, the tokenizer's words of it joined by spaces."""
+    unique = list({id(d): d for d in documents}.values())
+    all_words = [w for d in unique for w in d.words]
+    found = {}
+    for begin in range(0, len(all_words), TEXTS_PER_TOKENIZER_CALL):
+        chunk = tokenizer.words(tf.constant(all_words[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
+        for n, pieces in enumerate(chunk.to_list()):
+            found[begin + n] = " ".join(p.decode("utf-8", "replace") for p in pieces)
+    result, first = {}, 0
+    for document in unique:
+        result[id(document)] = [found[i] for i in range(first, first + len(document.words))]
+        first += len(document.words)
+    return result
+
+
+def _wordpiece_text(tokens: Sequence[str]) -> str:
+    text = " ".join(tokens).replace(" " + WORDPIECE_PREFIX, "").replace(WORDPIECE_PREFIX, "")
+    return " ".join(text.split())
+
+
+def _sentencepiece_text(tokens: Sequence[str]) -> str:
+    return " ".join("".join(tokens).replace(SENTENCEPIECE_WORD_START, " ").split())
+
+
+def final_text(predicted: str, original: str, tokenized: str) -> str:
+    """The part of `original` that the predicted (normalized) text covers.
+
+    `predicted` is the answer rebuilt from word pieces, lowercased and without
+    accents if the tokenizer made it so; `original` is the context's words it
+    spans, joined by single spaces; `tokenized` is the tokenizer's words of
+    `original`, joined by spaces. The prediction is found in `tokenized`, and
+    its ends are carried to `original` through the characters that are not
+    spaces, which must be as many on both sides. When they are not (the
+    tokenizer changed the length of a character) or the prediction is not
+    found, the whole of `original` is the answer.
+    """
+    start = tokenized.find(predicted)
+    if not predicted or start < 0:
+        return original
+    end = start + len(predicted) - 1
+    original_chars = [i for i, c in enumerate(original) if c != " "]
+    tokenized_chars = [i for i, c in enumerate(tokenized) if c != " "]
+    if len(original_chars) != len(tokenized_chars):
+        return original
+    # The prediction starts and ends on non-space characters, so both ends map.
+    rank = {position: n for n, position in enumerate(tokenized_chars)}
+    return original[original_chars[rank[start]] : original_chars[rank[end]] + 1]
+
+
+def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[str]:
+    """Writes predictions.json, nbest_predictions.json and (SQuAD 2.0) null_odds.json."""
+    os.makedirs(output_dir, exist_ok=True)
+    files = {
+        "predictions.json": predictions.answers,
+        "nbest_predictions.json": predictions.nbest,
+    }
+    if predictions.null_odds is not None:
+        files["null_odds.json"] = predictions.null_odds
+    paths = []
+    for name, content in files.items():
+        path = os.path.join(output_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        paths.append(path)
+    return paths

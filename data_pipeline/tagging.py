@@ -1,0 +1,445 @@
+"""Token tagging (NER) from CoNLL files or TFDS, labelled on the first word piece of each word.
+
+Sources, by `config.source`:
+  'files'  CoNLL format: one word per line in whitespace-separated columns, the
+           word first and its tag in column `tag_column` (default the last); a
+           blank line ends a sentence; `-DOCSTART-` lines are skipped. All lines
+           of a file have the same number of columns.
+  'tfds'   a TFDS dataset with a Sequence(Text) of words and a Sequence(ClassLabel)
+           of tags: by default `conll2003` ('tokens' and 'ner'; splits train, dev, test).
+
+The label set is the training file's tags, sorted, unless `label_names` fixes
+it; for TFDS it is the ClassLabel's names. `load_tagging_task` reads and checks
+both splits before any training, as classification.py does.
+
+Each word is tokenized on its own (the words of many sentences go through the
+in-graph tokenizer in one call). Its tag goes on its first piece; the other
+pieces get weight 0. A word that tokenizes to nothing (only control characters,
+say) becomes [UNK], so that every word has a first piece.
+
+A sentence with more than max_seq_length - 2 pieces is split at word boundaries
+into consecutive windows, each `[CLS] words [SEP]`, so every word is predicted
+exactly once, in one window; `tags_from_predictions` puts the windows' per-piece
+predictions back together into one tag per word. A single word with more pieces
+than a window holds keeps its first max_seq_length - 2 (counted in WindowStats,
+and logged).
+
+Every batch is a dict with a leading axis B, this host's `batch_size`, and
+L = `max_seq_length`; one example is one window:
+
+| feature         | dtype   | shape  | meaning                                                |
+|-----------------|---------|--------|--------------------------------------------------------|
+| input_ids       | int32   | [B, L] | `[CLS] pieces [SEP]`, padded with [PAD]                 |
+| input_mask      | int32   | [B, L] | 1 on tokens, 0 on padding                               |
+| segment_ids     | int32   | [B, L] | all 0                                                   |
+| label_ids       | int32   | [B, L] | the word's tag (index into label_names) on its first piece, else 0 |
+| label_weights   | float32 | [B, L] | 1.0 on the first piece of each word, else 0.0           |
+| word_index      | int32   | [B, L] | the word's position in its sentence on first pieces, else -1 |
+| sentence_id     | int32   | [B]    | the sentence's position in the split                    |
+| example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches        |
+
+Batches are drawn as in classification.py (`batch_indices`), one window being
+one example. The eval padding rows have label_weights 0, word_index -1 and
+sentence_id -1, so they count nowhere even when example_weight is ignored.
+"""
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from data_pipeline.classification import (
+    OPTION_PREFIX,
+    SPLITS,
+    SplitInfo,
+    TaskDataError,
+    batch_indices,
+    config_values,
+    fail,
+    read_text_file,
+    sorted_labels,
+    tfds_builder,
+    tfds_dataset,
+)
+
+SOURCES = ("files", "tfds")
+# How tags spell entities, for entity-level scoring (bertjax/scores.py reads them).
+TAGGING_SCHEMES = ("iob1", "iob2", "iobes", "bilou")
+DOCSTART = "-DOCSTART-"
+# Words tokenized together in one call: tf-text ops pay a fixed cost per call.
+WORDS_PER_TOKENIZER_CALL = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggingConfig:
+    source: str = "files"
+    # source='tfds'
+    tfds_name: str = "conll2003"
+    tfds_data_dir: str = ""  # "" is the TFDS default
+    tfds_words_feature: str = "tokens"
+    tfds_tags_feature: str = "ner"
+    train_split: str = "train"
+    eval_split: str = "dev"
+    # source='files'
+    train_file: str = ""
+    eval_file: str = ""
+    tag_column: int = -1  # an index into a line's columns; the word is column 0
+    label_names: tuple[str, ...] = ()  # () reads them from train_file
+    # both
+    tagging_scheme: str = "iob2"
+    max_seq_length: int = 128
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
+        if self.tagging_scheme not in TAGGING_SCHEMES:
+            fail(
+                "tagging_scheme",
+                self.tagging_scheme,
+                f"must be one of {', '.join(TAGGING_SCHEMES)}",
+            )
+        if self.max_seq_length < 3:
+            fail("max_seq_length", self.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
+        if self.source == "tfds":
+            if not self.tfds_name:
+                fail("tfds_name", self.tfds_name, "source='tfds' needs a dataset name")
+            if self.label_names:
+                fail("label_names", self.label_names, "source='tfds' takes the ClassLabel names")
+            return
+        if not self.train_file and not self.eval_file:
+            fail(
+                "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
+            )
+        if self.tag_column == 0:
+            fail("tag_column", self.tag_column, "column 0 holds the word")
+        if not self.train_file and not self.label_names:
+            fail("label_names", self.label_names, "without train_file the label set must be given")
+        if len(set(self.label_names)) != len(self.label_names):
+            fail("label_names", self.label_names, "has duplicates")
+
+
+def from_config(data_config: Any) -> TaggingConfig:
+    """A TaggingConfig from a ConfigDict, a dict or itself; unknown keys fail."""
+    if isinstance(data_config, TaggingConfig):
+        return data_config
+    return TaggingConfig(**config_values(TaggingConfig, data_config))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sentences:
+    """One split in memory. `source` names it in messages (a path, or tfds:conll2003:dev)."""
+
+    source: str
+    words: tuple[tuple[str, ...], ...]
+    tags: tuple[np.ndarray, ...]  # int32 [words] per sentence, indices into label_names
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TaggingTask:
+    config: TaggingConfig
+    name: str  # the TFDS dataset, or the training (else eval) file's base name
+    label_names: tuple[str, ...]
+    train: Sentences | None
+    eval: Sentences | None
+
+
+def load_tagging_task(data_config: Any) -> TaggingTask:
+    """Reads and checks both splits (those configured, for files)."""
+    config = from_config(data_config)
+    if config.source == "tfds":
+        return _load_tfds(config)
+    conll = {
+        split: _read_conll(path, config.tag_column, f"{split}_file")
+        for split, path in (("train", config.train_file), ("eval", config.eval_file))
+        if path
+    }
+    if config.label_names:
+        label_names, label_source = config.label_names, f"{OPTION_PREFIX}label_names"
+    else:
+        _, train_sentences = conll["train"]
+        label_names = sorted_labels([tag for _, tags, _ in train_sentences for tag in tags])
+        label_source = config.train_file
+    sentences = {
+        split: _sentences(read, label_names, label_source) for split, read in conll.items()
+    }
+    return TaggingTask(
+        config=config,
+        name=os.path.splitext(os.path.basename(config.train_file or config.eval_file))[0],
+        label_names=label_names,
+        train=sentences.get("train"),
+        eval=sentences.get("eval"),
+    )
+
+
+# (path, [(words, tags, line of each word)]) as read from a CoNLL file.
+_Conll = tuple[str, list[tuple[list[str], list[str], list[int]]]]
+
+
+def _read_conll(path: str, tag_column: int, option: str) -> _Conll:
+    text = read_text_file(path, option)
+    sentences = []
+    words, tags, lines = [], [], []
+    columns = first_line = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        parts = line.split()
+        if not parts or parts[0] == DOCSTART:
+            if words:
+                sentences.append((words, tags, lines))
+                words, tags, lines = [], [], []
+            continue
+        if columns is None:
+            columns, first_line = len(parts), number
+            if not -columns <= tag_column < columns or tag_column % columns == 0:
+                raise TaskDataError(
+                    f"{path}: line {number} has {columns} columns; "
+                    f"{OPTION_PREFIX}tag_column={tag_column} needs a column after the word"
+                )
+        elif len(parts) != columns:
+            raise TaskDataError(
+                f"{path}: line {number} has {len(parts)} columns; line {first_line} has {columns}"
+            )
+        words.append(parts[0])
+        tags.append(parts[tag_column])
+        lines.append(number)
+    if words:
+        sentences.append((words, tags, lines))
+    if not sentences:
+        raise TaskDataError(f"{path} ({OPTION_PREFIX}{option}): no sentences")
+    return path, sentences
+
+
+def _sentences(conll: _Conll, label_names, label_source) -> Sentences:
+    path, sentences = conll
+    ids = {name: i for i, name in enumerate(label_names)}
+    tags = []
+    for _, sentence_tags, lines in sentences:
+        for tag, line in zip(sentence_tags, lines, strict=True):
+            if tag not in ids:
+                raise TaskDataError(
+                    f"{path}: line {line}: tag {tag!r} is not in the label set "
+                    f"{list(label_names)} (from {label_source})"
+                )
+        tags.append(np.asarray([ids[tag] for tag in sentence_tags], np.int32))
+    return Sentences(path, tuple(tuple(words) for words, _, _ in sentences), tuple(tags))
+
+
+def _load_tfds(config: TaggingConfig) -> TaggingTask:
+    name = config.tfds_name
+    builder = tfds_builder(name, config.tfds_data_dir)
+    features = builder.info.features
+    for option in ("tfds_words_feature", "tfds_tags_feature"):
+        if getattr(config, option) not in features:
+            raise TaskDataError(
+                f"TFDS dataset {name!r} has no feature {OPTION_PREFIX}{option}="
+                f"{getattr(config, option)!r}; it has {sorted(features)}"
+            )
+    label_names = tuple(getattr(features[config.tfds_tags_feature].feature, "names", ()))
+    if not label_names:
+        raise TaskDataError(
+            f"TFDS dataset {name!r}: {config.tfds_tags_feature!r} is not a sequence of ClassLabel"
+        )
+    splits = {}
+    for split, tfds_split in (("train", config.train_split), ("eval", config.eval_split)):
+        source = f"tfds:{name}:{tfds_split}"
+        all_words, all_tags = [], []
+        dataset = tfds_dataset(builder, name, tfds_split)
+        for index, example in enumerate(dataset.as_numpy_iterator()):
+            words = example[config.tfds_words_feature]
+            tags = example[config.tfds_tags_feature]
+            if len(words) != len(tags):
+                raise TaskDataError(
+                    f"{source}: example {index} has {len(words)} words and {len(tags)} tags"
+                )
+            if len(words):  # the conll builders yield an empty example at the end of a file
+                all_words.append(tuple(w.decode("utf-8") for w in words))
+                all_tags.append(tags.astype(np.int32))
+        if not all_words:
+            raise TaskDataError(f"{source}: no sentences")
+        splits[split] = Sentences(source, tuple(all_words), tuple(all_tags))
+    return TaggingTask(config, name, label_names, splits["train"], splits["eval"])
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowStats:
+    sentences: int
+    windows: int
+    split_sentences: int  # sentences cut into more than one window
+    truncated_words: int  # words with more pieces than a window, cut to max_seq_length - 2
+
+
+def encode_sentences(
+    sentences: Sentences, tokenizer, *, max_seq_length: int
+) -> tuple[dict[str, np.ndarray], WindowStats]:
+    """One row per window: every batch feature of the module docstring but example_weight."""
+    vocab = tokenizer.vocab
+    limit = max_seq_length - 2
+    pieces, counts = _tokenize_words(tokenizer, [w for words in sentences.words for w in words])
+    truncated_words = int(np.sum(counts > limit))
+    # Python lists: the loops below index them one word at a time.
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+    pieces, counts = pieces.tolist(), counts.tolist()
+
+    windows = []  # (sentence, first word, end word, first flat word)
+    flat = 0
+    for sentence, words in enumerate(sentences.words):
+        start = used = 0
+        for j in range(len(words)):
+            count = max(1, min(counts[flat + j], limit))
+            if used + count > limit:
+                windows.append((sentence, start, j, flat))
+                start, used = j, 0
+            used += count
+        windows.append((sentence, start, len(words), flat))
+        flat += len(words)
+
+    shape = (len(windows), max_seq_length)
+    features = {
+        "input_ids": np.full(shape, vocab.pad_id, np.int32),
+        "input_mask": np.zeros(shape, np.int32),
+        "segment_ids": np.zeros(shape, np.int32),
+        "label_ids": np.zeros(shape, np.int32),
+        "label_weights": np.zeros(shape, np.float32),
+        "word_index": np.full(shape, -1, np.int32),
+        "sentence_id": np.zeros(len(windows), np.int32),
+    }
+    for row, (sentence, start, end, flat) in enumerate(windows):
+        tags = sentences.tags[sentence].tolist()
+        ids = [vocab.cls_id]
+        for j in range(start, end):
+            position = len(ids)
+            word = flat + j
+            count = min(counts[word], limit)
+            ids.extend(pieces[starts[word] : starts[word] + count] if count else [vocab.unk_id])
+            features["label_ids"][row, position] = tags[j]
+            features["label_weights"][row, position] = 1.0
+            features["word_index"][row, position] = j
+        ids.append(vocab.sep_id)
+        features["input_ids"][row, : len(ids)] = ids
+        features["input_mask"][row, : len(ids)] = 1
+        features["sentence_id"][row] = sentence
+    split_sentences = len(windows) - len(sentences)
+    if split_sentences:
+        split_sentences = int(np.sum(np.bincount(features["sentence_id"]) > 1))
+    stats = WindowStats(len(sentences), len(windows), split_sentences, truncated_words)
+    return features, stats
+
+
+def _tokenize_words(tokenizer, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of all words, concatenated, and the number of pieces of each word."""
+
+    def tokenize(batch):
+        ids = tokenizer.tokenize(batch)
+        return ids.flat_values, tf.cast(ids.row_lengths(), tf.int32)
+
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(words), tf.string))
+    dataset = dataset.batch(WORDS_PER_TOKENIZER_CALL).map(
+        tokenize, num_parallel_calls=tf.data.AUTOTUNE
+    )
+    pieces, counts = [], []
+    for values, lengths in dataset.as_numpy_iterator():
+        pieces.append(values)
+        counts.append(lengths)
+    return np.concatenate(pieces), np.concatenate(counts)
+
+
+def make_tagging_dataset(
+    task: TaggingTask,
+    tokenizer,
+    *,
+    split: str,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+) -> tuple[tf.data.Dataset, SplitInfo]:
+    """This host's batches of `split` ('train' or 'eval'); see the module docstring.
+
+    SplitInfo counts windows, not sentences. `seed` and `num_epochs` apply to training only.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    sentences = task.train if split == "train" else task.eval
+    if sentences is None:
+        fail(f"{split}_file", "", f"no {split} split configured")
+    features, stats = encode_sentences(
+        sentences, tokenizer, max_seq_length=task.config.max_seq_length
+    )
+    if stats.truncated_words:
+        logging.warning(
+            "%s: %d words have more than max_seq_length - 2 = %d word pieces and lose the rest",
+            sentences.source,
+            stats.truncated_words,
+            task.config.max_seq_length - 2,
+        )
+    indices, info = batch_indices(
+        stats.windows,
+        training=split == "train",
+        batch_size=batch_size,
+        process_index=process_index,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    constants = {name: tf.constant(value) for name, value in features.items()}
+
+    def gather(index, weight):
+        batch = {name: tf.gather(value, index) for name, value in constants.items()}
+        real = weight > 0
+        batch["label_weights"] *= weight[:, None]
+        batch["word_index"] = tf.where(real[:, None], batch["word_index"], -1)
+        batch["sentence_id"] = tf.where(real, batch["sentence_id"], -1)
+        batch["example_weight"] = weight
+        for value in batch.values():
+            value.set_shape([batch_size, *value.shape[1:]])
+        return batch
+
+    dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+def tags_from_predictions(
+    predictions,
+    word_index,
+    sentence_id,
+    sentences: Sentences,
+    label_names: Sequence[str],
+) -> list[list[str]]:
+    """Per-piece predicted tag ids -> one tag name per word of each sentence.
+
+    `predictions` and `word_index` are [..., L] and `sentence_id` [...], over all
+    eval batches of all processes in any order; rows with sentence_id -1 (padding)
+    are ignored. Every word must be predicted exactly once.
+    """
+    word_index = np.asarray(word_index)
+    length = word_index.shape[-1]
+    word_index = word_index.reshape(-1, length)
+    predictions = np.asarray(predictions).reshape(-1, length)
+    sentence_id = np.broadcast_to(np.asarray(sentence_id).reshape(-1, 1), word_index.shape)
+    found = (word_index >= 0) & (sentence_id >= 0)
+    tags: list[list[str | None]] = [[None] * len(words) for words in sentences.words]
+    for s, j, p in zip(
+        sentence_id[found].tolist(),
+        word_index[found].tolist(),
+        predictions[found].tolist(),
+        strict=True,
+    ):
+        if tags[s][j] is not None:
+            raise ValueError(f"{sentences.source}: sentence {s}, word {j} is predicted twice")
+        tags[s][j] = label_names[p]
+    for s, sentence_tags in enumerate(tags):
+        if None in sentence_tags:
+            raise ValueError(
+                f"{sentences.source}: sentence {s}, word {sentence_tags.index(None)} has no prediction"
+            )
+    return tags

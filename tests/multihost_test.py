@@ -1,0 +1,138 @@
+"""A real multi-host run: two local processes of 2 CPU devices each train one run together.
+
+Each process reads its own share of the documents, so the run's data differs
+from a one-process run's and the losses cannot be compared with one; what is
+checked is that the processes agree with each other, that process 0 alone
+writes the workdir, and that the checkpoint they write together restores.
+"""
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from multihost_worker import fingerprint
+
+from bertjax import checkpoint, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(REPO, "tests", "multihost_worker.py")
+# Both processes together; a hang (a collective one process never joins) fails here.
+TIMEOUT_S = 300
+TIMING_KEYS = ("steps_per_second", "tokens_per_second")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_two_processes(tmp_path, config) -> list[dict]:
+    config_path = tmp_path / "config.pkl"
+    config_path.write_bytes(pickle.dumps(config))
+    env = dict(
+        os.environ,
+        # Replaces conftest's 8 devices: 2 per process, 4 in the run.
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
+        JAX_NUM_PROCESSES="2",
+    )
+    procs, logs = [], []
+    for index in range(2):
+        log = open(tmp_path / f"log{index}.txt", "w")  # noqa: SIM115
+        logs.append(log)
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    WORKER,
+                    str(config_path),
+                    str(tmp_path / "workdir"),
+                    str(tmp_path / f"out{index}.json"),
+                ],
+                env={**env, "JAX_PROCESS_ID": str(index)},
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
+    for index, proc in enumerate(procs):
+        if proc.returncode != 0:
+            tail = (tmp_path / f"log{index}.txt").read_text()[-3000:]
+            pytest.fail(f"process {index} exited with {proc.returncode}:\n{tail}")
+    return [json.loads((tmp_path / f"out{index}.json").read_text()) for index in range(2)]
+
+
+def without_timing(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+def test_two_processes_train_evaluate_checkpoint_and_resume(tmp_path, make_small_config):
+    config = make_small_config()
+    first, second = run_two_processes(tmp_path, config)
+    workdir = str(tmp_path / "workdir")
+
+    assert first["process_count"] == second["process_count"] == 2
+    assert first["device_count"] == second["device_count"] == 4
+    # Logged values are global: both processes computed exactly the same.
+    assert without_timing(first["metrics"]) == without_timing(second["metrics"])
+    assert first["last_eval"] == second["last_eval"]
+    # Process 0 alone wrote metrics.jsonl: each point once, its values.
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        written = [json.loads(line) for line in f]
+    assert [(m["step"], m["split"]) for m in written] == [
+        (2, "train"),
+        (4, "train"),
+        (4, "eval"),
+        (6, "train"),
+        (8, "train"),
+        (8, "eval"),
+    ]
+    assert without_timing(written) == without_timing(first["metrics"])
+    losses = [m["loss"] for m in written if m["split"] == "train"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    for name in ("config.json", "model_config.json", "vocab.json"):
+        assert os.path.exists(os.path.join(workdir, name))
+
+    # Identical parameters on every device of both processes; the resume
+    # restored exactly what was saved at step 4 and went on to step 8.
+    assert first["saved"] == second["saved"]
+    assert sorted(first["saved"]) == ["4", "8"]
+    assert first["restored"] == second["restored"] == {"4": first["saved"]["4"]}
+    assert first["saved"]["8"] != first["saved"]["4"]
+
+    # Written by both processes together, the checkpoint restores whole here.
+    assert checkpoint.latest_step(workdir) == 8
+    run = train.build_run(config, workdir)
+    manager = checkpoint.make_manager(workdir, max_to_keep=5)
+    state = checkpoint.restore(manager, 8, run.abstract_state)
+    manager.close()
+    assert int(state.step) == 8
+    assert fingerprint(state.params) == first["saved"]["8"]
+    assert len(jax.devices()) == 8  # restored onto another mesh than it was saved from
+
+    # Refused on both processes alike instead of hanging in a collective.
+    assert first["refused"] == second["refused"]
+    assert "config.num_eval_steps=10000: host 0's share" in first["refused"]["eval_share"]
+    assert "hosts 0 and 1 would hold the same batch rows" in (first["refused"]["mesh_across_hosts"])

@@ -124,8 +124,8 @@ def write_run_description(workdir: str, config, model_config: BertConfig, vocab_
     if jax.process_index() != 0:
         return vocab_file
     os.makedirs(workdir, exist_ok=True)
-    _write_json(os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
-    _write_json(os.path.join(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
+    write_json(os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
+    write_json(os.path.join(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
     target = os.path.join(workdir, "vocab" + os.path.splitext(vocab_file)[1])
     if os.path.abspath(vocab_file) != os.path.abspath(target):
         shutil.copyfile(vocab_file, target + ".tmp")
@@ -133,7 +133,7 @@ def write_run_description(workdir: str, config, model_config: BertConfig, vocab_
     return target
 
 
-def _write_json(path: str, value) -> None:
+def write_json(path: str, value) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(value, f, indent=2, sort_keys=True)
         f.write("\n")

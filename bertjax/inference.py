@@ -27,7 +27,7 @@ import tensorflow as tf
 from flax import linen as nn
 
 from bertjax import checkpoint, sharding
-from bertjax.model import BertConfig, BertForPreTraining, BertModel
+from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -83,8 +83,7 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
     )
     params = checkpoint.restore_params(path, abstract, step)
     config = dataclasses.replace(saved_config, scan_layers=False, remat_policy="none")
-    if saved_config.scan_layers:
-        params = _unstack_layers(params, config.num_hidden_layers)
+    params = {**params, "bert": unstack_layers(params["bert"], config.num_hidden_layers)}
     return Restored(
         model=BertForPreTraining(config),
         params=params,
@@ -98,13 +97,6 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
 def _init(model: BertForPreTraining, rng):
     ids = jnp.zeros((1, 8), jnp.int32)
     return model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)["params"]
-
-
-def _unstack_layers(params, num_layers: int):
-    """bert/encoder/layer with a leading layers axis -> bert/encoder/layer_0 ... layer_{n-1}."""
-    stacked = params["bert"]["encoder"]["layer"]
-    encoder = {f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_layers)}
-    return {**params, "bert": {**params["bert"], "encoder": encoder}}
 
 
 # --------------------------------------------------------------------------- inputs

@@ -1,4 +1,4 @@
-"""Pretraining losses as sums with their denominators.
+"""Pretraining and fine-tuning losses as sums with their denominators.
 
 A step returns sums (of losses, of correct predictions) and counts rather than
 means, so metrics over many batches, microbatches or hosts add up exactly and
@@ -63,3 +63,66 @@ def summarize(sums) -> dict[str, float]:
         "nsp_loss": nsp_loss,
         "nsp_accuracy": s["nsp_correct"] / max(s["nsp_count"], 1.0),
     }
+
+
+# ------------------------------------------------------------------ fine-tuning
+# Every fine-tuning loss is a weighted sum over examples (or tokens) with its
+# weight total: `example_weight` is 0 on the rows that pad an eval batch.
+FINETUNE_SUM_KEYS = ("loss_sum", "correct", "weight")
+
+
+def _weighted_nll(logits, labels, weights):
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    hit = (jnp.argmax(log_probs, axis=-1) == labels).astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(weights * nll),
+        "correct": jnp.sum(weights * hit),
+        "weight": jnp.sum(weights),
+    }
+
+
+def classification_sums(logits, batch) -> dict[str, jax.Array]:
+    """Cross-entropy of [B, K] logits against `label`."""
+    return _weighted_nll(logits, batch["label"], batch["example_weight"].astype(jnp.float32))
+
+
+def regression_sums(logits, batch) -> dict[str, jax.Array]:
+    """Squared error of the one output [B, 1] against the float `label` (STS-B)."""
+    weights = batch["example_weight"].astype(jnp.float32)
+    error = logits[:, 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(weights * error**2),
+        "correct": jnp.zeros((), jnp.float32),
+        "weight": jnp.sum(weights),
+    }
+
+
+def tagging_sums(logits, batch) -> dict[str, jax.Array]:
+    """Cross-entropy per labelled token ([B, L, K] against `label_ids` where `label_weights`)."""
+    weights = batch["label_weights"].astype(jnp.float32)
+    weights = weights * batch["example_weight"].astype(jnp.float32)[:, None]
+    return _weighted_nll(logits, batch["label_ids"], weights)
+
+
+def span_sums(logits, batch) -> dict[str, jax.Array]:
+    """The mean of the start and end cross-entropies (run_squad.py); `correct`: both right."""
+    start_logits, end_logits = logits
+    weights = batch["example_weight"].astype(jnp.float32)
+    start = _weighted_nll(start_logits, batch["start_positions"], weights)
+    end = _weighted_nll(end_logits, batch["end_positions"], weights)
+    both = (jnp.argmax(start_logits, -1) == batch["start_positions"]) & (
+        jnp.argmax(end_logits, -1) == batch["end_positions"]
+    )
+    return {
+        "loss_sum": (start["loss_sum"] + end["loss_sum"]) / 2,
+        "correct": jnp.sum(weights * both.astype(jnp.float32)),
+        "weight": jnp.sum(weights),
+    }
+
+
+def summarize_finetune(sums) -> dict[str, float]:
+    """Mean loss and accuracy (of examples, tokens or exact spans) from accumulated sums."""
+    s = {key: float(np.asarray(sums[key])) for key in FINETUNE_SUM_KEYS}
+    weight = max(s["weight"], 1.0)
+    return {"loss": s["loss_sum"] / weight, "accuracy": s["correct"] / weight}

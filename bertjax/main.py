@@ -1,10 +1,12 @@
-"""Pretrains BERT.
+"""Pretrains or fine-tunes BERT: an experiment config with `config.task` fine-tunes.
 
     python -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir DIR \
         [--config.KEY=VALUE ...]
+    python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
+        --config.init_checkpoint=PRETRAINED_WORKDIR
 
 Re-running the same command resumes from the workdir's latest checkpoint. This
-is the only file that defines flags.
+is the only file that defines the training flags.
 """
 
 import os
@@ -14,8 +16,9 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bertjax import checkpoint, report, sharding, train
+from bertjax import checkpoint, finetune, report, sharding, train
 from data_pipeline import config as data_config_lib
+from data_pipeline.classification import TaskDataError
 from data_pipeline.corpus import CorpusError
 from data_pipeline.instances import NotNextError
 from data_pipeline.tfrecords import TFRecordError
@@ -46,6 +49,7 @@ USER_ERRORS = (
     sharding.MeshError,
     checkpoint.CheckpointError,
     train.TrainingError,
+    TaskDataError,
 )
 
 
@@ -68,6 +72,11 @@ def main(argv):
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     try:
+        if "task" in _CONFIG.value:
+            results = finetune.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+            if jax.process_index() == 0:
+                finetune.print_results(results, out=sys.stdout)
+            return
         last_eval = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
         if jax.process_index() == 0:
             report.print_report(

@@ -222,6 +222,7 @@ _HF_REQUIRED = {
 }
 # Hugging Face keys about its own runtime, tokenizer or fine-tuning: no effect on the weights.
 _HF_IGNORED = (
+    "_name_or_path",
     "architectures",
     "transformers_version",
     "torch_dtype",
@@ -601,3 +602,84 @@ class BertForPreTraining(nn.Module):
         word_embeddings = self.bert.embeddings.word_embeddings.embedding
         mlm_logits = self.predictions(sequence_output, masked_lm_positions, word_embeddings)
         return mlm_logits, self.seq_relationship(pooled_output)
+
+
+def unstack_layers(bert_params, num_layers: int):
+    """A `bert` subtree in the scan layout -> the loop layout (layer_0 ... layer_{n-1})."""
+    encoder = bert_params["encoder"]
+    if "layer" not in encoder:
+        return bert_params
+    layers = {
+        f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], encoder["layer"]) for i in range(num_layers)
+    }
+    return {**bert_params, "encoder": layers}
+
+
+def stack_layers(bert_params, num_layers: int):
+    """A `bert` subtree in the loop layout -> the scan layout (one `layer`, leading axis)."""
+    encoder = bert_params["encoder"]
+    if "layer" in encoder:
+        return bert_params
+    layers = [encoder[f"layer_{i}"] for i in range(num_layers)]
+    return {**bert_params, "encoder": {"layer": jax.tree.map(lambda *x: jnp.stack(x), *layers)}}
+
+
+# ---------------------------------------------------------------- fine-tuning heads
+# One output layer on BertModel, as the paper fine-tunes; the heads' names are
+# Hugging Face's (`classifier`, `qa_outputs`). The classifiers drop out their
+# input at hidden_dropout_prob, as the original run_classifier.py does on the
+# pooled output; the span head has no dropout of its own, as in run_squad.py.
+
+
+class BertForSequenceClassification(nn.Module):
+    """`num_labels` logits from the pooled [CLS] output (1 for regression); float32 [B, K]."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        c = self.config
+        _, pooled_output = BertModel(c, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        x = nn.Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
+        return Dense(c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier")(
+            x
+        )
+
+
+class BertForTokenClassification(nn.Module):
+    """`num_labels` logits per token from the sequence output; float32 [B, L, K]."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        c = self.config
+        sequence_output, _ = BertModel(c, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        x = nn.Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
+        logits = Dense(
+            c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier"
+        )(x)
+        return nn.with_logical_constraint(logits, ("batch", "length", None))
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Answer-span start and end logits per token; float32 ([B, L], [B, L])."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        c = self.config
+        sequence_output, _ = BertModel(c, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        logits = Dense(c, 2, ("embed", "classes"), dtype="float32", name="qa_outputs")(
+            sequence_output
+        )
+        return logits[..., 0], logits[..., 1]

@@ -10,6 +10,7 @@ import pytest
 from flax import linen as nn
 from flax import traverse_util
 
+from bertjax import convert
 from bertjax import model as model_lib
 from bertjax.model import BertConfig, BertForPreTraining, BertModel
 
@@ -340,57 +341,6 @@ def test_initialization_matches_the_original():
 # --------------------------------------------------------------------------- Hugging Face parity
 
 
-def params_from_huggingface(state_dict, config: BertConfig):
-    """Our BertForPreTraining params from transformers' BertForPreTraining state dict."""
-    heads = (config.num_attention_heads, config.hidden_size // config.num_attention_heads)
-    t = {k: v.detach().numpy() for k, v in state_dict.items()}
-
-    def dense(prefix, kernel_shape=None, bias_shape=None):
-        kernel, bias = t[prefix + ".weight"].T, t[prefix + ".bias"]
-        return {
-            "kernel": kernel if kernel_shape is None else kernel.reshape(kernel_shape),
-            "bias": bias if bias_shape is None else bias.reshape(bias_shape),
-        }
-
-    def layer_norm(prefix):
-        return {"scale": t[prefix + ".weight"], "bias": t[prefix + ".bias"]}
-
-    H = config.hidden_size
-    embeddings = {
-        name: {"embedding": t[f"bert.embeddings.{name}.weight"]}
-        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
-    }
-    embeddings["LayerNorm"] = layer_norm("bert.embeddings.LayerNorm")
-    encoder = {}
-    for i in range(config.num_hidden_layers):
-        p = f"bert.encoder.layer.{i}"
-        attention = {
-            name: dense(f"{p}.attention.self.{name}", (H, *heads), heads)
-            for name in ("query", "key", "value")
-        }
-        attention["output"] = dense(f"{p}.attention.output.dense", (*heads, H))
-        encoder[f"layer_{i}"] = {
-            "attention": attention,
-            "attention_LayerNorm": layer_norm(f"{p}.attention.output.LayerNorm"),
-            "intermediate": dense(f"{p}.intermediate.dense"),
-            "output": dense(f"{p}.output.dense"),
-            "output_LayerNorm": layer_norm(f"{p}.output.LayerNorm"),
-        }
-    return {
-        "bert": {
-            "embeddings": embeddings,
-            "encoder": encoder,
-            "pooler": {"dense": dense("bert.pooler.dense")},
-        },
-        "predictions": {
-            "dense": dense("cls.predictions.transform.dense"),
-            "LayerNorm": layer_norm("cls.predictions.transform.LayerNorm"),
-            "output_bias": t["cls.predictions.bias"],
-        },
-        "seq_relationship": dense("cls.seq_relationship"),
-    }
-
-
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
 def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
     torch = pytest.importorskip("torch")
@@ -411,7 +361,10 @@ def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
     assert config.hidden_act == {"gelu": "gelu", "gelu_new": "gelu_tanh"}[hidden_act]
     module = BertForPreTraining(config)
     batch = make_batch(config)
-    params = params_from_huggingface(state, config)
+    params, initialized = convert.params_from_tensors(
+        {k: v.detach().numpy() for k, v in state.items()}, config, "hf"
+    )
+    assert initialized == []
     expected = jax.eval_shape(lambda: nn.unbox(init(module, batch)))["params"]
     assert jax.tree.map(np.shape, params) == jax.tree.map(np.shape, expected)
     mlm, nsp = apply(module, {"params": params}, batch)

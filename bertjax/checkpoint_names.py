@@ -1,0 +1,165 @@
+"""The rename table between bertjax parameters and released BERT checkpoints.
+
+Two formats:
+
+    tf  google-research/bert's TF1 checkpoints (tf.compat.v1.train.Saver variable names)
+    hf  Hugging Face transformers' BertForPreTraining state dict (as in model.safetensors)
+
+Each row of TABLE is (our path, TF name, HF name, layout); `{i}` is a layer
+index. A layout says how a source tensor becomes ours: transpose it when that
+format stores the matrix [out, in] (PyTorch's Linear, and the original's NSP
+`output_weights`), then reshape it to our shape, which may split an axis into
+attention heads. Exporting applies the same steps backwards.
+
+Our paths are those of the per-layer model (`bert/encoder/layer_{i}/...`);
+model.stack_layers and model.unstack_layers convert to and from the
+`scan_layers` layout.
+"""
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+FORMATS = ("tf", "hf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    # Formats that store this matrix as [out, in]; ours are [in, out].
+    transposed: frozenset[str] = frozenset()
+    # How many of our axes make up each source axis; None: the same axes.
+    axis_groups: tuple[int, ...] | None = None
+
+
+SAME = Layout()
+KERNEL = Layout(frozenset({"hf"}))
+# [H, A * D] -> [H, A, D]: query, key and value kernels.
+KERNEL_TO_HEADS = Layout(frozenset({"hf"}), (1, 2))
+# [A * D] -> [A, D]: query, key and value biases.
+BIAS_TO_HEADS = Layout(axis_groups=(2,))
+# [A * D, H] -> [A, D, H]: the attention output kernel.
+KERNEL_FROM_HEADS = Layout(frozenset({"hf"}), (2, 1))
+# The NSP matrix is [2, H] in both formats.
+TRANSPOSED_KERNEL = Layout(frozenset({"tf", "hf"}))
+
+# One row a line, as a table.
+# fmt: off
+_EMBEDDINGS = [
+    ("bert/embeddings/word_embeddings/embedding", "bert/embeddings/word_embeddings", "bert.embeddings.word_embeddings.weight", SAME),
+    ("bert/embeddings/position_embeddings/embedding", "bert/embeddings/position_embeddings", "bert.embeddings.position_embeddings.weight", SAME),
+    ("bert/embeddings/token_type_embeddings/embedding", "bert/embeddings/token_type_embeddings", "bert.embeddings.token_type_embeddings.weight", SAME),
+    ("bert/embeddings/LayerNorm/scale", "bert/embeddings/LayerNorm/gamma", "bert.embeddings.LayerNorm.weight", SAME),
+    ("bert/embeddings/LayerNorm/bias", "bert/embeddings/LayerNorm/beta", "bert.embeddings.LayerNorm.bias", SAME),
+]
+# Relative to bert/encoder/layer_{i}/ (ours and TF) and bert.encoder.layer.{i}. (HF).
+_LAYER = [
+    ("attention/query/kernel", "attention/self/query/kernel", "attention.self.query.weight", KERNEL_TO_HEADS),
+    ("attention/query/bias", "attention/self/query/bias", "attention.self.query.bias", BIAS_TO_HEADS),
+    ("attention/key/kernel", "attention/self/key/kernel", "attention.self.key.weight", KERNEL_TO_HEADS),
+    ("attention/key/bias", "attention/self/key/bias", "attention.self.key.bias", BIAS_TO_HEADS),
+    ("attention/value/kernel", "attention/self/value/kernel", "attention.self.value.weight", KERNEL_TO_HEADS),
+    ("attention/value/bias", "attention/self/value/bias", "attention.self.value.bias", BIAS_TO_HEADS),
+    ("attention/output/kernel", "attention/output/dense/kernel", "attention.output.dense.weight", KERNEL_FROM_HEADS),
+    ("attention/output/bias", "attention/output/dense/bias", "attention.output.dense.bias", SAME),
+    ("attention_LayerNorm/scale", "attention/output/LayerNorm/gamma", "attention.output.LayerNorm.weight", SAME),
+    ("attention_LayerNorm/bias", "attention/output/LayerNorm/beta", "attention.output.LayerNorm.bias", SAME),
+    ("intermediate/kernel", "intermediate/dense/kernel", "intermediate.dense.weight", KERNEL),
+    ("intermediate/bias", "intermediate/dense/bias", "intermediate.dense.bias", SAME),
+    ("output/kernel", "output/dense/kernel", "output.dense.weight", KERNEL),
+    ("output/bias", "output/dense/bias", "output.dense.bias", SAME),
+    ("output_LayerNorm/scale", "output/LayerNorm/gamma", "output.LayerNorm.weight", SAME),
+    ("output_LayerNorm/bias", "output/LayerNorm/beta", "output.LayerNorm.bias", SAME),
+]
+_POOLER_AND_HEADS = [
+    ("bert/pooler/dense/kernel", "bert/pooler/dense/kernel", "bert.pooler.dense.weight", KERNEL),
+    ("bert/pooler/dense/bias", "bert/pooler/dense/bias", "bert.pooler.dense.bias", SAME),
+    ("predictions/dense/kernel", "cls/predictions/transform/dense/kernel", "cls.predictions.transform.dense.weight", KERNEL),
+    ("predictions/dense/bias", "cls/predictions/transform/dense/bias", "cls.predictions.transform.dense.bias", SAME),
+    ("predictions/LayerNorm/scale", "cls/predictions/transform/LayerNorm/gamma", "cls.predictions.transform.LayerNorm.weight", SAME),
+    ("predictions/LayerNorm/bias", "cls/predictions/transform/LayerNorm/beta", "cls.predictions.transform.LayerNorm.bias", SAME),
+    ("predictions/output_bias", "cls/predictions/output_bias", "cls.predictions.bias", SAME),
+    ("seq_relationship/kernel", "cls/seq_relationship/output_weights", "cls.seq_relationship.weight", TRANSPOSED_KERNEL),
+    ("seq_relationship/bias", "cls/seq_relationship/output_bias", "cls.seq_relationship.bias", SAME),
+]
+# fmt: on
+
+TABLE = [
+    *_EMBEDDINGS,
+    *(
+        (
+            f"bert/encoder/layer_{{i}}/{ours}",
+            f"bert/encoder/layer_{{i}}/{tf}",
+            f"bert.encoder.layer.{{i}}.{hf}",
+            layout,
+        )
+        for ours, tf, hf, layout in _LAYER
+    ),
+    *_POOLER_AND_HEADS,
+]
+
+# Parts of the model a checkpoint may leave out (a BertModel has no heads,
+# BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
+OPTIONAL_GROUPS = ("bert/pooler", "predictions", "seq_relationship")
+
+# Hugging Face names of tensors tied to another one: the MLM decoder is the
+# word embedding table and its bias the MLM output bias.
+HF_TIED = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+# A Hugging Face BertModel (no heads) names its tensors without this prefix.
+HF_ENCODER_PREFIX = "bert."
+# Tensors that are not parameters: HF's position-id buffer, the original's
+# step counter and Adam moments (run_pretraining.py's AdamWeightDecayOptimizer slots).
+IGNORED = {
+    "hf": re.compile(r"(bert\.)?embeddings\.position_ids"),
+    "tf": re.compile(r"global_step|.*/adam_[mv]"),
+}
+
+
+def group_of(path: str) -> str | None:
+    """The optional group an our-side path belongs to, or None (always required)."""
+    for group in OPTIONAL_GROUPS:
+        if path.startswith(group + "/"):
+            return group
+    return None
+
+
+def names(fmt: str, num_layers: int) -> dict[str, tuple[str, Layout]]:
+    """Our path -> (the format's name, layout), every layer spelled out."""
+    column = FORMATS.index(fmt) + 1
+    out = {}
+    for row in TABLE:
+        ours, layout = row[0], row[3]
+        layers = range(num_layers) if "{i}" in ours else [None]
+        for i in layers:
+            out[ours.format(i=i)] = (row[column].format(i=i), layout)
+    return out
+
+
+def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape the format stores for our parameter of `shape`."""
+    if layout.axis_groups is not None:
+        merged, start = [], 0
+        for count in layout.axis_groups:
+            merged.append(math.prod(shape[start : start + count]))
+            start += count
+        shape = tuple(merged)
+    return tuple(reversed(shape)) if fmt in layout.transposed else tuple(shape)
+
+
+def to_ours(value: np.ndarray, layout: Layout, fmt: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The format's tensor as our parameter of `shape` (its shape already checked)."""
+    if fmt in layout.transposed:
+        value = value.T
+    return np.ascontiguousarray(value).reshape(shape)
+
+
+def from_ours(value: np.ndarray, layout: Layout, fmt: str) -> np.ndarray:
+    value = np.asarray(value)
+    shape = source_shape(layout, fmt, value.shape)
+    if fmt in layout.transposed:
+        return np.ascontiguousarray(value.reshape(tuple(reversed(shape))).T)
+    return value.reshape(shape)

@@ -1,0 +1,761 @@
+"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face.
+
+    python -m bertjax.convert import --format {tf,hf} SOURCE WORKDIR \
+        [--do_lower_case | --no_do_lower_case] [--scan_layers]
+    python -m bertjax.convert export --format hf WORKDIR OUT_DIR [--step N]
+
+`--format tf` reads google-research/bert's release layout: a directory with
+bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt (SOURCE may
+also be the checkpoint prefix). `--format hf` reads a Hugging Face directory:
+config.json, model.safetensors and vocab.txt or tokenizer.json, with or
+without the pretraining heads (missing heads and pooler are initialized as
+bertjax initializes them, and the command says so). Pickled PyTorch weights
+(pytorch_model.bin) are refused, never unpickled.
+
+The result is an ordinary workdir (checkpoint.py): model_config.json,
+config.json with a complete "data" and "model" section plus "converted_from",
+the vocabulary, and checkpoints/0/ holding {"params": ...}. It restores with
+inference.restore and starts pretraining with --config.init_checkpoint=WORKDIR
+(import with --scan_layers when that run sets config.model.scan_layers).
+
+Every check runs before anything is written; the output is assembled in a
+temporary folder next to WORKDIR (or OUT_DIR) and renamed into place at the end.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import safetensors
+import safetensors.numpy
+from absl import logging
+from flax import linen as nn
+from flax import traverse_util
+
+from bertjax import checkpoint, checkpoint_names
+from bertjax import model as model_lib
+from bertjax.checkpoint_names import FORMATS
+from bertjax.model import BertConfig, BertForPreTraining
+from data_pipeline import config as data_config_lib
+from data_pipeline.vocab import VocabError, load_vocab
+from experiments.pretrain import tiny_cpu
+
+
+class ConversionError(ValueError):
+    """A checkpoint, config or vocabulary that cannot be converted; the message names the file."""
+
+
+# Files that would have to be unpickled to be read.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
+# Hugging Face's WordPiece gives up on longer words (the original: 200 characters).
+HF_MAX_CHARS_PER_WORD = 100
+# Our hidden_act -> Hugging Face's name ("gelu" is the exact erf form there).
+HF_HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+# The architecture fields of a Hugging Face BertConfig; the rest of ours are runtime choices.
+HF_CONFIG_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+)
+
+
+@dataclasses.dataclass
+class _Source:
+    """A checkpoint read into memory, tensor names as checkpoint_names spells them."""
+
+    config: BertConfig
+    config_file: str
+    weights_file: str
+    tensors: dict[str, np.ndarray]
+    # Names in the checkpoint that are not parameters (checkpoint_names.IGNORED).
+    ignored: list[str]
+    vocab_file: str
+    do_lower_case: bool
+    max_chars_per_word: int
+    record: dict
+
+
+# ----------------------------------------------------------------------------- import
+
+
+def import_checkpoint(
+    format: str,
+    source: str,
+    workdir: str,
+    *,
+    do_lower_case: bool | None = None,
+    scan_layers: bool = False,
+    seed: int = 0,
+) -> dict:
+    """Converts the checkpoint at `source` into the new bertjax workdir `workdir`.
+
+    `do_lower_case` is needed only when the source does not say (a Hugging Face
+    tokenizer.json or tokenizer_config.json does; for TF the directory name
+    must contain 'uncased' or 'cased', as google-research/bert checks it).
+    `scan_layers` writes the stacked-layer layout. Missing heads and pooler get
+    our initialization from `seed`. Returns what was done: the model config,
+    the initialized groups, ignored tensors and the workdir paths.
+    """
+    if format not in FORMATS:
+        raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
+    workdir = os.path.abspath(workdir)
+    _check_empty_destination(workdir)
+    src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
+    config = dataclasses.replace(src.config, scan_layers=scan_layers)
+    params, initialized = params_from_tensors(
+        src.tensors,
+        config,
+        format,
+        where=src.weights_file,
+        config_file=src.config_file,
+        seed=seed,
+    )
+    try:
+        vocab = load_vocab(src.vocab_file)
+    except VocabError as e:
+        raise ConversionError(str(e)) from None
+    embedding = checkpoint_names.names(format, 0)["bert/embeddings/word_embeddings/embedding"][0]
+    if len(vocab) != config.vocab_size:
+        raise ConversionError(
+            f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
+            f"has {config.vocab_size} rows"
+        )
+    vocab_name = "vocab" + os.path.splitext(src.vocab_file)[1]
+    run_config = ml_collections.ConfigDict(
+        {
+            "data": _data_config(
+                os.path.join(workdir, vocab_name),
+                len(vocab),
+                do_lower_case=src.do_lower_case,
+                max_chars_per_word=src.max_chars_per_word,
+                max_position_embeddings=config.max_position_embeddings,
+            ),
+            "model": _model_config(config),
+            "converted_from": {
+                "format": format,
+                "config_file": src.config_file,
+                "weights_file": src.weights_file,
+                "vocab_file": src.vocab_file,
+                "initialized": initialized,
+                "ignored": src.ignored,
+                **src.record,
+            },
+        }
+    )
+    for group in initialized:
+        logging.warning("%s: no %s in the checkpoint; initialized freshly", source, group)
+    with _staging_dir(workdir) as staging:
+        checkpoint.write_run_description(staging, run_config, config, src.vocab_file)
+        manager = checkpoint.make_manager(staging, max_to_keep=1)
+        checkpoint.save(manager, 0, {"params": params})
+        manager.wait_until_finished()
+        manager.close()
+    return {
+        "workdir": workdir,
+        "config": config,
+        "vocab_file": os.path.join(workdir, vocab_name),
+        "do_lower_case": src.do_lower_case,
+        "initialized": initialized,
+        "ignored": src.ignored,
+        "num_parameters": sum(x.size for x in jax.tree.leaves(params)),
+    }
+
+
+def params_from_tensors(
+    tensors: Mapping[str, np.ndarray],
+    config: BertConfig,
+    format: str,
+    *,
+    where: str = "the checkpoint",
+    config_file: str = "the config",
+    seed: int = 0,
+) -> tuple[dict, list[str]]:
+    """Our BertForPreTraining parameters from a checkpoint's tensors, by the rename table.
+
+    Returns (params, initialized): the nested parameter tree (numpy, in the
+    layout config.scan_layers asks for) and the optional groups
+    (checkpoint_names.OPTIONAL_GROUPS) that were missing and so got our
+    initialization from `seed`. Unknown names, missing tensors, shapes that
+    do not fit `config` and untied MLM decoders raise ConversionError.
+    """
+    tensors = dict(tensors)
+    if format == "hf":
+        _untie(tensors, where)
+    shapes = _flat(
+        jax.eval_shape(functools.partial(_init_params, _per_layer(config)), jax.random.key(0))
+    )
+    table = checkpoint_names.names(format, config.num_hidden_layers)
+    known = {name for name, _ in table.values()}
+    ignored = checkpoint_names.IGNORED[format]
+    unknown = sorted(n for n in tensors if n not in known and not ignored.fullmatch(n))
+    if unknown:
+        raise ConversionError(
+            f"{where}: tensor {unknown[0]!r} is not one bertjax knows"
+            + (f" ({len(unknown) - 1} more: {', '.join(unknown[1:4])}...)" if unknown[1:] else "")
+            + f"; {config_file} has num_hidden_layers={config.num_hidden_layers} and the table "
+            "(bertjax/checkpoint_names.py) lists BERT's encoder, pooler and pretraining heads"
+        )
+    missing = [path for path, (name, _) in table.items() if name not in tensors]
+    initialized = [
+        group
+        for group in checkpoint_names.OPTIONAL_GROUPS
+        if all(path in missing for path in table if checkpoint_names.group_of(path) == group)
+    ]
+    missing = [path for path in missing if checkpoint_names.group_of(path) not in initialized]
+    if missing:
+        raise ConversionError(
+            f"{where}: missing tensor {table[missing[0]][0]!r}"
+            + (f" ({len(missing) - 1} more)" if missing[1:] else "")
+        )
+    flat = {}
+    for path, (name, layout) in table.items():
+        if name not in tensors:
+            continue
+        value = np.asarray(tensors[name])
+        expected = checkpoint_names.source_shape(layout, format, shapes[path].shape)
+        if value.shape != expected:
+            raise ConversionError(
+                f"{where}: {name} has shape {list(value.shape)}, but {config_file} implies "
+                f"{list(expected)}"
+            )
+        flat[path] = checkpoint_names.to_ours(value, layout, format, shapes[path].shape).astype(
+            shapes[path].dtype
+        )
+    if initialized:
+        # Heads and pooler take their rngs from their own paths, so a one-layer model
+        # initializes them as the full one would, and compiles in a fraction of the time.
+        one_layer = dataclasses.replace(config, num_hidden_layers=1, scan_layers=False)
+        fresh = _flat(jax.jit(functools.partial(_init_params, one_layer))(jax.random.key(seed)))
+        for path in table:
+            if checkpoint_names.group_of(path) in initialized:
+                flat[path] = np.asarray(fresh[path])
+    params = traverse_util.unflatten_dict(flat, sep="/")
+    if config.scan_layers:
+        params["bert"] = model_lib.stack_layers(params["bert"], config.num_hidden_layers)
+    return params, initialized
+
+
+def _untie(tensors: dict[str, np.ndarray], where: str) -> None:
+    """Drops Hugging Face's tied copies after checking they are copies."""
+    for alias, name in checkpoint_names.HF_TIED.items():
+        if alias not in tensors:
+            continue
+        value = tensors.pop(alias)
+        if name not in tensors:
+            tensors[name] = value
+        elif not np.array_equal(tensors[name], value):
+            raise ConversionError(
+                f"{where}: {alias} differs from {name}; bertjax ties them (an untied MLM "
+                "decoder cannot be converted)"
+            )
+
+
+def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
+    if os.path.isfile(source):
+        if source.endswith(PICKLE_SUFFIXES):
+            raise ConversionError(_pickle_message(source))
+        raise ConversionError(f"{source}: pass the checkpoint's directory, not a file")
+    directory = _source_directory(source)
+    config_file = _required_file(directory, "config.json", "a Hugging Face checkpoint")
+    model_type = _read_json(config_file).get("model_type")
+    if model_type != "bert":
+        raise ConversionError(
+            f"{config_file}: model_type {model_type!r} is not supported; only BERT ('bert') "
+            "checkpoints convert"
+        )
+    config = _bert_config(config_file)
+    weights_file = os.path.join(directory, "model.safetensors")
+    if not os.path.isfile(weights_file):
+        pickles = sorted(n for n in os.listdir(directory) if n.endswith(PICKLE_SUFFIXES))
+        if pickles:
+            raise ConversionError(_pickle_message(os.path.join(directory, pickles[0])))
+        if os.path.exists(weights_file + ".index.json"):
+            raise ConversionError(
+                f"{weights_file}.index.json: sharded checkpoints are not supported; save the "
+                "model as one model.safetensors"
+            )
+        raise ConversionError(f"{weights_file}: missing (a Hugging Face checkpoint needs it)")
+    try:
+        tensors = safetensors.numpy.load_file(weights_file)
+    except safetensors.SafetensorError as e:
+        raise ConversionError(f"{weights_file}: not a readable safetensors file: {e}") from None
+    # A BertModel's names lack the "bert." its BertForPreTraining would give them.
+    if not any(name.startswith(checkpoint_names.HF_ENCODER_PREFIX) for name in tensors):
+        tensors = {
+            (
+                checkpoint_names.HF_ENCODER_PREFIX + name
+                if name.startswith(("embeddings.", "encoder.", "pooler."))
+                else name
+            ): value
+            for name, value in tensors.items()
+        }
+    vocab_file = _first_file(directory, ("vocab.txt", "tokenizer.json"))
+    if vocab_file is None:
+        raise ConversionError(
+            f"{os.path.join(directory, 'vocab.txt')}: missing (a Hugging Face checkpoint needs "
+            "vocab.txt or tokenizer.json)"
+        )
+    inferred, max_chars_per_word, case_file = _hf_tokenizer_settings(directory)
+    return _Source(
+        config=config,
+        config_file=config_file,
+        weights_file=weights_file,
+        tensors=tensors,
+        ignored=sorted(n for n in tensors if checkpoint_names.IGNORED["hf"].fullmatch(n)),
+        vocab_file=vocab_file,
+        do_lower_case=_lower_case(inferred, do_lower_case, case_file or directory),
+        max_chars_per_word=max_chars_per_word,
+        record={"architectures": _read_json(config_file).get("architectures")},
+    )
+
+
+def _hf_tokenizer_settings(directory: str) -> tuple[bool | None, int, str | None]:
+    """(do_lower_case or None when unknown, max characters a word, the file that said so)."""
+    tokenizer_json = os.path.join(directory, "tokenizer.json")
+    tokenizer_config = os.path.join(directory, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_json):
+        values = _read_json(tokenizer_json)
+        model = values.get("model") or {}
+        max_chars = model.get("max_input_chars_per_word", HF_MAX_CHARS_PER_WORD)
+        normalizer = values.get("normalizer") or {}
+        if normalizer.get("type") == "BertNormalizer":
+            lower = normalizer.get("lowercase")
+            _check_strip_accents(normalizer.get("strip_accents"), lower, tokenizer_json)
+            return lower, max_chars, tokenizer_json
+        return None, max_chars, None
+    if os.path.isfile(tokenizer_config):
+        values = _read_json(tokenizer_config)
+        lower = values.get("do_lower_case")
+        _check_strip_accents(values.get("strip_accents"), lower, tokenizer_config)
+        return lower, HF_MAX_CHARS_PER_WORD, tokenizer_config if lower is not None else None
+    return None, HF_MAX_CHARS_PER_WORD, None
+
+
+def _check_strip_accents(strip_accents, lower_case, path: str) -> None:
+    # BERT's BasicTokenizer strips accents exactly when it lowercases (None: follow lowercase).
+    if strip_accents is not None and strip_accents != lower_case:
+        raise ConversionError(
+            f"{path}: strip_accents={strip_accents} with lowercase={lower_case}; bertjax's "
+            "tokenizer strips accents exactly when it lowercases"
+        )
+
+
+def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
+    prefix, directory = _tf_checkpoint_prefix(source)
+    config_file = _required_file(directory, "bert_config.json", "a TF BERT checkpoint")
+    vocab_file = _required_file(directory, "vocab.txt", "a TF BERT checkpoint")
+    config = _bert_config(config_file)
+    import tensorflow as tf  # Only this format needs TensorFlow.
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        names = sorted(reader.get_variable_to_shape_map())
+        ignored = [n for n in names if checkpoint_names.IGNORED["tf"].fullmatch(n)]
+        # Left unread: Adam's moments are twice the model's size.
+        tensors = {name: reader.get_tensor(name) for name in names if name not in ignored}
+        step = int(reader.get_tensor("global_step")) if "global_step" in names else None
+    except (tf.errors.OpError, ValueError) as e:
+        raise ConversionError(f"{prefix}: cannot read the TF checkpoint: {e}") from None
+    # As google-research/bert's validate_case_matches_checkpoint: the release names say.
+    name = os.path.basename(directory)
+    inferred = (
+        True
+        if re.search(r"(^|[_-])uncased([_-]|$)", name)
+        else False
+        if re.search(r"(^|[_-])cased([_-]|$)", name)
+        else None
+    )
+    return _Source(
+        config=config,
+        config_file=config_file,
+        weights_file=prefix,
+        tensors=tensors,
+        ignored=ignored,
+        vocab_file=vocab_file,
+        do_lower_case=_lower_case(inferred, do_lower_case, f"the directory name {name!r}"),
+        max_chars_per_word=tiny_cpu.get_data_config().max_chars_per_word,
+        record={"global_step": step},
+    )
+
+
+def _tf_checkpoint_prefix(source: str) -> tuple[str, str]:
+    """(checkpoint prefix, its directory) for a directory or a prefix."""
+    source = os.path.abspath(source)
+    if os.path.isfile(source + ".index"):
+        directory = os.path.dirname(source)
+        _check_symlinks(directory)
+        return source, directory
+    directory = _source_directory(source)
+    indexes = sorted(n for n in os.listdir(directory) if n.endswith(".index"))
+    if not indexes:
+        raise ConversionError(
+            f"{os.path.join(directory, 'bert_model.ckpt.index')}: missing (no TF checkpoint "
+            f"*.index in {directory})"
+        )
+    if len(indexes) > 1:
+        raise ConversionError(
+            f"{directory}: several checkpoints ({', '.join(indexes)}); pass one prefix, "
+            f"e.g. {os.path.join(directory, indexes[-1].removesuffix('.index'))}"
+        )
+    return os.path.join(directory, indexes[0].removesuffix(".index")), directory
+
+
+def _lower_case(inferred: bool | None, given: bool | None, where: str) -> bool:
+    if inferred is None and given is None:
+        raise ConversionError(
+            f"{where}: cannot tell whether the model is uncased; pass --do_lower_case or "
+            "--no_do_lower_case"
+        )
+    if inferred is not None and given is not None and inferred != given:
+        raise ConversionError(
+            f"--{'' if given else 'no_'}do_lower_case contradicts {where}, which says "
+            f"do_lower_case={inferred}"
+        )
+    return inferred if given is None else given
+
+
+def _data_config(
+    vocab_file: str,
+    vocab_size: int,
+    *,
+    do_lower_case: bool,
+    max_chars_per_word: int,
+    max_position_embeddings: int,
+) -> ml_collections.ConfigDict:
+    data = tiny_cpu.get_data_config()
+    data.tokenizer = "wordpiece"
+    data.vocab_file = vocab_file
+    data.vocab_size = vocab_size
+    data.do_lower_case = do_lower_case
+    data.max_chars_per_word = max_chars_per_word
+    data.max_seq_length = min(data.max_seq_length, max_position_embeddings)
+    data.max_predictions_per_seq = min(data.max_predictions_per_seq, data.max_seq_length - 3)
+    try:
+        data_config_lib.from_config(data)
+    except data_config_lib.ConfigError as e:
+        raise ConversionError(f"the converted data config: {e}") from None
+    return data
+
+
+def _model_config(config: BertConfig) -> ml_collections.ConfigDict:
+    """config.model for `config`: every field set, so the preset only names the size."""
+    sizes = {k: getattr(config, k) for k in model_lib.PRESETS["base"]}
+    preset = next((n for n, p in model_lib.PRESETS.items() if p == sizes), "base")
+    model = tiny_cpu.get_model_config(preset, config.vocab_size)
+    for key, value in config.to_dict().items():
+        model[key] = value
+    assert model_lib.from_config(model) == config
+    return model
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
+    """Writes `workdir`'s checkpoint (latest or `step`) as a Hugging Face BertForPreTraining.
+
+    OUT_DIR gets config.json, model.safetensors, vocab.txt and
+    tokenizer_config.json; transformers.BertForPreTraining.from_pretrained(OUT_DIR)
+    loads it with nothing missing or unexpected.
+    """
+    workdir = os.path.abspath(workdir)
+    out_dir = os.path.abspath(out_dir)
+    config = checkpoint.read_model_config(workdir)
+    if config is None:
+        raise ConversionError(f"{os.path.join(workdir, checkpoint.MODEL_CONFIG_FILE)}: missing")
+    vocab_file = checkpoint.workdir_vocab(workdir)
+    if vocab_file is None:
+        raise ConversionError(
+            f"{os.path.join(workdir, 'vocab.txt')}: missing (no vocabulary in the workdir)"
+        )
+    try:
+        vocab = load_vocab(vocab_file)
+    except VocabError as e:
+        raise ConversionError(str(e)) from None
+    if vocab.is_sentencepiece:
+        raise ConversionError(
+            f"{vocab_file}: a sentencepiece model; Hugging Face's BERT tokenizer needs WordPiece"
+        )
+    if len(vocab) != config.vocab_size:
+        raise ConversionError(
+            f"{vocab_file}: {len(vocab)} entries, but model_config.json has "
+            f"vocab_size={config.vocab_size}"
+        )
+    run_config_file = os.path.join(workdir, checkpoint.CONFIG_FILE)
+    data = _read_json(run_config_file).get("data", {}) if os.path.isfile(run_config_file) else {}
+    step = _checkpoint_step(workdir, step)
+    _check_empty_destination(out_dir)
+
+    params = _restore_params(workdir, config, step)
+    tensors = tensors_from_params(params, config, "hf")
+    hf_config = {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        **{k: getattr(config, k) for k in HF_CONFIG_FIELDS},
+        "hidden_act": HF_HIDDEN_ACTS[config.hidden_act],
+        "position_embedding_type": "absolute",
+        "pad_token_id": vocab.pad_id,
+        "tie_word_embeddings": True,
+    }
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "model_max_length": config.max_position_embeddings,
+    }
+    if "do_lower_case" in data:
+        tokenizer_config["do_lower_case"] = data["do_lower_case"]
+    with _staging_dir(out_dir) as staging:
+        checkpoint.write_json(os.path.join(staging, "config.json"), hf_config)
+        checkpoint.write_json(os.path.join(staging, "tokenizer_config.json"), tokenizer_config)
+        with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in vocab.tokens))
+        safetensors.numpy.save_file(
+            tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"}
+        )
+    return {"out_dir": out_dir, "step": step, "config": config}
+
+
+def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np.ndarray]:
+    """The checkpoint tensors (float32, the format's names and layouts) of our parameters."""
+    params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
+    flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
+    table = checkpoint_names.names(format, config.num_hidden_layers)
+    assert set(flat) == set(table), sorted(set(flat) ^ set(table))
+    return {
+        name: checkpoint_names.from_ours(flat[path], layout, format)
+        for path, (name, layout) in table.items()
+    }
+
+
+def _checkpoint_step(workdir: str, step: int | None) -> int:
+    directory = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
+    steps = (
+        sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+        if os.path.isdir(directory)
+        else []
+    )
+    if not steps:
+        raise ConversionError(f"{directory}: no checkpoint")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise ConversionError(
+            f"{os.path.join(directory, str(step))}: missing; steps there: "
+            f"{', '.join(map(str, steps))}"
+        )
+    return step
+
+
+def _restore_params(workdir: str, config: BertConfig, step: int):
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        jax.eval_shape(functools.partial(_init_params, config), jax.random.key(0)),
+    )
+    return checkpoint.restore_params(workdir, abstract, step)
+
+
+# ----------------------------------------------------------------------------- shared
+
+
+def _init_params(config: BertConfig, rng):
+    ids = jnp.zeros((1, 2), jnp.int32)
+    variables = BertForPreTraining(config).init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
+    return nn.meta.unbox(variables["params"])
+
+
+def _per_layer(config: BertConfig) -> BertConfig:
+    return dataclasses.replace(config, scan_layers=False)
+
+
+def _flat(tree) -> dict:
+    return traverse_util.flatten_dict(tree, sep="/")
+
+
+def _bert_config(path: str) -> BertConfig:
+    try:
+        return BertConfig.from_json_file(path)
+    except data_config_lib.ConfigError as e:
+        raise ConversionError(str(e)) from None
+    except json.JSONDecodeError as e:
+        raise ConversionError(f"{path}: not valid JSON: {e}") from None
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConversionError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConversionError(f"{path}: not a JSON object")
+    return value
+
+
+def _pickle_message(path: str) -> str:
+    return (
+        f"{path}: a pickled PyTorch checkpoint, which bertjax never loads (unpickling runs "
+        "code); save the model as safetensors, e.g. model.save_pretrained(DIR, "
+        "safe_serialization=True), and convert DIR"
+    )
+
+
+def _source_directory(source: str) -> str:
+    directory = os.path.abspath(source)
+    if not os.path.isdir(directory):
+        raise ConversionError(f"{directory}: missing (no such checkpoint directory)")
+    _check_symlinks(directory)
+    return directory
+
+
+def _check_symlinks(directory: str) -> None:
+    """Refuses a checkpoint directory whose links lead out of it."""
+    root = os.path.realpath(directory)
+    for entry in os.scandir(directory):
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if os.path.commonpath([root, target]) != root:
+                raise ConversionError(
+                    f"{entry.path}: a symbolic link to {target}, outside the checkpoint "
+                    f"directory {directory}; copy the files in (cp -L) instead"
+                )
+
+
+def _required_file(directory: str, name: str, what: str) -> str:
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        raise ConversionError(f"{path}: missing ({what} needs {name})")
+    return path
+
+
+def _first_file(directory: str, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if os.path.isfile(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    return None
+
+
+def _check_empty_destination(path: str) -> None:
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise ConversionError(f"{path}: already exists and is not empty; choose a new folder")
+
+
+@contextlib.contextmanager
+def _staging_dir(final: str) -> Iterator[str]:
+    """A temporary folder next to `final`, renamed to it on success and removed on failure."""
+    _check_empty_destination(final)
+    parent = os.path.dirname(final)
+    # The outermost folder this creates, removed again on failure.
+    created = None
+    while not os.path.exists(parent):
+        created, parent = parent, os.path.dirname(parent)
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    # Not tempfile.mkdtemp: its folder is private (0700), and it becomes the result.
+    staging = os.path.join(parent, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.partial")
+    os.mkdir(staging)
+    try:
+        yield staging
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bertjax.convert",
+        description="Converts BERT checkpoints to and from bertjax workdirs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    importing = commands.add_parser(
+        "import", help="A Google TF or Hugging Face checkpoint -> a new bertjax workdir."
+    )
+    importing.add_argument("--format", choices=FORMATS, required=True)
+    importing.add_argument("source", metavar="SOURCE", help="The checkpoint directory.")
+    importing.add_argument("workdir", metavar="WORKDIR", help="The bertjax workdir to create.")
+    case = importing.add_mutually_exclusive_group()
+    case.add_argument(
+        "--do_lower_case",
+        dest="do_lower_case",
+        action="store_const",
+        const=True,
+        default=None,
+        help="An uncased model (only needed when the checkpoint does not say).",
+    )
+    case.add_argument(
+        "--no_do_lower_case",
+        dest="do_lower_case",
+        action="store_const",
+        const=False,
+        help="A cased model (only needed when the checkpoint does not say).",
+    )
+    importing.add_argument(
+        "--scan_layers", action="store_true", help="Write the scan_layers parameter layout."
+    )
+    exporting = commands.add_parser(
+        "export", help="A bertjax workdir -> a Hugging Face BertForPreTraining directory."
+    )
+    exporting.add_argument("--format", choices=("hf",), required=True)
+    exporting.add_argument("workdir", metavar="WORKDIR")
+    exporting.add_argument("out_dir", metavar="OUT_DIR", help="A new directory.")
+    exporting.add_argument("--step", type=int, default=None, help="Default: the latest.")
+    args = parser.parse_args(argv)
+    # What was initialized is printed below; orbax's notices are noise here.
+    logging.set_verbosity(logging.ERROR)
+    try:
+        if args.command == "import":
+            result = import_checkpoint(
+                args.format,
+                args.source,
+                args.workdir,
+                do_lower_case=args.do_lower_case,
+                scan_layers=args.scan_layers,
+            )
+            config = result["config"]
+            print(
+                f"imported {args.source} ({config.num_hidden_layers} layers, hidden "
+                f"{config.hidden_size}, {result['num_parameters']:,} parameters) into "
+                f"{result['workdir']}; vocabulary {result['vocab_file']} "
+                f"(do_lower_case={result['do_lower_case']})"
+            )
+            for group in result["initialized"]:
+                print(f"  {group}: not in the checkpoint, initialized freshly")
+            if result["ignored"]:
+                print(f"  ignored (not parameters): {', '.join(result['ignored'])}")
+        else:
+            result = export_hf(args.workdir, args.out_dir, args.step)
+            print(f"exported {args.workdir} step {result['step']} to {result['out_dir']}")
+    except (ConversionError, checkpoint.CheckpointError, OSError) as e:
+        print(f"convert: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

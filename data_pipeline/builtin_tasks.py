@@ -1,0 +1,133 @@
+"""Two small fine-tuning tasks made from the built-in corpus, so fine-tuning can be shown here.
+
+    python -m data_pipeline.builtin_tasks --out_dir DIR
+
+writes, in the formats the fine-tuning readers take:
+
+  topics_train.tsv, topics_eval.tsv
+      sentence classification: did a sentence come from the reference manual's
+      pdb (debugger) topic or from its string-methods topic? Columns `text`
+      and `label`; the held-out sentences are chosen by a hash of their text.
+  cloze_train.json, cloze_eval.json
+      SQuAD 1.1 format: the context is three consecutive sentences of a
+      document, the question is one of them with a word replaced by "what",
+      and the answer is that word in the context. Held-out questions come from
+      held-out documents (corpus.is_eval_document), so they are about text the
+      model never fine-tuned on.
+
+Both are deterministic for a Python version (the corpus is its documentation).
+"""
+
+import json
+import os
+import random
+import re
+from collections.abc import Sequence
+
+from absl import app, flags
+
+from data_pipeline import builtin_corpus
+from data_pipeline.corpus import is_eval_document
+
+TOPICS = ("builtin:topic:debugger", "builtin:topic:string-methods")
+TOPIC_LABELS = ("debugger", "string-methods")
+EVAL_FRACTION = 0.25
+SENTENCES_PER_CONTEXT = 3
+# A blanked word: letters only, long enough to carry meaning.
+_ANSWER_WORD = re.compile(r"\b[A-Za-z]{5,}\b")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def topic_examples(
+    documents: Sequence[tuple[str, Sequence[str]]],
+) -> dict[str, list[tuple[str, str]]]:
+    """{'train', 'eval'} -> [(sentence, label)] for the two TOPICS documents."""
+    by_name = dict(documents)
+    splits = {"train": [], "eval": []}
+    for name, label in zip(TOPICS, TOPIC_LABELS, strict=True):
+        for sentence in by_name[name]:
+            text = _one_line(sentence)
+            if len(text.split()) < 4:
+                continue
+            split = "eval" if is_eval_document([text], EVAL_FRACTION) else "train"
+            splits[split].append((text, label))
+    for rows in splits.values():
+        rows.sort()  # interleave the labels by text rather than by source order
+    return splits
+
+
+def cloze_questions(
+    documents: Sequence[tuple[str, Sequence[str]]], *, seed: int = 0
+) -> dict[str, list[dict]]:
+    """{'train', 'eval'} -> SQuAD 1.1 articles: one per document with questions."""
+    rng = random.Random(seed)
+    splits = {"train": [], "eval": []}
+    for name, sentences in documents:
+        split = "eval" if is_eval_document(sentences, EVAL_FRACTION) else "train"
+        paragraphs = []
+        for start in range(0, len(sentences) - SENTENCES_PER_CONTEXT + 1, SENTENCES_PER_CONTEXT):
+            window = [_one_line(s) for s in sentences[start : start + SENTENCES_PER_CONTEXT]]
+            qa = _question(window, rng, qid=f"{name}:{start}")
+            if qa is not None:
+                paragraphs.append({"context": " ".join(window), "qas": [qa]})
+        if paragraphs:
+            splits[split].append({"title": name, "paragraphs": paragraphs})
+    return splits
+
+
+def _question(window: list[str], rng: random.Random, *, qid: str) -> dict | None:
+    """One question about a sentence of `window`, or None when no sentence suits."""
+    candidates = [i for i, s in enumerate(window) if 6 <= len(s.split()) <= 30]
+    if not candidates:
+        return None
+    index = rng.choice(candidates)
+    sentence = window[index]
+    # Not the first word: "what" opening a sentence reads as a different question.
+    words = [m for m in _ANSWER_WORD.finditer(sentence) if m.start() > 0]
+    if not words:
+        return None
+    word = rng.choice(words)
+    question = sentence[: word.start()] + "what" + sentence[word.end() :]
+    question = question.rstrip(".!:;") + "?"
+    offset = sum(len(s) + 1 for s in window[:index])
+    return {
+        "id": qid,
+        "question": question,
+        "answers": [{"text": word.group(), "answer_start": offset + word.start()}],
+    }
+
+
+def write_tasks(out_dir: str) -> dict[str, int]:
+    """Writes both tasks into `out_dir`; returns the number of examples per file."""
+    documents = builtin_corpus.documents()
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for split, rows in topic_examples(documents).items():
+        path = os.path.join(out_dir, f"topics_{split}.tsv")
+        with open(path, "w", encoding="utf-8") as f:
+            # GLUE-style TSV: no quoting; _one_line leaves no tab or newline in a text.
+            f.writelines(f"{text}\t{label}\n" for text, label in [("text", "label"), *rows])
+        counts[os.path.basename(path)] = len(rows)
+    for split, articles in cloze_questions(documents).items():
+        path = os.path.join(out_dir, f"cloze_{split}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"version": "1.1", "data": articles}, f, indent=1)
+        counts[os.path.basename(path)] = sum(len(a["paragraphs"]) for a in articles)
+    return counts
+
+
+_OUT_DIR = flags.DEFINE_string("out_dir", None, "Directory for the task files.")
+
+
+def main(argv):
+    del argv
+    for name, count in write_tasks(_OUT_DIR.value).items():
+        print(f"{os.path.join(_OUT_DIR.value, name)}: {count} examples")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out_dir")
+    app.run(main)

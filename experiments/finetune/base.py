@@ -1,0 +1,60 @@
+"""What every fine-tuning experiment shares: the paper's recipe (REFERENCE.md).
+
+Not an experiment by itself; classify.py, glue.py, ner.py and squad.py build on
+it. The paper's grid is batch {16, 32}, learning rate {5e-5, 3e-5, 2e-5},
+epochs {2, 3, 4}, warmup over the first 10% of steps then linear decay, dropout
+0.1; these defaults are one point of it.
+"""
+
+import ml_collections
+
+
+def get_model_config() -> ml_collections.ConfigDict:
+    """The BertConfig fields a fine-tuning run may set; None keeps the checkpoint's value."""
+    model = ml_collections.ConfigDict()
+    # Dropout on the head's input and inside BERT, as the paper fine-tunes.
+    model.hidden_dropout_prob = 0.1
+    model.attention_probs_dropout_prob = 0.1
+    for field, field_type in (
+        ("dtype", str),  # compute dtype: float32 or bfloat16
+        ("scan_layers", bool),  # any checkpoint layout is converted
+        ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
+        ("attention_implementation", str),  # xla, or cudnn on GPU
+    ):
+        model[field] = ml_collections.FieldReference(None, field_type=field_type)
+    return model
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    # 'classification', 'tagging' or 'squad'; config.data is that kind's data config.
+    config.task = ""
+    config.seed = 0
+    config.num_train_epochs = 3.0
+    config.train_batch_size = 32  # global, over all hosts
+    config.eval_batch_size = 32
+    # Besides the end of every epoch and of training.
+    config.checkpoint_every_steps = 0
+    config.checkpoints_to_keep = 1
+    config.log_every_steps = 50
+    # A pretraining workdir or `python -m bertjax.convert import` output: architecture,
+    # vocabulary, tokenizer settings and the parameters of bert/.
+    config.init_checkpoint = ""
+    # Use init_checkpoint's architecture and vocabulary but not its parameters
+    # (the from-scratch baseline that shows what pretraining brings).
+    config.random_init = False
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    config.model = get_model_config()
+
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "adamw"
+    config.optimizer.learning_rate = 2e-5
+    # Linear warmup over this share of the steps, then linear decay to 0.
+    config.optimizer.warmup_proportion = 0.1
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 0.01
+    config.optimizer.max_grad_norm = 1.0
+    config.optimizer.num_microbatches = 1
+    return config

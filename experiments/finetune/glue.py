@@ -1,0 +1,36 @@
+"""GLUE fine-tuning from TFDS: `glue.py:<task>` with task one of cola, sst2, mrpc, stsb, qqp,
+mnli, qnli, rte, wnli.
+
+    python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir runs/mrpc \
+        --config.init_checkpoint=runs/bert_base_converted
+
+TFDS must already hold `glue/<task>` (prepared elsewhere with `tfds build glue/mrpc`,
+or under --config.data.tfds_data_dir); nothing is downloaded at run time. MNLI's
+mismatched split: --config.data.eval_split=validation_mismatched.
+
+Hardware and time: BERT-Base on one GPU or TPU chip, minutes for MRPC/RTE/CoLA/STS-B,
+hours for MNLI/QQP (3 epochs of 393k/364k examples at batch 32); on a 2-core
+CPU only the compact models are practical (BERT-Tiny, a few minutes for MRPC).
+Expected result (dev sets vary run to run; compare with the published test scores):
+the GLUE score of Turc et al. for compact models (Tiny 64.2, Mini 65.8,
+Small 71.2, Medium 73.5) and the paper's average 79.6 for BERT-Base (Table 1).
+Metrics: accuracy; F1 too for MRPC and QQP; Matthews correlation for CoLA;
+Pearson and Spearman for STS-B.
+"""
+
+import ml_collections
+
+from data_pipeline.classification import GLUE_TASKS
+from experiments.finetune import base, classify
+
+
+def get_config(task: str = "mrpc") -> ml_collections.ConfigDict:
+    if task not in GLUE_TASKS:
+        raise ValueError(f"glue.py:{task}: the task must be one of {', '.join(GLUE_TASKS)}")
+    config = base.get_config()
+    config.task = "classification"
+    config.data = classify.get_data_config()
+    config.data.source = "glue"
+    config.data.glue_task = task
+    # The paper: small sets (MRPC, RTE, STS-B, CoLA) are unstable; 3 epochs, lr 2e-5.
+    return config

@@ -1,0 +1,196 @@
+"""Fine-tuning end to end on small real-format files, from a tiny pretraining workdir."""
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax import checkpoint, finetune, train
+from data_pipeline.config import ConfigError
+from experiments.finetune import classify, ner, squad
+
+TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, make_small_config):
+    """Two pretraining steps of the small test model, saved in the scan layout."""
+    config = make_small_config()
+    config.num_train_steps = 2
+    config.eval_every_steps = 0
+    config.log_every_steps = 2
+    config.model.scan_layers = True
+    workdir = str(tmp_path_factory.mktemp("pretrained"))
+    train.train_and_evaluate(config, workdir)
+    return workdir
+
+
+def _mrpc_config(init_checkpoint):
+    config = classify.get_config()
+    config.init_checkpoint = init_checkpoint
+    config.train_batch_size = 8
+    config.eval_batch_size = 8
+    config.num_train_epochs = 4.0  # 4 examples x 4 epochs / 8 = 2 steps
+    config.log_every_steps = 1
+    config.data.train_file = str(TESTDATA / "mrpc_train.tsv")
+    config.data.eval_file = str(TESTDATA / "mrpc_dev.tsv")
+    config.data.text_a = "#1 String"
+    config.data.text_b = "#2 String"
+    config.data.label = "Quality"
+    config.data.metrics = ("accuracy", "f1")
+    config.data.max_seq_length = 32
+    return config
+
+
+def test_classification_runs_scores_and_writes_its_workdir(pretrained, tmp_path):
+    config = _mrpc_config(pretrained)
+    results = finetune.train_and_evaluate(config, str(tmp_path))
+    assert set(results["eval"]) == {"step", "accuracy", "f1"}
+    assert results["eval"]["step"] == 2 and results["best"]["step"] in (1, 2)
+    assert 0.0 <= results["eval"]["accuracy"] <= 1.0
+    on_disk = json.loads((tmp_path / finetune.RESULTS_FILE).read_text())
+    assert on_disk["eval"] == results["eval"] and on_disk["task"] == "classification"
+    predictions = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == 3  # every dev example once, none of the padding
+    assert {json.loads(line)["label"] for line in predictions} <= {"0", "1"}
+    task = finetune.read_task_file(str(tmp_path))
+    assert task["kind"] == "classification" and task["label_names"] == ["0", "1"]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in lines].count("eval") == 2  # after each epoch-sized step
+    assert all(np.isfinite(r["loss"]) for r in lines if r["split"] == "train")
+    assert checkpoint.latest_step(str(tmp_path)) == 2
+
+
+def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
+    config = _mrpc_config(pretrained)
+    config.model.scan_layers = False  # the checkpoint has the scan layout
+    run = finetune.build_run(config, "/nonexistent/not/written")
+    with jax.set_mesh(run.mesh):
+        state = finetune.create_state(run)
+    saved = np.asarray(
+        checkpoint.restore_params(
+            pretrained,
+            {
+                "bert": {
+                    "encoder": {
+                        "layer": {
+                            "intermediate": {
+                                "kernel": jax.ShapeDtypeStruct(
+                                    (2, 64, 128),
+                                    np.float32,
+                                    sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+                                )
+                            }
+                        }
+                    }
+                }
+            },
+        )["bert"]["encoder"]["layer"]["intermediate"]["kernel"]
+    )
+    encoder = state.params["bert"]["encoder"]
+    for i in range(2):
+        np.testing.assert_array_equal(
+            np.asarray(encoder[f"layer_{i}"]["intermediate"]["kernel"]), saved[i]
+        )
+    classifier = np.asarray(state.params["classifier"]["kernel"])
+    assert classifier.shape == (64, 2) and 0 < classifier.std() < 0.05
+
+    config.random_init = True
+    run = finetune.build_run(config, "/nonexistent/not/written")
+    with jax.set_mesh(run.mesh):
+        fresh = finetune.create_state(run)
+    assert not np.array_equal(
+        np.asarray(fresh.params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]), saved[0]
+    )
+
+
+def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
+    config = _mrpc_config(pretrained)
+    straight = finetune.train_and_evaluate(config, str(tmp_path / "straight"))
+    finetune.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1)
+    resumed = finetune.train_and_evaluate(config, str(tmp_path / "resumed"))
+    assert resumed["eval"] == straight["eval"]
+
+
+def test_tagging_runs_and_scores_entities(pretrained, tmp_path):
+    config = ner.get_config()
+    config.init_checkpoint = pretrained
+    config.train_batch_size = 8
+    config.eval_batch_size = 8
+    config.num_train_epochs = 8.0
+    config.data.train_file = str(TESTDATA / "ner_train.txt")
+    config.data.eval_file = str(TESTDATA / "ner_dev.txt")
+    config.data.max_seq_length = 32
+    results = finetune.train_and_evaluate(config, str(tmp_path))
+    assert {"entity_f1", "entity_precision", "entity_recall"} <= set(results["eval"])
+    task = finetune.read_task_file(str(tmp_path))
+    dev_sentences = sum(
+        1 for block in (TESTDATA / "ner_dev.txt").read_text().split("\n\n") if block.strip()
+    )
+    predictions = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
+    assert len(predictions) <= dev_sentences
+    assert all(set(json.loads(p)["tags"]) <= set(task["label_names"]) for p in predictions)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"init_checkpoint": ""}, "config.init_checkpoint: fine-tuning needs"),
+        ({"num_train_epochs": 0.0}, "config.num_train_epochs=0.0"),
+        ({"task": "summarize"}, "config.task='summarize'"),
+        ({"data.max_seq_length": 512}, "config.data.max_seq_length=512 is above"),
+        ({"optimizer.warmup_proportion": 1.5}, "warmup_proportion=1.5"),
+        ({"num_train_epochs": 0.5}, "config.num_train_epochs=0.5,.* no global batch"),
+    ],
+)
+def test_config_errors_name_the_key(pretrained, tmp_path, change, message):
+    config = _mrpc_config(pretrained)
+    for key, value in change.items():
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        finetune.build_run(config, str(tmp_path))
+
+
+def test_shape_fields_of_the_checkpoint_cannot_change(pretrained, tmp_path):
+    config = _mrpc_config(pretrained)
+    with config.unlocked():
+        config.model.hidden_size = 128
+    with pytest.raises(ConfigError, match="config.model.hidden_size: not changeable"):
+        finetune.build_run(config, str(tmp_path))
+
+
+def test_a_workdir_tokenized_with_another_vocabulary_is_refused(pretrained, tmp_path):
+    config = _mrpc_config(pretrained)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nother\n")
+    with pytest.raises(checkpoint.CheckpointError, match="differs from config.init_checkpoint"):
+        finetune.build_run(config, str(tmp_path))
+
+
+def test_squad_runs_decodes_and_writes_the_official_predictions(pretrained, tmp_path):
+    config = squad.get_config("v2.0")
+    config.init_checkpoint = pretrained
+    config.train_batch_size = 8
+    config.eval_batch_size = 8
+    config.num_train_epochs = 2.0
+    config.data.train_file = str(TESTDATA / "squad_v2.0.json")
+    config.data.eval_file = str(TESTDATA / "squad_v2.0.json")
+    config.data.max_seq_length = 64
+    config.data.doc_stride = 24
+    config.data.max_query_length = 16
+    results = finetune.train_and_evaluate(config, str(tmp_path))
+    assert {"exact_match", "f1"} <= set(results["eval"])
+    questions = [
+        qa["id"]
+        for article in json.loads((TESTDATA / "squad_v2.0.json").read_text())["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
+    predictions = json.loads((tmp_path / "predictions.json").read_text())
+    assert sorted(predictions) == sorted(questions)
+    assert sorted(json.loads((tmp_path / "null_odds.json").read_text())) == sorted(questions)

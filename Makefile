@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # TensorFlow's C++ logging is noise for a person reading the demo.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint format install clean
+.PHONY: demo test lint format install clean bench-hf
 
 $(STAMP): requirements.txt requirements-test.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,24 @@ format: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -n 2 --durations=15 tests
+
+# Times our train step against Hugging Face's FlaxBertForPreTraining on BERT-Small,
+# batch 16 x 128, in the same process. That needs transformers 4.x (5.x has no Flax),
+# so it runs in its own venv, .venv-bench.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): requirements.txt requirements-bench.txt setup.cfg
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r requirements.txt -r requirements-bench.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(BENCH_STAMP)
+
+bench-hf: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bertjax.benchmark --config experiments/pretrain/tiny_cpu.py \
+		--config.model.preset=small --config.data.vocab_size=30522 --config.train_batch_size=16 \
+		--compare_hf_flax
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache .ruff_cache

@@ -147,6 +147,15 @@ def _token_weight(batch):
     return jnp.sum(weights.astype(jnp.float32))
 
 
+def task_model(kind: str, config: BertConfig, num_labels: int) -> nn.Module:
+    """The fine-tuning model of a task kind (with task.json, how restore() rebuilds one)."""
+    if kind == "classification":
+        return BertForSequenceClassification(config, num_labels)
+    if kind == "tagging":
+        return BertForTokenClassification(config, num_labels)
+    return BertForQuestionAnswering(config)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
     """One loaded task: its data, head, loss, datasets and official scores."""
@@ -208,7 +217,7 @@ def _classification_task(data_config, tokenizer) -> Task:
         num_labels=task.num_labels,
         label_names=task.label_names,
         metric_names=task.metrics,
-        make_model=lambda config: BertForSequenceClassification(config, task.num_labels),
+        make_model=lambda config: task_model("classification", config, task.num_labels),
         sums=Sums(
             losses.regression_sums if task.is_regression else losses.classification_sums,
             _example_weight,
@@ -243,7 +252,7 @@ def _tagging_task(data_config, tokenizer) -> Task:
         num_labels=len(task.label_names),
         label_names=task.label_names,
         metric_names=("entity_f1", "entity_precision", "entity_recall"),
-        make_model=lambda config: BertForTokenClassification(config, len(task.label_names)),
+        make_model=lambda config: task_model("tagging", config, len(task.label_names)),
         sums=Sums(losses.tagging_sums, _token_weight),
         make_dataset=make_dataset,
         score=score,
@@ -269,7 +278,7 @@ def _squad_task(data_config, tokenizer) -> Task:
         num_labels=2,
         label_names=(),
         metric_names=("f1", "exact_match"),
-        make_model=BertForQuestionAnswering,
+        make_model=lambda config: task_model("squad", config, 2),
         sums=Sums(losses.span_sums, _example_weight),
         make_dataset=make_dataset,
         score=score,

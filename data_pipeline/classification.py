@@ -316,10 +316,22 @@ def read_text_file(path: str, option: str = "") -> str:
     return text.removeprefix("\ufeff")
 
 
-def _read_rows(config: ClassificationConfig, path: str, option: str) -> _Rows:
+def read_texts(task_config: Any, path: str) -> tuple[list[str], list[str]]:
+    """The text columns of a file in the task's format, without labels: what to predict."""
+    config = from_config(task_config)
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FILE_FORMATS:
+        raise TaskDataError(f"{path}: unknown format; use one of {', '.join(FILE_FORMATS)}")
+    rows = _read_rows(config, path, "", labelled=False)
+    return rows.text_a, rows.text_b
+
+
+def _read_rows(
+    config: ClassificationConfig, path: str, option: str, *, labelled: bool = True
+) -> _Rows:
     text = read_text_file(path, option)
     file_format = FILE_FORMATS[os.path.splitext(path)[1].lower()]
-    columns = [("text_a", config.text_a), ("label", config.label)]
+    columns = [("text_a", config.text_a)] + ([("label", config.label)] if labelled else [])
     if config.text_b:
         columns.insert(1, ("text_b", config.text_b))
     if file_format == "jsonl":
@@ -332,9 +344,11 @@ def _read_rows(config: ClassificationConfig, path: str, option: str) -> _Rows:
         rows.lines.append(line)
         rows.text_a.append(_text(path, line, config.text_a, values["text_a"]))
         rows.text_b.append(_text(path, line, config.text_b, values.get("text_b")))
-        rows.labels.append(_label(config, path, line, values["label"]))
+        if labelled:
+            rows.labels.append(_label(config, path, line, values["label"]))
     if not rows.lines:
-        raise TaskDataError(f"{path} ({OPTION_PREFIX}{option}): no examples")
+        where = f" ({OPTION_PREFIX}{option})" if option else ""
+        raise TaskDataError(f"{path}{where}: no examples")
     return rows
 
 

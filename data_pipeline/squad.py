@@ -115,8 +115,11 @@ class SquadData:
         return {e.qid: [a.text for a in e.answers] for e in self.examples}
 
 
-def read_squad_json(path: str) -> SquadData:
-    """An official SQuAD file: data -> paragraphs -> context, qas -> id, question, answers."""
+def read_squad_json(path: str, *, labelled: bool = True) -> SquadData:
+    """An official SQuAD file: data -> paragraphs -> context, qas -> id, question, answers.
+
+    `labelled=False` reads questions to predict: their answers may be absent.
+    """
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -140,13 +143,15 @@ def read_squad_json(path: str) -> SquadData:
                 where = f"data[{i}].paragraphs[{j}].qas[{k}]"
                 qid = _get(qa, "id", str, path, where)
                 where = f"question {qid!r} ({where})"
+                answers = _answers(qa, "answers", path, where, required=labelled)
                 examples.append(
                     SquadExample(
                         qid=qid,
                         question=_get(qa, "question", str, path, where),
                         context=context,
-                        answers=_answers(qa, "answers", path, where, required=True),
-                        is_impossible=_get(qa, "is_impossible", bool, path, where, default=False),
+                        answers=answers,
+                        is_impossible=_get(qa, "is_impossible", bool, path, where, default=False)
+                        or (not labelled and not answers),
                         plausible_answers=_answers(qa, "plausible_answers", path, where),
                         title=title,
                     )

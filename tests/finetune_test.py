@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax import checkpoint, finetune, train
+import bertjax
+from bertjax import checkpoint, finetune, predict, train
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, ner, squad
 
@@ -44,9 +45,14 @@ def _mrpc_config(init_checkpoint):
     return config
 
 
-def test_classification_runs_scores_and_writes_its_workdir(pretrained, tmp_path):
-    config = _mrpc_config(pretrained)
-    results = finetune.train_and_evaluate(config, str(tmp_path))
+@pytest.fixture(scope="module")
+def mrpc_run(pretrained, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("mrpc")
+    return workdir, finetune.train_and_evaluate(_mrpc_config(pretrained), str(workdir))
+
+
+def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
+    tmp_path, results = mrpc_run
     assert set(results["eval"]) == {"step", "accuracy", "f1"}
     assert results["eval"]["step"] == 2 and results["best"]["step"] in (1, 2)
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
@@ -114,7 +120,9 @@ def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
     assert resumed["eval"] == straight["eval"]
 
 
-def test_tagging_runs_and_scores_entities(pretrained, tmp_path):
+@pytest.fixture(scope="module")
+def ner_run(pretrained, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("ner")
     config = ner.get_config()
     config.init_checkpoint = pretrained
     config.train_batch_size = 8
@@ -123,7 +131,11 @@ def test_tagging_runs_and_scores_entities(pretrained, tmp_path):
     config.data.train_file = str(TESTDATA / "ner_train.txt")
     config.data.eval_file = str(TESTDATA / "ner_dev.txt")
     config.data.max_seq_length = 32
-    results = finetune.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, finetune.train_and_evaluate(config, str(tmp_path))
+
+
+def test_tagging_runs_and_scores_entities(ner_run):
+    tmp_path, results = ner_run
     assert {"entity_f1", "entity_precision", "entity_recall"} <= set(results["eval"])
     task = finetune.read_task_file(str(tmp_path))
     dev_sentences = sum(
@@ -172,7 +184,9 @@ def test_a_workdir_tokenized_with_another_vocabulary_is_refused(pretrained, tmp_
         finetune.build_run(config, str(tmp_path))
 
 
-def test_squad_runs_decodes_and_writes_the_official_predictions(pretrained, tmp_path):
+@pytest.fixture(scope="module")
+def squad_run(pretrained, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("squad")
     config = squad.get_config("v2.0")
     config.init_checkpoint = pretrained
     config.train_batch_size = 8
@@ -183,7 +197,11 @@ def test_squad_runs_decodes_and_writes_the_official_predictions(pretrained, tmp_
     config.data.max_seq_length = 64
     config.data.doc_stride = 24
     config.data.max_query_length = 16
-    results = finetune.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, finetune.train_and_evaluate(config, str(tmp_path))
+
+
+def test_squad_runs_decodes_and_writes_the_official_predictions(squad_run):
+    tmp_path, results = squad_run
     assert {"exact_match", "f1"} <= set(results["eval"])
     questions = [
         qa["id"]
@@ -194,3 +212,77 @@ def test_squad_runs_decodes_and_writes_the_official_predictions(pretrained, tmp_
     predictions = json.loads((tmp_path / "predictions.json").read_text())
     assert sorted(predictions) == sorted(questions)
     assert sorted(json.loads((tmp_path / "null_odds.json").read_text())) == sorted(questions)
+
+
+# ------------------------------------------------- restored fine-tuned workdirs
+
+
+def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, tmp_path):
+    workdir, _ = mrpc_run
+    restored = bertjax.restore(str(workdir))
+    out = bertjax.classify(restored, ["The train was late."], pairs=["The train was delayed."])
+    assert out[0]["label"] in ("0", "1")
+    assert sum(out[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="fill_mask needs the pretraining heads"):
+        bertjax.fill_mask(restored, "A [MASK].")
+    with pytest.raises(ValueError, match="tag needs a tagging fine-tuning workdir"):
+        bertjax.tag(restored, "John")
+
+    # Without labels, in another format: predictions for every row, in order.
+    rows = [
+        {"#1 String": "The council met.", "#2 String": "The council gathered."},
+        {"#1 String": "Shares rose.", "#2 String": "A bakery opened."},
+    ]
+    source = tmp_path / "new.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    written = predict.predict(str(workdir), str(source))
+    lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
+    assert len(lines) == 2
+    expected = bertjax.classify(
+        restored, [r["#1 String"] for r in rows], pairs=[r["#2 String"] for r in rows]
+    )
+    assert [line["label"] for line in lines] == [e["label"] for e in expected]
+
+
+def test_the_eval_predictions_match_the_restored_model(mrpc_run):
+    # The trainer's sharded predict step and the notebook helper agree on the dev set.
+    workdir, _ = mrpc_run
+    restored = bertjax.restore(str(workdir))
+    dev = [line.split("\t") for line in (TESTDATA / "mrpc_dev.tsv").read_text().splitlines()[1:]]
+    labels = [
+        out["label"]
+        for out in bertjax.classify(restored, [r[3] for r in dev], pairs=[r[4] for r in dev])
+    ]
+    written = (workdir / "eval_predictions.jsonl").read_text().splitlines()
+    assert labels == [json.loads(line)["label"] for line in written]
+
+
+def test_a_restored_tagger_tags_words(ner_run, tmp_path):
+    workdir, _ = ner_run
+    restored = bertjax.restore(str(workdir))
+    tagged = bertjax.tag(restored, "Anna visited Paris in June")
+    assert [word for word, _ in tagged] == ["Anna", "visited", "Paris", "in", "June"]
+    assert all(tag in restored.task["label_names"] for _, tag in tagged)
+    source = tmp_path / "sentences.txt"
+    source.write_text("Anna visited Paris\n\nBob stayed home today\n")
+    written = predict.predict(str(workdir), str(source))
+    lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
+    assert [len(line["tags"]) for line in lines] == [3, 4]
+
+
+def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path):
+    workdir, _ = squad_run
+    restored = bertjax.restore(str(workdir))
+    context = "The Great Wall was built over many centuries by several dynasties."
+    out = bertjax.answer(restored, "Who built the wall?", context)
+    assert out["text"] == "" or out["text"] in context
+    assert out["nbest"] and 0.0 <= out["probability"] <= 1.0
+    written = predict.predict(str(workdir), str(TESTDATA / "squad_v1.1.json"), str(tmp_path))
+    predictions = json.loads((pathlib.Path(written) / "predictions.json").read_text())
+    questions = [
+        qa["id"]
+        for article in json.loads((TESTDATA / "squad_v1.1.json").read_text())["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
+    assert sorted(predictions) == sorted(questions)

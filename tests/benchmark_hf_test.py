@@ -1,0 +1,78 @@
+"""bertjax.benchmark's comparison with Hugging Face's Flax BERT, as far as the test venv goes.
+
+The comparison itself needs transformers 4.x (`make bench-hf`); the test venv
+pins transformers 5, which has no Flax models, so these tests check the timing
+loop and that asking for the comparison there fails at once and says what to run.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertjax import benchmark
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _has_hf_flax_bert() -> bool:
+    try:
+        benchmark.import_hf_flax_bert()
+    except ImportError:
+        return False
+    return True
+
+
+needs_no_hf_flax = pytest.mark.skipif(
+    _has_hf_flax_bert(), reason="this transformers has Flax models"
+)
+
+
+def test_median_step_times_take_turns_and_thread_each_state():
+    calls = []
+
+    def make_step(name):
+        def step(state, batch, rng):
+            calls.append((name, state))
+            return state + 1, {"loss": state}
+
+        return step
+
+    times = benchmark.median_step_times(
+        [(make_step("ours"), 0), (make_step("hf"), 10)], batch=None, rng=None, steps=3
+    )
+    assert calls == [
+        (name, start + i) for i in range(4) for name, start in (("ours", 0), ("hf", 10))
+    ]
+    assert len(times) == 2 and all(t >= 0 for t in times)
+
+
+@needs_no_hf_flax
+def test_import_without_flax_says_to_run_make_bench_hf():
+    with pytest.raises(ImportError, match=r"transformers 4\.x.*make bench-hf"):
+        benchmark.import_hf_flax_bert()
+
+
+@needs_no_hf_flax
+def test_cli_compare_hf_flax_fails_before_compiling():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.benchmark",
+            "--config",
+            "experiments/pretrain/tiny_cpu.py",
+            "--compare_hf_flax",
+        ],
+        capture_output=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    stderr = result.stderr.decode()
+    assert "make bench-hf" in stderr
+    assert "compile" not in result.stdout.decode()

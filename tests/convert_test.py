@@ -21,6 +21,7 @@ from flax import linen as nn
 from flax import traverse_util
 from safetensors.numpy import load_file, save_file
 
+import bertjax
 from bertjax import checkpoint, checkpoint_names, convert, inference, train
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
 
@@ -258,6 +259,21 @@ def test_minilm_matches_transformers(minilm_dir, minilm_workdir):
     print(f"MiniLM cosine similarities:\n{np.round(similarity, 3)}")
     unrelated = [(i, j) for i in range(4) for j in range(i + 1, 5) if (i, j) not in RELATED]
     assert min(similarity[p] for p in RELATED) > max(similarity[p] for p in unrelated) + 0.2
+
+
+def test_attention_maps_match_transformers(minilm_dir, minilm_workdir):
+    restored = bertjax.restore(str(minilm_workdir))
+    text = "The with statement closes the file for you."
+    maps, tokens = bertjax.attention_maps(restored, text)
+    ids = [restored.tokenizer.vocab.token_to_id(t) for t in tokens]
+    hf_model = transformers.BertModel.from_pretrained(
+        str(minilm_dir), attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        want = hf_model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    want = np.stack([layer[0].numpy() for layer in want])
+    assert maps.shape == want.shape == (6, 12, len(ids), len(ids))
+    assert_close(maps, want, 1e-5)
 
 
 def test_minilm_workdir_layout(minilm_workdir):

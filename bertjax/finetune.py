@@ -406,17 +406,10 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
     model = task.make_model(model_config)
     tx = optim.make_optimizer(_optimizer_values(config, num_train_steps), num_train_steps)
     length = config.data.max_seq_length
-    init_fn = functools.partial(_init_state, model=model, tx=tx, length=length)
-    abstract = jax.eval_shape(init_fn, jax.random.key(0))
-    boxed = jax.eval_shape(
-        functools.partial(_init_params, model=model, length=length), jax.random.key(0)
-    )
-    state_shardings = train.state_shardings(abstract, boxed, mesh)
-    sharding.check_divisible(abstract.params, state_shardings.params)
-    abstract_state = jax.tree.map(
-        lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
-        abstract,
-        state_shardings,
+    state_shardings, abstract_state = train.sharded_abstract_state(
+        functools.partial(_init_state, model=model, tx=tx, length=length),
+        functools.partial(_init_params, model=model, length=length),
+        mesh,
     )
     return Run(
         config=config,
@@ -498,9 +491,7 @@ def create_state(run: Run):
 
 
 def jit_steps(run: Run):
-    batch_sharding = sharding.batch_sharding(run.mesh)
-    replicated = sharding.replicated(run.mesh)
-    p_train_step = jax.jit(
+    return train.jit_train_and_eval(
         functools.partial(
             finetune_step,
             model=run.model,
@@ -508,17 +499,10 @@ def jit_steps(run: Run):
             sums_fn=run.task.sums,
             num_microbatches=run.config.optimizer.num_microbatches,
         ),
-        in_shardings=(run.state_shardings, batch_sharding, replicated),
-        out_shardings=(run.state_shardings, replicated),
-        donate_argnums=0,
-    )
-    # Replicated outputs: every host gets the whole global batch back to score.
-    p_predict_step = jax.jit(
         functools.partial(predict_step, model=run.model),
-        in_shardings=(run.state_shardings.params, batch_sharding),
-        out_shardings=replicated,
+        run.state_shardings,
+        run.mesh,
     )
-    return p_train_step, p_predict_step
 
 
 # ---------------------------------------------------------------------------- loop
@@ -580,7 +564,7 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
 
         last = step == num_steps
         if step % config.log_every_steps == 0 or last:
-            summary = _checked(losses.summarize_finetune(window), step)
+            summary = train.checked_finite(losses.summarize_finetune(window), step)
             steps_per_s = (step - window_step) / max(time.perf_counter() - window_start, 1e-9)
             summary["learning_rate"] = float(schedule(step - 1))
             summary["steps_per_second"] = steps_per_s
@@ -612,6 +596,9 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
             or step % run.steps_per_epoch == 0
             or step == last_step
         ):
+            # Never write parameters that a non-finite loss may have spoiled.
+            if window is not None:
+                train.checked_finite(losses.summarize_finetune(window), step)
             checkpoint.save(manager, step, state)
     if start_step >= last_step and "eval" not in results:
         values, predictions = evaluate(run, state.params, p_predict_step)
@@ -654,15 +641,6 @@ def evaluate(run: Run, params, p_predict_step) -> tuple[dict, Any]:
     outputs = jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
     passed = jax.tree.map(lambda *xs: np.concatenate(xs), *passed)
     return run.task.score(outputs, passed)
-
-
-def _checked(summary: dict, step: int) -> dict:
-    if not np.isfinite(summary["loss"]):
-        raise train.TrainingError(
-            f"non-finite loss ({summary['loss']}) by step {step}; no checkpoint written after "
-            "it. Lower config.optimizer.learning_rate or check the data."
-        )
-    return summary
 
 
 # ----------------------------------------------------------------- workdir files

@@ -227,17 +227,10 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) 
 
     model = BertForPreTraining(model_config)
     tx = optim.make_optimizer(config.optimizer, config.num_train_steps)
-    init = functools.partial(_init_state, model=model, tx=tx, data=data)
-    abstract = jax.eval_shape(init, jax.random.key(0))
-    boxed_params = jax.eval_shape(
-        functools.partial(_init_params, model=model, data=data), jax.random.key(0)
-    )
-    shardings = state_shardings(abstract, boxed_params, mesh)
-    sharding.check_divisible(abstract.params, shardings.params)
-    abstract_state = jax.tree.map(
-        lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
-        abstract,
-        shardings,
+    shardings, abstract_state = sharded_abstract_state(
+        functools.partial(_init_state, model=model, tx=tx, data=data),
+        functools.partial(_init_params, model=model, data=data),
+        mesh,
     )
     return Run(
         config=config,
@@ -267,6 +260,24 @@ def _init_params(rng, *, model, data):
 def _init_state(rng, *, model, tx, data):
     params = nn.meta.unbox(_init_params(rng, model=model, data=data))
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def sharded_abstract_state(init_state_fn, init_params_fn, mesh):
+    """(shardings, abstract state with them) from init functions of an rng; runs nothing.
+
+    `init_params_fn` returns the parameters boxed with their logical names, which
+    decide the shardings; a dimension that does not split evenly fails here.
+    """
+    abstract = jax.eval_shape(init_state_fn, jax.random.key(0))
+    boxed_params = jax.eval_shape(init_params_fn, jax.random.key(0))
+    shardings = state_shardings(abstract, boxed_params, mesh)
+    sharding.check_divisible(abstract.params, shardings.params)
+    abstract_state = jax.tree.map(
+        lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
+        abstract,
+        shardings,
+    )
+    return shardings, abstract_state
 
 
 def state_shardings(abstract_state, boxed_params, mesh):
@@ -315,22 +326,36 @@ def create_state(run: Run):
 
 def jit_steps(run: Run):
     """The train and eval steps, jitted with explicit shardings; the state is donated."""
-    batch_sharding = sharding.batch_sharding(run.mesh)
-    replicated = sharding.replicated(run.mesh)
-    p_train_step = jax.jit(
+    return jit_train_and_eval(
         functools.partial(
             train_step,
             model=run.model,
             tx=run.tx,
             num_microbatches=run.config.optimizer.num_microbatches,
         ),
-        in_shardings=(run.state_shardings, batch_sharding, replicated),
-        out_shardings=(run.state_shardings, replicated),
+        functools.partial(eval_step, model=run.model),
+        run.state_shardings,
+        run.mesh,
+    )
+
+
+def jit_train_and_eval(train_fn, eval_fn, state_shardings, mesh):
+    """`train_fn(state, batch, rng)` with the state donated, and `eval_fn(params, batch)`.
+
+    Batches are split over the batch axes; metrics and eval outputs come back
+    replicated, so every host holds the whole global result.
+    """
+    batch_sharding = sharding.batch_sharding(mesh)
+    replicated = sharding.replicated(mesh)
+    p_train_step = jax.jit(
+        train_fn,
+        in_shardings=(state_shardings, batch_sharding, replicated),
+        out_shardings=(state_shardings, replicated),
         donate_argnums=0,
     )
     p_eval_step = jax.jit(
-        functools.partial(eval_step, model=run.model),
-        in_shardings=(run.state_shardings.params, batch_sharding),
+        eval_fn,
+        in_shardings=(state_shardings.params, batch_sharding),
         out_shardings=replicated,
     )
     return p_train_step, p_eval_step
@@ -395,7 +420,7 @@ def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
 
         last = step == config.num_train_steps
         if step % config.log_every_steps == 0 or last:
-            summary = _checked(losses.summarize(window), step)
+            summary = checked_finite(losses.summarize(window), step)
             elapsed = time.perf_counter() - window_start
             steps_per_s = (step - window_step) / max(elapsed, 1e-9)
             summary["learning_rate"] = float(schedule(step - 1))
@@ -428,7 +453,7 @@ def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
         ):
             # Never write parameters that a non-finite loss may have spoiled.
             if window is not None:
-                _checked(losses.summarize(window), step)
+                checked_finite(losses.summarize(window), step)
             checkpoint.save(manager, step, state)
     if start_step >= last_step and config.eval_every_steps:
         # Nothing left to train (a finished run started again): report where it stands.
@@ -494,7 +519,8 @@ def evaluate(run: Run, params, p_eval_step) -> dict:
     return losses.summarize(total)
 
 
-def _checked(summary: dict, step: int) -> dict:
+def checked_finite(summary: dict, step: int) -> dict:
+    """`summary`, unless its loss is not finite: then the run stops, naming the step."""
     if not np.isfinite(summary["loss"]):
         raise TrainingError(
             f"non-finite loss ({summary['loss']}) by step {step}; no checkpoint written after "

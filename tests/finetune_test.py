@@ -6,11 +6,12 @@ import pathlib
 import jax
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 import bertjax
 from bertjax import checkpoint, finetune, predict, train
 from data_pipeline.config import ConfigError
-from experiments.finetune import classify, ner, squad
+from experiments.finetune import classify, glue, ner, squad
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
 
@@ -286,3 +287,19 @@ def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path):
         for qa in paragraph["qas"]
     ]
     assert sorted(predictions) == sorted(questions)
+
+
+def test_glue_from_tfds_end_to_end(pretrained, tmp_path):
+    # tfds.testing.mock_data stands in for a prepared glue/stsb (no download here).
+    config = glue.get_config("stsb")
+    config.init_checkpoint = pretrained
+    config.train_batch_size = 8
+    config.eval_batch_size = 8
+    config.num_train_epochs = 1.0
+    config.data.max_seq_length = 32
+    with tfds.testing.mock_data(num_examples=16):
+        results = finetune.train_and_evaluate(config, str(tmp_path))
+    assert set(results["eval"]) == {"step", "pearson", "spearman"}
+    lines = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
+    scores = [json.loads(line)["score"] for line in lines]
+    assert len(scores) == 16

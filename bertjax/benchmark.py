@@ -14,22 +14,18 @@ batch, loss and optimizer. It needs transformers 4.x (5.x has no Flax models),
 which `make bench-hf` installs in .venv-bench.
 """
 
-import functools
 import json
 import os
-import statistics
 import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import app, flags, logging
 from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import losses, sharding, train
+from bertjax import hf_flax_baseline, sharding, train
 from bertjax import model as model_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -42,9 +38,6 @@ _COMPARE_HF_FLAX = flags.DEFINE_bool(
     False,
     "Also time Hugging Face's FlaxBertForPreTraining train step (transformers 4.x: make bench-hf).",
 )
-
-# Our hidden_act names -> Hugging Face's names for the same function.
-_HF_HIDDEN_ACTS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
 
 def analytic_flops_per_step(
@@ -110,9 +103,9 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
         memory = compiled.memory_analysis()
         runs = [(compiled, state)]
         if compare_hf_flax:
-            hf_step, hf_state, hf_compile_s = compile_hf_flax(run, batch)
+            hf_step, hf_state, hf_compile_s = hf_flax_baseline.compile_hf_flax(run, batch)
             runs.append((hf_step, hf_state))
-        step_times = median_step_times(runs, batch, rng, steps)
+        step_times = hf_flax_baseline.median_step_times(runs, batch, rng, steps)
     m = run.model_config
     memory_bytes = (
         memory.temp_size_in_bytes
@@ -146,119 +139,11 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
     return result
 
 
-def median_step_times(runs, batch, rng, steps: int) -> list[float]:
-    """Median seconds of one step for each (step, state) of `runs`, over `steps` timed steps.
-
-    The runs take turns, step by step, so load from other processes on a shared
-    machine falls on each alike. Each run's first step is not timed.
-    """
-    states = [state for _, state in runs]
-    times = [[] for _ in runs]
-    for i in range(steps + 1):
-        for j, (step, _) in enumerate(runs):
-            start = time.perf_counter()
-            states[j], sums = step(states[j], batch, rng)
-            jax.block_until_ready(sums)
-            if i > 0:
-                times[j].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
-
-
-# ------------------------------------------------------------- Hugging Face's Flax BERT
-
-
-def import_hf_flax_bert():
-    """transformers' BertConfig and FlaxBertForPreTraining, or an error that says how to get them."""
-    try:
-        from transformers import BertConfig, FlaxBertForPreTraining
-    except ImportError as e:
-        raise ImportError(
-            f"--compare_hf_flax needs transformers 4.x, the last with Flax models ({e}); "
-            "run `make bench-hf`, which installs it in .venv-bench"
-        ) from e
-    return BertConfig, FlaxBertForPreTraining
-
-
-def hf_flax_train_step(state, batch, rng, *, model, tx):
-    """train.train_step's loss and update on Hugging Face's FlaxBertForPreTraining.
-
-    Its MLM head scores every position, so the masked positions' logits are
-    picked out of the full [batch, length, vocab] ones: that cost is what the
-    comparison measures. The loss is ours, MLM over the masked positions + NSP.
-    """
-    step_rng = jax.random.fold_in(rng, state.step)
-
-    def loss_fn(params):
-        outputs = model(
-            batch["input_ids"],
-            attention_mask=batch["input_mask"],
-            token_type_ids=batch["segment_ids"],
-            params=params,
-            dropout_rng=step_rng,
-            train=True,
-        )
-        positions = batch["masked_lm_positions"][..., None]
-        mlm_logits = jnp.take_along_axis(outputs.prediction_logits, positions, axis=1)
-        sums = losses.pretraining_sums(mlm_logits, outputs.seq_relationship_logits, batch)
-        loss = losses.total_loss(sums, mlm_weight=sums["mlm_weight"], nsp_count=sums["nsp_count"])
-        return loss, sums
-
-    grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), sums
-
-
-def compile_hf_flax(run: train.Run, batch):
-    """hf_flax_train_step for run's model shapes and optimizer, compiled for `batch`.
-
-    Returns (compiled step, initial state, compile seconds). Call inside
-    run.mesh: parameters are replicated and the batch is split like ours, so on
-    one device neither is sharded.
-    """
-    hf_bert_config, hf_bert_for_pretraining = import_hf_flax_bert()
-    m = run.model_config
-    hf_config = hf_bert_config(
-        vocab_size=m.vocab_size,
-        hidden_size=m.hidden_size,
-        num_hidden_layers=m.num_hidden_layers,
-        num_attention_heads=m.num_attention_heads,
-        intermediate_size=m.intermediate_size,
-        hidden_act=_HF_HIDDEN_ACTS[m.hidden_act],
-        hidden_dropout_prob=m.hidden_dropout_prob,
-        attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-        max_position_embeddings=m.max_position_embeddings,
-        type_vocab_size=m.type_vocab_size,
-        initializer_range=m.initializer_range,
-        layer_norm_eps=m.layer_norm_eps,
-    )
-    model = hf_bert_for_pretraining(hf_config, dtype=jnp.dtype(m.dtype), _do_init=False)
-    seq_len = batch["input_ids"].shape[1]
-    replicated = sharding.replicated(run.mesh)
-
-    def init(rng):
-        params = model.init_weights(rng, (1, seq_len))
-        return train.TrainState(
-            step=jnp.zeros((), jnp.int32), params=params, opt_state=run.tx.init(params)
-        )
-
-    state = jax.jit(init, out_shardings=replicated)(jax.random.key(run.config.seed))
-    step = jax.jit(
-        functools.partial(hf_flax_train_step, model=model, tx=run.tx),
-        in_shardings=(replicated, sharding.batch_sharding(run.mesh), replicated),
-        out_shardings=(replicated, replicated),
-        donate_argnums=0,
-    )
-    start = time.perf_counter()
-    compiled = step.lower(state, batch, jax.random.key(0)).compile()
-    return compiled, state, time.perf_counter() - start
-
-
 def main(argv):
     del argv
     logging.set_verbosity(logging.ERROR)
     if _COMPARE_HF_FLAX.value:
-        import_hf_flax_bert()  # fail before compiling anything
+        hf_flax_baseline.import_hf_flax_bert()  # fail before compiling anything
     with tempfile.TemporaryDirectory() as workdir:
         result = measure(
             _CONFIG.value, workdir, _STEPS.value, compare_hf_flax=_COMPARE_HF_FLAX.value

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bertjax import benchmark
+from bertjax import hf_flax_baseline
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _has_hf_flax_bert() -> bool:
     try:
-        benchmark.import_hf_flax_bert()
+        hf_flax_baseline.import_hf_flax_bert()
     except ImportError:
         return False
     return True
@@ -40,7 +40,7 @@ def test_median_step_times_take_turns_and_thread_each_state():
 
         return step
 
-    times = benchmark.median_step_times(
+    times = hf_flax_baseline.median_step_times(
         [(make_step("ours"), 0), (make_step("hf"), 10)], batch=None, rng=None, steps=3
     )
     assert calls == [
@@ -52,7 +52,7 @@ def test_median_step_times_take_turns_and_thread_each_state():
 @needs_no_hf_flax
 def test_import_without_flax_says_to_run_make_bench_hf():
     with pytest.raises(ImportError, match=r"transformers 4\.x.*make bench-hf"):
-        benchmark.import_hf_flax_bert()
+        hf_flax_baseline.import_hf_flax_bert()
 
 
 @needs_no_hf_flax

@@ -54,4 +54,4 @@ bench-hf: $(BENCH_STAMP)
 		--compare_hf_flax
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) demo_out .pytest_cache .ruff_cache

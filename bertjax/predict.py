@@ -15,20 +15,13 @@ The default output sits next to the input: FILE.predictions.jsonl, or the
 directory FILE.predictions/ for SQuAD.
 """
 
+import argparse
 import json
 import os
 import sys
 
-from absl import app, flags
-
 from bertjax import checkpoint, inference
 from data_pipeline import classification, squad
-
-_WORKDIR = flags.DEFINE_string("workdir", None, "A fine-tuning workdir.")
-_INPUT = flags.DEFINE_string("input", None, "The examples to predict.")
-_OUTPUT = flags.DEFINE_string("output", "", "Where to write; see the module docstring.")
-_STEP = flags.DEFINE_integer("step", None, "The checkpoint step; default the latest.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
 
 
 def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
@@ -72,16 +65,20 @@ def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch
     return output
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def main(argv: list[str] | None = None) -> int:
+    # argparse, not absl flags: library code that tests import defines no global flags.
+    parser = argparse.ArgumentParser(
+        prog="python -m bertjax.predict", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--workdir", required=True, help="A fine-tuning workdir.")
+    parser.add_argument("--input", required=True, help="The examples to predict.")
+    parser.add_argument("--output", default="", help="Where to write; default next to --input.")
+    parser.add_argument("--step", type=int, default=None, help="Checkpoint step; the latest.")
+    parser.add_argument("--batch_size", type=int, default=32, help="Examples per forward pass.")
+    args = parser.parse_args(argv)
     try:
         where = predict(
-            _WORKDIR.value,
-            _INPUT.value,
-            _OUTPUT.value,
-            step=_STEP.value,
-            batch_size=_BATCH_SIZE.value,
+            args.workdir, args.input, args.output, step=args.step, batch_size=args.batch_size
         )
     except (
         FileNotFoundError,
@@ -89,10 +86,10 @@ def main(argv):
         classification.TaskDataError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     print(f"predictions written to {where}")
+    return 0
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["workdir", "input"])
-    app.run(main)
+    sys.exit(main())

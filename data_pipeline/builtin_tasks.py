@@ -119,15 +119,15 @@ def write_tasks(out_dir: str) -> dict[str, int]:
     return counts
 
 
-_OUT_DIR = flags.DEFINE_string("out_dir", None, "Directory for the task files.")
-
-
 def main(argv):
     del argv
-    for name, count in write_tasks(_OUT_DIR.value).items():
-        print(f"{os.path.join(_OUT_DIR.value, name)}: {count} examples")
+    out_dir = flags.FLAGS.out_dir
+    for name, count in write_tasks(out_dir).items():
+        print(f"{os.path.join(out_dir, name)}: {count} examples")
 
 
 if __name__ == "__main__":
+    # Defined here, not at import: tests import this module beside other CLIs.
+    flags.DEFINE_string("out_dir", None, "Directory for the task files.")
     flags.mark_flag_as_required("out_dir")
     app.run(main)

@@ -19,13 +19,6 @@ from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.tfrecords import TFRecordError
 from data_pipeline.vocab import VocabError, load_vocab
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_SPLIT = flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to read.")
-_NUM_BATCHES = flags.DEFINE_integer("num_batches", 10, "Batches to read (eval stops at its end).")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Sequences per batch.")
-_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "Decoded examples to print.")
-_DUMP = flags.DEFINE_string("dump", None, "Write every example read as one JSON line here.")
-
 # Bad input: one line that names the file or option, no traceback.
 USER_ERRORS = (
     config_lib.ConfigError,
@@ -96,22 +89,35 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
+    values = flags.FLAGS
     try:
         inspect(
-            _CONFIG.value,
-            split=_SPLIT.value,
-            num_batches=_NUM_BATCHES.value,
-            batch_size=_BATCH_SIZE.value,
-            num_examples=_NUM_EXAMPLES.value,
-            dump=_DUMP.value,
+            values.config,
+            split=values.split,
+            num_batches=values.num_batches,
+            batch_size=values.batch_size,
+            num_examples=values.num_examples,
+            dump=values.dump,
         )
     except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
 
 
-def run():
+def _define_flags():
+    # Defined when run as a program only: modules that tests import together
+    # must not define the same global flag names.
+    config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+    flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to read.")
+    flags.DEFINE_integer("num_batches", 10, "Batches to read (eval stops at its end).")
+    flags.DEFINE_integer("batch_size", 32, "Sequences per batch.")
+    flags.DEFINE_integer("num_examples", 3, "Decoded examples to print.")
+    flags.DEFINE_string("dump", None, "Write every example read as one JSON line here.")
     flags.mark_flag_as_required("config")
+
+
+def run():
+    _define_flags()
     app.run(main)
 
 

@@ -308,15 +308,11 @@ class Run:
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
-    unknown = sorted(set(config.keys()) - set(TOP_LEVEL_KEYS))
-    if unknown:
-        raise data_config_lib.ConfigError(f"unknown config key: config.{unknown[0]}")
-    missing = sorted(set(TOP_LEVEL_KEYS) - set(config.keys()))
-    if missing:
-        raise data_config_lib.ConfigError(f"missing config key: config.{missing[0]}")
-    for key in ("train_batch_size", "eval_batch_size", "log_every_steps"):
-        if config[key] < 1:
-            raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be at least 1")
+    train.check_keys(
+        config,
+        TOP_LEVEL_KEYS,
+        positive=("train_batch_size", "eval_batch_size", "log_every_steps"),
+    )
     if not config.num_train_epochs > 0:
         raise data_config_lib.ConfigError(
             f"config.num_train_epochs={config.num_train_epochs}: must be above 0"

@@ -156,16 +156,25 @@ class Run:
     vocab_file: str
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-    unknown = sorted(set(config.keys()) - set(TOP_LEVEL_KEYS))
+def check_keys(config: ml_collections.ConfigDict, keys, *, positive=()) -> None:
+    """Exactly `keys` at the top level, and each of `positive` at least 1; names the key."""
+    unknown = sorted(set(config.keys()) - set(keys))
     if unknown:
         raise data_config_lib.ConfigError(f"unknown config key: config.{unknown[0]}")
-    missing = sorted(set(TOP_LEVEL_KEYS) - set(config.keys()))
+    missing = sorted(set(keys) - set(config.keys()))
     if missing:
         raise data_config_lib.ConfigError(f"missing config key: config.{missing[0]}")
-    for key in ("num_train_steps", "train_batch_size", "eval_batch_size", "log_every_steps"):
+    for key in positive:
         if config[key] < 1:
             raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be at least 1")
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+    check_keys(
+        config,
+        TOP_LEVEL_KEYS,
+        positive=("num_train_steps", "train_batch_size", "eval_batch_size", "log_every_steps"),
+    )
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be >= 0")

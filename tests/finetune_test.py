@@ -151,6 +151,8 @@ def test_tagging_runs_and_scores_entities(ner_run):
     "change, message",
     [
         ({"init_checkpoint": ""}, "config.init_checkpoint: fine-tuning needs"),
+        ({"bogus_key": 1}, "unknown config key: config.bogus_key"),
+        ({"train_batch_size": 0}, "config.train_batch_size=0: must be at least 1"),
         ({"num_train_epochs": 0.0}, "config.num_train_epochs=0.0"),
         ({"task": "summarize"}, "config.task='summarize'"),
         ({"data.max_seq_length": 512}, "config.data.max_seq_length=512 is above"),

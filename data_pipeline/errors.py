@@ -1,0 +1,13 @@
+"""The one base class of every error a user can cause and fix.
+
+A bad option, a missing or malformed file, a workdir that does not fit the
+run: each raises a subclass of `UserError` whose message names the option,
+file or row. Command-line tools catch `UserError` in one place
+(`data_pipeline.cli.run`) and print it as one line; anything else is a bug
+and keeps its traceback. This module imports nothing, so data_pipeline stays
+free of jax and bertjax can derive its own errors from it.
+"""
+
+
+class UserError(ValueError):
+    """Bad input or an inconsistent config: the message says what to change."""

@@ -1,10 +1,11 @@
-"""BERT pretraining: the train step, evaluation, and the loop that checkpoints and resumes.
+"""The training loop of every task: the pure train and eval steps and the run around them.
 
-`train_step` and `eval_step` are pure module-level functions, jitted once with
-explicit shardings. `train_and_evaluate(config, workdir)` is the whole run:
-re-running it on the same workdir resumes from the latest checkpoint and
-continues exactly (the data stream is replayed to the checkpoint's step, and
-dropout rngs are folded from the step).
+`train_step` and `eval_step` are module-level pure functions, jitted once with
+explicit shardings; what differs between tasks (model, inputs, loss, data,
+scores) comes from the task's `Setup` (task.py). `train_and_evaluate(config,
+workdir)` is the whole run: re-running it on the same workdir resumes from
+the latest checkpoint and continues exactly (the data stream is replayed to
+the checkpoint's step, and dropout rngs are folded from the step).
 """
 
 import dataclasses
@@ -22,33 +23,15 @@ from absl import logging
 from flax import linen as nn
 from jax.experimental import multihost_utils
 
-from bertjax import checkpoint, losses, metrics, optim, sharding
-from bertjax import model as model_lib
-from bertjax.model import BertConfig, BertForPreTraining
-from data_pipeline import config as data_config_lib
-from data_pipeline import make_pretraining_dataset
-from data_pipeline.build_vocab import resolve_vocab_file
-from data_pipeline.vocab import load_vocab
-
-TOP_LEVEL_KEYS = (
-    "seed",
-    "num_train_steps",
-    "train_batch_size",
-    "eval_batch_size",
-    "num_eval_steps",
-    "eval_every_steps",
-    "checkpoint_every_steps",
-    "checkpoints_to_keep",
-    "log_every_steps",
-    "init_checkpoint",
-    "mesh",
-    "model",
-    "data",
-    "optimizer",
-)
+from bertjax import checkpoint, metrics, optim, sharding, tasks
+from bertjax import workdir as workdir_lib
+from bertjax.model import stack_layers, unstack_layers
+from bertjax.task import Setup, Task, apply_model, init_inputs
+from data_pipeline.config import ConfigError
+from data_pipeline.errors import UserError
 
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError):
     """The run cannot go on (a non-finite loss)."""
 
 
@@ -59,35 +42,27 @@ class TrainState:
     opt_state: Any
 
 
-def _model_inputs(batch):
-    return (
-        batch["input_ids"],
-        batch["input_mask"],
-        batch["segment_ids"],
-        batch["masked_lm_positions"],
-    )
-
-
-def train_step(state, batch, rng, *, model, tx, num_microbatches):
+def train_step(state, batch, rng, *, setup: Setup, tx, num_microbatches: int):
     """One optimizer step on a global batch; returns the new state and metric sums.
 
     With `num_microbatches` > 1 the batch is split and gradients are summed
-    over the pieces; each piece's loss is divided by the whole batch's
+    over the pieces; each piece's loss divides by the whole batch's
     denominators, so the update equals the one of the full batch.
     """
     step_rng = jax.random.fold_in(rng, state.step)
-    mlm_weight = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
-    nsp_count = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+    denominators = setup.denominators(batch)
 
     def loss_fn(params, microbatch, dropout_rng):
-        mlm_logits, nsp_logits = model.apply(
-            {"params": params},
-            *_model_inputs(microbatch),
+        outputs = apply_model(
+            setup.model,
+            params,
+            microbatch,
+            setup.model_inputs,
             deterministic=False,
             rngs={"dropout": dropout_rng},
         )
-        sums = losses.pretraining_sums(mlm_logits, nsp_logits, microbatch)
-        return losses.total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count), sums
+        sums = setup.sums(outputs, microbatch)
+        return setup.loss(sums, denominators), sums
 
     grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
     return apply_gradients(state, grads, tx), sums
@@ -127,11 +102,10 @@ def apply_gradients(state, grads, tx):
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state)
 
 
-def eval_step(params, batch, *, model):
-    mlm_logits, nsp_logits = model.apply(
-        {"params": params}, *_model_inputs(batch), deterministic=True
-    )
-    return losses.pretraining_sums(mlm_logits, nsp_logits, batch)
+def eval_step(params, batch, *, setup: Setup):
+    """What the task keeps of one held-out batch (metric sums, or outputs to score)."""
+    outputs = apply_model(setup.model, params, batch, setup.model_inputs, deterministic=True)
+    return setup.eval_outputs(outputs, batch)
 
 
 def _add(total, sums):
@@ -146,128 +120,72 @@ class Run:
     """Everything the loop needs, built and checked before anything compiles."""
 
     config: ml_collections.ConfigDict
-    data: data_config_lib.DataConfig
-    model_config: BertConfig
-    model: BertForPreTraining
+    setup: Setup
     tx: optax.GradientTransformation
     mesh: jax.sharding.Mesh
     state_shardings: Any
     abstract_state: Any
-    vocab_file: str
 
 
-def check_keys(config: ml_collections.ConfigDict, keys, *, positive=()) -> None:
-    """Exactly `keys` at the top level, and each of `positive` at least 1; names the key."""
-    unknown = sorted(set(config.keys()) - set(keys))
-    if unknown:
-        raise data_config_lib.ConfigError(f"unknown config key: config.{unknown[0]}")
-    missing = sorted(set(keys) - set(config.keys()))
-    if missing:
-        raise data_config_lib.ConfigError(f"missing config key: config.{missing[0]}")
-    for key in positive:
-        if config[key] < 1:
-            raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be at least 1")
+def task_of(config: ml_collections.ConfigDict) -> Task:
+    """The task `config.task` names (pretraining when the config has no `task`)."""
+    name = config.get("task", "pretraining")
+    if name not in tasks.TASKS:
+        raise ConfigError(f"config.task={name!r}: must be one of {', '.join(tasks.TASKS)}")
+    return tasks.TASKS[name]
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-    check_keys(
-        config,
-        TOP_LEVEL_KEYS,
-        positive=("num_train_steps", "train_batch_size", "eval_batch_size", "log_every_steps"),
-    )
-    for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
-        if config[key] < 0:
-            raise data_config_lib.ConfigError(f"config.{key}={config[key]}: must be >= 0")
-    if jax.process_count() > 1 and config.eval_every_steps and not config.num_eval_steps:
-        # Every host must run the same number of eval steps (they are collective),
-        # and hosts' shares of the held-out split differ in size.
-        raise data_config_lib.ConfigError(
-            "config.num_eval_steps=0 (the whole split) works on one host only; "
-            f"set it for this {jax.process_count()}-host run"
-        )
-    microbatches = optim.from_config(config.optimizer).num_microbatches
+def build_run(
+    config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None, devices=None
+) -> Run:
+    """Checks every option, reads the task's data and builds model, optimizer, mesh and
+    shardings; compiles nothing. `devices` defaults to all devices; the mesh uses exactly these.
+    """
+    task = task or task_of(config)
+    setup = task.setup(config, workdir)
+    mesh = sharding.make_mesh(config.mesh, devices)
+    for key in ("train_batch_size", "eval_batch_size"):
+        sharding.check_batch_size(config[key], mesh, option=f"config.{key}")
+    microbatches = optim.from_config(setup.optimizer).num_microbatches
     if config.train_batch_size % microbatches:
-        raise data_config_lib.ConfigError(
+        raise ConfigError(
             f"config.train_batch_size={config.train_batch_size} is not divisible by "
             f"config.optimizer.num_microbatches={microbatches}"
         )
-
-
-def build_run(config: ml_collections.ConfigDict, workdir: str, *, devices=None) -> Run:
-    """Checks every option and builds model, optimizer, mesh and shardings; compiles nothing.
-
-    `devices` defaults to all devices; the mesh must use exactly these.
-    """
-    check_config(config)
-    data = data_config_lib.from_config(config.data)
-    model_config = model_lib.from_config(config.model)
-    data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
-
-    saved_model_config = checkpoint.read_model_config(workdir)
-    if saved_model_config is not None:
-        checkpoint.check_same_shapes(saved_model_config, model_config, where=f"workdir {workdir}")
-    if config.init_checkpoint:
-        init_model_config = checkpoint.read_model_config(config.init_checkpoint)
-        if init_model_config is None:
-            raise checkpoint.CheckpointError(
-                f"config.init_checkpoint={config.init_checkpoint!r}: no "
-                f"{checkpoint.MODEL_CONFIG_FILE} there"
-            )
-        checkpoint.check_same_shapes(
-            init_model_config,
-            model_config,
-            where=f"config.init_checkpoint={config.init_checkpoint!r}",
+    sharding.check_batch_size(
+        config.train_batch_size // microbatches, mesh, option="the microbatch size"
+    )
+    if jax.process_count() > 1 and setup.eval_every_steps and not setup.num_eval_steps:
+        # Every host must run the same number of eval steps (they are collective),
+        # and hosts' shares of a held-out split differ in size.
+        raise ConfigError(
+            "config.num_eval_steps=0 (the whole split) works on one host only; "
+            f"set it for this {jax.process_count()}-host run"
         )
-
-    vocab_file = _vocab_file(workdir, data)
-    vocab_size = len(load_vocab(vocab_file))
-    if vocab_size != model_config.vocab_size:
-        raise data_config_lib.ConfigError(
-            f"the vocabulary {vocab_file} has {vocab_size} entries but "
-            f"config.model.vocab_size={model_config.vocab_size}"
-        )
-    data = data.replace(vocab_file=vocab_file)
-
-    mesh = sharding.make_mesh(config.mesh, devices)
-    sharding.check_batch_size(config.train_batch_size, mesh, option="config.train_batch_size")
-    sharding.check_batch_size(config.eval_batch_size, mesh, option="config.eval_batch_size")
-    microbatch = config.train_batch_size // config.optimizer.num_microbatches
-    sharding.check_batch_size(microbatch, mesh, option="the microbatch size")
-
-    model = BertForPreTraining(model_config)
-    tx = optim.make_optimizer(config.optimizer, config.num_train_steps)
-    shardings, abstract_state = sharded_abstract_state(
-        functools.partial(_init_state, model=model, tx=tx, data=data),
-        functools.partial(_init_params, model=model, data=data),
+    tx = optim.make_optimizer(setup.optimizer, setup.num_train_steps)
+    state_shardings, abstract_state = sharded_abstract_state(
+        functools.partial(_init_state, setup=setup, tx=tx),
+        functools.partial(_init_params, setup=setup),
         mesh,
     )
     return Run(
         config=config,
-        data=data,
-        model_config=model_config,
-        model=model,
+        setup=setup,
         tx=tx,
         mesh=mesh,
-        state_shardings=shardings,
+        state_shardings=state_shardings,
         abstract_state=abstract_state,
-        vocab_file=vocab_file,
     )
 
 
-def _vocab_file(workdir: str, data) -> str:
-    """The run's vocabulary: the workdir's copy when resuming, else the configured or learned one."""
-    return checkpoint.workdir_vocab(workdir) or resolve_vocab_file(data)
-
-
-def _init_params(rng, *, model, data):
+def _init_params(rng, *, setup: Setup):
     """Parameters boxed with their logical axis names."""
-    ids = jnp.zeros((1, data.max_seq_length), jnp.int32)
-    positions = jnp.zeros((1, data.max_predictions_per_seq), jnp.int32)
-    return model.init(rng, ids, ids, ids, positions, deterministic=True)["params"]
+    inputs = init_inputs(setup.model_inputs)
+    return setup.model.init(rng, *inputs.values(), deterministic=True)["params"]
 
 
-def _init_state(rng, *, model, tx, data):
-    params = nn.meta.unbox(_init_params(rng, model=model, data=data))
+def _init_state(rng, *, setup: Setup, tx):
+    params = nn.meta.unbox(_init_params(rng, setup=setup))
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
@@ -316,78 +234,109 @@ def state_shardings(abstract_state, boxed_params, mesh):
     )
 
 
-# ------------------------------------------------------------------------------- loop
+# ------------------------------------------------------------------------------- state
 
 
 def create_state(run: Run):
-    """The initial state, or the latest checkpoint's, or init_checkpoint's parameters."""
+    """The initial state, with the init checkpoint's parameters where the task takes them."""
     init = jax.jit(
-        functools.partial(_init_state, model=run.model, tx=run.tx, data=run.data),
+        functools.partial(_init_state, setup=run.setup, tx=run.tx),
         out_shardings=run.state_shardings,
     )
     state = init(jax.random.key(run.config.seed))
-    if run.config.init_checkpoint:
-        params = checkpoint.restore_params(run.config.init_checkpoint, run.abstract_state.params)
-        state = state.replace(params=params, opt_state=run.tx.init(params))
-        state = jax.device_put(state, run.state_shardings)
-    return state
+    if not run.setup.init_keys:
+        return state
+    params = {**state.params, **_init_checkpoint_params(run)}
+    state = state.replace(params=params, opt_state=run.tx.init(params))
+    return jax.device_put(state, run.state_shardings)
+
+
+def _init_checkpoint_params(run: Run) -> dict:
+    """The init checkpoint's parameters under `setup.init_keys`, in this run's layer layout."""
+    setup = run.setup
+    wanted = {key: run.abstract_state.params[key] for key in setup.init_keys}
+    if setup.init_scan_layers == setup.model_config.scan_layers or "bert" not in wanted:
+        return checkpoint.restore_params(setup.init_checkpoint, wanted)
+    # The checkpoint's layout, restored whole on every device, then rearranged.
+    layers = setup.model_config.num_hidden_layers
+    to_saved, to_run = (
+        (stack_layers, unstack_layers) if setup.init_scan_layers else (unstack_layers, stack_layers)
+    )
+    replicated = sharding.replicated(run.mesh)
+    saved = jax.eval_shape(lambda p: {**p, "bert": to_saved(p["bert"], layers)}, wanted)
+    saved = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), saved
+    )
+    restored = checkpoint.restore_params(setup.init_checkpoint, saved)
+    return {**restored, "bert": to_run(restored["bert"], layers)}
 
 
 def jit_steps(run: Run):
-    """The train and eval steps, jitted with explicit shardings; the state is donated."""
-    return jit_train_and_eval(
-        functools.partial(
-            train_step,
-            model=run.model,
-            tx=run.tx,
-            num_microbatches=run.config.optimizer.num_microbatches,
-        ),
-        functools.partial(eval_step, model=run.model),
-        run.state_shardings,
-        run.mesh,
-    )
-
-
-def jit_train_and_eval(train_fn, eval_fn, state_shardings, mesh):
-    """`train_fn(state, batch, rng)` with the state donated, and `eval_fn(params, batch)`.
+    """The train step with the state donated, and the eval step.
 
     Batches are split over the batch axes; metrics and eval outputs come back
     replicated, so every host holds the whole global result.
     """
-    batch_sharding = sharding.batch_sharding(mesh)
-    replicated = sharding.replicated(mesh)
-    p_train_step = jax.jit(
-        train_fn,
-        in_shardings=(state_shardings, batch_sharding, replicated),
-        out_shardings=(state_shardings, replicated),
+    batch_sharding = sharding.batch_sharding(run.mesh)
+    replicated = sharding.replicated(run.mesh)
+    jitted_train_step = jax.jit(
+        functools.partial(
+            train_step,
+            setup=run.setup,
+            tx=run.tx,
+            num_microbatches=optim.from_config(run.setup.optimizer).num_microbatches,
+        ),
+        in_shardings=(run.state_shardings, batch_sharding, replicated),
+        out_shardings=(run.state_shardings, replicated),
         donate_argnums=0,
     )
-    p_eval_step = jax.jit(
-        eval_fn,
-        in_shardings=(state_shardings.params, batch_sharding),
+    jitted_eval_step = jax.jit(
+        functools.partial(eval_step, setup=run.setup),
+        in_shardings=(run.state_shardings.params, batch_sharding),
         out_shardings=replicated,
     )
-    return p_train_step, p_eval_step
+    return jitted_train_step, jitted_eval_step
+
+
+# -------------------------------------------------------------------------------- loop
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | None = None
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    task: Task | None = None,
+    stop_after: int | None = None,
 ) -> dict:
-    """Pretrains per `config` in `workdir`, resuming from its latest checkpoint if any.
+    """Trains `task` (default: the one `config.task` names) per `config` in `workdir`,
+    resuming from its latest checkpoint if any.
 
     `stop_after` ends this invocation after that step with a checkpoint, as a
     preempted or time-sliced job would; running again continues the same run.
-    Returns the last evaluation's metrics (empty when the run never evaluates).
+    Returns what results.json holds: {"eval": the last evaluation, "best": the
+    best by the task's metric, "task": its name} ({"task"} alone when the run
+    never evaluates).
     """
-    run = build_run(config, workdir)
+    run = build_run(config, workdir, task=task)
     check_eval_shares(run)
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
-        return _train(run, config, workdir, stop_after)
+        return _train(run, workdir, stop_after)
 
 
-def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
-    vocab_file = checkpoint.write_run_description(workdir, config, run.model_config, run.vocab_file)
-    run.data = run.data.replace(vocab_file=vocab_file)
+def _host_share(run: Run, key: str) -> dict:
+    return {
+        "batch_size": run.config[key] // jax.process_count(),
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "seed": run.config.seed,
+    }
+
+
+def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
+    config, setup = run.config, run.setup
+    workdir_lib.write_run_description(
+        workdir, config, setup.model_config, setup.vocab_file, setup.description
+    )
     manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
     start_step = manager.latest_step() or 0
     if start_step:
@@ -396,81 +345,90 @@ def _train(run: Run, config, workdir: str, stop_after: int | None) -> dict:
     else:
         state = create_state(run)
 
-    p_train_step, p_eval_step = jit_steps(run)
-    schedule = optim.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    writer = metrics.MetricWriter(workdir, num_train_steps=config.num_train_steps)
+    jitted_train_step, jitted_eval_step = jit_steps(run)
+    num_steps = setup.num_train_steps
+    schedule = optim.learning_rate_schedule(setup.optimizer, num_steps)
+    writer = metrics.MetricWriter(workdir, num_train_steps=num_steps)
     rng = jax.random.key(config.seed)
-
-    host_batch_size = config.train_batch_size // jax.process_count()
-    train_data = make_pretraining_dataset(
-        run.data,
-        split="train",
-        batch_size=host_batch_size,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        seed=config.seed,
-    )
     # The stream is deterministic for a seed: skipping the batches the
     # checkpointed steps consumed puts a resumed run exactly where it stopped.
-    train_batches = train_data.skip(start_step).as_numpy_iterator()
+    train_batches = (
+        setup.train_dataset(**_host_share(run, "train_batch_size"))
+        .skip(start_step)
+        .as_numpy_iterator()
+    )
+    results = workdir_lib.read_results(workdir)
+    results["task"] = setup.description["kind"]
 
-    tokens_per_step = config.train_batch_size * run.data.max_seq_length
+    def evaluate_and_record(step: int) -> None:
+        values, predictions = evaluate(run, state.params, jitted_eval_step)
+        writer.write(step, "eval", values)
+        writer.console(f"eval at step {step}: {_format(values)}")
+        results["eval"] = {"step": step, **values}
+        best = results.get("best")
+        metric = setup.best_metric
+        if best is None or metric.is_better(values[metric.name], best.get(metric.name)):
+            results["best"] = {"step": step, **values}
+        workdir_lib.write_results(workdir, results)
+        if step == num_steps and setup.write_predictions and jax.process_index() == 0:
+            setup.write_predictions(predictions, workdir)
+
+    tokens_per_step = config.train_batch_size * setup.model_inputs["input_ids"]
     window, window_start, window_step = None, time.perf_counter(), start_step
     started = time.perf_counter()
-    last_eval: dict = {}
-    last_step = (
-        config.num_train_steps if stop_after is None else min(stop_after, config.num_train_steps)
-    )
+    last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     for step in range(start_step + 1, last_step + 1):
-        batch = sharding.make_global_batch(next(train_batches), run.mesh)
-        state, sums = p_train_step(state, batch, rng)
+        host_batch = next(train_batches)
+        batch = sharding.make_global_batch(
+            {name: host_batch[name] for name in setup.train_features}, run.mesh
+        )
+        state, sums = jitted_train_step(state, batch, rng)
         window = _add(window, sums)
         writer.progress_bar(step, started, start_step)
 
-        last = step == config.num_train_steps
+        last = step == num_steps
         if step % config.log_every_steps == 0 or last:
-            summary = checked_finite(losses.summarize(window), step)
-            elapsed = time.perf_counter() - window_start
-            steps_per_s = (step - window_step) / max(elapsed, 1e-9)
+            summary = checked_finite(setup.summarize(window), step)
+            steps_per_s = (step - window_step) / max(time.perf_counter() - window_start, 1e-9)
             summary["learning_rate"] = float(schedule(step - 1))
             summary["steps_per_second"] = steps_per_s
             summary["tokens_per_second"] = steps_per_s * tokens_per_step
             writer.write(step, "train", summary)
-            eta = (config.num_train_steps - step) / max(steps_per_s, 1e-9)
+            eta = (num_steps - step) / max(steps_per_s, 1e-9)
+            shown = "  ".join(f"{label} {summary[name]:.3f}" for name, label in setup.console)
             writer.console(
-                f"step {step:>6}/{config.num_train_steps}  loss {summary['loss']:.4f}  "
-                f"mlm_acc {summary['mlm_accuracy']:.3f}  nsp_acc {summary['nsp_accuracy']:.3f}  "
+                f"step {step:>6}/{num_steps}  loss {summary['loss']:.4f}  {shown}  "
                 f"lr {summary['learning_rate']:.2e}  {steps_per_s:.2f} steps/s  "
                 f"{summary['tokens_per_second']:,.0f} tokens/s  eta {metrics.format_duration(eta)}"
             )
             window, window_start, window_step = None, time.perf_counter(), step
 
-        if config.eval_every_steps and (step % config.eval_every_steps == 0 or last):
-            last_eval = evaluate(run, state.params, p_eval_step)
-            writer.write(step, "eval", last_eval)
-            writer.console(
-                f"eval at {step}: loss {last_eval['loss']:.4f}  "
-                f"mlm_acc {last_eval['mlm_accuracy']:.3f}  "
-                f"perplexity {last_eval['mlm_perplexity']:.2f}  "
-                f"nsp_acc {last_eval['nsp_accuracy']:.3f}"
-            )
-
+        evaluates = last or (setup.eval_every_steps and step % setup.eval_every_steps == 0)
+        if evaluates and (setup.eval_every_steps or setup.checkpoint_at_eval):
+            evaluate_and_record(step)
         if (
             (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-            or last
+            or (evaluates and setup.checkpoint_at_eval)
             or step == last_step
         ):
             # Never write parameters that a non-finite loss may have spoiled.
             if window is not None:
-                checked_finite(losses.summarize(window), step)
+                checked_finite(setup.summarize(window), step)
             checkpoint.save(manager, step, state)
-    if start_step >= last_step and config.eval_every_steps:
+    if start_step >= last_step and (setup.eval_every_steps or setup.checkpoint_at_eval):
         # Nothing left to train (a finished run started again): report where it stands.
-        last_eval = evaluate(run, state.params, p_eval_step)
+        # Every host evaluates (the steps are collective), whatever results.json says.
+        evaluate_and_record(start_step)
     manager.wait_until_finished()
     manager.close()
     writer.close()
-    return last_eval
+    return results
+
+
+def _format(values: dict) -> str:
+    return "  ".join(
+        f"{name} {value:.4f}" for name, value in values.items() if isinstance(value, float)
+    )
 
 
 def check_eval_shares(run: Run) -> None:
@@ -478,54 +436,44 @@ def check_eval_shares(run: Run) -> None:
 
     Eval steps are collective: a host that runs out of batches while the
     others go on hangs the run. Padding a short share would need a weight per
-    example for NSP, which the batch schema lacks, and repeating batches would
-    count examples twice; so a short share is a config error, found before
-    training by reading every host's first `num_eval_steps` batches once (the
-    eval set is fixed by data.eval_seed, so every later eval sees the same).
+    example, which the pretraining batch schema lacks, and repeating batches
+    would count examples twice; so a short share is a config error, found
+    before training by reading every host's first `num_eval_steps` batches
+    once (the eval set is fixed, so every later eval sees the same).
     """
-    config = run.config
-    if jax.process_count() == 1 or not config.eval_every_steps:
+    setup = run.setup
+    if jax.process_count() == 1 or not setup.eval_every_steps:
         return
-    host_batch_size = config.eval_batch_size // jax.process_count()
-    dataset = _eval_dataset(run).take(config.num_eval_steps)
-    count = sum(1 for _ in dataset.as_numpy_iterator())
+    dataset = setup.eval_dataset(**_host_share(run, "eval_batch_size"))
+    count = sum(1 for _ in dataset.take(setup.num_eval_steps).as_numpy_iterator())
     counts = multihost_utils.process_allgather(np.int32(count))
     for host, host_count in enumerate(counts):
-        if host_count < config.num_eval_steps:
-            raise data_config_lib.ConfigError(
-                f"config.num_eval_steps={config.num_eval_steps}: host {host}'s share of the "
-                f"eval split gives only {host_count} batches of {host_batch_size} "
-                f"(config.eval_batch_size={config.eval_batch_size} over "
+        if host_count < setup.num_eval_steps:
+            raise ConfigError(
+                f"config.num_eval_steps={setup.num_eval_steps}: host {host}'s share of the "
+                f"eval split gives only {host_count} batches of "
+                f"{run.config.eval_batch_size // jax.process_count()} "
+                f"(config.eval_batch_size={run.config.eval_batch_size} over "
                 f"{jax.process_count()} hosts); set it to at most {int(min(counts))}"
             )
 
 
-def _eval_dataset(run: Run):
-    """This host's share of the eval split, one pass, in batches of its share of eval_batch_size."""
-    return make_pretraining_dataset(
-        run.data,
-        split="eval",
-        batch_size=run.config.eval_batch_size // jax.process_count(),
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        seed=run.config.seed,
-    )
-
-
-def evaluate(run: Run, params, p_eval_step) -> dict:
-    """Held-out MLM/NSP metrics over `num_eval_steps` batches (0: the whole eval split)."""
-    config = run.config
-    dataset = _eval_dataset(run)
-    if config.num_eval_steps:
-        dataset = dataset.take(config.num_eval_steps)
-    total = None
-    for host_batch in dataset.as_numpy_iterator():
-        total = _add(total, p_eval_step(params, sharding.make_global_batch(host_batch, run.mesh)))
-    if total is None:
-        raise data_config_lib.ConfigError(
-            f"the eval split gives no batch of config.eval_batch_size={config.eval_batch_size}"
+def evaluate(run: Run, params, jitted_eval_step) -> tuple[dict, Any]:
+    """The task's held-out metrics over `num_eval_steps` batches (0: the whole split),
+    and the predictions they scored."""
+    setup = run.setup
+    dataset = setup.eval_dataset(**_host_share(run, "eval_batch_size"))
+    if setup.num_eval_steps:
+        dataset = dataset.take(setup.num_eval_steps)
+    outputs = [
+        jax.tree.map(np.asarray, jitted_eval_step(params, sharding.make_global_batch(b, run.mesh)))
+        for b in dataset.as_numpy_iterator()
+    ]
+    if not outputs:
+        raise ConfigError(
+            f"the eval split gives no batch of config.eval_batch_size={run.config.eval_batch_size}"
         )
-    return losses.summarize(total)
+    return setup.score(outputs)
 
 
 def checked_finite(summary: dict, step: int) -> dict:

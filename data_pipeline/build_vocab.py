@@ -36,7 +36,6 @@ import platform
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -47,7 +46,7 @@ from ml_collections import config_flags
 from sentencepiece import sentencepiece_model_pb2
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from data_pipeline import builtin_corpus
+from data_pipeline import builtin_corpus, files
 from data_pipeline import corpus as corpus_lib
 from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
@@ -305,7 +304,7 @@ def learn_wordpiece_vocab(
         counted - start,
     )
     tokens = wordpiece_tokens(counter.decoded_counts(), vocab_size)
-    _write_atomically(output_path, "".join(t + "\n" for t in tokens).encode("utf-8"))
+    files.atomic_write(output_path, "".join(t + "\n" for t in tokens).encode("utf-8"))
     logging.info(
         "Learned %d WordPiece entries in %.1f s; wrote %s.",
         len(tokens),
@@ -381,8 +380,8 @@ def train_sentencepiece(
     scores = [p.score for p in proto.pieces]
     listing = "".join(f"{p}\t{score:g}\n" for p, score in zip(pieces, scores, strict=True))
     path = output_prefix + ".model"
-    _write_atomically(output_prefix + ".vocab", listing.encode("utf-8"))
-    _write_atomically(path, proto.SerializeToString())
+    files.atomic_write(output_prefix + ".vocab", listing.encode("utf-8"))
+    files.atomic_write(path, proto.SerializeToString())
     logging.info(
         "Trained a %s SentencePiece model of %d pieces in %.1f s; wrote %s.",
         model_type,
@@ -434,7 +433,7 @@ def resolve_vocab_file(config: DataConfig) -> str:
             config, vocab_size=config.vocab_size, output_prefix=os.path.join(directory, name)
         )
     description = json.dumps(_key_fields(config), indent=1, sort_keys=True) + "\n"
-    _write_atomically(os.path.join(directory, name + ".json"), description.encode("utf-8"))
+    files.atomic_write(os.path.join(directory, name + ".json"), description.encode("utf-8"))
     return path
 
 
@@ -538,21 +537,6 @@ def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
     return tokenizer_lib.WordPieceTokenizer(
         vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
     )
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    """Writes a temporary file next to `path`, then renames it: readers see all or nothing."""
-    directory = os.path.dirname(path)
-    if directory:
-        tf.io.gfile.makedirs(directory)
-    temporary = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with tf.io.gfile.GFile(temporary, "wb") as f:
-            f.write(data)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    finally:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.remove(temporary)
 
 
 # --- Command line ----------------------------------------------------------------------

@@ -38,10 +38,8 @@ import multiprocessing
 import os
 import queue
 import random
-import sys
 import time
 import traceback
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -50,10 +48,12 @@ import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from data_pipeline import cli
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, instances, masking, tfrecords
+from data_pipeline import corpus, files, instances, masking, tfrecords
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
+from data_pipeline.errors import UserError
 from data_pipeline.pretraining import masking_spec
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -66,17 +66,10 @@ _BATCHES_AHEAD = 2
 _WRITE_BLOCK = 4096
 # Whether this process takes shards too (tests turn it off to exercise the helpers).
 _THIS_PROCESS_WRITES = True
-# Errors that describe bad input or options; the CLI prints them as one line.
-USER_ERRORS = (
-    config_lib.ConfigError,
-    corpus.CorpusError,
-    vocab_lib.VocabError,
-    instances.NotNextError,
-)
 
 
-class WriterError(RuntimeError):
-    """The output folder cannot be used, or a worker failed; the message says which."""
+class WriterError(UserError):
+    """The output folder cannot be used; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +137,7 @@ def write_pretraining_data(
     vocab_name = os.path.basename(vocab_file)
     try:
         with _Helpers(num_workers - 1) as helpers:
-            _copy_atomically(vocab_file, os.path.join(output_dir, vocab_name))
+            files.atomic_copy(vocab_file, os.path.join(output_dir, vocab_name))
             results = helpers.run(tasks, config, vocab_file, output_dir)
     except BaseException:
         # A stopped helper leaves its unfinished files behind; finished shards stay,
@@ -175,7 +168,7 @@ def write_pretraining_data(
             "corpus": stats.as_dict(),
             "config": dataclasses.asdict(config),
         }
-        _write_text_atomically(
+        files.atomic_write(
             os.path.join(output_dir, f"{split}-metadata.json"), json.dumps(metadata, indent=2)
         )
         if overwrite:
@@ -241,7 +234,7 @@ def _write_task(
         passes_per_document=_passes(config, task.split),
     )
     names = [task.shard_name(k) for k in range(task.num_shards)]
-    temporary = [_temporary_name(output_dir, name) for name in names]
+    temporary = [files.temporary_name(os.path.join(output_dir, name)) for name in names]
     counts = [0] * task.num_shards
     writers = [tf.io.TFRecordWriter(path) for path in temporary]
     rng = np.random.default_rng(mask_seed)
@@ -454,12 +447,12 @@ class _Helpers:
             for process in self._processes:
                 if process.exitcode not in (None, 0) and process.pid in running:
                     task = running[process.pid]
-                    raise WriterError(
+                    raise RuntimeError(
                         f"worker process {process.pid} died (exit code {process.exitcode}) "
                         f"writing shard {task.worker} of the {task.split} split"
                     )
             if all(p.exitcode is not None for p in self._processes) and self._done.empty():
-                raise WriterError("worker processes exited before finishing their shards")
+                raise RuntimeError("worker processes exited before finishing their shards")
         return [results[i] for i in range(len(tasks))]
 
     def _collect(self, results: dict, running: dict, *, block: bool) -> bool:
@@ -476,12 +469,11 @@ class _Helpers:
         elif kind == "done":
             running.pop(pid, None)
             results[index] = payload
-        else:  # "error": payload = (exception type name, message, traceback)
-            name, text, trace = payload
-            for error_type in (*USER_ERRORS, WriterError):
-                if error_type.__name__ == name:
-                    raise error_type(text)
-            raise WriterError(f"worker process {pid} failed: {name}: {text}\n{trace}")
+        else:  # "error": payload = (the UserError or None, type name, message, traceback)
+            error, name, text, trace = payload
+            if error is not None:
+                raise error
+            raise RuntimeError(f"worker process {pid} failed: {name}: {text}\n{trace}")
         return True
 
 
@@ -517,30 +509,15 @@ def _helper_main(setup, counter, done) -> None:
         try:
             result = _write_task(task, config, vocab_file, output_dir)
         except Exception as e:
-            done.put(("error", pid, index, (type(e).__name__, str(e), traceback.format_exc())))
+            # Bad input is raised again as itself by the parent; anything else as a bug.
+            error = e if isinstance(e, UserError) else None
+            trace = traceback.format_exc()
+            done.put(("error", pid, index, (error, type(e).__name__, str(e), trace)))
             return
         done.put(("done", pid, index, result))
 
 
 # --------------------------------------------------------------------------- files
-
-
-def _temporary_name(output_dir: str, name: str) -> str:
-    # Hidden, so a `train-*.tfrecord` glob never matches a file being written.
-    return os.path.join(output_dir, f".{name}.tmp-{uuid.uuid4().hex}")
-
-
-def _copy_atomically(source: str, destination: str) -> None:
-    temporary = _temporary_name(os.path.dirname(destination), os.path.basename(destination))
-    tf.io.gfile.copy(source, temporary, overwrite=True)
-    tf.io.gfile.rename(temporary, destination, overwrite=True)
-
-
-def _write_text_atomically(path: str, text: str) -> None:
-    temporary = _temporary_name(os.path.dirname(path), os.path.basename(path))
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def _existing_outputs(output_dir: str, split: str) -> list[str]:
@@ -578,11 +555,8 @@ def _remove_stale_shards(output_dir: str, split: str, keep: set[str]) -> None:
 # --------------------------------------------------------------------------- command line
 
 
-def _define_flags():
-    defined = flags.FLAGS
-    # Another data_pipeline module may have defined --config already (same meaning).
-    if "config" not in defined:
-        config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+def define_flags() -> None:
+    config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
     flags.DEFINE_string("output_dir", None, "Folder for the TFRecords and their metadata.")
     flags.DEFINE_integer(
         "num_workers", 1, "Corpus shards per split, written by up to this many processes."
@@ -592,25 +566,17 @@ def _define_flags():
     flags.mark_flags_as_required(["config", "output_dir"])
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def main(argv: list[str]) -> None:
+    del argv  # cli.run refuses positional arguments
     values = flags.FLAGS
-    try:
-        result = write_pretraining_data(
-            values.config.data,
-            values.output_dir,
-            num_workers=values.num_workers,
-            num_shards_per_worker=values.num_shards_per_worker,
-            seed=values.config.seed,
-            overwrite=values.overwrite,
-        )
-    except (*USER_ERRORS, WriterError, OSError) as e:
-        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
-        return 1
-    except tf.errors.OpError as e:
-        print(f"create_pretraining_data: error: {e.message}", file=sys.stderr)
-        return 1
+    result = write_pretraining_data(
+        values.config.data,
+        values.output_dir,
+        num_workers=values.num_workers,
+        num_shards_per_worker=values.num_shards_per_worker,
+        seed=values.config.seed,
+        overwrite=values.overwrite,
+    )
     for split, metadata in result["splits"].items():
         print(
             f"{split}: {metadata['instances']:,} instances from {metadata['documents']:,} "
@@ -621,12 +587,10 @@ def main(argv: list[str]) -> int:
         f"({result['instances'] / max(result['seconds'], 1e-9):,.0f}/s); "
         f"vocabulary: {os.path.join(result['output_dir'], result['splits']['train']['vocab_file'])}"
     )
-    return 0
 
 
 def run() -> None:
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def test_gradient_accumulation_equals_the_full_batch(config, tmp_path):
         with jax.set_mesh(run.mesh):
             state = train.create_state(run)
             step, _ = train.jit_steps(run)
-            batches = make_pretraining_dataset(run.data, split="train", batch_size=8, seed=0)
+            batches = make_pretraining_dataset(run.setup.data, split="train", batch_size=8, seed=0)
             for host_batch in batches.take(2).as_numpy_iterator():
                 state, sums = step(
                     state, sharding.make_global_batch(host_batch, run.mesh), jax.random.key(0)

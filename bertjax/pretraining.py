@@ -1,0 +1,173 @@
+"""Pretraining as a task: masked LM plus next-sentence prediction (paper section 3.1).
+
+    python -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir DIR
+
+The input is data_pipeline's pretraining stream (make_pretraining_dataset);
+the loss is the mean MLM loss over the masked positions plus the mean NSP
+loss over the examples (losses.py). `config.init_checkpoint` starts from
+another pretraining run's parameters (phase 2 at length 512 from phase 1).
+"""
+
+import functools
+
+import jax.numpy as jnp
+
+from bertjax import losses, scores
+from bertjax import model as model_lib
+from bertjax import workdir as workdir_lib
+from bertjax.model import BertForPreTraining
+from bertjax.task import Setup, Task, check_keys
+from data_pipeline import config as data_config_lib
+from data_pipeline import make_pretraining_dataset, schema
+from data_pipeline.build_vocab import resolve_vocab_file
+from data_pipeline.config import ConfigError
+from data_pipeline.vocab import load_vocab
+
+CONFIG_KEYS = (
+    "task",
+    "seed",
+    "num_train_steps",
+    "train_batch_size",
+    "eval_batch_size",
+    "num_eval_steps",
+    "eval_every_steps",
+    "checkpoint_every_steps",
+    "checkpoints_to_keep",
+    "log_every_steps",
+    "init_checkpoint",
+    "mesh",
+    "model",
+    "data",
+    "optimizer",
+)
+# Evaluation is scored by the same sums as training; the best evaluation is the lowest loss.
+BEST_METRIC = scores.Metric("loss", None, higher_is_better=False)
+
+
+def check_config(config) -> None:
+    check_keys(
+        config,
+        CONFIG_KEYS,
+        optional=("task",),
+        positive=("num_train_steps", "train_batch_size", "eval_batch_size", "log_every_steps"),
+    )
+    for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
+        if config[key] < 0:
+            raise ConfigError(f"config.{key}={config[key]}: must be >= 0")
+
+
+def describe(data_config) -> dict:
+    """task.json of a pretraining workdir: the tokenizer settings and sequence length."""
+    data = data_config_lib.from_config(data_config)
+    return {
+        "kind": "pretraining",
+        "max_seq_length": data.max_seq_length,
+        "tokenizer_data": data_config.to_dict()
+        if hasattr(data_config, "to_dict")
+        else dict(data_config),
+    }
+
+
+def setup(config, workdir: str) -> Setup:
+    check_config(config)
+    data = data_config_lib.from_config(config.data)
+    model_config = model_lib.from_config(config.model)
+    data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
+
+    saved = workdir_lib.read_model_config(workdir)
+    if saved is not None:
+        workdir_lib.check_same_shapes(saved, model_config, where=f"workdir {workdir}")
+    init_scan_layers = False
+    if config.init_checkpoint:
+        where = f"config.init_checkpoint={config.init_checkpoint!r}"
+        init = workdir_lib.require_model_config(
+            config.init_checkpoint, what="config.init_checkpoint"
+        )
+        workdir_lib.check_same_shapes(init, model_config, where=where)
+        init_scan_layers = init.scan_layers
+
+    # Resuming keeps the workdir's copy; a new run takes the configured or learned one.
+    vocab_file = workdir_lib.vocab_file(workdir) or resolve_vocab_file(data)
+    vocab_size = len(load_vocab(vocab_file))
+    if vocab_size != model_config.vocab_size:
+        raise ConfigError(
+            f"the vocabulary {vocab_file} has {vocab_size} entries but "
+            f"config.model.vocab_size={model_config.vocab_size}"
+        )
+    data = data.replace(vocab_file=vocab_file)
+
+    def score(outputs: list):
+        total = functools.reduce(lambda a, b: {k: a[k] + b[k] for k in a}, outputs)
+        return losses.summarize(total), None
+
+    return Setup(
+        model_config=model_config,
+        model=BertForPreTraining(model_config),
+        vocab_file=vocab_file,
+        description=describe(config.data),
+        num_train_steps=config.num_train_steps,
+        optimizer=config.optimizer,
+        eval_every_steps=config.eval_every_steps,
+        num_eval_steps=config.num_eval_steps,
+        checkpoint_at_eval=False,
+        model_inputs={
+            "input_ids": data.max_seq_length,
+            "input_mask": data.max_seq_length,
+            "segment_ids": data.max_seq_length,
+            "masked_lm_positions": data.max_predictions_per_seq,
+        },
+        train_features=tuple(schema.FEATURES),
+        sums=_sums,
+        denominators=_denominators,
+        loss=_loss,
+        summarize=losses.summarize,
+        console=(("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc")),
+        train_dataset=functools.partial(make_pretraining_dataset, data, split="train"),
+        eval_dataset=functools.partial(make_pretraining_dataset, data, split="eval"),
+        eval_outputs=_sums,
+        score=score,
+        best_metric=BEST_METRIC,
+        data=data,
+        init_checkpoint=config.init_checkpoint,
+        # Phase 2 continues every parameter, heads included.
+        init_keys=("bert", "predictions", "seq_relationship") if config.init_checkpoint else (),
+        init_scan_layers=init_scan_layers,
+    )
+
+
+def _sums(outputs, batch):
+    mlm_logits, nsp_logits = outputs
+    return losses.pretraining_sums(mlm_logits, nsp_logits, batch)
+
+
+def _denominators(batch):
+    """The whole batch's masked positions and examples: what microbatch losses divide by."""
+    mlm_weight = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
+    nsp_count = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+    return mlm_weight, nsp_count
+
+
+def _loss(sums, denominators):
+    mlm_weight, nsp_count = denominators
+    return losses.total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count)
+
+
+def _report(workdir: str, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:
+    # report restores the workdir through inference, which imports the task table.
+    from bertjax import report
+
+    report.print_report(
+        workdir,
+        config,
+        results.get("eval", {}),
+        fill_mask_examples=fill_mask_examples,
+        out=out,
+    )
+
+
+TASK = Task(
+    name="pretraining",
+    setup=setup,
+    make_model=lambda model_config, description: BertForPreTraining(model_config),
+    report=_report,
+)

@@ -1,0 +1,115 @@
+"""The task contract: what the training loop, restore() and predict need of a task.
+
+A task is a `Task` of plain functions, built once in its own module
+(`bertjax/pretraining.py`, `classification.py`, `tagging.py`, `squad.py`) and
+listed in `bertjax.tasks.TASKS` under the name `config.task` gives it.
+
+    task.setup(config, workdir) -> Setup   checks the config and reads the data
+                                           for one run; compiles nothing
+    task.make_model(model_config, description) -> nn.Module
+                                           the model of a workdir, from the
+                                           description its run wrote to task.json
+    task.predict_file(restored, input, output, batch_size) -> output
+                                           predictions for a file of new examples
+
+The training loop (train.py) owns everything else, once for every task:
+resume, the checkpoint and evaluation cadence, the finite check, metrics,
+results.json and the progress display.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import tensorflow as tf
+from flax import linen as nn
+
+from bertjax import scores
+from bertjax.model import BertConfig
+from data_pipeline.config import ConfigError, check_known_keys
+
+# (batch_size, process_index, process_count, seed) -> this host's batches.
+DatasetFn = Callable[[int, int, int, int], tf.data.Dataset]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Setup:
+    """One run of a task: its model, data, loss and evaluation, checked and ready to compile."""
+
+    model_config: BertConfig
+    model: nn.Module
+    vocab_file: str  # the vocabulary the inputs were tokenized with
+    description: dict  # task.json: {"kind", "max_seq_length", "tokenizer_data", ...}
+    num_train_steps: int
+    optimizer: Any  # an optimizer config (optim.from_config) for num_train_steps
+    eval_every_steps: int  # 0: no evaluation before the last step's
+    num_eval_steps: int  # eval batches read per evaluation; 0: the whole split
+    checkpoint_at_eval: bool  # also checkpoint at every evaluation (fine-tuning's epochs)
+
+    # The model's inputs, in the order model.apply takes them, with their
+    # lengths for init: {"input_ids": max_seq_length, ...}.
+    model_inputs: dict[str, int]
+    train_features: tuple[str, ...]  # the columns of a train batch the loss reads
+    # sums(outputs, batch) -> {name: sum}: the loss and metric sums of a (micro)batch;
+    # denominators(batch) -> the counts the loss divides by, of the whole batch;
+    # loss(sums, denominators) -> the scalar that is differentiated.
+    sums: Callable[[Any, dict], dict[str, jax.Array]]
+    denominators: Callable[[dict], Any]
+    loss: Callable[[dict, Any], jax.Array]
+    summarize: Callable[[dict], dict[str, float]]  # sums -> means; has "loss"
+    console: tuple[tuple[str, str], ...]  # (metric, short label) shown on train lines
+
+    train_dataset: DatasetFn  # streams from step 0; the loop skips what was trained
+    eval_dataset: DatasetFn  # one pass over the held-out split
+    # eval_outputs(outputs, batch): what an eval step keeps of a batch (traced);
+    # score(list of host copies, one per batch) -> ({metric: value}, predictions).
+    eval_outputs: Callable[[Any, dict], Any]
+    score: Callable[[list], tuple[dict[str, float], Any]]
+    best_metric: scores.Metric  # the one results.json's "best" follows
+    write_predictions: Callable[[Any, str], None] | None = None  # (predictions, workdir)
+
+    # Parameters taken from another workdir's checkpoint: the top-level names
+    # of the params tree (empty: none), and that checkpoint's layer layout.
+    data: Any = None  # the task's data config (pretraining: data_pipeline's DataConfig)
+    init_checkpoint: str = ""
+    init_keys: tuple[str, ...] = ()
+    init_scan_layers: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str
+    setup: Callable[[Any, str], Setup]  # (config, workdir) -> Setup
+    make_model: Callable[[BertConfig, dict], nn.Module]  # (model config, task.json) -> model
+    # (restored, input path, output path or "", batch size) -> where predictions went
+    predict_file: Callable[..., str] | None = None
+    # (workdir, config, results, *, out, fill_mask_examples): lines for a person at the end
+    report: Callable[..., None] | None = None
+
+
+def check_keys(config, keys, *, optional=(), positive=()) -> None:
+    """Exactly `keys` at the top level (`optional` may be absent), each of `positive` >= 1."""
+    check_known_keys(config.keys(), keys, "config")
+    missing = sorted(set(keys) - set(optional) - set(config.keys()))
+    if missing:
+        raise ConfigError(f"missing config key: config.{missing[0]}")
+    for key in positive:
+        if config[key] < 1:
+            raise ConfigError(f"config.{key}={config[key]}: must be at least 1")
+
+
+def apply_model(model: nn.Module, params, batch: dict, names, **kwargs):
+    """`model.apply` on the batch's columns named in `names`, in that order."""
+    return model.apply({"params": params}, *(batch[name] for name in names), **kwargs)
+
+
+def init_inputs(model_inputs: dict[str, int]) -> dict[str, jax.Array]:
+    """Zero inputs of one row at each input's length: what init traces the model with."""
+    return {name: jnp.zeros((1, length), jnp.int32) for name, length in model_inputs.items()}
+
+
+def weighted_mean_loss(sums: dict, denominators) -> jax.Array:
+    """A fine-tuning loss: the batch's loss sum over its total weight."""
+    return sums["loss_sum"] / jnp.maximum(denominators, 1.0)

@@ -1,0 +1,12 @@
+"""The table of tasks: `config.task` -> its Task (the contract is in task.py).
+
+Adding a task is one module in bertjax/ that builds a `Task`, one line here,
+its input code in data_pipeline/ if it needs new input, and an experiment
+config whose `task` names it.
+"""
+
+from bertjax import pretraining
+
+TASKS = {
+    "pretraining": pretraining.TASK,
+}

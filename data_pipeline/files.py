@@ -1,0 +1,44 @@
+"""Writing files so that a reader, or a run killed midway, never sees half of one.
+
+Paths go through `tf.io.gfile`, so the same call writes a local file or a
+Cloud Storage object.
+"""
+
+import json
+import os
+import uuid
+
+import tensorflow as tf
+
+
+def temporary_name(path: str) -> str:
+    """A hidden, unique sibling of `path` (`.NAME.tmp-...`): where a write goes first."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
+def atomic_write(path: str, data: str | bytes) -> None:
+    """Writes `data` (text as UTF-8) to a temporary sibling, then renames it onto `path`."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    temporary = temporary_name(path)
+    try:
+        with tf.io.gfile.GFile(temporary, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)
+
+
+def atomic_write_json(path: str, value) -> None:
+    """`value` as indented JSON with sorted keys, written atomically."""
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_copy(source: str, destination: str) -> None:
+    """Copies `source` to a temporary sibling of `destination`, then renames it."""
+    temporary = temporary_name(destination)
+    tf.io.gfile.copy(source, temporary, overwrite=True)
+    tf.io.gfile.rename(temporary, destination, overwrite=True)

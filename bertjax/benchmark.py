@@ -21,23 +21,28 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from flax import linen as nn
 from ml_collections import config_flags
 
 from bertjax import hf_flax_baseline, sharding, train
 from bertjax import model as model_lib
+from data_pipeline import cli
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file.", lock_config=True
-)
-_STEPS = flags.DEFINE_integer("steps", 20, "Timed steps after the first.")
-_JSON = flags.DEFINE_bool("json", False, "Also print the figures as one JSON object.")
-_COMPARE_HF_FLAX = flags.DEFINE_bool(
-    "compare_hf_flax",
-    False,
-    "Also time Hugging Face's FlaxBertForPreTraining train step (transformers 4.x: make bench-hf).",
-)
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+    flags.DEFINE_integer("steps", 20, "Timed steps after the first.")
+    flags.DEFINE_bool("json", False, "Also print the figures as one JSON object.")
+    flags.DEFINE_bool(
+        "compare_hf_flax",
+        False,
+        "Also time Hugging Face's FlaxBertForPreTraining train step "
+        "(transformers 4.x: make bench-hf).",
+    )
+    flags.mark_flags_as_required(["config"])
 
 
 def analytic_flops_per_step(
@@ -85,13 +90,13 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
     vocab_size = model_lib.from_config(config.model).vocab_size
     config.data.vocab_file = synthetic_vocab(os.path.join(workdir, "bench_vocab.txt"), vocab_size)
     run = train.build_run(config, os.path.join(workdir, "run"))
-    batch_size, seq_len = config.train_batch_size, run.data.max_seq_length
-    predictions = run.data.max_predictions_per_seq
+    batch_size, seq_len = config.train_batch_size, run.setup.data.max_seq_length
+    predictions = run.setup.data.max_predictions_per_seq
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         state = train.create_state(run)
         p_train_step, _ = train.jit_steps(run)
         batch = sharding.make_global_batch(
-            synthetic_batch(batch_size, seq_len, predictions, run.model_config.vocab_size),
+            synthetic_batch(batch_size, seq_len, predictions, run.setup.model_config.vocab_size),
             run.mesh,
         )
         rng = jax.random.key(0)
@@ -106,7 +111,7 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
             hf_step, hf_state, hf_compile_s = hf_flax_baseline.compile_hf_flax(run, batch)
             runs.append((hf_step, hf_state))
         step_times = hf_flax_baseline.median_step_times(runs, batch, rng, steps)
-    m = run.model_config
+    m = run.setup.model_config
     memory_bytes = (
         memory.temp_size_in_bytes
         + memory.argument_size_in_bytes
@@ -140,14 +145,12 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
 
 
 def main(argv):
-    del argv
+    del argv  # cli.run refuses positional arguments
     logging.set_verbosity(logging.ERROR)
-    if _COMPARE_HF_FLAX.value:
+    if FLAGS.compare_hf_flax:
         hf_flax_baseline.import_hf_flax_bert()  # fail before compiling anything
     with tempfile.TemporaryDirectory() as workdir:
-        result = measure(
-            _CONFIG.value, workdir, _STEPS.value, compare_hf_flax=_COMPARE_HF_FLAX.value
-        )
+        result = measure(FLAGS.config, workdir, FLAGS.steps, compare_hf_flax=FLAGS.compare_hf_flax)
     r = result
     print(
         f"model L={r['num_hidden_layers']} H={r['hidden_size']} A={r['num_attention_heads']} "
@@ -161,16 +164,15 @@ def main(argv):
         f"({r['xla_flops_per_step'] / r['analytic_flops_per_step']:.2f}x)"
     )
     print(f"memory         {r['memory_bytes'] / 2**20:,.1f} MiB (compiled step)")
-    if _COMPARE_HF_FLAX.value:
+    if FLAGS.compare_hf_flax:
         print(
             f"HF Flax step   {r['hf_flax_step_time_s'] * 1000:.1f} ms   "
             f"{r['hf_flax_tokens_per_s']:,.0f} tokens/s   (compile {r['hf_flax_compile_s']:.1f} s)"
         )
         print(f"bertjax / HF   {r['speedup_vs_hf_flax']:.2f}x tokens/s")
-    if _JSON.value:
+    if FLAGS.json:
         print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["config"])
-    app.run(main)
+    cli.run(main, define_flags)

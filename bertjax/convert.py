@@ -12,7 +12,7 @@ without the pretraining heads (missing heads and pooler are initialized as
 bertjax initializes them, and the command says so). Pickled PyTorch weights
 (pytorch_model.bin) are refused, never unpickled.
 
-The result is an ordinary workdir (checkpoint.py): model_config.json,
+The result is an ordinary workdir (workdir.py): model_config.json,
 config.json with a complete "data" and "model" section plus "converted_from",
 the vocabulary, and checkpoints/0/ holding {"params": ...}. It restores with
 inference.restore and starts pretraining with --config.init_checkpoint=WORKDIR
@@ -22,7 +22,6 @@ Every check runs before anything is written; the output is assembled in a
 temporary folder next to WORKDIR (or OUT_DIR) and renamed into place at the end.
 """
 
-import argparse
 import contextlib
 import dataclasses
 import functools
@@ -30,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 
@@ -40,20 +38,22 @@ import ml_collections
 import numpy as np
 import safetensors
 import safetensors.numpy
-from absl import logging
+from absl import app, flags, logging
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import checkpoint, checkpoint_names
+from bertjax import checkpoint, checkpoint_names, config_json, pretraining
 from bertjax import model as model_lib
+from bertjax import workdir as workdir_lib
 from bertjax.checkpoint_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
+from data_pipeline import cli, files
 from data_pipeline import config as data_config_lib
+from data_pipeline.errors import UserError
 from data_pipeline.vocab import VocabError, load_vocab
-from experiments.pretrain import tiny_cpu
 
 
-class ConversionError(ValueError):
+class ConversionError(UserError):
     """A checkpoint, config or vocabulary that cannot be converted; the message names the file."""
 
 
@@ -61,23 +61,6 @@ class ConversionError(ValueError):
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
 # Hugging Face's WordPiece gives up on longer words (the original: 200 characters).
 HF_MAX_CHARS_PER_WORD = 100
-# Our hidden_act -> Hugging Face's name ("gelu" is the exact erf form there).
-HF_HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-# The architecture fields of a Hugging Face BertConfig; the rest of ours are runtime choices.
-HF_CONFIG_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-)
 
 
 @dataclasses.dataclass
@@ -166,7 +149,9 @@ def import_checkpoint(
     for group in initialized:
         logging.warning("%s: no %s in the checkpoint; initialized freshly", source, group)
     with _staging_dir(workdir) as staging:
-        checkpoint.write_run_description(staging, run_config, config, src.vocab_file)
+        workdir_lib.write_run_description(
+            staging, run_config, config, src.vocab_file, pretraining.describe(run_config.data)
+        )
         manager = checkpoint.make_manager(staging, max_to_keep=1)
         checkpoint.save(manager, 0, {"params": params})
         manager.wait_until_finished()
@@ -394,7 +379,7 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
         ignored=ignored,
         vocab_file=vocab_file,
         do_lower_case=_lower_case(inferred, do_lower_case, f"the directory name {name!r}"),
-        max_chars_per_word=tiny_cpu.get_data_config().max_chars_per_word,
+        max_chars_per_word=data_config_lib.DataConfig.max_chars_per_word,
         record={"global_step": step},
     )
 
@@ -443,7 +428,7 @@ def _data_config(
     max_chars_per_word: int,
     max_position_embeddings: int,
 ) -> ml_collections.ConfigDict:
-    data = tiny_cpu.get_data_config()
+    data = data_config_lib.default_config()
     data.tokenizer = "wordpiece"
     data.vocab_file = vocab_file
     data.vocab_size = vocab_size
@@ -462,9 +447,7 @@ def _model_config(config: BertConfig) -> ml_collections.ConfigDict:
     """config.model for `config`: every field set, so the preset only names the size."""
     sizes = {k: getattr(config, k) for k in model_lib.PRESETS["base"]}
     preset = next((n for n, p in model_lib.PRESETS.items() if p == sizes), "base")
-    model = tiny_cpu.get_model_config(preset, config.vocab_size)
-    for key, value in config.to_dict().items():
-        model[key] = value
+    model = ml_collections.ConfigDict({"preset": preset, **config.to_dict()})
     assert model_lib.from_config(model) == config
     return model
 
@@ -481,10 +464,10 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     """
     workdir = os.path.abspath(workdir)
     out_dir = os.path.abspath(out_dir)
-    config = checkpoint.read_model_config(workdir)
+    config = workdir_lib.read_model_config(workdir)
     if config is None:
-        raise ConversionError(f"{os.path.join(workdir, checkpoint.MODEL_CONFIG_FILE)}: missing")
-    vocab_file = checkpoint.workdir_vocab(workdir)
+        raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
+    vocab_file = workdir_lib.vocab_file(workdir)
     if vocab_file is None:
         raise ConversionError(
             f"{os.path.join(workdir, 'vocab.txt')}: missing (no vocabulary in the workdir)"
@@ -502,7 +485,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"{vocab_file}: {len(vocab)} entries, but model_config.json has "
             f"vocab_size={config.vocab_size}"
         )
-    run_config_file = os.path.join(workdir, checkpoint.CONFIG_FILE)
+    run_config_file = os.path.join(workdir, workdir_lib.CONFIG_FILE)
     data = _read_json(run_config_file).get("data", {}) if os.path.isfile(run_config_file) else {}
     step = _checkpoint_step(workdir, step)
     _check_empty_destination(out_dir)
@@ -512,8 +495,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     hf_config = {
         "architectures": ["BertForPreTraining"],
         "model_type": "bert",
-        **{k: getattr(config, k) for k in HF_CONFIG_FIELDS},
-        "hidden_act": HF_HIDDEN_ACTS[config.hidden_act],
+        **config_json.to_hf(config),
         "position_embedding_type": "absolute",
         "pad_token_id": vocab.pad_id,
         "tie_word_embeddings": True,
@@ -525,8 +507,8 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     if "do_lower_case" in data:
         tokenizer_config["do_lower_case"] = data["do_lower_case"]
     with _staging_dir(out_dir) as staging:
-        checkpoint.write_json(os.path.join(staging, "config.json"), hf_config)
-        checkpoint.write_json(os.path.join(staging, "tokenizer_config.json"), tokenizer_config)
+        files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
+        files.atomic_write_json(os.path.join(staging, "tokenizer_config.json"), tokenizer_config)
         with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
             f.write("".join(token + "\n" for token in vocab.tokens))
         safetensors.numpy.save_file(
@@ -548,7 +530,7 @@ def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np
 
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:
-    directory = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
+    directory = workdir_lib.checkpoint_dir(workdir)
     steps = (
         sorted(int(n) for n in os.listdir(directory) if n.isdigit())
         if os.path.isdir(directory)
@@ -594,7 +576,7 @@ def _flat(tree) -> dict:
 
 def _bert_config(path: str) -> BertConfig:
     try:
-        return BertConfig.from_json_file(path)
+        return config_json.read(path)
     except data_config_lib.ConfigError as e:
         raise ConversionError(str(e)) from None
     except json.JSONDecodeError as e:
@@ -687,75 +669,73 @@ def _staging_dir(final: str) -> Iterator[str]:
 # ----------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bertjax.convert",
-        description="Converts BERT checkpoints to and from bertjax workdirs.",
+FLAGS = flags.FLAGS
+COMMANDS = {
+    "import": "import --format {tf,hf} SOURCE WORKDIR",
+    "export": "export --format hf WORKDIR OUT_DIR",
+}
+# The flags each command takes besides --format.
+_COMMAND_FLAGS = {
+    "import": ("do_lower_case", "no_do_lower_case", "scan_layers"),
+    "export": ("step",),
+}
+
+
+def define_flags() -> None:
+    flags.DEFINE_enum(
+        "format", None, FORMATS, "import: the checkpoint's format; export: hf.", required=True
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    importing = commands.add_parser(
-        "import", help="A Google TF or Hugging Face checkpoint -> a new bertjax workdir."
+    flags.DEFINE_bool(
+        "do_lower_case", None, "import: an uncased model (only when the checkpoint does not say)."
     )
-    importing.add_argument("--format", choices=FORMATS, required=True)
-    importing.add_argument("source", metavar="SOURCE", help="The checkpoint directory.")
-    importing.add_argument("workdir", metavar="WORKDIR", help="The bertjax workdir to create.")
-    case = importing.add_mutually_exclusive_group()
-    case.add_argument(
-        "--do_lower_case",
-        dest="do_lower_case",
-        action="store_const",
-        const=True,
-        default=None,
-        help="An uncased model (only needed when the checkpoint does not say).",
+    flags.DEFINE_bool(
+        "no_do_lower_case", False, "import: a cased model (only when the checkpoint does not say)."
     )
-    case.add_argument(
-        "--no_do_lower_case",
-        dest="do_lower_case",
-        action="store_const",
-        const=False,
-        help="A cased model (only needed when the checkpoint does not say).",
-    )
-    importing.add_argument(
-        "--scan_layers", action="store_true", help="Write the scan_layers parameter layout."
-    )
-    exporting = commands.add_parser(
-        "export", help="A bertjax workdir -> a Hugging Face BertForPreTraining directory."
-    )
-    exporting.add_argument("--format", choices=("hf",), required=True)
-    exporting.add_argument("workdir", metavar="WORKDIR")
-    exporting.add_argument("out_dir", metavar="OUT_DIR", help="A new directory.")
-    exporting.add_argument("--step", type=int, default=None, help="Default: the latest.")
-    args = parser.parse_args(argv)
+    flags.mark_bool_flags_as_mutual_exclusive(["do_lower_case", "no_do_lower_case"])
+    flags.DEFINE_bool("scan_layers", False, "import: write the scan_layers parameter layout.")
+    flags.DEFINE_integer("step", None, "export: the checkpoint to export; default the latest.")
+
+
+def main(argv: list[str]) -> None:
+    command, first, second = _command_line(argv[1:])
     # What was initialized is printed below; orbax's notices are noise here.
     logging.set_verbosity(logging.ERROR)
-    try:
-        if args.command == "import":
-            result = import_checkpoint(
-                args.format,
-                args.source,
-                args.workdir,
-                do_lower_case=args.do_lower_case,
-                scan_layers=args.scan_layers,
-            )
-            config = result["config"]
-            print(
-                f"imported {args.source} ({config.num_hidden_layers} layers, hidden "
-                f"{config.hidden_size}, {result['num_parameters']:,} parameters) into "
-                f"{result['workdir']}; vocabulary {result['vocab_file']} "
-                f"(do_lower_case={result['do_lower_case']})"
-            )
-            for group in result["initialized"]:
-                print(f"  {group}: not in the checkpoint, initialized freshly")
-            if result["ignored"]:
-                print(f"  ignored (not parameters): {', '.join(result['ignored'])}")
-        else:
-            result = export_hf(args.workdir, args.out_dir, args.step)
-            print(f"exported {args.workdir} step {result['step']} to {result['out_dir']}")
-    except (ConversionError, checkpoint.CheckpointError, OSError) as e:
-        print(f"convert: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    if command == "export":
+        result = export_hf(first, second, FLAGS.step)
+        print(f"exported {first} step {result['step']} to {result['out_dir']}")
+        return
+    do_lower_case = False if FLAGS.no_do_lower_case else FLAGS.do_lower_case
+    result = import_checkpoint(
+        FLAGS.format, first, second, do_lower_case=do_lower_case, scan_layers=FLAGS.scan_layers
+    )
+    config = result["config"]
+    print(
+        f"imported {first} ({config.num_hidden_layers} layers, hidden "
+        f"{config.hidden_size}, {result['num_parameters']:,} parameters) into "
+        f"{result['workdir']}; vocabulary {result['vocab_file']} "
+        f"(do_lower_case={result['do_lower_case']})"
+    )
+    for group in result["initialized"]:
+        print(f"  {group}: not in the checkpoint, initialized freshly")
+    if result["ignored"]:
+        print(f"  ignored (not parameters): {', '.join(result['ignored'])}")
+
+
+def _command_line(args: list[str]) -> tuple[str, str, str]:
+    """The command and its two paths, from the arguments that are not flags."""
+    if not args or args[0] not in COMMANDS:
+        raise app.UsageError(f"expected a command, import or export; got: {' '.join(args)}")
+    command, paths = args[0], args[1:]
+    if len(paths) != 2:
+        raise app.UsageError(f"usage: python -m bertjax.convert {COMMANDS[command]}")
+    for other, names in _COMMAND_FLAGS.items():
+        for name in names:
+            if other != command and FLAGS[name].present:
+                raise app.UsageError(f"--{name} is an option of {other}, not of {command}")
+    if command == "export" and FLAGS.format != "hf":
+        raise app.UsageError("export writes --format hf only")
+    return command, *paths
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main, define_flags, positional_args=True)

@@ -13,10 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax import losses, sharding, train
-
-# Our hidden_act names -> Hugging Face's names for the same function.
-_HF_HIDDEN_ACTS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+from bertjax import config_json, losses, sharding, train
 
 
 def median_step_times(runs, batch, rng, steps: int) -> list[float]:
@@ -87,21 +84,8 @@ def compile_hf_flax(run: train.Run, batch):
     one device neither is sharded.
     """
     hf_bert_config, hf_bert_for_pretraining = import_hf_flax_bert()
-    m = run.model_config
-    hf_config = hf_bert_config(
-        vocab_size=m.vocab_size,
-        hidden_size=m.hidden_size,
-        num_hidden_layers=m.num_hidden_layers,
-        num_attention_heads=m.num_attention_heads,
-        intermediate_size=m.intermediate_size,
-        hidden_act=_HF_HIDDEN_ACTS[m.hidden_act],
-        hidden_dropout_prob=m.hidden_dropout_prob,
-        attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-        max_position_embeddings=m.max_position_embeddings,
-        type_vocab_size=m.type_vocab_size,
-        initializer_range=m.initializer_range,
-        layer_norm_eps=m.layer_norm_eps,
-    )
+    m = run.setup.model_config
+    hf_config = hf_bert_config(**config_json.to_hf(m))
     model = hf_bert_for_pretraining(hf_config, dtype=jnp.dtype(m.dtype), _do_init=False)
     seq_len = batch["input_ids"].shape[1]
     replicated = sharding.replicated(run.mesh)

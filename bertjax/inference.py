@@ -34,9 +34,11 @@ import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
-from bertjax import checkpoint, finetune, sharding
+from bertjax import checkpoint, pretraining, sharding, tasks
+from bertjax import workdir as workdir_lib
+from bertjax.finetune import MODEL_INPUTS
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
-from data_pipeline import classification, squad, tagging
+from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -54,30 +56,50 @@ class Restored:
     step: int
     # The sequence length the run trained with; longer inputs are refused.
     max_seq_length: int
-    # A fine-tuning workdir's task.json (kind, label_names, data, ...); None otherwise.
-    task: dict | None = None
+    # The workdir's task.json: {"kind", "label_names", "data", ...}.
+    task: dict
+
+    def require(self, kind: str, what: str) -> None:
+        """Fails unless the restored model is of the task `what` needs."""
+        have = self.task["kind"]
+        if have != kind:
+            raise ValueError(f"{what} needs a {kind} workdir; this is a {have} workdir")
+
+    def apply(self, features: dict):
+        """The model's outputs for a dict of NumPy input features."""
+        return self.model.apply(
+            {"params": self.params},
+            *(np.asarray(features[name], np.int32) for name in MODEL_INPUTS),
+            deterministic=True,
+        )
 
 
 def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None = None) -> Restored:
     """Restores a workdir's checkpoint (latest or `step`), on one device or over `mesh`."""
-    saved_config = checkpoint.read_model_config(path)
+    saved_config = workdir_lib.read_model_config(path)
     if saved_config is None:
-        raise checkpoint.CheckpointError(
-            f"{path}: no {checkpoint.MODEL_CONFIG_FILE}; expected a bertjax workdir "
+        raise CheckpointError(
+            f"{path}: no {workdir_lib.MODEL_CONFIG_FILE}; expected a bertjax workdir "
             "(a training run or the output of `python -m bertjax.convert import`)"
         )
-    task = finetune.read_task_file(path)
-    data = data_config_lib.from_config(finetune.read_tokenizer_data(path))
-    vocab_file = checkpoint.workdir_vocab(path)
+    tokenizer_data = workdir_lib.read_tokenizer_data(path)
+    # Workdirs of pretraining runs from before task.json, and converted checkpoints.
+    task = workdir_lib.read_task(path) or pretraining.describe(tokenizer_data)
+    if task["kind"] not in tasks.TASKS:
+        raise CheckpointError(
+            f"{path}: task {task['kind']!r} is not one of {', '.join(tasks.TASKS)}"
+        )
+    make_model = tasks.TASKS[task["kind"]].make_model
+    vocab_file = workdir_lib.vocab_file(path)
     if vocab_file is None:
-        raise checkpoint.CheckpointError(f"{path}: no vocabulary (vocab.txt, .json or .model)")
-    tokenizer = make_tokenizer(data, vocab_file)
+        raise CheckpointError(f"{path}: no vocabulary (vocab.txt, .json or .model)")
+    tokenizer = make_tokenizer(data_config_lib.from_config(tokenizer_data), vocab_file)
     step = checkpoint.latest_step(path) if step is None else step
     if step is None:
-        raise checkpoint.CheckpointError(f"{path}: no checkpoint to restore")
+        raise CheckpointError(f"{path}: no checkpoint to restore")
 
     # The checkpoint's own layout first; then the loop layout for inference.
-    saved_model = _model(saved_config, task)
+    saved_model = make_model(saved_config, task)
     boxed = jax.eval_shape(lambda rng: _init(saved_model, rng), jax.random.key(0))
     if mesh is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -92,37 +114,21 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
     params = checkpoint.restore_params(path, abstract, step)
     config = dataclasses.replace(saved_config, scan_layers=False, remat_policy="none")
     params = {**params, "bert": unstack_layers(params["bert"], config.num_hidden_layers)}
-    length = task["max_seq_length"] if task else data.max_seq_length
     return Restored(
-        model=_model(config, task),
+        model=make_model(config, task),
         params=params,
         config=config,
         tokenizer=tokenizer,
         step=step,
-        max_seq_length=min(length, config.max_position_embeddings),
+        max_seq_length=min(task["max_seq_length"], config.max_position_embeddings),
         task=task,
     )
-
-
-def _model(config: BertConfig, task: dict | None) -> nn.Module:
-    if task is None:
-        return BertForPreTraining(config)
-    return finetune.task_model(task["kind"], config, task["num_labels"])
 
 
 def _init(model: nn.Module, rng):
     ids = jnp.zeros((1, 8), jnp.int32)
     extra = (ids[:, :1],) if isinstance(model, BertForPreTraining) else ()
     return model.init(rng, ids, ids, ids, *extra, deterministic=True)["params"]
-
-
-def _require(restored: Restored, kind: str | None, what: str) -> None:
-    """Fails unless the restored model has the head `what` needs."""
-    have = restored.task["kind"] if restored.task else None
-    if have != kind:
-        needs = f"a {kind} fine-tuning workdir" if kind else "the pretraining heads"
-        has = f"a {have} fine-tuning workdir" if have else "a pretraining workdir"
-        raise ValueError(f"{what} needs {needs}; this is {has}")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -212,7 +218,7 @@ def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np
 
 def next_sentence(restored: Restored, first: str, second: str) -> float:
     """The model's probability that `second` follows `first` (the NSP head's IsNext)."""
-    _require(restored, None, "next_sentence")
+    restored.require("pretraining", "next_sentence")
     input_ids, input_mask, segment_ids = _pack(restored, [first], [second])
     _, nsp_logits = restored.model.apply(
         {"params": restored.params},
@@ -228,7 +234,7 @@ def next_sentence(restored: Restored, first: str, second: str) -> float:
 
 def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each `[MASK]` in `text`, the `top_k` tokens and their probabilities."""
-    _require(restored, None, "fill_mask")
+    restored.require("pretraining", "fill_mask")
     vocab = restored.tokenizer.vocab
     pieces = text.split(MASK_TEXT)
     if len(pieces) < 2:
@@ -290,114 +296,3 @@ def attention_maps(restored: Restored, text: str) -> tuple[np.ndarray, list[str]
         scores = jnp.einsum("qnh,knh->nqk", query, key) / np.sqrt(query.shape[-1])
         maps.append(np.asarray(jax.nn.softmax(scores, axis=-1)))
     return np.stack(maps), restored.tokenizer.vocab.decode(input_ids[0])
-
-
-# ------------------------------------------------------------- fine-tuned models
-
-
-def classify(
-    restored: Restored, texts: Sequence[str], pairs: Sequence[str] | None = None
-) -> list[dict]:
-    """Per text (with `pairs[i]`): {'label', 'probabilities': {label: p}}, or {'score'}.
-
-    Texts are encoded and truncated exactly as the task's training examples were.
-    """
-    _require(restored, "classification", "classify")
-    if isinstance(texts, str):
-        raise TypeError("pass a list of texts, not one string")
-    vocab = restored.tokenizer.vocab
-    features = classification.encode_texts(
-        restored.tokenizer,
-        tf.constant(list(texts), tf.string),
-        tf.constant(list(pairs) if pairs is not None else [""] * len(texts), tf.string),
-        max_seq_length=restored.max_seq_length,
-        cls_id=vocab.cls_id,
-        sep_id=vocab.sep_id,
-        pad_id=vocab.pad_id,
-    )
-    logits = np.asarray(_apply(restored, features))
-    labels = restored.task["label_names"]
-    if not labels:
-        return [{"score": float(row[0])} for row in logits]
-    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
-    return [
-        {
-            "label": labels[int(np.argmax(row))],
-            "probabilities": {label: float(p) for label, p in zip(labels, row, strict=True)},
-        }
-        for row in probs
-    ]
-
-
-def tag(restored: Restored, text: str | Sequence[str]) -> list[tuple[str, str]]:
-    """(word, tag) for each word of `text` (split at whitespace, or a list of words)."""
-    _require(restored, "tagging", "tag")
-    words = tuple(text.split() if isinstance(text, str) else text)
-    if not words:
-        return []
-    sentences = tagging.Sentences("text", (words,), (np.zeros(len(words), np.int32),))
-    features, _ = tagging.encode_sentences(
-        sentences, restored.tokenizer, max_seq_length=restored.max_seq_length
-    )
-    logits = np.asarray(_apply(restored, features))
-    [tags] = tagging.tags_from_predictions(
-        np.argmax(logits, axis=-1),
-        features["word_index"],
-        features["sentence_id"],
-        sentences,
-        restored.task["label_names"],
-    )
-    return list(zip(words, tags, strict=True))
-
-
-def answer(restored: Restored, question: str, context: str) -> dict:
-    """The answer span in `context`: {'text', 'probability', 'nbest'}; text '' for no answer."""
-    _require(restored, "squad", "answer")
-    examples = squad.SquadData(
-        "answer()",
-        (squad.SquadExample("q", question, context, answers=(), is_impossible=True),),
-    )
-    predictions = predict_answers(restored, examples)
-    best = predictions.nbest["q"]
-    return {
-        "text": predictions.answers["q"],
-        "probability": best[0]["probability"] if best else 0.0,
-        "nbest": best,
-    }
-
-
-def predict_answers(restored: Restored, data, batch_size: int = 32):
-    """squad.SquadPredictions for every question of `data` (a squad.SquadData)."""
-    _require(restored, "squad", "predict_answers")
-    config = squad.from_config(restored.task["data"])
-    features = squad.make_features(data, restored.tokenizer, config)
-    starts, ends = [], []
-    for begin in range(0, features.num_features, batch_size):
-        rows = slice(begin, begin + batch_size)
-        start, end = _apply(
-            restored,
-            {
-                "input_ids": features.input_ids[rows],
-                "input_mask": features.input_mask[rows],
-                "segment_ids": features.segment_ids[rows],
-            },
-        )
-        starts.append(np.asarray(start))
-        ends.append(np.asarray(end))
-    return squad.predict_answers(
-        features,
-        np.arange(features.num_features, dtype=np.int32),
-        np.concatenate(starts),
-        np.concatenate(ends),
-        restored.tokenizer,
-    )
-
-
-def _apply(restored: Restored, features):
-    return restored.model.apply(
-        {"params": restored.params},
-        np.asarray(features["input_ids"], np.int32),
-        np.asarray(features["input_mask"], np.int32),
-        np.asarray(features["segment_ids"], np.int32),
-        deterministic=True,
-    )

@@ -52,7 +52,6 @@ the attention softmax and both heads' logits are float32.
 
 import dataclasses
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,7 +98,8 @@ class BertConfig:
     """The model's hyperparameters.
 
     The first eleven fields are named as in the original bert_config.json and
-    layer_norm_eps as in Hugging Face's config.json; the rest are ours.
+    layer_norm_eps as in Hugging Face's config.json (config_json.py reads both);
+    the rest are ours.
     """
 
     vocab_size: int = 30522
@@ -147,35 +147,6 @@ class BertConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_json_file(cls, path: str, **overrides) -> "BertConfig":
-        """Reads a released bert_config.json (Google) or config.json (Hugging Face).
-
-        The two disagree on "gelu": the original modeling.py's gelu is the tanh
-        approximation, Hugging Face's is the exact erf form. A file with
-        "model_type" is Hugging Face's. Keys that change the architecture and are
-        not ours fail; `overrides` sets our own fields (dtype, scan_layers, ...).
-        """
-        with open(path) as f:
-            values = json.load(f)
-        source = "huggingface" if "model_type" in values else "google"
-        if source == "huggingface":
-            for key, required in _HF_REQUIRED.items():
-                if key in values and values.pop(key) != required:
-                    raise ConfigError(f"{path}: {key} must be {required!r} for BERT")
-            for key in _HF_IGNORED:
-                values.pop(key, None)
-        unknown = sorted(set(values) - set(_JSON_FIELDS))
-        if unknown:
-            raise ConfigError(f"{path}: unsupported key(s) {', '.join(unknown)}")
-        act = values.get("hidden_act")
-        if act not in _JSON_HIDDEN_ACTS[source]:
-            raise ConfigError(
-                f"{path}: hidden_act={act!r} is not one of {', '.join(_JSON_HIDDEN_ACTS[source])}"
-            )
-        values["hidden_act"] = _JSON_HIDDEN_ACTS[source][act]
-        return cls.from_dict({**values, **overrides})
-
 
 # Compact sizes from Turc et al. (heads = H / 64); base and large from the BERT paper.
 #        (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
@@ -200,39 +171,6 @@ PRESETS = {
 
 _REQUIRED_FIELDS = tuple(
     f for f in dataclasses.fields(BertConfig) if f.default is dataclasses.MISSING
-)
-# bert_config.json's fields, plus layer_norm_eps which Hugging Face's config.json adds.
-_JSON_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig))[:12]
-_JSON_HIDDEN_ACTS = {
-    "google": {"gelu": "gelu_tanh", "relu": "relu"},
-    "huggingface": {
-        "gelu": "gelu",
-        "gelu_new": "gelu_tanh",
-        "gelu_pytorch_tanh": "gelu_tanh",
-        "relu": "relu",
-    },
-}
-# Hugging Face keys that would change the architecture unless they have these values.
-_HF_REQUIRED = {
-    "model_type": "bert",
-    "position_embedding_type": "absolute",
-    "is_decoder": False,
-    "add_cross_attention": False,
-    "tie_word_embeddings": True,
-}
-# Hugging Face keys about its own runtime, tokenizer or fine-tuning: no effect on the weights.
-_HF_IGNORED = (
-    "_name_or_path",
-    "architectures",
-    "transformers_version",
-    "torch_dtype",
-    "dtype",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "use_cache",
-    "classifier_dropout",
-    "gradient_checkpointing",
 )
 
 

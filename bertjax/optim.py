@@ -4,7 +4,7 @@ Defaults live in the experiment config; this module only checks them, and every
 error names the option it is about. The recipe is the original BERT's
 (optimization.py): clip by global norm, then Adam with decoupled weight decay
 (or LAMB) under a linear warmup / linear decay schedule. Unlike the original,
-Adam's bias correction is on (optax's AdamW), which REFERENCE.md accepts.
+Adam's bias correction is on (optax's AdamW): docs/reference.md#optimizer.
 """
 
 import dataclasses

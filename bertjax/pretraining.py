@@ -10,6 +10,7 @@ another pretraining run's parameters (phase 2 at length 512 from phase 1).
 
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from bertjax import losses, scores
@@ -54,6 +55,13 @@ def check_config(config) -> None:
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise ConfigError(f"config.{key}={config[key]}: must be >= 0")
+    if jax.process_count() > 1 and config.eval_every_steps and not config.num_eval_steps:
+        # Every host must run the same number of eval steps (they are collective),
+        # and hosts' shares of the held-out split differ in size.
+        raise ConfigError(
+            "config.num_eval_steps=0 (the whole split) works on one host only; "
+            f"set it for this {jax.process_count()}-host run"
+        )
 
 
 def describe(data_config) -> dict:

@@ -21,6 +21,8 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from data_pipeline.errors import UserError
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -40,11 +42,10 @@ RULES = (
     ("position", None),
     ("token_type", None),
     ("classes", None),
-    ("predictions", None),
 )
 
 
-class MeshError(ValueError):
+class MeshError(UserError):
     """A mesh that does not fit the devices or the batch."""
 
 

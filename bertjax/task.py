@@ -28,7 +28,7 @@ from flax import linen as nn
 
 from bertjax import scores
 from bertjax.model import BertConfig
-from data_pipeline.config import ConfigError, check_known_keys
+from data_pipeline.config import ConfigError, check_known_keys, key_paths
 
 # (batch_size, process_index, process_count, seed) -> this host's batches.
 DatasetFn = Callable[[int, int, int, int], tf.data.Dataset]
@@ -91,7 +91,7 @@ class Task:
 
 def check_keys(config, keys, *, optional=(), positive=()) -> None:
     """Exactly `keys` at the top level (`optional` may be absent), each of `positive` >= 1."""
-    check_known_keys(config.keys(), keys, "config")
+    check_known_keys(config.keys(), keys, "config", elsewhere=key_paths(config, "config"))
     missing = sorted(set(keys) - set(optional) - set(config.keys()))
     if missing:
         raise ConfigError(f"missing config key: config.{missing[0]}")

@@ -5,8 +5,8 @@ its input code in data_pipeline/ if it needs new input, and an experiment
 config whose `task` names it.
 """
 
-from bertjax import pretraining
+from bertjax import classification, pretraining, squad, tagging
 
 TASKS = {
-    "pretraining": pretraining.TASK,
+    task.name: task for task in (pretraining.TASK, classification.TASK, tagging.TASK, squad.TASK)
 }

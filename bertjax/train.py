@@ -155,13 +155,6 @@ def build_run(
     sharding.check_batch_size(
         config.train_batch_size // microbatches, mesh, option="the microbatch size"
     )
-    if jax.process_count() > 1 and setup.eval_every_steps and not setup.num_eval_steps:
-        # Every host must run the same number of eval steps (they are collective),
-        # and hosts' shares of a held-out split differ in size.
-        raise ConfigError(
-            "config.num_eval_steps=0 (the whole split) works on one host only; "
-            f"set it for this {jax.process_count()}-host run"
-        )
     tx = optim.make_optimizer(setup.optimizer, setup.num_train_steps)
     state_shardings, abstract_state = sharded_abstract_state(
         functools.partial(_init_state, setup=setup, tx=tx),
@@ -358,7 +351,7 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
         .as_numpy_iterator()
     )
     results = workdir_lib.read_results(workdir)
-    results["task"] = setup.description["kind"]
+    results.update(task=setup.description["kind"], init_checkpoint=setup.init_checkpoint)
 
     def evaluate_and_record(step: int) -> None:
         values, predictions = evaluate(run, state.params, jitted_eval_step)
@@ -442,7 +435,7 @@ def check_eval_shares(run: Run) -> None:
     once (the eval set is fixed, so every later eval sees the same).
     """
     setup = run.setup
-    if jax.process_count() == 1 or not setup.eval_every_steps:
+    if jax.process_count() == 1 or not setup.eval_every_steps or not setup.num_eval_steps:
         return
     dataset = setup.eval_dataset(**_host_share(run, "eval_batch_size"))
     count = sum(1 for _ in dataset.take(setup.num_eval_steps).as_numpy_iterator())

@@ -2,7 +2,8 @@
 
     python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--skip_offline]
 
-Prints sequences/s and tokens/s of the online pipeline at lengths 128 and 512,
+Prints the time to build the built-in corpus and split_sentences' MB/s, then
+sequences/s and tokens/s of the online pipeline at lengths 128 and 512,
 and instances/s of the offline writer against the original single-process
 create_pretraining_data.py (about 600 instances/s per core on this machine).
 """
@@ -11,19 +12,22 @@ import os
 import tempfile
 import time
 
-from absl import app, flags, logging
+from absl import flags
 
+from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining
 from data_pipeline import config as config_lib
-from data_pipeline import create_pretraining_data, pretraining
 from data_pipeline.build_vocab import resolve_vocab_file
-from experiments.pretrain import tiny_cpu
+from data_pipeline.sentences import split_sentences
 
-_SECONDS = flags.DEFINE_float("seconds", 20.0, "Measured time per online setting.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
-_WORKERS = flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Offline writer processes.")
-_SKIP_OFFLINE = flags.DEFINE_bool("skip_offline", False, "Only measure the online pipeline.")
-
+FLAGS = flags.FLAGS
 ORIGINAL_INSTANCES_PER_SECOND_PER_CORE = 600
+
+
+def define_flags() -> None:
+    flags.DEFINE_float("seconds", 20.0, "Measured time per online setting.")
+    flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
+    flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Offline writer processes.")
+    flags.DEFINE_bool("skip_offline", False, "Only measure the online pipeline.")
 
 
 def online(data, *, batch_size, seconds, warmup_batches=20):
@@ -44,28 +48,48 @@ def online(data, *, batch_size, seconds, warmup_batches=20):
     return sequences / elapsed, tokens / elapsed
 
 
+def corpus_and_sentences():
+    """Prints the time to build the built-in corpus and split_sentences' MB/s."""
+    builtin_corpus.documents.cache_clear()
+    start = time.perf_counter()
+    docs = builtin_corpus.documents()
+    seconds = time.perf_counter() - start
+    sentences = sum(len(doc_sentences) for _, doc_sentences in docs)
+    print(f"builtin corpus: {len(docs):,} documents, {sentences:,} sentences in {seconds:.1f}s")
+    paragraph = (
+        "The committee met on Jan. 5 to review the proposal. Dr. Lee presented version 2.1 "
+        "of the plan, e.g. the budget and timeline. Members asked questions! Was it enough? "
+        "The vote was postponed until the next meeting.\n\n"
+    )
+    text = paragraph * 2000  # about 0.5 MB, as tests/sentences_test.py
+    start = time.perf_counter()
+    split_sentences(text)
+    seconds = time.perf_counter() - start
+    print(f"split_sentences: {len(text) / seconds / 1e6:.1f} MB/s ({len(text):,} characters)")
+
+
 def main(argv):
-    del argv
-    logging.set_verbosity(logging.WARNING)
-    base = config_lib.from_config(tiny_cpu.get_data_config())
+    del argv  # cli.run refuses positional arguments
+    base = config_lib.from_config(config_lib.default_config())
     resolve_vocab_file(base)  # learn and cache the vocab before timing anything
     print(f"cpu cores: {os.cpu_count()}")
+    corpus_and_sentences()
     for length, predictions in ((128, 20), (512, 80)):
         data = base.replace(max_seq_length=length, max_predictions_per_seq=predictions)
-        per_second, tokens = online(data, batch_size=_BATCH_SIZE.value, seconds=_SECONDS.value)
+        per_second, tokens = online(data, batch_size=FLAGS.batch_size, seconds=FLAGS.seconds)
         print(
             f"online  length {length:3d}: {per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s"
         )
-    if _SKIP_OFFLINE.value:
+    if FLAGS.skip_offline:
         return
     with tempfile.TemporaryDirectory() as output_dir:
         result = create_pretraining_data.write_pretraining_data(
-            base, output_dir, num_workers=_WORKERS.value, seed=0
+            base, output_dir, num_workers=FLAGS.num_workers, seed=0
         )
     per_second = result["instances"] / result["seconds"]
     reference = ORIGINAL_INSTANCES_PER_SECOND_PER_CORE
     print(
-        f"offline length 128: {per_second:9,.0f} instances/s with {_WORKERS.value} workers "
+        f"offline length 128: {per_second:9,.0f} instances/s with {FLAGS.num_workers} workers "
         f"({result['instances']:,} instances, dupe_factor {base.dupe_factor}, "
         f"{result['seconds']:.1f}s); {per_second / reference:.1f}x the original's "
         f"{reference} instances/s"
@@ -73,7 +97,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

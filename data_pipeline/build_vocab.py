@@ -33,7 +33,6 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,12 +40,12 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 from sentencepiece import sentencepiece_model_pb2
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from data_pipeline import builtin_corpus, files
+from data_pipeline import builtin_corpus, cli, files
 from data_pipeline import corpus as corpus_lib
 from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
@@ -540,11 +539,9 @@ def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
 
 
 # --- Command line ----------------------------------------------------------------------
-# Flags are defined by run(), not at import: the trainer imports this module for
-# resolve_vocab_file and defines its own --config.
 
 
-def _define_flags() -> None:
+def define_flags() -> None:
     config_flags.DEFINE_config_file(
         "config", None, "Experiment config file; its `data` field is used.", lock_config=True
     )
@@ -595,35 +592,27 @@ def _sample_stats(config: DataConfig, vocab_file: str, max_sentences: int) -> _S
     return stats
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def main(argv: list[str]) -> None:
+    del argv  # cli.run refuses positional arguments
     args = flags.FLAGS
-    try:
-        config = from_config(args.config.data)
-        vocab_size = config.vocab_size if args.vocab_size is None else args.vocab_size
-        # Validates vocab_size as config.data.vocab_size would be.
-        config = config.replace(vocab_file="", vocab_size=vocab_size)
-        start = time.monotonic()
-        if config.tokenizer == "wordpiece":
-            path = args.output
-            learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path)
-        else:
-            path = train_sentencepiece(
-                config,
-                vocab_size=vocab_size,
-                output_prefix=args.output.removesuffix(".model"),
-                model_type=args.model_type,
-            )
-        seconds = time.monotonic() - start
-        entries = len(vocab_lib.load_vocab(path))
-        stats = _sample_stats(config, path, args.sample_sentences)
-    except (ConfigError, corpus_lib.CorpusError, vocab_lib.VocabError, OSError) as e:
-        print(f"build_vocab: error: {e}", file=sys.stderr)
-        return 1
-    except tf.errors.OpError as e:
-        print(f"build_vocab: error: {e.message}", file=sys.stderr)
-        return 1
+    config = from_config(args.config.data)
+    vocab_size = config.vocab_size if args.vocab_size is None else args.vocab_size
+    # Validates vocab_size as config.data.vocab_size would be.
+    config = config.replace(vocab_file="", vocab_size=vocab_size)
+    start = time.monotonic()
+    if config.tokenizer == "wordpiece":
+        path = args.output
+        learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path)
+    else:
+        path = train_sentencepiece(
+            config,
+            vocab_size=vocab_size,
+            output_prefix=args.output.removesuffix(".model"),
+            model_type=args.model_type,
+        )
+    seconds = time.monotonic() - start
+    entries = len(vocab_lib.load_vocab(path))
+    stats = _sample_stats(config, path, args.sample_sentences)
     case = "uncased" if config.do_lower_case else "cased"
     print(f"{path}: {entries} {config.tokenizer} entries ({case}), learned in {seconds:.1f} s")
     if stats.sentences:
@@ -633,12 +622,10 @@ def main(argv: list[str]) -> int:
             f"entries; {stats.unknown / max(stats.tokens, 1):.2%} of {stats.tokens} tokens "
             "are [UNK]"
         )
-    return 0
 
 
 def run() -> None:
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ import random
 import re
 from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 
-from data_pipeline import builtin_corpus
+from data_pipeline import builtin_corpus, cli
 from data_pipeline.corpus import is_eval_document
 
 TOPICS = ("builtin:topic:debugger", "builtin:topic:string-methods")
@@ -119,15 +119,16 @@ def write_tasks(out_dir: str) -> dict[str, int]:
     return counts
 
 
+def define_flags() -> None:
+    flags.DEFINE_string("out_dir", None, "Directory for the task files.", required=True)
+
+
 def main(argv):
-    del argv
+    del argv  # cli.run refuses positional arguments
     out_dir = flags.FLAGS.out_dir
     for name, count in write_tasks(out_dir).items():
         print(f"{os.path.join(out_dir, name)}: {count} examples")
 
 
 if __name__ == "__main__":
-    # Defined here, not at import: tests import this module beside other CLIs.
-    flags.DEFINE_string("out_dir", None, "Directory for the task files.")
-    flags.mark_flag_as_required("out_dir")
-    app.run(main)
+    cli.run(main, define_flags)

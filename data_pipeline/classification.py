@@ -2,8 +2,7 @@
 
 Sources, by `config.source`:
   'files'  local files chosen by extension, with a header naming the columns
-           `text_a`, `text_b` (empty for single-sentence tasks) and
-           `label`:
+           `text_a`, `label` and, for sentence pairs, `text_b`:
              .tsv          tab-separated, no quoting, as GLUE ships its files;
              .csv          comma-separated with RFC 4180 quoting;
              .jsonl/.json  JSON lines: one object per line, the columns as keys.
@@ -32,43 +31,38 @@ L = `max_seq_length`:
 | label           | int32   | [B]    | index into `label_names`; float32 for regression     |
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches     |
 
-Batching (`batch_indices`, shared with tagging.py): training draws a new
-permutation of the whole split each epoch from (seed, epoch), the same on every
-process, chains the epochs, cuts them into global batches of
-batch_size * process_count and gives process i the i-th slice of each. It yields
-int(num_examples / global_batch_size * num_epochs) batches, the original's
-num_train_steps, so an epoch may end inside a batch. Evaluation keeps the
-split's order and yields every example exactly once: the global batches, each
-the processes' slices in process order, concatenate to the split. The last one
-is filled with copies of example 0 whose example_weight is 0, so every process
-yields the same number of full batches and weighted metrics are exact.
+Batches are drawn by finetune_data.batch_indices: training reshuffles each
+epoch; evaluation yields every example once, the last global batch padded with
+copies of example 0 whose example_weight is 0.
 """
 
-import csv
 import dataclasses
-import io
-import json
 import math
 import os
-import re
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from data_pipeline.config import ConfigError
+from data_pipeline import config as config_lib
+from data_pipeline.finetune_data import (
+    FILE_FORMATS,
+    OPTION_PREFIX,
+    SplitInfo,
+    TaskDataError,
+    batch_indices,
+    config_values,
+    fail,
+    read_records,
+    sorted_labels,
+    task_split,
+    tfds_builder,
+    tfds_dataset,
+)
 
 SOURCES = ("files", "glue")
-SPLITS = ("train", "eval")
 METRICS = ("accuracy", "f1", "matthews_corrcoef", "pearson", "spearman")
-FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
-# Options are named as the experiment config spells them.
-OPTION_PREFIX = "config.data."
-
-
-class TaskDataError(ValueError):
-    """A fine-tuning file, row or dataset that cannot be used; the message names it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,20 +120,24 @@ GLUE_TASKS = {
 
 @dataclasses.dataclass(frozen=True)
 class ClassificationConfig:
+    # 'files' (below) or 'glue' (TFDS glue/<glue_task>).
     source: str = "files"
     # source='glue'
-    glue_task: str = ""
+    glue_task: str = ""  # one of GLUE_TASKS
     tfds_data_dir: str = ""  # "" is the TFDS default
     eval_split: str = ""  # "" is the task's first eval split
     # source='files'
     train_file: str = ""
     eval_file: str = ""
+    # Column names: the first text, the second ("" for single texts), the label.
     text_a: str = "text_a"
-    text_b: str = "text_b"  # "" for single-sentence tasks
+    text_b: str = ""
     label: str = "label"
+    # A float label and one output trained with squared error.
     is_regression: bool = False
-    label_names: tuple[str, ...] = ()  # () reads them from train_file
-    metrics: tuple[str, ...] = ()  # () is accuracy, or pearson and spearman for regression
+    label_names: tuple[str, ...] = ()  # () reads them from train_file (sorted)
+    # () is accuracy (pearson, spearman for regression); also f1, matthews_corrcoef.
+    metrics: tuple[str, ...] = ()
     # both
     max_seq_length: int = 128
 
@@ -147,26 +145,16 @@ class ClassificationConfig:
         _check(self)
 
 
+def default_config() -> ml_collections.ConfigDict:
+    """Every ClassificationConfig field at its default: what experiment configs start from."""
+    return config_lib.config_dict(ClassificationConfig)
+
+
 def from_config(data_config: Any) -> ClassificationConfig:
     """A ClassificationConfig from a ConfigDict, a dict or itself; unknown keys fail."""
     if isinstance(data_config, ClassificationConfig):
         return data_config
     return ClassificationConfig(**config_values(ClassificationConfig, data_config))
-
-
-def config_values(config_class, data_config: Any) -> dict[str, Any]:
-    """The keys of a ConfigDict or dict for `config_class`; lists become tuples."""
-    values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(config_class)})
-    if unknown:
-        raise ConfigError(
-            f"unknown data option(s): {', '.join(OPTION_PREFIX + k for k in unknown)}"
-        )
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-
-
-def fail(option: str, value: Any, why: str) -> NoReturn:
-    raise ConfigError(f"{OPTION_PREFIX}{option}={value!r}: {why}")
 
 
 def _check(c: ClassificationConfig) -> None:
@@ -296,50 +284,20 @@ class _Rows:
     labels: list  # str (classification) or float (regression)
 
 
-def read_text_file(path: str, option: str = "") -> str:
-    """The file's text, UTF-8 with any BOM dropped. A TaskDataError names the file, the option
-    that named it, and for bad UTF-8 the line."""
-    what = f" ({OPTION_PREFIX}{option})" if option else ""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TaskDataError(f"{path}{what}: cannot read: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise TaskDataError(
-            f"{path}{what}: line {line} is not valid UTF-8 (byte {data[e.start]:#04x} "
-            f"at offset {e.start})"
-        ) from None
-    return text.removeprefix("\ufeff")
-
-
 def read_texts(task_config: Any, path: str) -> tuple[list[str], list[str]]:
     """The text columns of a file in the task's format, without labels: what to predict."""
-    config = from_config(task_config)
-    extension = os.path.splitext(path)[1].lower()
-    if extension not in FILE_FORMATS:
-        raise TaskDataError(f"{path}: unknown format; use one of {', '.join(FILE_FORMATS)}")
-    rows = _read_rows(config, path, "", labelled=False)
+    rows = _read_rows(from_config(task_config), path, "", labelled=False)
     return rows.text_a, rows.text_b
 
 
 def _read_rows(
     config: ClassificationConfig, path: str, option: str, *, labelled: bool = True
 ) -> _Rows:
-    text = read_text_file(path, option)
-    file_format = FILE_FORMATS[os.path.splitext(path)[1].lower()]
     columns = [("text_a", config.text_a)] + ([("label", config.label)] if labelled else [])
     if config.text_b:
         columns.insert(1, ("text_b", config.text_b))
-    if file_format == "jsonl":
-        records = _jsonl_records(path, text, columns)
-    else:
-        records = _delimited_records(path, text, columns, file_format)
     rows = _Rows(path, [], [], [], [])
-    for line, values in records:
+    for line, values in read_records(path, columns, option):
         values = dict(zip((option for option, _ in columns), values, strict=True))
         rows.lines.append(line)
         rows.text_a.append(_text(path, line, config.text_a, values["text_a"]))
@@ -350,64 +308,6 @@ def _read_rows(
         where = f" ({OPTION_PREFIX}{option})" if option else ""
         raise TaskDataError(f"{path}{where}: no examples")
     return rows
-
-
-def _delimited_records(path, text, columns, file_format):
-    """(line, values of `columns`) for each row after the header; blank lines are skipped."""
-    if file_format == "tsv":
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(io.StringIO(text, newline=""))
-    header = None
-    while True:
-        line = reader.line_num + 1  # where the next record starts
-        try:
-            row = next(reader, None)
-        except csv.Error as e:
-            raise TaskDataError(f"{path}: line {line}: {e}") from None
-        if row is None:
-            break
-        if not row:
-            continue
-        if header is None:
-            header = row
-            missing = [(o, name) for o, name in columns if name not in header]
-            if missing:
-                option, name = missing[0]
-                raise TaskDataError(
-                    f"{path}: no column {name!r} ({OPTION_PREFIX}{option}); "
-                    f"the header (line {line}) has {header}"
-                )
-            positions = [header.index(name) for _, name in columns]
-            continue
-        if len(row) != len(header):
-            raise TaskDataError(
-                f"{path}: line {line} has {len(row)} fields; the header has {len(header)}"
-            )
-        yield line, [row[i] for i in positions]
-    if header is None:
-        raise TaskDataError(f"{path}: empty file; expected a header naming the columns")
-
-
-def _jsonl_records(path, text, columns):
-    for line, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise TaskDataError(
-                f"{path}: line {line} is not valid JSON ({e.msg}); JSON lines hold one object a line"
-            ) from None
-        if not isinstance(record, dict):
-            raise TaskDataError(f"{path}: line {line} is not a JSON object")
-        for option, name in columns:
-            if name not in record:
-                raise TaskDataError(
-                    f"{path}: line {line}: no key {name!r} ({OPTION_PREFIX}{option}); "
-                    f"the keys are {sorted(record)}"
-                )
-        yield line, [record[name] for _, name in columns]
 
 
 def _text(path, line, column, value) -> str:
@@ -447,14 +347,6 @@ def _label(config, path, line, value):
     return value
 
 
-def sorted_labels(labels: Sequence[str]) -> tuple[str, ...]:
-    """The distinct labels, in numeric order when all are integers, else in string order."""
-    distinct = set(labels)
-    if all(re.fullmatch(r"[+-]?\d+", label) for label in distinct):
-        return tuple(sorted(distinct, key=lambda label: (int(label), label)))
-    return tuple(sorted(distinct))
-
-
 def _label_set(rows: _Rows) -> tuple[str, ...]:
     names = sorted_labels(rows.labels)
     if len(names) < 2:
@@ -487,29 +379,6 @@ def _strings(values: list[str]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- GLUE
-
-
-def tfds_builder(name: str, data_dir: str):
-    """tfds.builder(name), with its errors as TaskDataError."""
-    # Imported here: tensorflow_datasets takes seconds to import and only TFDS sources need it.
-    import tensorflow_datasets as tfds
-
-    try:
-        return tfds.builder(name, data_dir=data_dir or None)
-    except (ValueError, OSError) as e:  # DatasetNotFoundError is a ValueError
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TaskDataError(f"TFDS dataset {name!r}: {first_line}") from e
-
-
-def tfds_dataset(builder, name: str, split: str) -> tf.data.Dataset:
-    """A TFDS split in its stored order, with its errors as TaskDataError."""
-    try:
-        return builder.as_dataset(split=split, shuffle_files=False)
-    except (AssertionError, KeyError, ValueError) as e:  # TFDS asserts that the data exists
-        raise TaskDataError(
-            f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}), split {split!r}: "
-            f"{str(e).strip().splitlines()[0]} (prepare it with `tfds build {name}`)"
-        ) from e
 
 
 def _load_glue(config: ClassificationConfig) -> ClassificationTask:
@@ -552,70 +421,7 @@ def _load_glue(config: ClassificationConfig) -> ClassificationTask:
     )
 
 
-# ----------------------------------------------------------------------------- batching
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitInfo:
-    num_examples: int  # in the split, all processes together
-    global_batch_size: int  # batch_size * process_count
-    num_batches: int  # what the dataset yields, the same on every process
-
-
-def batch_indices(
-    num_examples: int,
-    *,
-    training: bool,
-    batch_size: int,
-    process_index: int,
-    process_count: int,
-    seed: int,
-    num_epochs: float,
-) -> tuple[tf.data.Dataset, SplitInfo]:
-    """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
-    module docstring describes."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size}: must be at least 1")
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
-    if num_examples < 1:
-        raise ValueError("no examples")
-    global_batch = batch_size * process_count
-    start = process_index * batch_size
-    if not training:
-        num_batches = -(-num_examples // global_batch)
-        indices = np.arange(num_batches * global_batch, dtype=np.int32)
-        weights = (indices < num_examples).astype(np.float32)
-        indices[num_examples:] = 0
-        indices = indices.reshape(num_batches, global_batch)[:, start : start + batch_size]
-        weights = weights.reshape(num_batches, global_batch)[:, start : start + batch_size]
-        dataset = tf.data.Dataset.from_tensor_slices((indices, weights))
-        return dataset, SplitInfo(num_examples, global_batch, num_batches)
-
-    if not num_epochs > 0:
-        raise ValueError(f"num_epochs={num_epochs}: must be above 0")
-    num_batches = int(num_examples / global_batch * num_epochs)
-    if num_batches < 1:
-        raise ValueError(
-            f"{num_examples} examples x {num_epochs} epochs make no global batch of "
-            f"{global_batch} (batch_size {batch_size} x {process_count} processes)"
-        )
-    epochs = -(-num_batches * global_batch // num_examples)
-    seed = seed % 2**63
-
-    def permutation(epoch):
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(num_examples, dtype=tf.int32),
-            seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
-        )
-        return tf.data.Dataset.from_tensor_slices(order)
-
-    dataset = tf.data.Dataset.range(epochs).flat_map(permutation)
-    dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches)
-    dataset = dataset.map(
-        lambda order: (order[start : start + batch_size], tf.ones([batch_size], tf.float32))
-    )
-    return dataset, SplitInfo(num_examples, global_batch, num_batches)
+# ----------------------------------------------------------------------------- batches
 
 
 def make_classification_dataset(
@@ -634,11 +440,7 @@ def make_classification_dataset(
     `tokenizer` is a data_pipeline.tokenizer tokenizer (make_tokenizer). `seed`
     and `num_epochs` apply to training only.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
-    examples = task.train if split == "train" else task.eval
-    if examples is None:
-        fail(f"{split}_file", "", f"no {split} split configured")
+    examples = task_split(task, split)
     indices, info = batch_indices(
         len(examples),
         training=split == "train",

@@ -7,30 +7,143 @@ A tool module defines `define_flags()` and `main(argv)`, and ends with
 
 so its flags exist only when it runs as a program: any set of tool modules
 imports into one process (a test, a notebook) without clashing flag names.
-`run` is also the one place where user errors are caught: a `UserError` is
-printed as one line, `error: ...`, on stderr and the exit status is 2.
+`run` is also the one place where user errors are caught: a `UserError`, an
+`OSError` (a file that cannot be read or written) or TensorFlow's equivalent is
+printed as one line, `error: ...`, on stderr and the exit status is 2. So is an
+unknown key in a `--config.KEY=VALUE` override, at any depth, with the closest
+known key; ml_collections would end in a long traceback instead.
 """
 
+import os
+import re
 import sys
 from collections.abc import Callable
 
-from absl import app, logging
+import ml_collections
+from absl import app, flags, logging
+from ml_collections.config_flags.config_flags import is_config_flag
 
+from data_pipeline import config as config_lib
 from data_pipeline.errors import UserError
 
 
-def run(main: Callable[[list[str]], int | None], define_flags: Callable[[], None]) -> None:
-    """Defines the flags, parses them and runs `main`, reporting user errors in one line."""
+def run(
+    main: Callable[[list[str]], int | None],
+    define_flags: Callable[[], None],
+    *,
+    positional_args: bool = False,
+) -> None:
+    """Defines the flags, parses them and runs `main`, reporting user errors in one line.
+
+    `main` gets the program name and, only with `positional_args`, the
+    arguments that are not flags; otherwise any such argument is a usage error.
+    """
     define_flags()
-    app.run(lambda argv: _guarded(main, argv))
+    app.run(lambda argv: _guarded(main, argv, positional_args), flags_parser=_parse_flags)
 
 
-def _guarded(main, argv: list[str]) -> int | None:
-    if len(argv) > 1:
+def check_config_overrides(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Raises ConfigError for the first `--config.A.B=...` in `argv` that names no key.
+
+    Each config flag's file is loaded as its flag loads it. A path into a
+    value names the value; one into a dataclass or a list is left to ml_collections.
+    """
+    argv = flag_values.read_flags_from_files(argv, force_gnu=False)
+    for name in list(flag_values):
+        flag = flag_values[name]
+        if not is_config_flag(flag):
+            continue
+        value = _flag_argument(argv, name)
+        config = flag.value if value is None else flag.parser.parse(value)
+        if not isinstance(config, ml_collections.ConfigDict):
+            continue  # not given, or a file that failed to load: its own error says why
+        override = re.compile(rf"^--?(?:no)?{re.escape(name)}\.([^=]+)")
+        for arg in argv[1:]:
+            if match := override.match(arg):
+                _check_path(config, match.group(1), name)
+
+
+def _flag_argument(argv: list[str], name: str) -> str | None:
+    """The last value given to --name in `argv` (`--name=V` or `--name V`)."""
+    value = None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        flag, equals, given = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and flag == name:
+            value = given if equals else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def _check_path(config: ml_collections.ConfigDict, path: str, name: str) -> None:
+    node, prefix = config, name
+    elsewhere = config_lib.key_paths(config, name)
+    for key in path.split("."):
+        if node is None or isinstance(node, bool | int | float | str):
+            raise config_lib.ConfigError(
+                f"unknown config key: {prefix}.{key}; {prefix} is a value, not a group of keys"
+            )
+        if not isinstance(node, ml_collections.ConfigDict):
+            return
+        key, index = key.split("[", 1)[0], "[" in key
+        config_lib.check_known_keys([key], node.keys(), prefix, elsewhere=elsewhere)
+        if index:  # `layers[0]`: ml_collections checks the rest
+            return
+        node, prefix = node[key], f"{prefix}.{key}"
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    _check_config_files(argv)
+    try:
+        return app.parse_flags_with_usage(argv)
+    except Exception:
+        # An unknown override key ends in ml_collections' AttributeError; name it instead.
+        try:
+            check_config_overrides(argv)
+        except config_lib.ConfigError as error:
+            _fail(str(error))
+        raise
+
+
+def _check_config_files(argv: list[str]) -> None:
+    """A missing config file in one line; ml_collections reports it, in five, on first use."""
+    argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
+    for name in list(flags.FLAGS):
+        value = _flag_argument(argv, name) if is_config_flag(flags.FLAGS[name]) else None
+        if value is not None and not os.path.isfile(value.split(":", 1)[0]):
+            _fail(f"--{name}={value}: no such file")
+
+
+def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
+    if len(argv) > 1 and not positional_args:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
     try:
         return main(argv)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as error:
+        message = _user_message(error)
+        if message is None:
+            raise
+        _fail(message)
+
+
+def _user_message(error: Exception) -> str | None:
+    """The one line to print for an error the user can fix; None for a bug."""
+    if isinstance(error, UserError | OSError):
+        return str(error)
+    # TensorFlow's file errors; not imported here, so a tool without TensorFlow starts fast.
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return None
+    file_errors = (
+        tf.errors.NotFoundError,
+        tf.errors.PermissionDeniedError,
+        tf.errors.AlreadyExistsError,
+    )
+    return error.message if isinstance(error, file_errors) else None
+
+
+def _fail(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -1,12 +1,18 @@
 """The typed, validated view of `config.data`.
 
-Defaults live in the experiment config (experiments/pretrain/tiny_cpu.py); this
-module only checks them. Every check runs before any file is read, and every
-error names the option it is about.
+DataConfig's defaults are the pipeline's: `default_config()` is the ConfigDict
+that experiment configs start from (experiments/pretrain/tiny_cpu.py). Every
+check runs before any file is read, and every error names the option it is about.
 """
 
 import dataclasses
+import difflib
+from collections.abc import Iterable
 from typing import Any
+
+import ml_collections
+
+from data_pipeline.errors import UserError
 
 SOURCES = ("builtin", "text", "tfds", "tfrecord")
 TOKENIZERS = ("wordpiece", "sentencepiece")
@@ -14,39 +20,66 @@ TOKENIZERS = ("wordpiece", "sentencepiece")
 MIN_SEQ_LENGTH = 5
 
 
-class ConfigError(ValueError):
-    """An inconsistent or out-of-range data option."""
+class ConfigError(UserError):
+    """An unknown key, or an inconsistent or out-of-range option; the message names it."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    source: str
-    text_files: str
-    tfds_name: str
-    tfds_split: str
-    tfds_data_dir: str
-    tfds_text_field: str
-    tfrecord_train_files: str
-    tfrecord_eval_files: str
-    eval_fraction: float
-    tokenizer: str
-    vocab_file: str
-    vocab_size: int
-    vocab_cache_dir: str
-    do_lower_case: bool
-    max_chars_per_word: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    masked_lm_prob: float
-    mask_token_prob: float
-    random_token_prob: float
-    whole_word_mask: bool
-    short_seq_prob: float
-    random_next_prob: float
-    document_buffer_size: int
-    shuffle_buffer_size: int
-    dupe_factor: int
-    eval_seed: int
+    # Where documents come from: 'builtin' (Python's own docs), 'text', 'tfds' or 'tfrecord'.
+    source: str = "builtin"
+    # source='text': comma-separated globs of files in the original BERT format (.gz ok).
+    text_files: str = ""
+    # source='tfds': dataset name with config/version, e.g. 'wikipedia/20230601.en'.
+    tfds_name: str = ""
+    # source='tfds': the TFDS split that holds the documents (held-out docs are carved from it).
+    tfds_split: str = "train"
+    # source='tfds': TFDS data_dir, a local path or gs://...; '' uses the TFDS default.
+    tfds_data_dir: str = ""
+    # source='tfds': the feature holding a document's text.
+    tfds_text_field: str = "text"
+    # source='tfrecord': comma-separated globs of offline training instances.
+    tfrecord_train_files: str = ""
+    # source='tfrecord': comma-separated globs of offline evaluation instances.
+    tfrecord_eval_files: str = ""
+    # Share of documents (by a hash of their text) held out for evaluation.
+    eval_fraction: float = 0.1
+    # 'wordpiece' (BERT's) or 'sentencepiece'.
+    tokenizer: str = "wordpiece"
+    # vocab.txt or tokenizer.json (wordpiece), or a .model file (sentencepiece); '' learns one.
+    vocab_file: str = ""
+    # Size of the vocabulary learned when vocab_file is ''.
+    vocab_size: int = 4096
+    # Where learned vocabularies are cached; '' means $XDG_CACHE_HOME/bertjax.
+    vocab_cache_dir: str = ""
+    # Uncased model: lowercase and strip accents before WordPiece.
+    do_lower_case: bool = True
+    # A word longer than this many characters becomes [UNK] (BERT: 200).
+    max_chars_per_word: int = 200
+    # Tokens per sequence, [CLS] and both [SEP] included.
+    max_seq_length: int = 128
+    # Masked positions per sequence, padded with weight 0 (BERT: 20 at 128, 80 at 512).
+    max_predictions_per_seq: int = 20
+    # Share of tokens to predict.
+    masked_lm_prob: float = 0.15
+    # Of the predicted tokens: share replaced by [MASK].
+    mask_token_prob: float = 0.8
+    # Of the predicted tokens: share replaced by a random non-special token (the rest stay).
+    random_token_prob: float = 0.1
+    # Mask whole words (a token and its ## pieces) instead of single pieces.
+    whole_word_mask: bool = False
+    # Probability that a document pass aims at a random shorter length.
+    short_seq_prob: float = 0.1
+    # Probability that segment B comes from another document (NotNext).
+    random_next_prob: float = 0.5
+    # Documents held in memory to draw NotNext segments and to shuffle document order.
+    document_buffer_size: int = 256
+    # Instances shuffled together before batching.
+    shuffle_buffer_size: int = 2048
+    # Offline writer: masked copies of each document pass (BERT: 10).
+    dupe_factor: int = 10
+    # Seed of the fixed evaluation masking, so an eval set is identical across runs.
+    eval_seed: int = 1234
 
     def __post_init__(self):
         _check(self)
@@ -55,23 +88,75 @@ class DataConfig:
         return dataclasses.replace(self, **changes)
 
 
+def default_config() -> ml_collections.ConfigDict:
+    """Every data option at its default (DataConfig documents them): what experiments start from."""
+    return config_dict(DataConfig)
+
+
+def config_dict(config_class) -> ml_collections.ConfigDict:
+    """A config dataclass's defaults as a ConfigDict, one key per field."""
+    return ml_collections.ConfigDict(
+        {field.name: field.default for field in dataclasses.fields(config_class)}
+    )
+
+
 def from_config(data_config: Any) -> "DataConfig":
     """Builds a DataConfig from a ConfigDict, a dict or a DataConfig; unknown keys fail."""
     if isinstance(data_config, DataConfig):
         return data_config
     values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
     names = {f.name for f in dataclasses.fields(DataConfig)}
-    unknown = sorted(set(values) - names)
+    check_known_keys(values, names, "config.data")
     missing = sorted(names - set(values))
-    if unknown:
-        raise ConfigError(
-            f"unknown data option(s): {', '.join('config.data.' + k for k in unknown)}"
-        )
     if missing:
         raise ConfigError(
             f"missing data option(s): {', '.join('config.data.' + k for k in missing)}"
         )
     return DataConfig(**values)
+
+
+def check_known_keys(
+    keys: Iterable[str], allowed: Iterable[str], prefix: str, *, elsewhere: Iterable[str] = ()
+) -> None:
+    """Fails on the first of `keys` not in `allowed`, naming it and the closest allowed key.
+
+    `prefix` is where the keys sit, as a command line spells it (`config`,
+    `config.optimizer`), so the message reads like the option to fix.
+    `elsewhere` holds full paths of keys at other depths
+    (`config.optimizer.learning_rate`): when no allowed key is close, the one
+    whose last name is closest is suggested, for a key put at the wrong depth.
+    """
+    allowed = sorted(allowed)
+    unknown = sorted(set(keys) - set(allowed))
+    if not unknown:
+        return
+    key = unknown[0]
+    close = [f"{prefix}.{k}" for k in difflib.get_close_matches(key, allowed, n=1)]
+    if not close:
+        wrong = f"{prefix}.{key}"  # itself and its own keys, when `elsewhere` holds them
+        paths = {
+            path.rsplit(".", 1)[-1]: path
+            for path in reversed(list(elsewhere))
+            if path != wrong and not path.startswith(wrong + ".")
+        }
+        close = [paths[k] for k in difflib.get_close_matches(key, list(paths), n=1)]
+    hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(allowed)}"
+    if unknown[1:]:
+        hint += f" (also unknown: {', '.join(f'{prefix}.{k}' for k in unknown[1:])})"
+    raise ConfigError(f"unknown config key: {prefix}.{key}; {hint}")
+
+
+def key_paths(config: Any, prefix: str) -> list[str]:
+    """The full path of every key in a nested ConfigDict or dict, outer ones first.
+
+    What `check_known_keys` takes as `elsewhere`: `key_paths(config, "config")`.
+    """
+    paths, nested = [], []
+    for key, value in config.items():
+        paths.append(f"{prefix}.{key}")
+        if hasattr(value, "items"):
+            nested += key_paths(value, f"{prefix}.{key}")
+    return paths + nested
 
 
 def check_max_positions(config: DataConfig, max_position_embeddings: int) -> None:

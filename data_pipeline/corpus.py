@@ -36,6 +36,7 @@ from typing import NoReturn
 
 from data_pipeline import builtin_corpus
 from data_pipeline.config import ConfigError, DataConfig
+from data_pipeline.errors import UserError
 from data_pipeline.sentences import split_sentences
 
 SPLITS = ("train", "eval")
@@ -45,7 +46,7 @@ _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _GLOB_CHARACTERS = frozenset("*?[")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):
     """A corpus file, glob or dataset that cannot be read; the message names it."""
 
 

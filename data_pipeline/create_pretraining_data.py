@@ -45,12 +45,11 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from data_pipeline import cli
+from data_pipeline import cli, corpus, files, instances, masking, tfrecords
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, files, instances, masking, tfrecords
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.errors import UserError

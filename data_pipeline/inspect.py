@@ -10,23 +10,15 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
+from data_pipeline import cli, corpus, pretraining, statistics
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, instances, pretraining, statistics
 from data_pipeline.build_vocab import resolve_vocab_file
-from data_pipeline.tfrecords import TFRecordError
-from data_pipeline.vocab import VocabError, load_vocab
+from data_pipeline.vocab import load_vocab
 
-# Bad input: one line that names the file or option, no traceback.
-USER_ERRORS = (
-    config_lib.ConfigError,
-    corpus.CorpusError,
-    VocabError,
-    instances.NotNextError,
-    TFRecordError,
-)
+FLAGS = flags.FLAGS
 
 
 def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=None):
@@ -85,29 +77,8 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     return {"batches": summary, "corpus": reported}
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
-    values = flags.FLAGS
-    try:
-        inspect(
-            values.config,
-            split=values.split,
-            num_batches=values.num_batches,
-            batch_size=values.batch_size,
-            num_examples=values.num_examples,
-            dump=values.dump,
-        )
-    except USER_ERRORS as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _define_flags():
-    # Defined when run as a program only: modules that tests import together
-    # must not define the same global flag names.
-    config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+def define_flags() -> None:
+    config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
     flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to read.")
     flags.DEFINE_integer("num_batches", 10, "Batches to read (eval stops at its end).")
     flags.DEFINE_integer("batch_size", 32, "Sequences per batch.")
@@ -116,9 +87,20 @@ def _define_flags():
     flags.mark_flag_as_required("config")
 
 
+def main(argv):
+    del argv  # cli.run refuses positional arguments
+    inspect(
+        FLAGS.config,
+        split=FLAGS.split,
+        num_batches=FLAGS.num_batches,
+        batch_size=FLAGS.batch_size,
+        num_examples=FLAGS.num_examples,
+        dump=FLAGS.dump,
+    )
+
+
 def run():
-    _define_flags()
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

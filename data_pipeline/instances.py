@@ -5,7 +5,7 @@ over a document, `create_instances_from_document` cuts chunks of sentences up
 to a target length, splits each chunk into segments A and B at a random
 sentence boundary, and half of the time replaces B with a span of another
 document (NotNext), putting the unused sentences of the chunk back. Every
-random draw follows the original's order and rule; see REFERENCE.md.
+random draw follows the original's order and rule; see docs/reference.md#sentence-pairs.
 
 `pack_instances` lays pairs out as `[CLS] A [SEP] B [SEP]` with segment ids and
 padding. Masking is separate (data_pipeline.masking) so that it can be redrawn
@@ -17,6 +17,8 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+from data_pipeline.errors import UserError
 
 Sentence = list[int]
 Document = Sequence[Sentence]
@@ -143,7 +145,7 @@ def pack_instances(
     }
 
 
-class NotNextError(ValueError):
+class NotNextError(UserError):
     """The stream cannot supply a NotNext segment from another document."""
 
 

@@ -10,7 +10,7 @@ Token masking is vectorised over the batch: a uniformly random subset of the
 candidates, the same distribution as the original's shuffle-then-take. Whole
 word masking walks shuffled words per sequence, skipping a word that would
 overshoot `num_to_predict`, like the original, with one 80/10/10 draw per word
-(REFERENCE.md decision).
+(a bertjax decision: docs/reference.md#masking).
 """
 
 import dataclasses

@@ -1,11 +1,10 @@
-"""SQuAD 1.1 and 2.0: questions in, fixed-shape windows out, answer spans back.
+"""SQuAD 1.1 and 2.0: questions in, fixed-shape windows out.
 
     read_squad_json / read_squad_tfds -> SquadData (questions, checked)
       -> make_features (one tokenizer call per batch of words, not per word)
       -> make_dataset (tf.data batches of the schema below)
-      ... the model gives start and end logits per row ...
-      -> predict_answers (n-best spans, back to the context's own text)
-      -> write_predictions (predictions.json, nbest_predictions.json, null_odds.json)
+      ... the model gives start and end logits per row; bertjax/squad.py turns
+      them back into answers (predict_answers, write_predictions) ...
 
 `load_squad_task` and `make_task_dataset` do the same from `config.data`
 (`SquadConfig`): official JSON files (source='files') or the TFDS datasets
@@ -36,9 +35,9 @@ Every batch is a dict with a leading batch axis B (this host's share):
 | example_weight   | float32 | [B]    | 1.0, or 0.0 for the rows padding the last eval batch   |
 | feature_index    | int32   | [B]    | the row of `SquadFeatures` it came from; -1 on padding |
 
-L = max_seq_length. Rows are features, drawn as classification.py draws
-examples (`batch_indices`): training batches are shuffled anew each epoch and
-full; evaluation yields every feature once over all processes, in order.
+L = max_seq_length. Rows are features, drawn by finetune_data.batch_indices:
+training batches are shuffled anew each epoch and full; evaluation yields every
+feature once over all processes, in order.
 
 Every problem in the data is a `SquadError` (a TaskDataError) naming the file
 (or TFDS dataset and split) and the question, raised while reading, before any
@@ -47,26 +46,27 @@ training; a bad option is a ConfigError naming `config.data.<option>`.
 
 import dataclasses
 import json
-import math
 import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
+import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from data_pipeline.classification import (
+from data_pipeline import config as config_lib
+from data_pipeline.finetune_data import (
     SPLITS,
     SplitInfo,
     TaskDataError,
     batch_indices,
     config_values,
     fail,
+    task_split,
     tfds_builder,
     tfds_dataset,
 )
-from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
 SOURCES = ("files", "tfds")
 
@@ -269,6 +269,9 @@ def _checked(data: SquadData) -> SquadData:
 
 @dataclasses.dataclass(frozen=True)
 class SquadConfig:
+    """run_squad.py's defaults."""
+
+    # 'files' (the official JSON) or 'tfds'.
     source: str = "files"
     # source='files': official SQuAD JSON files
     train_file: str = ""
@@ -279,9 +282,10 @@ class SquadConfig:
     train_split: str = "train"
     eval_split: str = "validation"
     # both
-    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
+    # SQuAD 2.0: a question may have no answer; the model may then answer "".
+    version_2_with_negative: bool = False
     max_seq_length: int = 384
-    doc_stride: int = 128
+    doc_stride: int = 128  # windows over long contexts start this many tokens apart
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
@@ -312,6 +316,11 @@ class SquadConfig:
             fail("n_best_size", self.n_best_size, "must be at least 1")
         if self.max_answer_length < 1:
             fail("max_answer_length", self.max_answer_length, "must be at least 1")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every SquadConfig field at its default (SQuAD 1.1): what experiment configs start from."""
+    return config_lib.config_dict(SquadConfig)
 
 
 def from_config(data_config: Any) -> SquadConfig:
@@ -580,11 +589,7 @@ def make_task_dataset(
     num_epochs: float = 1.0,
 ) -> tuple[tf.data.Dataset, int]:
     """make_dataset over `split` ('train' or 'eval') of the task, and its number of batches."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
-    features = task.train if split == "train" else task.eval
-    if features is None:
-        fail(f"{split}_file", "", f"no {split} split configured")
+    features = task_split(task, split)
     dataset, info = make_dataset(
         features,
         training=split == "train",
@@ -609,7 +614,7 @@ def make_dataset(
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
-    Rows are drawn as classification.batch_indices draws examples: training
+    Rows are drawn as finetune_data.batch_indices draws examples: training
     takes a new permutation each epoch and yields
     int(num_features / global batch * num_epochs) full batches; evaluation
     yields every feature once, in order, the last global batch padded with
@@ -645,243 +650,3 @@ def make_dataset(
 
     dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info
-
-
-# ----------------------------------------------------------------------------- answers
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadPredictions:
-    answers: dict[str, str]  # question id -> answer text ("" for no answer): predictions.json
-    nbest: dict[str, list[dict]]  # text, probability, start_logit, end_logit, best first
-    # SQuAD 2.0: question id -> null score minus the best span's score; above
-    # null_score_diff_threshold, the answer is "". None for SQuAD 1.1.
-    null_odds: dict[str, float] | None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-    feature: int
-    start: int  # positions in the row; 0 and 0 for the null answer
-    end: int
-    start_logit: float
-    end_logit: float
-
-
-def predict_answers(
-    features: SquadFeatures,
-    feature_index,
-    start_logits,
-    end_logits,
-    tokenizer,
-) -> SquadPredictions:
-    """Each question's answer from the logits of its windows.
-
-    Rows of `start_logits`/`end_logits` (float [N, L]) belong to the features
-    named by `feature_index` (int [N], as in the batches; rows with -1 are
-    padding), and together they must cover every feature once.
-    """
-    config = features.config
-    start_logits, end_logits = _scatter(features, feature_index, start_logits, end_logits)
-    basic = _basic_words(features.documents, tokenizer)
-    vocab_tokens = tokenizer.vocab.tokens
-    detokenize = _sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text
-    positions = np.arange(config.max_seq_length)
-    in_document = (positions >= features.doc_offset[:, None]) & (
-        positions < (features.doc_offset + features.doc_length)[:, None]
-    )
-    bounds = np.searchsorted(features.example_index, np.arange(features.num_examples + 1))
-
-    answers, nbest_all, null_odds = {}, {}, {}
-    for index, example in enumerate(features.data.examples):
-        document = features.documents[index]
-        candidates, null = [], None
-        for f in range(bounds[index], bounds[index + 1]):
-            candidates += _span_candidates(
-                f, start_logits[f], end_logits[f], in_document[f], features, config
-            )
-            null_score = start_logits[f, 0] + end_logits[f, 0]
-            if null is None or null_score < null.start_logit + null.end_logit:
-                null = _Candidate(f, 0, 0, float(start_logits[f, 0]), float(end_logits[f, 0]))
-        if config.version_2_with_negative:
-            candidates.append(null)
-        candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
-
-        nbest, seen = [], set()
-        for candidate in candidates:
-            if len(nbest) >= config.n_best_size:
-                break
-            text = ""
-            if candidate.start > 0:
-                f = candidate.feature
-                ids = features.input_ids[f, candidate.start : candidate.end + 1]
-                first, last = (
-                    document.token_to_word[
-                        features.doc_start[f] + position - features.doc_offset[f]
-                    ]
-                    for position in (candidate.start, candidate.end)
-                )
-                text = final_text(
-                    detokenize([vocab_tokens[i] for i in ids]),
-                    " ".join(document.words[first : last + 1]),
-                    " ".join(w for w in basic[id(document)][first : last + 1] if w),
-                )
-                if text in seen:
-                    continue
-            seen.add(text)
-            nbest.append((text, candidate.start_logit, candidate.end_logit))
-        if config.version_2_with_negative and "" not in seen:
-            nbest.append(("", null.start_logit, null.end_logit))
-        if not nbest:  # no span fits anywhere (every window too short for one)
-            nbest.append(("", 0.0, 0.0))
-
-        scores = np.array([s + e for _, s, e in nbest])
-        probabilities = np.exp(scores - scores.max())
-        probabilities /= probabilities.sum()
-        nbest_all[example.qid] = [
-            {"text": t, "probability": float(p), "start_logit": s, "end_logit": e}
-            for (t, s, e), p in zip(nbest, probabilities, strict=True)
-        ]
-        if not config.version_2_with_negative:
-            answers[example.qid] = nbest[0][0]
-            continue
-        best = next((entry for entry in nbest if entry[0]), None)
-        if best is None:
-            null_odds[example.qid] = math.inf
-            answers[example.qid] = ""
-            continue
-        diff = null.start_logit + null.end_logit - best[1] - best[2]
-        null_odds[example.qid] = diff
-        answers[example.qid] = "" if diff > config.null_score_diff_threshold else best[0]
-    return SquadPredictions(
-        answers=answers,
-        nbest=nbest_all,
-        null_odds=null_odds if config.version_2_with_negative else None,
-    )
-
-
-def _scatter(features: SquadFeatures, feature_index, start_logits, end_logits):
-    feature_index = np.asarray(feature_index).reshape(-1)
-    start_logits = np.asarray(start_logits, np.float64)
-    end_logits = np.asarray(end_logits, np.float64)
-    shape = (feature_index.size, features.config.max_seq_length)
-    if start_logits.shape != shape or end_logits.shape != shape:
-        raise ValueError(
-            f"start_logits {start_logits.shape} and end_logits {end_logits.shape}: expected "
-            f"{shape}, one row of max_seq_length logits per feature_index"
-        )
-    real = feature_index >= 0
-    index = feature_index[real]
-    if index.size and index.max() >= features.num_features:
-        raise ValueError(
-            f"feature_index {index.max()} is out of range: {features.num_features} features"
-        )
-    counts = np.bincount(index, minlength=features.num_features)
-    if (counts != 1).any():
-        f = int(np.flatnonzero(counts != 1)[0])
-        qid = features.data.examples[features.example_index[f]].qid
-        raise SquadError(
-            f"{features.data.source}: feature {f} (question {qid!r}) has {counts[f]} rows of "
-            f"logits; every feature needs exactly one ({np.sum(counts == 0)} have none, "
-            f"{np.sum(counts > 1)} have several)"
-        )
-    start = np.empty((features.num_features, shape[1]))
-    end = np.empty((features.num_features, shape[1]))
-    start[index] = start_logits[real]
-    end[index] = end_logits[real]
-    return start, end
-
-
-def _span_candidates(f, start_logits, end_logits, in_document, features, config):
-    """Spans from the n best starts and ends: inside the window, start <= end, not too
-    long, and starting where this window gives the start its maximum context."""
-    n = config.n_best_size
-    starts = np.argsort(-start_logits, kind="stable")[:n]
-    ends = np.argsort(-end_logits, kind="stable")[:n]
-    s, e = starts[:, None], ends[None, :]
-    ok = (
-        in_document[s]
-        & in_document[e]
-        & features.max_context[f, s]
-        & (e >= s)
-        & (e - s + 1 <= config.max_answer_length)
-    )
-    return [
-        _Candidate(
-            f,
-            int(starts[i]),
-            int(ends[j]),
-            float(start_logits[starts[i]]),
-            float(end_logits[ends[j]]),
-        )
-        for i, j in zip(*np.nonzero(ok), strict=True)
-    ]
-
-
-def _basic_words(documents: Sequence[SquadDocument], tokenizer) -> dict[int, list[str]]:
-    """id(document) -> for each word, the tokenizer's words of it joined by spaces."""
-    unique = list({id(d): d for d in documents}.values())
-    all_words = [w for d in unique for w in d.words]
-    found = {}
-    for begin in range(0, len(all_words), TEXTS_PER_TOKENIZER_CALL):
-        chunk = tokenizer.words(tf.constant(all_words[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
-        for n, pieces in enumerate(chunk.to_list()):
-            found[begin + n] = " ".join(p.decode("utf-8", "replace") for p in pieces)
-    result, first = {}, 0
-    for document in unique:
-        result[id(document)] = [found[i] for i in range(first, first + len(document.words))]
-        first += len(document.words)
-    return result
-
-
-def _wordpiece_text(tokens: Sequence[str]) -> str:
-    text = " ".join(tokens).replace(" " + WORDPIECE_PREFIX, "").replace(WORDPIECE_PREFIX, "")
-    return " ".join(text.split())
-
-
-def _sentencepiece_text(tokens: Sequence[str]) -> str:
-    return " ".join("".join(tokens).replace(SENTENCEPIECE_WORD_START, " ").split())
-
-
-def final_text(predicted: str, original: str, tokenized: str) -> str:
-    """The part of `original` that the predicted (normalized) text covers.
-
-    `predicted` is the answer rebuilt from word pieces, lowercased and without
-    accents if the tokenizer made it so; `original` is the context's words it
-    spans, joined by single spaces; `tokenized` is the tokenizer's words of
-    `original`, joined by spaces. The prediction is found in `tokenized`, and
-    its ends are carried to `original` through the characters that are not
-    spaces, which must be as many on both sides. When they are not (the
-    tokenizer changed the length of a character) or the prediction is not
-    found, the whole of `original` is the answer.
-    """
-    start = tokenized.find(predicted)
-    if not predicted or start < 0:
-        return original
-    end = start + len(predicted) - 1
-    original_chars = [i for i, c in enumerate(original) if c != " "]
-    tokenized_chars = [i for i, c in enumerate(tokenized) if c != " "]
-    if len(original_chars) != len(tokenized_chars):
-        return original
-    # The prediction starts and ends on non-space characters, so both ends map.
-    rank = {position: n for n, position in enumerate(tokenized_chars)}
-    return original[original_chars[rank[start]] : original_chars[rank[end]] + 1]
-
-
-def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[str]:
-    """Writes predictions.json, nbest_predictions.json and (SQuAD 2.0) null_odds.json."""
-    os.makedirs(output_dir, exist_ok=True)
-    files = {
-        "predictions.json": predictions.answers,
-        "nbest_predictions.json": predictions.nbest,
-    }
-    if predictions.null_odds is not None:
-        files["null_odds.json"] = predictions.null_odds
-    paths = []
-    for name, content in files.items():
-        path = os.path.join(output_dir, name)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        paths.append(path)
-    return paths

@@ -38,8 +38,8 @@ L = `max_seq_length`; one example is one window:
 | sentence_id     | int32   | [B]    | the sentence's position in the split                    |
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches        |
 
-Batches are drawn as in classification.py (`batch_indices`), one window being
-one example. The eval padding rows have label_weights 0, word_index -1 and
+Batches are drawn by finetune_data.batch_indices, one window being one
+example. The eval padding rows have label_weights 0, word_index -1 and
 sentence_id -1, so they count nowhere even when example_weight is ignored.
 """
 
@@ -48,13 +48,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import ml_collections
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from data_pipeline.classification import (
+from data_pipeline import config as config_lib
+from data_pipeline.finetune_data import (
     OPTION_PREFIX,
-    SPLITS,
     SplitInfo,
     TaskDataError,
     batch_indices,
@@ -62,6 +63,7 @@ from data_pipeline.classification import (
     fail,
     read_text_file,
     sorted_labels,
+    task_split,
     tfds_builder,
     tfds_dataset,
 )
@@ -76,6 +78,7 @@ WORDS_PER_TOKENIZER_CALL = 8192
 
 @dataclasses.dataclass(frozen=True)
 class TaggingConfig:
+    # 'files' (CoNLL format) or 'tfds'.
     source: str = "files"
     # source='tfds'
     tfds_name: str = "conll2003"
@@ -88,9 +91,9 @@ class TaggingConfig:
     train_file: str = ""
     eval_file: str = ""
     tag_column: int = -1  # an index into a line's columns; the word is column 0
-    label_names: tuple[str, ...] = ()  # () reads them from train_file
+    label_names: tuple[str, ...] = ()  # () reads them from train_file (sorted)
     # both
-    tagging_scheme: str = "iob2"
+    tagging_scheme: str = "iob2"  # how tags spell entities: one of TAGGING_SCHEMES
     max_seq_length: int = 128
 
     def __post_init__(self):
@@ -120,6 +123,11 @@ class TaggingConfig:
             fail("label_names", self.label_names, "without train_file the label set must be given")
         if len(set(self.label_names)) != len(self.label_names):
             fail("label_names", self.label_names, "has duplicates")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every TaggingConfig field at its default: what experiment configs start from."""
+    return config_lib.config_dict(TaggingConfig)
 
 
 def from_config(data_config: Any) -> TaggingConfig:
@@ -367,11 +375,7 @@ def make_tagging_dataset(
 
     SplitInfo counts windows, not sentences. `seed` and `num_epochs` apply to training only.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
-    sentences = task.train if split == "train" else task.eval
-    if sentences is None:
-        fail(f"{split}_file", "", f"no {split} split configured")
+    sentences = task_split(task, split)
     features, stats = encode_sentences(
         sentences, tokenizer, max_seq_length=task.config.max_seq_length
     )

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from data_pipeline import config as config_lib
 from data_pipeline import schema
+from data_pipeline.errors import UserError
 
 SPLITS = ("train", "eval")
 # Training files read at once, records interleaved.
@@ -32,7 +33,7 @@ _FILES_READ_AT_ONCE = 8
 _GLOB_CHARS = frozenset("*?[")
 
 
-class TFRecordError(ValueError):
+class TFRecordError(UserError):
     """A pretraining TFRecord file that is missing, unreadable or of the wrong shape."""
 
 

@@ -14,19 +14,27 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from data_pipeline.vocab import VocabError, load_vocab
+from data_pipeline import cli
+from data_pipeline.vocab import load_vocab
 
-_VOCAB = flags.DEFINE_string(
-    "vocab", None, "vocab.txt or tokenizer.json (WordPiece), or a sentencepiece .model file."
-)
-_CASED = flags.DEFINE_bool("cased", False, "Keep case and accents (a cased model).")
-_MAX_CHARS_PER_WORD = flags.DEFINE_integer(
-    "max_chars_per_word", 200, "WordPiece: a longer word becomes [UNK] (BERT: 200)."
-)
-_BATCH_LINES = flags.DEFINE_integer("batch_lines", 1000, "Lines tokenized together.")
-flags.mark_flag_as_required("vocab")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string(
+        "vocab", None, "vocab.txt or tokenizer.json (WordPiece), or a sentencepiece .model file."
+    )
+    flags.DEFINE_bool("cased", False, "Keep case and accents (a cased model).")
+    flags.DEFINE_integer(
+        "max_chars_per_word",
+        200,
+        "WordPiece: a longer word becomes [UNK] (BERT: 200).",
+        lower_bound=1,
+    )
+    flags.DEFINE_integer("batch_lines", 1000, "Lines tokenized together.", lower_bound=1)
+    flags.mark_flag_as_required("vocab")
 
 
 def decode_line(data: bytes) -> tuple[str, int]:
@@ -60,15 +68,8 @@ def _batches(stream, size: int):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if _BATCH_LINES.value < 1:
-        raise app.UsageError("--batch_lines must be at least 1")
-    try:
-        vocab = load_vocab(_VOCAB.value)
-    except VocabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    del argv  # cli.run refuses positional arguments
+    vocab = load_vocab(FLAGS.vocab)
     # TensorFlow takes seconds to import and logs to stderr, so a bad --vocab is
     # reported before it loads.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -76,23 +77,17 @@ def main(argv):
 
     from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
 
-    try:
-        if vocab.is_sentencepiece:
-            tokenizer = SentencePieceTokenizer(vocab, lower_case=not _CASED.value)
-        else:
-            tokenizer = WordPieceTokenizer(
-                vocab,
-                lower_case=not _CASED.value,
-                max_chars_per_word=_MAX_CHARS_PER_WORD.value,
-            )
-    except (VocabError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if vocab.is_sentencepiece:
+        tokenizer = SentencePieceTokenizer(vocab, lower_case=not FLAGS.cased)
+    else:
+        tokenizer = WordPieceTokenizer(
+            vocab, lower_case=not FLAGS.cased, max_chars_per_word=FLAGS.max_chars_per_word
+        )
     tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
     out = sys.stdout.buffer
     invalid_bytes = invalid_lines = 0
     try:
-        for batch in _batches(sys.stdin.buffer, _BATCH_LINES.value):
+        for batch in _batches(sys.stdin.buffer, FLAGS.batch_lines):
             texts = []
             for data in batch:
                 text, invalid = decode_line(data)
@@ -116,7 +111,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

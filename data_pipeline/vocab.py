@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from data_pipeline.errors import UserError
+
 # The five tokens every vocabulary must hold. Learned vocabularies (WordPiece
 # and sentencepiece alike) put them at ids 0..4 in this order; the released
 # BERT vocabularies have them elsewhere ([PAD]=0, [UNK]=100, ..., [MASK]=103).
@@ -21,7 +23,7 @@ WORDPIECE_PREFIX = "##"
 SENTENCEPIECE_WORD_START = "\u2581"
 
 
-class VocabError(ValueError):
+class VocabError(UserError):
     """A vocabulary file that cannot be used; the message names the file."""
 
 

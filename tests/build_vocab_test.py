@@ -220,9 +220,9 @@ def test_cli_reports_a_missing_file_in_one_line(tmp_path):
         f"--config.data.text_files={tmp_path}/missing-*.txt",
         f"--output={tmp_path / 'vocab.txt'}",
     )
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("build_vocab:")]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "config.data.text_files" in errors[0], result.stderr
     assert "missing-*.txt" in errors[0]
     assert not (tmp_path / "vocab.txt").exists()

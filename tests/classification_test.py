@@ -9,8 +9,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from data_pipeline import classification
-from data_pipeline.classification import ClassificationConfig, TaskDataError
+from data_pipeline import config as config_lib
+from data_pipeline.classification import ClassificationConfig
 from data_pipeline.config import ConfigError
+from data_pipeline.finetune_data import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
@@ -20,9 +22,7 @@ CLS, SEP, PAD = 101, 102, 0
 
 @pytest.fixture(scope="module")
 def tokenizer(bert_tokenizer_json):
-    from experiments.pretrain import tiny_cpu
-
-    return make_tokenizer(tiny_cpu.get_data_config(), bert_tokenizer_json)
+    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
 def mrpc_files(**changes) -> ClassificationConfig:
@@ -152,7 +152,6 @@ def test_csv_with_quoted_commas():
     config = ClassificationConfig(
         train_file=str(TESTDATA / "reviews.csv"),
         text_a="sentence",
-        text_b="",
         metrics=("accuracy", "f1"),
     )
     task = classification.load_classification_task(config)
@@ -169,11 +168,25 @@ def test_csv_with_quoted_commas():
 
 def test_jsonl_skips_blank_lines():
     path = str(TESTDATA / "nli.jsonl")
-    task = classification.load_classification_task({"train_file": path, "eval_file": path})
+    task = classification.load_classification_task(
+        {"train_file": path, "eval_file": path, "text_b": "text_b"}
+    )
     assert task.label_names == ("contradiction", "entailment", "neutral")
     assert task.num_labels == 3
     np.testing.assert_array_equal(task.eval.labels, [1, 0, 2, 1])
     assert task.train.text_a[2] == "A woman reads a newspaper at a café."
+    assert task.train.text_b[2] == "She is waiting for a friend."
+
+
+def test_one_text_column_by_default(tmp_path):
+    path = tmp_path / "single.csv"
+    path.write_text("text_a,label\ngood,pos\nbad,neg\n")
+    data = classification.default_config()
+    data.train_file = str(path)
+    task = classification.load_classification_task(data)
+    assert list(task.train.text_a) == ["good", "bad"]
+    assert list(task.train.text_b) == ["", ""]
+    assert classification.read_texts(data, str(path)) == (["good", "bad"], ["", ""])
 
 
 def test_integer_labels_sort_numerically_and_regression(tmp_path):
@@ -207,7 +220,7 @@ def test_train_and_eval_batches(tokenizer):
     train, info = classification.make_classification_dataset(
         task, tokenizer, split="train", batch_size=2, seed=3, num_epochs=3
     )
-    assert info == classification.SplitInfo(num_examples=4, global_batch_size=2, num_batches=6)
+    assert info == SplitInfo(num_examples=4, global_batch_size=2, num_batches=6)
     got = batches(train)
     assert len(got) == 6
     first = got[0]
@@ -237,68 +250,6 @@ def test_train_and_eval_batches(tokenizer):
     assert [b["label"].tolist() for b in got] == [[1, 0], [1, 1]]  # padding copies example 0
     # [CLS] the train to the coast ...
     assert got[0]["input_ids"][0, :3].tolist() == [CLS, 1996, 3345]
-
-
-def test_eval_every_example_once_across_processes():
-    for num_examples, batch_size, process_count in [(5, 2, 1), (5, 2, 2), (9, 3, 2), (4, 2, 2)]:
-        seen, sizes = [], set()
-        for process_index in range(process_count):
-            dataset, info = classification.batch_indices(
-                num_examples,
-                training=False,
-                batch_size=batch_size,
-                process_index=process_index,
-                process_count=process_count,
-                seed=0,
-                num_epochs=1,
-            )
-            got = batches(dataset)
-            sizes.add(len(got))
-            assert len(got) == info.num_batches
-            for indices, weights in got:
-                seen.extend(indices[weights > 0].tolist())
-                assert indices[weights == 0].tolist() == [0] * int(np.sum(weights == 0))
-        assert sizes == {-(-num_examples // (batch_size * process_count))}
-        assert sorted(seen) == list(range(num_examples))
-
-
-def test_train_order_is_shared_by_processes():
-    def order(process_index, process_count, batch_size, seed=7):
-        dataset, info = classification.batch_indices(
-            10,
-            training=True,
-            batch_size=batch_size,
-            process_index=process_index,
-            process_count=process_count,
-            seed=seed,
-            num_epochs=2,
-        )
-        got = [indices for indices, _ in batches(dataset)]
-        assert len(got) == info.num_batches
-        return got
-
-    single = order(0, 1, 4)  # int(10 / 4 * 2) = 5 batches from 20 indices
-    assert len(single) == 5
-    stream = np.concatenate(single)
-    assert sorted(stream[:10]) == list(range(10))  # the first epoch is a permutation
-    assert sorted(stream[10:]) == list(range(10))  # and so is the second, in another order
-    assert not np.array_equal(stream[:10], stream[10:])
-    halves = [order(0, 2, 2), order(1, 2, 2)]
-    np.testing.assert_array_equal(
-        np.concatenate([np.concatenate(pair) for pair in zip(*halves, strict=True)]), stream
-    )
-    assert not np.array_equal(np.concatenate(order(0, 1, 4, seed=8)), stream)
-
-
-def test_fractional_epochs_and_too_small_a_split():
-    _, info = classification.batch_indices(
-        10, training=True, batch_size=4, process_index=0, process_count=1, seed=0, num_epochs=0.5
-    )
-    assert info.num_batches == 1
-    with pytest.raises(ValueError, match="no global batch of 16"):
-        classification.batch_indices(
-            10, training=True, batch_size=8, process_index=0, process_count=2, seed=0, num_epochs=1
-        )
 
 
 # ----------------------------------------------------------------------------- GLUE (mocked TFDS)
@@ -385,7 +336,7 @@ def test_missing_jsonl_key(tmp_path):
     with pytest.raises(
         TaskDataError, match=r"a\.jsonl: line 1: no key 'text_b'.*\['label', 'text_a'\]"
     ):
-        classification.load_classification_task({"train_file": path})
+        classification.load_classification_task({"train_file": path, "text_b": "text_b"})
 
 
 def test_eval_label_not_in_training_labels(tmp_path):
@@ -454,7 +405,7 @@ def test_bad_rows(tmp_path):
 def test_config_errors():
     with pytest.raises(ConfigError, match=r"config\.data\.train_file='x\.txt': the extension"):
         ClassificationConfig(train_file="x.txt")
-    with pytest.raises(ConfigError, match=r"unknown data option\(s\): config\.data\.text_column"):
+    with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.text_column; known"):
         classification.from_config({"text_column": "x"})
     with pytest.raises(ConfigError, match=r"config\.data\.glue_task='mnli_matched'"):
         ClassificationConfig(source="glue", glue_task="mnli_matched")

@@ -36,10 +36,10 @@ def bert_tokenizer_json(minilm_dir) -> str:
 
 @pytest.fixture
 def data_config():
-    """A fresh copy of experiments/pretrain/tiny_cpu.py's data config."""
-    from experiments.pretrain import tiny_cpu
+    """A fresh copy of the pipeline's default data config (tiny_cpu.py's)."""
+    from data_pipeline import config as config_lib
 
-    return tiny_cpu.get_data_config()
+    return config_lib.default_config()
 
 
 @pytest.fixture(scope="session")

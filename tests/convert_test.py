@@ -8,8 +8,11 @@ this file rather than by the table under test.
 
 import json
 import os
+import pathlib
 import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +26,9 @@ from safetensors.numpy import load_file, save_file
 
 import bertjax
 from bertjax import checkpoint, checkpoint_names, convert, inference, train
+from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
+from data_pipeline.errors import UserError
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -39,6 +44,7 @@ SMALL = dict(
     type_vocab_size=2,
 )
 WORDS = [f"w{i}" for i in range(SMALL["vocab_size"] - 5)]
+REPO = pathlib.Path(__file__).resolve().parent.parent
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 
 
@@ -90,7 +96,7 @@ def init_params(config):
 
 def restore(workdir):
     """The workdir's config and parameters, as pretraining's init_checkpoint reads them."""
-    config = checkpoint.read_model_config(str(workdir))
+    config = workdir_lib.read_model_config(str(workdir))
     abstract = jax.eval_shape(lambda: init_params(config))
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(
@@ -308,7 +314,7 @@ def test_pretraining_heads_match_transformers(hf_small, small_workdir):
 def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan_layers):
     config, params = restore(small_workdir)
     exported = tmp_path / "hf"
-    assert convert.main(["export", "--format", "hf", str(small_workdir), str(exported)]) == 0
+    convert.export_hf(str(small_workdir), str(exported))
     assert sorted(os.listdir(exported)) == [
         "config.json",
         "model.safetensors",
@@ -406,10 +412,21 @@ def tf_small(hf_small, tmp_path_factory):
     return directory
 
 
-def test_tf_import_matches_transformers(hf_small, tf_small, tmp_path, capsys):
+def run_cli(*args):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-m", "bertjax.convert", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_tf_import_matches_transformers(hf_small, tf_small, tmp_path):
     workdir = tmp_path / "w"
-    assert convert.main(["import", "--format", "tf", str(tf_small), str(workdir)]) == 0
-    assert "(2 layers, hidden 64" in capsys.readouterr().out
+    convert.import_checkpoint("tf", str(tf_small), str(workdir))
     config, params = restore(workdir)
     batch = make_batch(config.vocab_size, seed=2)
     mlm, nsp = our_logits(config, params, batch)
@@ -595,15 +612,46 @@ def test_a_failure_while_writing_leaves_nothing(hf_small, tmp_path, monkeypatch)
     assert not out.exists()
 
 
-def test_existing_destinations_are_refused(small_workdir, tmp_path, capsys):
+def test_existing_destinations_are_refused(small_workdir, tmp_path):
     with pytest.raises(convert.ConversionError, match="already exists and is not empty"):
         convert.import_checkpoint("hf", "unused", str(small_workdir))
-    assert convert.main(["export", "--format", "hf", str(small_workdir), str(small_workdir)]) == 1
-    assert "already exists and is not empty" in capsys.readouterr().err
-    assert (
-        convert.main(
-            ["export", "--format", "hf", str(small_workdir), str(tmp_path / "o"), "--step", "7"]
-        )
-        == 1
+    with pytest.raises(convert.ConversionError, match="already exists and is not empty"):
+        convert.export_hf(str(small_workdir), str(small_workdir))
+    with pytest.raises(UserError, match="checkpoints/7: missing; steps there: 0"):
+        convert.export_hf(str(small_workdir), str(tmp_path / "o"), step=7)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_imports_with_positional_paths_and_flags_after_them(tf_small, tmp_path):
+    result = run_cli(
+        "import", "--format", "tf", str(tf_small), str(tmp_path / "w"), "--scan_layers"
     )
-    assert "checkpoints/7: missing; steps there: 0" in capsys.readouterr().err
+    assert result.returncode == 0, result.stderr
+    assert "(2 layers, hidden 64" in result.stdout
+    assert json.loads((tmp_path / "w" / "model_config.json").read_text())["scan_layers"] is True
+
+
+def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
+    result = run_cli("export", "--format", "hf", str(small_workdir), str(small_workdir))
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "already exists and is not empty" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["import", "--format", "hf", "a"], "usage: python -m bertjax.convert import"),
+        (["export", "--format", "tf", "a", "b"], "export writes --format hf only"),
+        (["import", "--format", "hf", "a", "b", "--step", "3"], "--step is an option of export"),
+        (["convert", "--format", "hf", "a", "b"], "expected a command, import or export"),
+    ],
+    ids=["one-path", "export-tf", "step-on-import", "no-command"],
+)
+def test_cli_usage_errors(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 1
+    assert message in result.stderr

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from bertjax import checkpoint, optim, sharding, train
 from bertjax import model as model_lib
+from bertjax import optim, pretraining, sharding, train
+from bertjax import workdir as workdir_lib
 from data_pipeline import config as data_config_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -24,7 +25,7 @@ CONFIG_DIR = REPO / "experiments" / "pretrain"
 NAMES = sorted(p.stem for p in CONFIG_DIR.glob("*.py") if p.stem != "__init__")
 PHASE2_NAMES = [name for name in NAMES if name.endswith("_phase2")]
 
-# REFERENCE.md, "Model sizes": (L, H, A, intermediate) and the published encoder
+# docs/reference.md#model-sizes: (L, H, A, intermediate) and the published encoder
 # parameter count (embeddings and pooler included, vocab 30,522, 512 positions).
 PUBLISHED = {
     "base": ((12, 768, 12, 3072), 109_482_240),
@@ -51,7 +52,7 @@ def test_the_configs_are_found():
 @pytest.mark.parametrize("name", NAMES)
 def test_config_passes_every_check(name):
     config = load(name).get_config()
-    train.check_config(config)
+    pretraining.check_config(config)
     model_config = model_lib.from_config(config.model)
     data = data_config_lib.from_config(config.data)
     optimizer = optim.from_config(config.optimizer)
@@ -191,10 +192,14 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
     if config.init_checkpoint:
         phase1 = load(name.removesuffix("_phase2")).get_config()
         init_dir = tmp_path / "phase1"
-        checkpoint.write_run_description(
-            str(init_dir), phase1, model_lib.from_config(phase1.model), bert_tokenizer_json
+        workdir_lib.write_run_description(
+            str(init_dir),
+            phase1,
+            model_lib.from_config(phase1.model),
+            bert_tokenizer_json,
+            pretraining.describe(phase1.data),
         )
         config.init_checkpoint = str(init_dir)
     run = train.build_run(config, str(tmp_path / "workdir"), devices=jax.devices()[:8])
-    assert run.model_config.vocab_size == 30522
-    assert run.data.max_seq_length == config.data.max_seq_length
+    assert run.setup.model_config.vocab_size == 30522
+    assert run.setup.data.max_seq_length == config.data.max_seq_length

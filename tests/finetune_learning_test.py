@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bertjax import convert, finetune
+from bertjax import convert, train
 from data_pipeline import builtin_tasks
 from experiments.finetune import builtin_cloze, builtin_topics
 
@@ -42,9 +42,9 @@ def _topics_config(init_checkpoint, task_dir):
 
 def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task_dir, tmp_path):
     config = _topics_config(minilm_workdir, task_dir)
-    pretrained = finetune.train_and_evaluate(config, str(tmp_path / "pretrained"))
+    pretrained = train.train_and_evaluate(config, str(tmp_path / "pretrained"))
     config.random_init = True
-    scratch = finetune.train_and_evaluate(config, str(tmp_path / "scratch"))
+    scratch = train.train_and_evaluate(config, str(tmp_path / "scratch"))
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "
         f"random init {scratch['eval']['accuracy']:.3f}"
@@ -65,7 +65,7 @@ def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp
     config.data.eval_file = str(small)
     config.num_train_epochs = 0.6
     config.log_every_steps = 1000
-    results = finetune.train_and_evaluate(config, str(tmp_path / "cloze"))
+    results = train.train_and_evaluate(config, str(tmp_path / "cloze"))
     print(f"\nheld-out cloze exact match {results['eval']['exact_match']:.3f}")
     assert results["eval"]["exact_match"] >= 0.4
     predictions = json.loads((tmp_path / "cloze" / "predictions.json").read_text())

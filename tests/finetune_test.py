@@ -9,7 +9,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import bertjax
-from bertjax import checkpoint, finetune, predict, train
+from bertjax import checkpoint, predict, train
+from bertjax import workdir as workdir_lib
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, squad
 
@@ -49,7 +50,7 @@ def _mrpc_config(init_checkpoint):
 @pytest.fixture(scope="module")
 def mrpc_run(pretrained, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mrpc")
-    return workdir, finetune.train_and_evaluate(_mrpc_config(pretrained), str(workdir))
+    return workdir, train.train_and_evaluate(_mrpc_config(pretrained), str(workdir))
 
 
 def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
@@ -57,12 +58,12 @@ def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
     assert set(results["eval"]) == {"step", "accuracy", "f1"}
     assert results["eval"]["step"] == 2 and results["best"]["step"] in (1, 2)
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
-    on_disk = json.loads((tmp_path / finetune.RESULTS_FILE).read_text())
+    on_disk = json.loads((tmp_path / workdir_lib.RESULTS_FILE).read_text())
     assert on_disk["eval"] == results["eval"] and on_disk["task"] == "classification"
     predictions = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
     assert len(predictions) == 3  # every dev example once, none of the padding
     assert {json.loads(line)["label"] for line in predictions} <= {"0", "1"}
-    task = finetune.read_task_file(str(tmp_path))
+    task = workdir_lib.read_task(str(tmp_path))
     assert task["kind"] == "classification" and task["label_names"] == ["0", "1"]
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["split"] for r in lines].count("eval") == 2  # after each epoch-sized step
@@ -73,9 +74,9 @@ def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
 def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
     config = _mrpc_config(pretrained)
     config.model.scan_layers = False  # the checkpoint has the scan layout
-    run = finetune.build_run(config, "/nonexistent/not/written")
+    run = train.build_run(config, "/nonexistent/not/written")
     with jax.set_mesh(run.mesh):
-        state = finetune.create_state(run)
+        state = train.create_state(run)
     saved = np.asarray(
         checkpoint.restore_params(
             pretrained,
@@ -105,9 +106,9 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
     assert classifier.shape == (64, 2) and 0 < classifier.std() < 0.05
 
     config.random_init = True
-    run = finetune.build_run(config, "/nonexistent/not/written")
+    run = train.build_run(config, "/nonexistent/not/written")
     with jax.set_mesh(run.mesh):
-        fresh = finetune.create_state(run)
+        fresh = train.create_state(run)
     assert not np.array_equal(
         np.asarray(fresh.params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]), saved[0]
     )
@@ -115,9 +116,9 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
 
 def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
     config = _mrpc_config(pretrained)
-    straight = finetune.train_and_evaluate(config, str(tmp_path / "straight"))
-    finetune.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1)
-    resumed = finetune.train_and_evaluate(config, str(tmp_path / "resumed"))
+    straight = train.train_and_evaluate(config, str(tmp_path / "straight"))
+    train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1)
+    resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"))
     assert resumed["eval"] == straight["eval"]
 
 
@@ -132,13 +133,13 @@ def ner_run(pretrained, tmp_path_factory):
     config.data.train_file = str(TESTDATA / "ner_train.txt")
     config.data.eval_file = str(TESTDATA / "ner_dev.txt")
     config.data.max_seq_length = 32
-    return tmp_path, finetune.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, train.train_and_evaluate(config, str(tmp_path))
 
 
 def test_tagging_runs_and_scores_entities(ner_run):
     tmp_path, results = ner_run
     assert {"entity_f1", "entity_precision", "entity_recall"} <= set(results["eval"])
-    task = finetune.read_task_file(str(tmp_path))
+    task = workdir_lib.read_task(str(tmp_path))
     dev_sentences = sum(
         1 for block in (TESTDATA / "ner_dev.txt").read_text().split("\n\n") if block.strip()
     )
@@ -169,7 +170,7 @@ def test_config_errors_name_the_key(pretrained, tmp_path, change, message):
             node = node[parent]
         node[leaf] = value
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        finetune.build_run(config, str(tmp_path))
+        train.build_run(config, str(tmp_path))
 
 
 def test_shape_fields_of_the_checkpoint_cannot_change(pretrained, tmp_path):
@@ -177,14 +178,14 @@ def test_shape_fields_of_the_checkpoint_cannot_change(pretrained, tmp_path):
     with config.unlocked():
         config.model.hidden_size = 128
     with pytest.raises(ConfigError, match="config.model.hidden_size: not changeable"):
-        finetune.build_run(config, str(tmp_path))
+        train.build_run(config, str(tmp_path))
 
 
 def test_a_workdir_tokenized_with_another_vocabulary_is_refused(pretrained, tmp_path):
     config = _mrpc_config(pretrained)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nother\n")
     with pytest.raises(checkpoint.CheckpointError, match="differs from config.init_checkpoint"):
-        finetune.build_run(config, str(tmp_path))
+        train.build_run(config, str(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +201,7 @@ def squad_run(pretrained, tmp_path_factory):
     config.data.max_seq_length = 64
     config.data.doc_stride = 24
     config.data.max_query_length = 16
-    return tmp_path, finetune.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, train.train_and_evaluate(config, str(tmp_path))
 
 
 def test_squad_runs_decodes_and_writes_the_official_predictions(squad_run):
@@ -226,9 +227,9 @@ def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, 
     out = bertjax.classify(restored, ["The train was late."], pairs=["The train was delayed."])
     assert out[0]["label"] in ("0", "1")
     assert sum(out[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
-    with pytest.raises(ValueError, match="fill_mask needs the pretraining heads"):
+    with pytest.raises(ValueError, match="fill_mask needs a pretraining workdir; this is a classification workdir"):
         bertjax.fill_mask(restored, "A [MASK].")
-    with pytest.raises(ValueError, match="tag needs a tagging fine-tuning workdir"):
+    with pytest.raises(ValueError, match="tag needs a tagging workdir"):
         bertjax.tag(restored, "John")
 
     # Without labels, in another format: predictions for every row, in order.
@@ -300,7 +301,7 @@ def test_glue_from_tfds_end_to_end(pretrained, tmp_path):
     config.num_train_epochs = 1.0
     config.data.max_seq_length = 32
     with tfds.testing.mock_data(num_examples=16):
-        results = finetune.train_and_evaluate(config, str(tmp_path))
+        results = train.train_and_evaluate(config, str(tmp_path))
     assert set(results["eval"]) == {"step", "pearson", "spearman"}
     lines = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
     scores = [json.loads(line)["score"] for line in lines]

@@ -10,7 +10,7 @@ import pytest
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import convert
+from bertjax import config_json, convert
 from bertjax import model as model_lib
 from bertjax.model import BertConfig, BertForPreTraining, BertModel
 
@@ -357,7 +357,7 @@ def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
     )
 
     hf_config.save_pretrained(tmp_path)
-    config = BertConfig.from_json_file(str(tmp_path / "config.json"))
+    config = config_json.read(str(tmp_path / "config.json"))
     assert config.hidden_act == {"gelu": "gelu", "gelu_new": "gelu_tanh"}[hidden_act]
     module = BertForPreTraining(config)
     batch = make_batch(config)
@@ -422,7 +422,7 @@ def test_config_errors_for_unknown_and_missing_fields():
         BertConfig.from_preset("huge")
 
 
-def test_config_json_round_trip():
+def test_config_dict_round_trips_through_json():
     config = BertConfig.from_preset(
         "mini", dtype="bfloat16", scan_layers=True, remat_policy="dots_saveable"
     )
@@ -450,35 +450,3 @@ def test_from_config():
         model_lib.from_config(model)
     with pytest.raises(ValueError, match=r"config\.model\.preset is missing"):
         model_lib.from_config({"hidden_size": 128})
-
-
-def test_from_json_file_reads_a_google_bert_config(tmp_path):
-    google = {
-        "attention_probs_dropout_prob": 0.1,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": 0.1,
-        "hidden_size": 768,
-        "initializer_range": 0.02,
-        "intermediate_size": 3072,
-        "max_position_embeddings": 512,
-        "num_attention_heads": 12,
-        "num_hidden_layers": 12,
-        "type_vocab_size": 2,
-        "vocab_size": 30522,
-    }
-    path = tmp_path / "bert_config.json"
-    path.write_text(json.dumps(google))
-    # The original's "gelu" is the tanh approximation.
-    assert BertConfig.from_json_file(str(path)) == BertConfig.from_preset("base")
-    config = BertConfig.from_json_file(str(path), dtype="bfloat16", scan_layers=True)
-    assert (config.dtype, config.scan_layers) == ("bfloat16", True)
-    path.write_text(json.dumps({**google, "hidden_act": "tanh"}))
-    with pytest.raises(ValueError, match="hidden_act='tanh'"):
-        BertConfig.from_json_file(str(path))
-    path.write_text(json.dumps({**google, "num_experts": 4}))
-    with pytest.raises(ValueError, match="unsupported key.*num_experts"):
-        BertConfig.from_json_file(str(path))
-    hf = {**google, "model_type": "bert", "position_embedding_type": "relative_key"}
-    path.write_text(json.dumps(hf))
-    with pytest.raises(ValueError, match="position_embedding_type must be 'absolute'"):
-        BertConfig.from_json_file(str(path))

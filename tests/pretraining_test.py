@@ -219,9 +219,7 @@ def test_unknown_option_is_refused(bert_config):
 
 
 def test_max_seq_length_above_model_positions():
-    from experiments.pretrain import tiny_cpu
-
-    data = config_lib.from_config(tiny_cpu.get_data_config()).replace(max_seq_length=1024)
+    data = config_lib.from_config(config_lib.default_config()).replace(max_seq_length=1024)
     with pytest.raises(config_lib.ConfigError, match="max_position_embeddings=512"):
         config_lib.check_max_positions(data, 512)
 

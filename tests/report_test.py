@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertjax import checkpoint, inference, report, train
+from bertjax import workdir as workdir_lib
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +16,7 @@ def trained(tmp_path_factory, make_small_config):
     config.num_train_steps = 4
     config.log_every_steps = 4
     workdir = str(tmp_path_factory.mktemp("run"))
-    last_eval = train.train_and_evaluate(config, workdir)
+    last_eval = train.train_and_evaluate(config, workdir)["eval"]
     return config, workdir, last_eval
 
 
@@ -65,7 +66,7 @@ def test_restore_names_what_the_workdir_lacks(trained, tmp_path):
     _, workdir, _ = trained
     with pytest.raises(checkpoint.CheckpointError, match="model_config.json"):
         inference.restore(str(tmp_path))
-    for name in (checkpoint.CONFIG_FILE, checkpoint.MODEL_CONFIG_FILE):
+    for name in (workdir_lib.CONFIG_FILE, workdir_lib.MODEL_CONFIG_FILE):
         shutil.copy(f"{workdir}/{name}", tmp_path / name)
     with pytest.raises(checkpoint.CheckpointError, match="no vocabulary"):
         inference.restore(str(tmp_path))

@@ -1,7 +1,5 @@
 """Tests for data_pipeline/sentences.py."""
 
-import time
-
 import pytest
 
 from data_pipeline.sentences import split_sentences
@@ -114,15 +112,11 @@ def test_megabyte_without_spaces_or_newlines():
     assert split_sentences(dots) == [dots]
 
 
-def test_throughput():
+def test_many_paragraphs():
     paragraph = (
         "The committee met on Jan. 5 to review the proposal. Dr. Lee presented version 2.1 "
         "of the plan, e.g. the budget and timeline. Members asked questions! Was it enough? "
         "The vote was postponed until the next meeting.\n\n"
     )
-    text = paragraph * 2000  # about 0.5 MB
-    start = time.perf_counter()
-    sentences = split_sentences(text)
-    elapsed = time.perf_counter() - start
-    assert len(sentences) == 5 * 2000
-    assert elapsed < 5.0  # a few MB/s even on a slow shared CPU; typically ~0.2 s here
+    text = paragraph * 2000  # about 0.5 MB; data_pipeline.benchmark times the same text
+    assert len(split_sentences(text)) == 5 * 2000

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
+from bertjax import model as model_lib
 from bertjax import sharding, train
 from data_pipeline import make_pretraining_dataset
 from experiments.pretrain import tiny_cpu
@@ -27,6 +28,10 @@ def test_mesh_shape_fills_one_axis_and_checks_the_product():
         sharding.mesh_shape({"pipeline": 2}, 8)
     with pytest.raises(sharding.MeshError, match="do not divide"):
         sharding.mesh_shape({"data": -1, "tensor": 3}, 8)
+
+
+def test_rules_name_exactly_the_models_logical_axes():
+    assert sorted(name for name, _ in sharding.RULES) == sorted(model_lib.LOGICAL_AXES)
 
 
 @pytest.fixture(scope="module")

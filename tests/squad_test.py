@@ -1,4 +1,5 @@
-"""SQuAD reading, windowing, batching and answer decoding, with the real bert-base-uncased vocab.
+"""SQuAD reading, windowing and batching (data_pipeline/squad.py) and answer decoding
+(bertjax/squad.py), with the real bert-base-uncased vocab.
 
 The fixtures (tests/testdata/finetune/squad_v*.json) are small files in the
 official formats: 1.1 with several gold answers per question, 2.0 with
@@ -14,9 +15,10 @@ import pytest
 import tensorflow as tf
 
 from bertjax import scores
+from bertjax.squad import final_text, predict_answers, write_predictions
 from data_pipeline import squad
-from data_pipeline.classification import TaskDataError
 from data_pipeline.config import ConfigError
+from data_pipeline.finetune_data import TaskDataError
 from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
 from data_pipeline.vocab import load_vocab
 
@@ -234,7 +236,7 @@ def test_answer_split_by_a_window_is_recovered_from_its_max_context_window(
     feature_index, start_logits, end_logits = oracle_logits(f)
     start_logits[split, start_in_split] = 15.0
     end_logits[split, f.doc_offset[split] + f.doc_length[split] - 1] = 15.0
-    predictions = squad.predict_answers(f, feature_index, start_logits, end_logits, tokenizer)
+    predictions = predict_answers(f, feature_index, start_logits, end_logits, tokenizer)
     assert predictions.answers[marry.qid] == "Pierre Curie"
     # Every other question, however its answer falls across windows, comes back too.
     for e in v1_data.examples:
@@ -245,7 +247,7 @@ def test_answer_split_by_a_window_is_recovered_from_its_max_context_window(
 
 
 def test_oracle_logits_give_back_the_gold_text_v1(v1_data, v1_features, tokenizer):
-    predictions = squad.predict_answers(v1_features, *oracle_logits(v1_features), tokenizer)
+    predictions = predict_answers(v1_features, *oracle_logits(v1_features), tokenizer)
     # The context's own characters come back: "Zürich" (not "zurich"), "1911"
     # out of "(1911).", "Pierre Curie" out of "Curie.".
     assert predictions.answers == {e.qid: e.answers[0].text for e in v1_data.examples}
@@ -260,7 +262,7 @@ def test_oracle_logits_give_back_the_gold_text_v1(v1_data, v1_features, tokenize
 
 
 def test_oracle_logits_give_back_the_gold_text_v2(v2_data, v2_features, tokenizer):
-    predictions = squad.predict_answers(v2_features, *oracle_logits(v2_features), tokenizer)
+    predictions = predict_answers(v2_features, *oracle_logits(v2_features), tokenizer)
     expected = {e.qid: e.answers[0].text if e.answers else "" for e in v2_data.examples}
     assert predictions.answers == expected
     result = scores.squad_scores(v2_data.gold_answers(), predictions.answers)
@@ -283,7 +285,7 @@ def test_null_answer_against_the_threshold(v2_data, tokenizer):
         start *= 0.25  # the span scores 2.5 + 2.5
         end *= 0.25
         start[0, 0], end[0, 0] = 3.0, 3.5  # the null answer 6.5: 1.5 above the span
-        predictions = squad.predict_answers(features, [0], start, end, tokenizer)
+        predictions = predict_answers(features, [0], start, end, tokenizer)
         assert predictions.null_odds[chlorophyll.qid] == pytest.approx(1.5)
         assert predictions.answers[chlorophyll.qid] == answer
         assert predictions.nbest[chlorophyll.qid][0]["text"] == ""
@@ -292,7 +294,7 @@ def test_null_answer_against_the_threshold(v2_data, tokenizer):
 def test_v1_never_answers_null(v1_data, v1_features, tokenizer):
     rows, start, end = oracle_logits(v1_features)
     start[:, 0] = end[:, 0] = 50.0  # [CLS] is not part of any document
-    predictions = squad.predict_answers(v1_features, rows, start, end, tokenizer)
+    predictions = predict_answers(v1_features, rows, start, end, tokenizer)
     assert all(predictions.answers.values())
 
 
@@ -308,7 +310,7 @@ def test_spans_are_limited(v1_data, tokenizer):
     # pieces (max_answer_length=30) or end before they start.
     start[0, gold_start - 31], end[0, gold_start - 1] = 100.0, 100.0
     start[0, gold_start - 40], end[0, gold_start - 45] = 90.0, 90.0
-    predictions = squad.predict_answers(features, [0], start, end, tokenizer)
+    predictions = predict_answers(features, [0], start, end, tokenizer)
     assert predictions.answers[e.qid] == "Pierre Curie"
     assert predictions.nbest[e.qid][0]["text"] == "Pierre Curie"
 
@@ -318,7 +320,7 @@ def test_rows_may_come_in_any_order_with_padding(v1_data, v1_features, tokenizer
     order = np.random.default_rng(0).permutation(rows.size)
     index = np.concatenate([rows[order], [-1, -1]])
     pad = np.zeros((2, start.shape[1]), np.float32)
-    predictions = squad.predict_answers(
+    predictions = predict_answers(
         v1_features,
         index,
         np.concatenate([start[order], pad + 99]),
@@ -331,12 +333,12 @@ def test_rows_may_come_in_any_order_with_padding(v1_data, v1_features, tokenizer
 def test_logits_must_cover_every_feature_once(v1_features, tokenizer):
     rows, start, end = oracle_logits(v1_features)
     with pytest.raises(squad.SquadError, match=r"feature 3 \(question '[0-9a-f]+'\) has 0 rows"):
-        squad.predict_answers(v1_features, np.r_[rows[:3], rows[4:]], start[rows != 3], end[rows != 3], tokenizer)  # fmt: skip
+        predict_answers(v1_features, np.r_[rows[:3], rows[4:]], start[rows != 3], end[rows != 3], tokenizer)  # fmt: skip
     twice = np.r_[rows, 0]
     with pytest.raises(squad.SquadError, match="feature 0 .* has 2 rows"):
-        squad.predict_answers(v1_features, twice, start[twice], end[twice], tokenizer)
+        predict_answers(v1_features, twice, start[twice], end[twice], tokenizer)
     with pytest.raises(ValueError, match="expected"):
-        squad.predict_answers(v1_features, rows, start[:, :10], end[:, :10], tokenizer)
+        predict_answers(v1_features, rows, start[:, :10], end[:, :10], tokenizer)
 
 
 def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
@@ -344,7 +346,7 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
     answers = {}
     for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
         features = squad.make_features(data, tokenizer, config)
-        predictions = squad.predict_answers(features, *oracle_logits(features), tokenizer)
+        predictions = predict_answers(features, *oracle_logits(features), tokenizer)
         result = scores.squad_scores(data.gold_answers(), predictions.answers)
         assert result["exact_match"] == 1.0
         answers.update(predictions.answers)
@@ -368,12 +370,12 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
     ],
 )
 def test_final_text(predicted, original, tokenized, expected):
-    assert squad.final_text(predicted, original, tokenized) == expected
+    assert final_text(predicted, original, tokenized) == expected
 
 
 def test_write_predictions(v2_features, tokenizer, tmp_path):
-    predictions = squad.predict_answers(v2_features, *oracle_logits(v2_features), tokenizer)
-    paths = squad.write_predictions(predictions, str(tmp_path / "out"))
+    predictions = predict_answers(v2_features, *oracle_logits(v2_features), tokenizer)
+    paths = write_predictions(predictions, str(tmp_path / "out"))
     names = sorted(pathlib.Path(p).name for p in paths)
     assert names == ["nbest_predictions.json", "null_odds.json", "predictions.json"]
     assert json.loads((tmp_path / "out" / "predictions.json").read_text()) == predictions.answers
@@ -511,7 +513,9 @@ def test_load_squad_task_from_files(tokenizer):
 def test_load_squad_task_options(tokenizer):
     with pytest.raises(ConfigError, match="config.data.train_file=''.*train_file, eval_file"):
         squad.load_squad_task({}, tokenizer)
-    with pytest.raises(ConfigError, match="unknown data option.*config.data.max_seq_len"):
+    with pytest.raises(
+        ConfigError, match=r"max_seq_len; did you mean config\.data\.max_seq_length"
+    ):
         squad.load_squad_task({"eval_file": str(V1), "max_seq_len": 64}, tokenizer)
     with pytest.raises(ConfigError, match="config.data.source='json'"):
         squad.load_squad_task({"source": "json"}, tokenizer)

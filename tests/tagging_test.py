@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from data_pipeline import config as config_lib
 from data_pipeline import tagging
-from data_pipeline.classification import SplitInfo, TaskDataError
 from data_pipeline.config import ConfigError
+from data_pipeline.finetune_data import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
@@ -20,9 +21,7 @@ NER_LABELS = ("B-LOC", "B-ORG", "B-PER", "I-ORG", "I-PER", "O")
 
 @pytest.fixture(scope="module")
 def tokenizer(bert_tokenizer_json):
-    from experiments.pretrain import tiny_cpu
-
-    return make_tokenizer(tiny_cpu.get_data_config(), bert_tokenizer_json)
+    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
 def load(**options) -> tagging.TaggingTask:
@@ -289,7 +288,7 @@ def test_config_errors():
         tagging.TaggingConfig(eval_file="a.txt")
     with pytest.raises(ConfigError, match=r"config\.data\.tagging_scheme='bio': must be one of"):
         tagging.TaggingConfig(train_file="a.txt", tagging_scheme="bio")
-    with pytest.raises(ConfigError, match=r"unknown data option\(s\): config\.data\.tags"):
+    with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.tags; known keys"):
         tagging.from_config({"tags": 1})
     task = tagging.load_tagging_task({"eval_file": DEV, "label_names": NER_LABELS})
     assert task.train is None and task.label_names == NER_LABELS

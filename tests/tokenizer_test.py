@@ -22,7 +22,6 @@ import tokenizers
 from data_pipeline import config as config_lib
 from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer, make_tokenizer
 from data_pipeline.vocab import SPECIAL_TOKENS, VocabError, load_vocab
-from experiments.pretrain import tiny_cpu
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +295,7 @@ def test_parity_with_hugging_face(bert_json, cased_json, lower_case):
 
 
 def reference_words(text, lower_case):
-    """The original BasicTokenizer, transcribed from REFERENCE.md, in plain Python."""
+    """The original BasicTokenizer (docs/reference.md#tokenizer), in plain Python."""
     cjk = [
         (0x4E00, 0x9FFF),
         (0x3400, 0x4DBF),
@@ -457,7 +456,7 @@ def test_sentencepiece_lower_case_and_specials(sentencepiece_model):
 
 
 def test_make_tokenizer(bert_json, sentencepiece_model):
-    config = config_lib.from_config(tiny_cpu.get_data_config())
+    config = config_lib.from_config(config_lib.default_config())
     wordpiece = make_tokenizer(config.replace(max_chars_per_word=7), str(bert_json))
     assert isinstance(wordpiece, WordPieceTokenizer)
     assert wordpiece.lower_case and wordpiece.max_chars_per_word == 7

@@ -1,4 +1,4 @@
-"""What every fine-tuning experiment shares: the paper's recipe (REFERENCE.md).
+"""Shared by all fine-tuning experiments: the paper's recipe (docs/reference.md#fine-tuning-recipe).
 
 Not an experiment by itself; classify.py, glue.py, ner.py and squad.py build on
 it. The paper's grid is batch {16, 32}, learning rate {5e-5, 3e-5, 2e-5},

@@ -23,7 +23,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.train_file = "builtin_tasks/topics_train.tsv"
     config.data.eval_file = "builtin_tasks/topics_eval.tsv"
     config.data.text_a = "text"
-    config.data.text_b = ""
     config.data.max_seq_length = 64
     config.train_batch_size = 16
     config.eval_batch_size = 32

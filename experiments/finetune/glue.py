@@ -20,16 +20,18 @@ Pearson and Spearman for STS-B.
 
 import ml_collections
 
-from data_pipeline.classification import GLUE_TASKS
-from experiments.finetune import base, classify
+from data_pipeline import classification
+from experiments.finetune import base
 
 
 def get_config(task: str = "mrpc") -> ml_collections.ConfigDict:
-    if task not in GLUE_TASKS:
-        raise ValueError(f"glue.py:{task}: the task must be one of {', '.join(GLUE_TASKS)}")
+    if task not in classification.GLUE_TASKS:
+        raise ValueError(
+            f"glue.py:{task}: the task must be one of {', '.join(classification.GLUE_TASKS)}"
+        )
     config = base.get_config()
     config.task = "classification"
-    config.data = classify.get_data_config()
+    config.data = classification.default_config()
     config.data.source = "glue"
     config.data.glue_task = task
     # The paper: small sets (MRPC, RTE, STS-B, CoLA) are unstable; 3 epochs, lr 2e-5.

@@ -15,35 +15,13 @@ F1 96.4 on the CoNLL-2003 dev set and 92.4 on test (Large: 96.6 and 92.8).
 
 import ml_collections
 
+from data_pipeline import tagging
 from experiments.finetune import base
-
-
-def get_data_config() -> ml_collections.ConfigDict:
-    """Every field of data_pipeline.tagging.TaggingConfig."""
-    data = ml_collections.ConfigDict()
-    # 'files' (CoNLL format) or 'tfds'.
-    data.source = "files"
-    data.tfds_name = "conll2003"
-    data.tfds_data_dir = ""
-    data.tfds_words_feature = "tokens"
-    data.tfds_tags_feature = "ner"
-    data.train_split = "train"
-    data.eval_split = "dev"
-    data.train_file = ""
-    data.eval_file = ""
-    # The tag's column (the word is column 0); -1 is the last.
-    data.tag_column = -1
-    # () reads the tag set from train_file (sorted).
-    data.label_names = ()
-    # How tags spell entities: iob1, iob2, iobes or bilou.
-    data.tagging_scheme = "iob2"
-    data.max_seq_length = 128
-    return data
 
 
 def get_config() -> ml_collections.ConfigDict:
     config = base.get_config()
     config.task = "tagging"
-    config.data = get_data_config()
+    config.data = tagging.default_config()
     config.optimizer.learning_rate = 5e-5
     return config

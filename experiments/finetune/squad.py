@@ -12,38 +12,15 @@ as fractions.
 Hardware and time: BERT-Base on one GPU or TPU chip; 2 epochs of SQuAD 1.1's
 88k training windows at batch 32 x 384 are about 5,500 steps (not timed with
 bertjax). Expected result: dev F1 88.5 for BERT-Base, 90.9 for Large
-(REFERENCE.md); exact match is lower (80.8 for Base in the paper, Table 2).
+(docs/reference.md#published-numbers); exact match is lower (80.8 for Base in the paper, Table 2).
 """
 
 import ml_collections
 
+from data_pipeline import squad
 from experiments.finetune import base
 
 VERSIONS = ("v1.1", "v2.0")
-
-
-def get_data_config(version: str) -> ml_collections.ConfigDict:
-    """Every field of data_pipeline.squad.SquadConfig, with run_squad.py's defaults."""
-    data = ml_collections.ConfigDict()
-    # 'files' (the official JSON) or 'tfds'.
-    data.source = "files"
-    data.train_file = ""
-    data.eval_file = ""
-    data.tfds_name = f"squad/{version}"
-    data.tfds_data_dir = ""
-    data.train_split = "train"
-    data.eval_split = "validation"
-    # SQuAD 2.0: a question may have no answer; the model may then answer "".
-    data.version_2_with_negative = version == "v2.0"
-    data.max_seq_length = 384
-    # Windows over long contexts start this many tokens apart.
-    data.doc_stride = 128
-    data.max_query_length = 64
-    data.n_best_size = 20
-    data.max_answer_length = 30
-    # SQuAD 2.0: answer "" when the null score beats the best span's by more than this.
-    data.null_score_diff_threshold = 0.0
-    return data
 
 
 def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
@@ -51,7 +28,10 @@ def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
         raise ValueError(f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}")
     config = base.get_config()
     config.task = "squad"
-    config.data = get_data_config(version)
+    # run_squad.py's defaults; data_pipeline.squad.SquadConfig comments every option.
+    config.data = squad.default_config()
+    config.data.tfds_name = f"squad/{version}"
+    config.data.version_2_with_negative = version == "v2.0"
     # run_squad.py's recipe for BERT-Base: lr 3e-5, 2 epochs.
     config.optimizer.learning_rate = 3e-5
     config.num_train_epochs = 2.0

@@ -17,9 +17,9 @@ sequences per chip may be bound by step latency instead. Measure your hardware
 with `python -m bertjax.benchmark --config experiments/pretrain/bert_base.py`
 (model) and `python -m data_pipeline.benchmark` (host pipeline).
 
-Expected result: REFERENCE.md's published numbers describe the finished model,
-i.e. after phase 2 (experiments/pretrain/bert_base_phase2.py): held-out MLM loss
-about 1.4 nats (perplexity about 4) and, after fine-tuning, SQuAD 1.1 dev F1 88.5.
+Expected result: the published numbers (docs/reference.md#published-numbers) describe
+the finished model, i.e. after phase 2 (experiments/pretrain/bert_base_phase2.py): held-out
+MLM loss about 1.4 nats (perplexity about 4) and, after fine-tuning, SQuAD 1.1 dev F1 88.5.
 Phase 1 alone has no published figure; its held-out MLM loss at length 128
 should approach that level without reaching it. This config trains on Wikipedia
 only (see below), so the numbers are expected to land near the paper's, not on
@@ -77,7 +77,8 @@ PEAK_LEARNING_RATE = 1e-4
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """tiny_cpu.py's config (which comments every key) with the paper's values."""
+    """tiny_cpu.py's config with the paper's values (data_pipeline/config.py comments the
+    data keys)."""
     config = tiny_cpu.get_config()
     config.num_train_steps = PHASE1_STEPS
     config.train_batch_size = 256  # global, over all hosts (paper: 256 sequences)

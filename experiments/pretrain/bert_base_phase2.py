@@ -16,7 +16,7 @@ v4-32's peak (16 chips x 275 bf16 TFLOP/s), a lower bound only. `python -m
 bertjax.benchmark --config experiments/pretrain/bert_base_phase2.py` measures a
 step on your hardware.
 
-Expected result (REFERENCE.md, published; not yet reproduced with bertjax, and
+Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): held-out MLM loss about 1.4 nats
 (perplexity about 4) for the finished BERT-Base, and SQuAD 1.1 dev F1 88.5 after
 fine-tuning.
@@ -46,7 +46,7 @@ def phase2(config, *, init_checkpoint: str):
     config.num_train_steps = bert_base.PHASE2_STEPS
     config.init_checkpoint = init_checkpoint
     config.data.max_seq_length = 512
-    # REFERENCE.md: 76-80 at length 512; 80 keeps round(512 * 0.15) = 77 possible.
+    # docs/reference.md#masking: 76-80 at length 512; 80 keeps round(512 * 0.15) = 77 possible.
     config.data.max_predictions_per_seq = 80
     # The paper's rate at step 900,000 of its 1M-step schedule: 1e-4 * (1 - 900k / 1M).
     config.optimizer.learning_rate = 1e-5

@@ -18,8 +18,9 @@ experiments/pretrain/bert_large.py` measures a step on your hardware.
 Expected result: the published numbers describe the finished model, after
 phase 2 (experiments/pretrain/bert_large_phase2.py): SQuAD 1.1 dev F1 90.9 after
 fine-tuning, and MLPerf's BERT-Large target of masked-LM accuracy >= 0.720 on
-held-out sequences of length 512 (REFERENCE.md). Phase 1 alone has no published
-figure. Not yet reproduced with bertjax; this config trains on Wikipedia only.
+held-out sequences of length 512 (docs/reference.md#published-numbers). Phase 1 alone
+has no published figure. Not yet reproduced with bertjax; this config trains on
+Wikipedia only.
 
 Everything else (the data, the paths to override, the offline TFRecords for
 Wikipedia + BookCorpus, and how the paper's single schedule is split into two

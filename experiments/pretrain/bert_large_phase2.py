@@ -12,7 +12,7 @@ A.2) cover both phases. 261 TFLOP per step by bertjax.benchmark's analytic
 count, 4.2x a phase-1 step, 2.6e19 in all: 25 minutes at a v4-128's peak (64
 chips x 275 bf16 TFLOP/s), a lower bound only.
 
-Expected result (REFERENCE.md, published; not yet reproduced with bertjax, and
+Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): masked-LM accuracy >= 0.720 on held-out
 sequences of length 512 (MLPerf's BERT-Large target) and, after fine-tuning,
 SQuAD 1.1 dev F1 90.9.

@@ -14,65 +14,7 @@ The data side alone: `python -m data_pipeline.inspect --config experiments/pretr
 
 import ml_collections
 
-
-def get_data_config() -> ml_collections.ConfigDict:
-    """The complete host-pipeline config; every field is read by data_pipeline.DataConfig."""
-    data = ml_collections.ConfigDict()
-    # Where documents come from: 'builtin' (Python's own docs), 'text', 'tfds' or 'tfrecord'.
-    data.source = "builtin"
-    # source='text': comma-separated globs of files in the original BERT format (.gz ok).
-    data.text_files = ""
-    # source='tfds': dataset name with config/version, e.g. 'wikipedia/20230601.en'.
-    data.tfds_name = ""
-    # source='tfds': the TFDS split that holds the documents (held-out docs are carved from it).
-    data.tfds_split = "train"
-    # source='tfds': TFDS data_dir, a local path or gs://...; '' uses the TFDS default.
-    data.tfds_data_dir = ""
-    # source='tfds': the feature holding a document's text.
-    data.tfds_text_field = "text"
-    # source='tfrecord': comma-separated globs of offline training instances.
-    data.tfrecord_train_files = ""
-    # source='tfrecord': comma-separated globs of offline evaluation instances.
-    data.tfrecord_eval_files = ""
-    # Share of documents (by a hash of their text) held out for evaluation.
-    data.eval_fraction = 0.1
-    # 'wordpiece' (BERT's) or 'sentencepiece'.
-    data.tokenizer = "wordpiece"
-    # vocab.txt or tokenizer.json (wordpiece), or a .model file (sentencepiece); '' learns one.
-    data.vocab_file = ""
-    # Size of the vocabulary learned when vocab_file is ''.
-    data.vocab_size = 4096
-    # Where learned vocabularies are cached; '' means $XDG_CACHE_HOME/bertjax.
-    data.vocab_cache_dir = ""
-    # Uncased model: lowercase and strip accents before WordPiece.
-    data.do_lower_case = True
-    # A word longer than this many characters becomes [UNK] (BERT: 200).
-    data.max_chars_per_word = 200
-    # Tokens per sequence, [CLS] and both [SEP] included.
-    data.max_seq_length = 128
-    # Masked positions per sequence, padded with weight 0 (BERT: 20 at 128, 80 at 512).
-    data.max_predictions_per_seq = 20
-    # Share of tokens to predict.
-    data.masked_lm_prob = 0.15
-    # Of the predicted tokens: share replaced by [MASK].
-    data.mask_token_prob = 0.8
-    # Of the predicted tokens: share replaced by a random non-special token (the rest stay).
-    data.random_token_prob = 0.1
-    # Mask whole words (a token and its ## pieces) instead of single pieces.
-    data.whole_word_mask = False
-    # Probability that a document pass aims at a random shorter length.
-    data.short_seq_prob = 0.1
-    # Probability that segment B comes from another document (NotNext).
-    data.random_next_prob = 0.5
-    # Documents held in memory to draw NotNext segments and to shuffle document order.
-    data.document_buffer_size = 256
-    # Instances shuffled together before batching.
-    data.shuffle_buffer_size = 2048
-    # Offline writer: masked copies of each document pass (BERT: 10).
-    data.dupe_factor = 10
-    # Seed of the fixed evaluation masking, so an eval set is identical across runs.
-    data.eval_seed = 1234
-    return data
+from data_pipeline import config as data_config_lib
 
 
 def get_model_config(preset: str, vocab_size) -> ml_collections.ConfigDict:
@@ -123,7 +65,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Mesh axis sizes; one may be -1 (the remaining devices).
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 
-    config.data = get_data_config()
+    # The pipeline's defaults (data_pipeline/config.py documents every option): the
+    # built-in corpus, a learned 4,096-entry uncased WordPiece vocabulary, 128 tokens.
+    config.data = data_config_lib.default_config()
 
     # vocab_size follows config.data.vocab_size unless set on its own.
     config.model = get_model_config("tiny", config.data.get_ref("vocab_size"))

@@ -1,0 +1,128 @@
+"""Sentence (pair) classification and regression as a task: the pooled [CLS] output to K
+logits, or one score (paper section 4.1, GLUE).
+
+    python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
+        --config.init_checkpoint=PRETRAINED_WORKDIR
+
+The input is data_pipeline/classification.py (GLUE from TFDS, or TSV/CSV/JSONL
+files). The scores are the task's official metrics (scores.py). A fine-tuned
+workdir answers `classify(restore(workdir), texts, pairs)` and predicts a file
+with `python -m bertjax.predict`.
+"""
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+import tensorflow as tf
+
+from bertjax import finetune, losses, scores
+from bertjax import workdir as workdir_lib
+from bertjax.model import BertForSequenceClassification
+from bertjax.task import Setup, Task
+from data_pipeline import classification as classification_data
+
+
+def setup(config, workdir: str) -> Setup:
+    pretrained = finetune.load_pretrained(config, workdir)
+    data = classification_data.load_classification_task(config.data.to_dict())
+
+    def make_dataset(split, **kwargs):
+        dataset, info = classification_data.make_classification_dataset(
+            data, pretrained.tokenizer, split=split, **kwargs
+        )
+        return dataset, info.num_batches
+
+    def score(outputs, passed):
+        logits = outputs[passed["example_weight"] > 0]
+        predictions = logits[:, 0] if data.is_regression else np.argmax(logits, axis=-1)
+        labels = data.eval.labels
+        values = {
+            name: float(scores.get_metric(name).fn(labels, predictions)) for name in data.metrics
+        }
+        return values, predictions
+
+    def write_predictions(predictions, workdir: str) -> None:
+        workdir_lib.write_lines(
+            workdir_lib.path(workdir, workdir_lib.EVAL_PREDICTIONS_FILE),
+            _records(predictions, data.label_names),
+        )
+
+    return finetune.make_setup(
+        config,
+        pretrained,
+        kind="classification",
+        model=BertForSequenceClassification(pretrained.model_config, data.num_labels),
+        num_labels=data.num_labels,
+        label_names=data.label_names,
+        metric_names=data.metrics,
+        label_features=("label",),
+        sums=losses.regression_sums if data.is_regression else losses.classification_sums,
+        weight=finetune.example_weight,
+        make_dataset=make_dataset,
+        score=score,
+        write_predictions=write_predictions,
+        data=data,
+    )
+
+
+def _records(predictions, label_names) -> list[dict]:
+    """One record per example: its predicted label, or its score for regression."""
+    if label_names:
+        return [{"label": label_names[int(value)]} for value in predictions]
+    return [{"score": float(value)} for value in predictions]
+
+
+def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
+    """Per text (with `pairs[i]`): {'label', 'probabilities': {label: p}}, or {'score'}.
+
+    Texts are encoded and truncated exactly as the task's training examples were.
+    """
+    restored.require("classification", "classify")
+    if isinstance(texts, str):
+        raise TypeError("pass a list of texts, not one string")
+    vocab = restored.tokenizer.vocab
+    features = classification_data.encode_texts(
+        restored.tokenizer,
+        tf.constant(list(texts), tf.string),
+        tf.constant(list(pairs) if pairs is not None else [""] * len(texts), tf.string),
+        max_seq_length=restored.max_seq_length,
+        cls_id=vocab.cls_id,
+        sep_id=vocab.sep_id,
+        pad_id=vocab.pad_id,
+    )
+    logits = np.asarray(restored.apply(features))
+    labels = restored.task["label_names"]
+    if not labels:
+        return [{"score": float(row[0])} for row in logits]
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    return [
+        {
+            "label": labels[int(np.argmax(row))],
+            "probabilities": {label: float(p) for label, p in zip(labels, row, strict=True)},
+        }
+        for row in probs
+    ]
+
+
+def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
+    """A TSV, CSV or JSONL file with the task's text columns -> JSON lines of classify()."""
+    output = output or input_path + ".predictions.jsonl"
+    text_a, text_b = classification_data.read_texts(restored.task["data"], input_path)
+    records = []
+    for begin in range(0, len(text_a), batch_size):
+        rows = slice(begin, begin + batch_size)
+        records += classify(restored, text_a[rows], pairs=text_b[rows])
+    workdir_lib.write_lines(output, records)
+    return output
+
+
+TASK = Task(
+    name="classification",
+    setup=setup,
+    make_model=lambda model_config, description: BertForSequenceClassification(
+        model_config, description["num_labels"]
+    ),
+    predict_file=predict_file,
+    report=finetune.report,
+)

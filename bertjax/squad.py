@@ -1,0 +1,365 @@
+"""SQuAD as a task: answer spans from start and end logits on the sequence output
+(paper section 4.2).
+
+The input is data_pipeline/squad.py (official JSON files or TFDS), which reads,
+checks and windows the questions. This module turns the model's logits back
+into answers: `predict_answers` picks each question's n-best spans over all of
+its windows and maps them to the context's own text (`final_text`), and
+`write_predictions` writes predictions.json, nbest_predictions.json and, for
+SQuAD 2.0, null_odds.json, as run_squad.py does.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from bertjax import finetune, losses, scores
+from bertjax.model import BertForQuestionAnswering
+from bertjax.task import Setup, Task
+from data_pipeline import squad as squad_data
+from data_pipeline.squad import (
+    TEXTS_PER_TOKENIZER_CALL,
+    SquadDocument,
+    SquadError,
+    SquadFeatures,
+)
+from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
+
+# ----------------------------------------------------------------------------- answers from logits
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadPredictions:
+    answers: dict[str, str]  # question id -> answer text ("" for no answer): predictions.json
+    nbest: dict[str, list[dict]]  # text, probability, start_logit, end_logit, best first
+    # SQuAD 2.0: question id -> null score minus the best span's score; above
+    # null_score_diff_threshold, the answer is "". None for SQuAD 1.1.
+    null_odds: dict[str, float] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    feature: int
+    start: int  # positions in the row; 0 and 0 for the null answer
+    end: int
+    start_logit: float
+    end_logit: float
+
+
+def predict_answers(
+    features: SquadFeatures,
+    feature_index,
+    start_logits,
+    end_logits,
+    tokenizer,
+) -> SquadPredictions:
+    """Each question's answer from the logits of its windows.
+
+    Rows of `start_logits`/`end_logits` (float [N, L]) belong to the features
+    named by `feature_index` (int [N], as in the batches; rows with -1 are
+    padding), and together they must cover every feature once.
+    """
+    config = features.config
+    start_logits, end_logits = _scatter(features, feature_index, start_logits, end_logits)
+    basic = _basic_words(features.documents, tokenizer)
+    vocab_tokens = tokenizer.vocab.tokens
+    detokenize = _sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text
+    positions = np.arange(config.max_seq_length)
+    in_document = (positions >= features.doc_offset[:, None]) & (
+        positions < (features.doc_offset + features.doc_length)[:, None]
+    )
+    bounds = np.searchsorted(features.example_index, np.arange(features.num_examples + 1))
+
+    answers, nbest_all, null_odds = {}, {}, {}
+    for index, example in enumerate(features.data.examples):
+        document = features.documents[index]
+        candidates, null = [], None
+        for f in range(bounds[index], bounds[index + 1]):
+            candidates += _span_candidates(
+                f, start_logits[f], end_logits[f], in_document[f], features, config
+            )
+            null_score = start_logits[f, 0] + end_logits[f, 0]
+            if null is None or null_score < null.start_logit + null.end_logit:
+                null = _Candidate(f, 0, 0, float(start_logits[f, 0]), float(end_logits[f, 0]))
+        if config.version_2_with_negative:
+            candidates.append(null)
+        candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
+
+        nbest, seen = [], set()
+        for candidate in candidates:
+            if len(nbest) >= config.n_best_size:
+                break
+            text = ""
+            if candidate.start > 0:
+                f = candidate.feature
+                ids = features.input_ids[f, candidate.start : candidate.end + 1]
+                first, last = (
+                    document.token_to_word[
+                        features.doc_start[f] + position - features.doc_offset[f]
+                    ]
+                    for position in (candidate.start, candidate.end)
+                )
+                text = final_text(
+                    detokenize([vocab_tokens[i] for i in ids]),
+                    " ".join(document.words[first : last + 1]),
+                    " ".join(w for w in basic[id(document)][first : last + 1] if w),
+                )
+                if text in seen:
+                    continue
+            seen.add(text)
+            nbest.append((text, candidate.start_logit, candidate.end_logit))
+        if config.version_2_with_negative and "" not in seen:
+            nbest.append(("", null.start_logit, null.end_logit))
+        if not nbest:  # no span fits anywhere (every window too short for one)
+            nbest.append(("", 0.0, 0.0))
+
+        scores = np.array([s + e for _, s, e in nbest])
+        probabilities = np.exp(scores - scores.max())
+        probabilities /= probabilities.sum()
+        nbest_all[example.qid] = [
+            {"text": t, "probability": float(p), "start_logit": s, "end_logit": e}
+            for (t, s, e), p in zip(nbest, probabilities, strict=True)
+        ]
+        if not config.version_2_with_negative:
+            answers[example.qid] = nbest[0][0]
+            continue
+        best = next((entry for entry in nbest if entry[0]), None)
+        if best is None:
+            null_odds[example.qid] = math.inf
+            answers[example.qid] = ""
+            continue
+        diff = null.start_logit + null.end_logit - best[1] - best[2]
+        null_odds[example.qid] = diff
+        answers[example.qid] = "" if diff > config.null_score_diff_threshold else best[0]
+    return SquadPredictions(
+        answers=answers,
+        nbest=nbest_all,
+        null_odds=null_odds if config.version_2_with_negative else None,
+    )
+
+
+def _scatter(features: SquadFeatures, feature_index, start_logits, end_logits):
+    feature_index = np.asarray(feature_index).reshape(-1)
+    start_logits = np.asarray(start_logits, np.float64)
+    end_logits = np.asarray(end_logits, np.float64)
+    shape = (feature_index.size, features.config.max_seq_length)
+    if start_logits.shape != shape or end_logits.shape != shape:
+        raise ValueError(
+            f"start_logits {start_logits.shape} and end_logits {end_logits.shape}: expected "
+            f"{shape}, one row of max_seq_length logits per feature_index"
+        )
+    real = feature_index >= 0
+    index = feature_index[real]
+    if index.size and index.max() >= features.num_features:
+        raise ValueError(
+            f"feature_index {index.max()} is out of range: {features.num_features} features"
+        )
+    counts = np.bincount(index, minlength=features.num_features)
+    if (counts != 1).any():
+        f = int(np.flatnonzero(counts != 1)[0])
+        qid = features.data.examples[features.example_index[f]].qid
+        raise SquadError(
+            f"{features.data.source}: feature {f} (question {qid!r}) has {counts[f]} rows of "
+            f"logits; every feature needs exactly one ({np.sum(counts == 0)} have none, "
+            f"{np.sum(counts > 1)} have several)"
+        )
+    start = np.empty((features.num_features, shape[1]))
+    end = np.empty((features.num_features, shape[1]))
+    start[index] = start_logits[real]
+    end[index] = end_logits[real]
+    return start, end
+
+
+def _span_candidates(f, start_logits, end_logits, in_document, features, config):
+    """Spans from the n best starts and ends: inside the window, start <= end, not too
+    long, and starting where this window gives the start its maximum context."""
+    n = config.n_best_size
+    starts = np.argsort(-start_logits, kind="stable")[:n]
+    ends = np.argsort(-end_logits, kind="stable")[:n]
+    s, e = starts[:, None], ends[None, :]
+    ok = (
+        in_document[s]
+        & in_document[e]
+        & features.max_context[f, s]
+        & (e >= s)
+        & (e - s + 1 <= config.max_answer_length)
+    )
+    return [
+        _Candidate(
+            f,
+            int(starts[i]),
+            int(ends[j]),
+            float(start_logits[starts[i]]),
+            float(end_logits[ends[j]]),
+        )
+        for i, j in zip(*np.nonzero(ok), strict=True)
+    ]
+
+
+def _basic_words(documents: Sequence[SquadDocument], tokenizer) -> dict[int, list[str]]:
+    """id(document) -> for each word, the tokenizer's words of it joined by spaces."""
+    unique = list({id(d): d for d in documents}.values())
+    all_words = [w for d in unique for w in d.words]
+    found = {}
+    for begin in range(0, len(all_words), TEXTS_PER_TOKENIZER_CALL):
+        chunk = tokenizer.words(tf.constant(all_words[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
+        for n, pieces in enumerate(chunk.to_list()):
+            found[begin + n] = " ".join(p.decode("utf-8", "replace") for p in pieces)
+    result, first = {}, 0
+    for document in unique:
+        result[id(document)] = [found[i] for i in range(first, first + len(document.words))]
+        first += len(document.words)
+    return result
+
+
+def _wordpiece_text(tokens: Sequence[str]) -> str:
+    text = " ".join(tokens).replace(" " + WORDPIECE_PREFIX, "").replace(WORDPIECE_PREFIX, "")
+    return " ".join(text.split())
+
+
+def _sentencepiece_text(tokens: Sequence[str]) -> str:
+    return " ".join("".join(tokens).replace(SENTENCEPIECE_WORD_START, " ").split())
+
+
+def final_text(predicted: str, original: str, tokenized: str) -> str:
+    """The part of `original` that the predicted (normalized) text covers.
+
+    `predicted` is the answer rebuilt from word pieces, lowercased and without
+    accents if the tokenizer made it so; `original` is the context's words it
+    spans, joined by single spaces; `tokenized` is the tokenizer's words of
+    `original`, joined by spaces. The prediction is found in `tokenized`, and
+    its ends are carried to `original` through the characters that are not
+    spaces, which must be as many on both sides. When they are not (the
+    tokenizer changed the length of a character) or the prediction is not
+    found, the whole of `original` is the answer.
+    """
+    start = tokenized.find(predicted)
+    if not predicted or start < 0:
+        return original
+    end = start + len(predicted) - 1
+    original_chars = [i for i, c in enumerate(original) if c != " "]
+    tokenized_chars = [i for i, c in enumerate(tokenized) if c != " "]
+    if len(original_chars) != len(tokenized_chars):
+        return original
+    # The prediction starts and ends on non-space characters, so both ends map.
+    rank = {position: n for n, position in enumerate(tokenized_chars)}
+    return original[original_chars[rank[start]] : original_chars[rank[end]] + 1]
+
+
+def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[str]:
+    """Writes predictions.json, nbest_predictions.json and (SQuAD 2.0) null_odds.json."""
+    os.makedirs(output_dir, exist_ok=True)
+    files = {
+        "predictions.json": predictions.answers,
+        "nbest_predictions.json": predictions.nbest,
+    }
+    if predictions.null_odds is not None:
+        files["null_odds.json"] = predictions.null_odds
+    paths = []
+    for name, content in files.items():
+        path = os.path.join(output_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        paths.append(path)
+    return paths
+
+
+# ------------------------------------------------------------------------------------ the task
+
+
+def setup(config, workdir: str) -> Setup:
+    pretrained = finetune.load_pretrained(config, workdir)
+    data = squad_data.load_squad_task(config.data.to_dict(), pretrained.tokenizer)
+    version = "v2.0" if data.config.version_2_with_negative else "v1.1"
+
+    def make_dataset(split, **kwargs):
+        return squad_data.make_task_dataset(data, split=split, **kwargs)
+
+    def score(outputs, passed):
+        start_logits, end_logits = outputs
+        predictions = predict_answers(
+            data.eval, passed["feature_index"], start_logits, end_logits, pretrained.tokenizer
+        )
+        gold = data.eval.data.gold_answers()
+        return scores.squad_scores(gold, predictions.answers, version=version), predictions
+
+    return finetune.make_setup(
+        config,
+        pretrained,
+        kind="squad",
+        model=BertForQuestionAnswering(pretrained.model_config),
+        num_labels=2,
+        label_names=(),
+        metric_names=("f1", "exact_match"),
+        label_features=("start_positions", "end_positions"),
+        sums=losses.span_sums,
+        weight=finetune.example_weight,
+        make_dataset=make_dataset,
+        score=score,
+        write_predictions=write_predictions,
+        data=data,
+    )
+
+
+def answers_for(restored, data: squad_data.SquadData, batch_size: int = 32) -> SquadPredictions:
+    """The predictions of a restored SQuAD workdir for every question of `data`."""
+    restored.require("squad", "answers_for")
+    config = squad_data.from_config(restored.task["data"])
+    features = squad_data.make_features(data, restored.tokenizer, config)
+    starts, ends = [], []
+    for begin in range(0, features.num_features, batch_size):
+        rows = slice(begin, begin + batch_size)
+        start, end = restored.apply(
+            {name: getattr(features, name)[rows] for name in finetune.MODEL_INPUTS}
+        )
+        starts.append(np.asarray(start))
+        ends.append(np.asarray(end))
+    return predict_answers(
+        features,
+        np.arange(features.num_features, dtype=np.int32),
+        np.concatenate(starts),
+        np.concatenate(ends),
+        restored.tokenizer,
+    )
+
+
+def answer(restored, question: str, context: str) -> dict:
+    """The answer span in `context`: {'text', 'probability', 'nbest'}; text '' for no answer."""
+    restored.require("squad", "answer")
+    examples = squad_data.SquadData(
+        "answer()",
+        (squad_data.SquadExample("q", question, context, answers=(), is_impossible=True),),
+    )
+    predictions = answers_for(restored, examples)
+    best = predictions.nbest["q"]
+    return {
+        "text": predictions.answers["q"],
+        "probability": best[0]["probability"] if best else 0.0,
+        "nbest": best,
+    }
+
+
+def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
+    """A SQuAD JSON file (answers not needed) -> a directory with predictions.json,
+    nbest_predictions.json (and null_odds.json for 2.0)."""
+    output = output or input_path + ".predictions"
+    data = squad_data.read_squad_json(input_path, labelled=False)
+    predictions = answers_for(restored, data, batch_size)
+    os.makedirs(output, exist_ok=True)
+    write_predictions(predictions, output)
+    return output
+
+
+TASK = Task(
+    name="squad",
+    setup=setup,
+    make_model=lambda model_config, description: BertForQuestionAnswering(model_config),
+    predict_file=predict_file,
+    report=finetune.report,
+)

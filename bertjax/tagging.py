@@ -1,0 +1,122 @@
+"""Tagging as a task: a label per word from the sequence output of its first piece
+(paper section 5.3, CoNLL-2003 NER).
+
+    python -m bertjax.main --config experiments/finetune/ner.py --workdir DIR \
+        --config.init_checkpoint=PRETRAINED_WORKDIR
+
+The input is data_pipeline/tagging.py (CoNLL files or TFDS); the score is
+entity-level precision, recall and F1 (scores.py). A fine-tuned workdir
+answers `tag(restore(workdir), "Anna moved to Berlin")`.
+"""
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax import finetune, losses, scores
+from bertjax import workdir as workdir_lib
+from bertjax.model import BertForTokenClassification
+from bertjax.task import Setup, Task
+from data_pipeline import tagging as tagging_data
+from data_pipeline.finetune_data import read_text_file
+
+METRIC_NAMES = ("entity_f1", "entity_precision", "entity_recall")
+
+
+def setup(config, workdir: str) -> Setup:
+    pretrained = finetune.load_pretrained(config, workdir)
+    data = tagging_data.load_tagging_task(config.data.to_dict())
+    num_labels = len(data.label_names)
+
+    def make_dataset(split, **kwargs):
+        dataset, info = tagging_data.make_tagging_dataset(
+            data, pretrained.tokenizer, split=split, **kwargs
+        )
+        return dataset, info.num_batches
+
+    def score(outputs, passed):
+        predicted = tagging_data.tags_from_predictions(
+            np.argmax(outputs, axis=-1),
+            passed["word_index"],
+            passed["sentence_id"],
+            data.eval,
+            data.label_names,
+        )
+        truth = [[data.label_names[t] for t in tags] for tags in data.eval.tags]
+        values = scores.entity_scores(truth, predicted, data.config.tagging_scheme)
+        return {f"entity_{name}": value for name, value in values.items()}, predicted
+
+    def write_predictions(predictions, workdir: str) -> None:
+        workdir_lib.write_lines(
+            workdir_lib.path(workdir, workdir_lib.EVAL_PREDICTIONS_FILE),
+            [{"tags": list(tags)} for tags in predictions],
+        )
+
+    return finetune.make_setup(
+        config,
+        pretrained,
+        kind="tagging",
+        model=BertForTokenClassification(pretrained.model_config, num_labels),
+        num_labels=num_labels,
+        label_names=data.label_names,
+        metric_names=METRIC_NAMES,
+        label_features=("label_ids", "label_weights"),
+        sums=losses.tagging_sums,
+        weight=_token_weight,
+        make_dataset=make_dataset,
+        score=score,
+        write_predictions=write_predictions,
+        data=data,
+    )
+
+
+def _token_weight(batch):
+    """The labelled tokens of the batch's real rows: what the loss averages over."""
+    weights = batch["label_weights"] * batch["example_weight"][:, None]
+    return jnp.sum(weights.astype(jnp.float32))
+
+
+def tag(restored, text: str | Sequence[str]) -> list[tuple[str, str]]:
+    """(word, tag) for each word of `text` (split at whitespace, or a list of words)."""
+    restored.require("tagging", "tag")
+    words = tuple(text.split() if isinstance(text, str) else text)
+    if not words:
+        return []
+    sentences = tagging_data.Sentences("text", (words,), (np.zeros(len(words), np.int32),))
+    features, _ = tagging_data.encode_sentences(
+        sentences, restored.tokenizer, max_seq_length=restored.max_seq_length
+    )
+    logits = np.asarray(restored.apply(features))
+    [tags] = tagging_data.tags_from_predictions(
+        np.argmax(logits, axis=-1),
+        features["word_index"],
+        features["sentence_id"],
+        sentences,
+        restored.task["label_names"],
+    )
+    return list(zip(words, tags, strict=True))
+
+
+def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
+    """Plain text, one sentence per line, words split at whitespace -> JSON lines
+    {"words": [...], "tags": [...]}."""
+    del batch_size  # one sentence per forward pass
+    output = output or input_path + ".predictions.jsonl"
+    lines = [line.split() for line in read_text_file(input_path).splitlines() if line.strip()]
+    records = []
+    for words in lines:
+        records.append({"words": words, "tags": [label for _, label in tag(restored, words)]})
+    workdir_lib.write_lines(output, records)
+    return output
+
+
+TASK = Task(
+    name="tagging",
+    setup=setup,
+    make_model=lambda model_config, description: BertForTokenClassification(
+        model_config, description["num_labels"]
+    ),
+    predict_file=predict_file,
+    report=finetune.report,
+)

@@ -1,0 +1,265 @@
+"""What the fine-tuning inputs (classification.py, tagging.py, squad.py) share.
+
+Reading: `read_text_file` (UTF-8, any BOM dropped), `read_records` (the
+columns of a TSV, CSV or JSONL file, chosen by extension) and
+`tfds_builder`/`tfds_dataset` (TFDS with its errors named). Every problem in
+the data is a `TaskDataError` naming the file and line (or the dataset and
+split); a bad option is a ConfigError naming `config.data.<option>` (`fail`).
+
+Batching (`batch_indices`): training draws a new permutation of the whole
+split each epoch from (seed, epoch), the same on every process, chains the
+epochs, cuts them into global batches of batch_size * process_count and gives
+process i the i-th slice of each. It yields
+int(num_examples / global_batch_size * num_epochs) batches, the original's
+num_train_steps, so an epoch may end inside a batch. Evaluation keeps the
+split's order and yields every example exactly once: the global batches, each
+the processes' slices in process order, concatenate to the split. The last one
+is filled with copies of example 0 whose example_weight is 0, so every process
+yields the same number of full batches and weighted metrics are exact.
+"""
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline.config import ConfigError, check_known_keys
+from data_pipeline.errors import UserError
+
+SPLITS = ("train", "eval")
+FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+# Options are named as the experiment config spells them.
+OPTION_PREFIX = "config.data."
+
+
+class TaskDataError(UserError):
+    """A fine-tuning file, row or dataset that cannot be used; the message names it."""
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def config_values(config_class, data_config: Any) -> dict[str, Any]:
+    """The keys of a ConfigDict or dict for `config_class`; lists become tuples."""
+    values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
+    check_known_keys(values, [f.name for f in dataclasses.fields(config_class)], "config.data")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def fail(option: str, value: Any, why: str) -> NoReturn:
+    raise ConfigError(f"{OPTION_PREFIX}{option}={value!r}: {why}")
+
+
+def task_split(task: Any, split: str) -> Any:
+    """`task.train` or `task.eval`; a ConfigError when that split is not configured."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    found = task.train if split == "train" else task.eval
+    if found is None:
+        fail(f"{split}_file", "", f"no {split} split configured")
+    return found
+
+
+def sorted_labels(labels: Sequence[str]) -> tuple[str, ...]:
+    """The distinct labels, in numeric order when all are integers, else in string order."""
+    distinct = set(labels)
+    if all(re.fullmatch(r"[+-]?\d+", label) for label in distinct):
+        return tuple(sorted(distinct, key=lambda label: (int(label), label)))
+    return tuple(sorted(distinct))
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def read_text_file(path: str, option: str = "") -> str:
+    """The file's text, UTF-8 with any BOM dropped. A TaskDataError names the file, the option
+    that named it, and for bad UTF-8 the line."""
+    what = f" ({OPTION_PREFIX}{option})" if option else ""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TaskDataError(f"{path}{what}: cannot read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TaskDataError(
+            f"{path}{what}: line {line} is not valid UTF-8 (byte {data[e.start]:#04x} "
+            f"at offset {e.start})"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def read_records(
+    path: str, columns: Sequence[tuple[str, str]], option: str = ""
+) -> Iterator[tuple[int, list]]:
+    """(line, values of `columns`) for each record of a TSV, CSV or JSONL file, by extension.
+
+    `columns` holds (option, column name) pairs; a missing column is named with
+    its option. Delimited files need a header naming the columns; blank lines are
+    skipped. JSONL values keep their JSON type.
+    """
+    file_format = FILE_FORMATS.get(os.path.splitext(path)[1].lower())
+    if file_format is None:
+        raise TaskDataError(f"{path}: unknown format; use one of {', '.join(FILE_FORMATS)}")
+    text = read_text_file(path, option)
+    if file_format == "jsonl":
+        return _jsonl_records(path, text, columns)
+    return _delimited_records(path, text, columns, file_format)
+
+
+def _delimited_records(path, text, columns, file_format):
+    if file_format == "tsv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+    header = None
+    while True:
+        line = reader.line_num + 1  # where the next record starts
+        try:
+            row = next(reader, None)
+        except csv.Error as e:
+            raise TaskDataError(f"{path}: line {line}: {e}") from None
+        if row is None:
+            break
+        if not row:
+            continue
+        if header is None:
+            header = row
+            missing = [(o, name) for o, name in columns if name not in header]
+            if missing:
+                option, name = missing[0]
+                raise TaskDataError(
+                    f"{path}: no column {name!r} ({OPTION_PREFIX}{option}); "
+                    f"the header (line {line}) has {header}"
+                )
+            positions = [header.index(name) for _, name in columns]
+            continue
+        if len(row) != len(header):
+            raise TaskDataError(
+                f"{path}: line {line} has {len(row)} fields; the header has {len(header)}"
+            )
+        yield line, [row[i] for i in positions]
+    if header is None:
+        raise TaskDataError(f"{path}: empty file; expected a header naming the columns")
+
+
+def _jsonl_records(path, text, columns):
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise TaskDataError(
+                f"{path}: line {line} is not valid JSON ({e.msg}); JSON lines hold one object a line"
+            ) from None
+        if not isinstance(record, dict):
+            raise TaskDataError(f"{path}: line {line} is not a JSON object")
+        for option, name in columns:
+            if name not in record:
+                raise TaskDataError(
+                    f"{path}: line {line}: no key {name!r} ({OPTION_PREFIX}{option}); "
+                    f"the keys are {sorted(record)}"
+                )
+        yield line, [record[name] for _, name in columns]
+
+
+# ----------------------------------------------------------------------------- TFDS
+
+
+def tfds_builder(name: str, data_dir: str):
+    """tfds.builder(name), with its errors as TaskDataError."""
+    # Imported here: tensorflow_datasets takes seconds to import and only TFDS sources need it.
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.builder(name, data_dir=data_dir or None)
+    except (ValueError, OSError) as e:  # DatasetNotFoundError is a ValueError
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TaskDataError(f"TFDS dataset {name!r}: {first_line}") from e
+
+
+def tfds_dataset(builder, name: str, split: str) -> tf.data.Dataset:
+    """A TFDS split in its stored order, with its errors as TaskDataError."""
+    try:
+        return builder.as_dataset(split=split, shuffle_files=False)
+    except (AssertionError, KeyError, ValueError) as e:  # TFDS asserts that the data exists
+        raise TaskDataError(
+            f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}), split {split!r}: "
+            f"{str(e).strip().splitlines()[0]} (prepare it with `tfds build {name}`)"
+        ) from e
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    num_examples: int  # in the split, all processes together
+    global_batch_size: int  # batch_size * process_count
+    num_batches: int  # what the dataset yields, the same on every process
+
+
+def batch_indices(
+    num_examples: int,
+    *,
+    training: bool,
+    batch_size: int,
+    process_index: int,
+    process_count: int,
+    seed: int,
+    num_epochs: float,
+) -> tuple[tf.data.Dataset, SplitInfo]:
+    """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
+    module docstring describes."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    if num_examples < 1:
+        raise ValueError("no examples")
+    global_batch = batch_size * process_count
+    start = process_index * batch_size
+    if not training:
+        num_batches = -(-num_examples // global_batch)
+        indices = np.arange(num_batches * global_batch, dtype=np.int32)
+        weights = (indices < num_examples).astype(np.float32)
+        indices[num_examples:] = 0
+        indices = indices.reshape(num_batches, global_batch)[:, start : start + batch_size]
+        weights = weights.reshape(num_batches, global_batch)[:, start : start + batch_size]
+        dataset = tf.data.Dataset.from_tensor_slices((indices, weights))
+        return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+    if not num_epochs > 0:
+        raise ValueError(f"num_epochs={num_epochs}: must be above 0")
+    num_batches = int(num_examples / global_batch * num_epochs)
+    if num_batches < 1:
+        raise ValueError(
+            f"{num_examples} examples x {num_epochs} epochs make no global batch of "
+            f"{global_batch} (batch_size {batch_size} x {process_count} processes)"
+        )
+    epochs = -(-num_batches * global_batch // num_examples)
+    seed = seed % 2**63
+
+    def permutation(epoch):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_examples, dtype=tf.int32),
+            seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+        )
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    dataset = tf.data.Dataset.range(epochs).flat_map(permutation)
+    dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches)
+    dataset = dataset.map(
+        lambda order: (order[start : start + batch_size], tf.ones([batch_size], tf.float32))
+    )
+    return dataset, SplitInfo(num_examples, global_batch, num_batches)

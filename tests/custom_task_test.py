@@ -1,0 +1,172 @@
+"""A task defined entirely here, sentence-length regression, trained by the one training loop.
+
+It is what the README's "Adding a task" section describes: a `Task` of plain
+functions handed to `train.train_and_evaluate`; nothing in bertjax/ knows it.
+"""
+
+import functools
+import json
+from pydoc_data.topics import topics
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax import model as model_lib
+from bertjax import scores, train
+from bertjax.model import BertForSequenceClassification
+from bertjax.task import Setup, Task
+from data_pipeline import config as data_config_lib
+from data_pipeline.tokenizer import make_tokenizer
+
+LENGTH = 32
+
+
+def _sentences() -> tuple[list[str], list[str]]:
+    """Short sentences of the interpreter's docs; every fifth one held out."""
+    lines = [
+        line.strip()
+        for text in topics.values()
+        for line in text.splitlines()
+        if 3 <= len(line.split()) <= 20 and line.strip().endswith(".")
+    ]
+    lines = sorted(set(lines))[:1500]
+    return [s for i, s in enumerate(lines) if i % 5], lines[::5]
+
+
+# The target is the number of words, centred and scaled near the training set's mean
+# and spread so that a fresh head, which predicts about 0, starts at the baseline.
+CENTRE, SCALE = 10.0, 4.0
+
+
+def _features(sentences, tokenizer) -> dict[str, np.ndarray]:
+    vocab = tokenizer.vocab
+    pieces = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    ids = np.zeros((len(sentences), LENGTH), np.int32)
+    for row, tokens in enumerate(pieces):
+        row_ids = [vocab.cls_id, *tokens[: LENGTH - 2], vocab.sep_id]
+        ids[row, : len(row_ids)] = row_ids
+    return {
+        "input_ids": ids,
+        "input_mask": (ids > 0).astype(np.int32),
+        "segment_ids": np.zeros_like(ids),
+        "length": (np.array([len(s.split()) for s in sentences], np.float32) - CENTRE) / SCALE,
+    }
+
+
+def _dataset(features, *, training, batch_size, process_index, process_count, seed):
+    dataset = tf.data.Dataset.from_tensor_slices(features)
+    dataset = dataset.shard(process_count, process_index)
+    if training:
+        dataset = dataset.repeat().shuffle(1000, seed=seed)
+    return dataset.batch(batch_size, drop_remainder=True)
+
+
+def _sums(outputs, batch):
+    error = outputs[:, 0] - batch["length"]
+    return {
+        "squared_error": jnp.sum(error**2),
+        "absolute_error": jnp.sum(jnp.abs(error)) * SCALE,  # in words
+        "count": jnp.asarray(error.shape[0], jnp.float32),
+    }
+
+
+def _summarize(sums) -> dict[str, float]:
+    count = max(float(sums["count"]), 1.0)
+    return {
+        "loss": float(sums["squared_error"]) / count,
+        "mean_absolute_error": float(sums["absolute_error"]) / count,
+    }
+
+
+def _score(outputs: list):
+    total = {key: sum(float(o[key]) for o in outputs) for key in outputs[0]}
+    return _summarize(total), None
+
+
+def setup(config, workdir: str) -> Setup:
+    del workdir  # nothing to resume from but the checkpoints
+    model_config = model_lib.from_config(config.model)
+    data = data_config_lib.from_config(config.data)
+    tokenizer = make_tokenizer(data, data.vocab_file)
+    train_texts, eval_texts = _sentences()
+    train_features = _features(train_texts, tokenizer)
+    return Setup(
+        model_config=model_config,
+        model=BertForSequenceClassification(model_config, 1),
+        vocab_file=data.vocab_file,
+        description={
+            "kind": "sentence_length",
+            "max_seq_length": LENGTH,
+            "tokenizer_data": config.data.to_dict(),
+        },
+        num_train_steps=config.num_train_steps,
+        optimizer=config.optimizer,
+        eval_every_steps=config.eval_every_steps,
+        num_eval_steps=0,
+        checkpoint_at_eval=False,
+        model_inputs=dict.fromkeys(("input_ids", "input_mask", "segment_ids"), LENGTH),
+        train_features=("input_ids", "input_mask", "segment_ids", "length"),
+        sums=_sums,
+        denominators=lambda batch: jnp.asarray(batch["length"].shape[0], jnp.float32),
+        loss=lambda sums, count: sums["squared_error"] / count,
+        summarize=_summarize,
+        console=(("mean_absolute_error", "mae"),),
+        train_dataset=functools.partial(_dataset, train_features, training=True),
+        eval_dataset=functools.partial(_dataset, _features(eval_texts, tokenizer), training=False),
+        eval_outputs=_sums,
+        score=_score,
+        best_metric=scores.Metric("mean_absolute_error", None, higher_is_better=False),
+    )
+
+
+SENTENCE_LENGTH = Task(
+    name="sentence_length",
+    setup=setup,
+    make_model=lambda model_config, description: BertForSequenceClassification(model_config, 1),
+)
+
+
+@pytest.fixture
+def config(make_small_config):
+    config = make_small_config()
+    config.num_train_steps = 150
+    config.train_batch_size = 16
+    config.eval_batch_size = 16
+    config.eval_every_steps = 50
+    config.checkpoint_every_steps = 50
+    config.log_every_steps = 50
+    config.data.max_seq_length = LENGTH
+    config.model.hidden_dropout_prob = 0.0
+    config.model.attention_probs_dropout_prob = 0.0
+    config.optimizer.learning_rate = 2e-3
+    config.optimizer.warmup_steps = 10
+    return config
+
+
+def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path):
+    workdir = tmp_path / "length"
+    results = train.train_and_evaluate(config, str(workdir), task=SENTENCE_LENGTH)
+
+    evals = [
+        json.loads(line)
+        for line in (workdir / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "eval"
+    ]
+    assert [e["step"] for e in evals] == [50, 100, 150]
+    # Predicting the mean length of the training sentences: what learning nothing scores.
+    train_texts, eval_texts = _sentences()
+    mean = np.mean([len(s.split()) for s in train_texts])
+    baseline = np.mean([abs(len(s.split()) - mean) for s in eval_texts])
+    final = results["eval"]["mean_absolute_error"]
+    print(f"\nheld-out mean absolute error {final:.2f} words (predicting the mean: {baseline:.2f})")
+    assert final < 0.6 * baseline
+    assert results["best"]["mean_absolute_error"] <= final
+    assert results["task"] == "sentence_length"
+
+    # The loop wrote the workdir as it does for every task.
+    written = json.loads((workdir / "task.json").read_text())
+    assert written["kind"] == "sentence_length" and written["max_seq_length"] == LENGTH
+    assert json.loads((workdir / "results.json").read_text())["eval"] == results["eval"]
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir())[-1] == "150"

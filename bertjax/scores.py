@@ -1,12 +1,13 @@
 """Task metrics as the official scripts define them, in NumPy (no jax).
 
 Every metric takes the truth first and the predictions second, and returns a
-fraction in [0, 1] (a correlation in [-1, 1]); the official SQuAD script prints
-its exact match and F1 multiplied by 100.
+fraction in [0, 1] (a correlation in [-1, 1]); the official SQuAD scripts print
+their exact match and F1 multiplied by 100.
 
   accuracy, f1, matthews_corrcoef   class ids (f1: binary, positive class 1)
   pearson, spearman                 real values; spearman ranks ties by their average
-  exact_match, squad_f1             gold answer lists and predicted strings (SQuAD)
+  exact_match, squad_f1             gold answer lists and predicted strings (SQuAD),
+                                    by the rules of the official script of `version`
   entity_precision/recall/f1        tag sequences, entities as conlleval counts them
 
 `METRICS` maps the name a task config uses to the function and to which way is
@@ -102,66 +103,111 @@ def _paired(labels, predictions, dtype=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------- SQuAD
+#
+# The two official scripts, evaluate-v1.1.py and evaluate-v2.0.py, share the
+# normalization but not the rest, so every SQuAD score names its `version`:
+#
+#                           "v1.1"                        "v2.0"
+#   gold answers kept       all, even "the" or "."        those that normalize to something,
+#                                                         or [""] when none does
+#   token F1, an empty      0 (no token in common)        1 if both are empty, else 0
+#     side
+#   gold answers []         an error (1.1 has none)       unanswerable: only "" matches
+#   split scores            none                          has_answer_* when some question has
+#                                                         raw answers, no_answer_* when some has []
+#
+# So gold ["the"] against the prediction "the" is EM 1, F1 0 in v1.1 (both
+# normalize to "", equal but with no token in common), and EM 1, F1 1 in v2.0
+# (the gold falls back to [""]; the question still counts as answerable there,
+# since v2.0 decides that on the raw answer list).
+
+SQUAD_VERSIONS = ("v1.1", "v2.0")
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """The official SQuAD normalization: lowercase, drop ASCII punctuation, drop the
-    articles a/an/the, and collapse whitespace, in that order."""
+    """The official SQuAD normalization (both versions): lowercase, drop ASCII
+    punctuation, drop the articles a/an/the, and collapse whitespace, in that order."""
     text = text.lower()
     text = "".join(c for c in text if c not in _PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
 
-def _gold_texts(gold_answers: Sequence[str]) -> list[str]:
-    # SQuAD 2.0: answers that normalize to nothing do not count, and a question
-    # with no answer left is unanswerable, matched only by the empty prediction.
-    texts = [a for a in gold_answers if normalize_answer(a)]
-    return texts or [""]
+def _check_version(version: str) -> None:
+    if version not in SQUAD_VERSIONS:
+        raise ValueError(f"version {version!r}: must be one of {', '.join(SQUAD_VERSIONS)}")
 
 
-def _token_f1(prediction: str, gold: str) -> float:
+def _gold_texts(gold_answers: Sequence[str], version: str) -> list[str]:
+    _check_version(version)
+    if isinstance(gold_answers, str):
+        raise TypeError(f"gold answers must be a list of texts, not the string {gold_answers!r}")
+    if version == "v1.1":
+        if not gold_answers:
+            raise ValueError(
+                "no gold answers, but SQuAD v1.1 has no unanswerable "
+                "questions (score SQuAD 2.0 data with version='v2.0')"
+            )
+        return list(gold_answers)
+    return [a for a in gold_answers if normalize_answer(a)] or [""]
+
+
+def _token_f1(prediction: str, gold: str, version: str) -> float:
     predicted = normalize_answer(prediction).split()
     truth = normalize_answer(gold).split()
-    if not predicted or not truth:
+    if version == "v2.0" and (not predicted or not truth):
         return float(predicted == truth)
     same = sum((collections.Counter(predicted) & collections.Counter(truth)).values())
-    if same == 0:
+    if same == 0:  # v1.1: also when both sides are empty
         return 0.0
     precision = same / len(predicted)
     recall = same / len(truth)
     return 2 * precision * recall / (precision + recall)
 
 
-def answer_exact_match(gold_answers: Sequence[str], prediction: str) -> float:
-    """1.0 if the normalized prediction equals any normalized gold answer.
+def answer_exact_match(gold_answers: Sequence[str], prediction: str, *, version: str) -> float:
+    """1.0 if the normalized prediction equals any kept, normalized gold answer.
 
-    An empty `gold_answers` marks a question with no answer (SQuAD 2.0): only a
-    prediction that normalizes to "" matches it.
+    v2.0: an empty `gold_answers` (or one whose answers all normalize to
+    nothing) is matched only by a prediction that normalizes to "".
+    v1.1: every gold answer is kept; an empty `gold_answers` is an error.
     """
+    return _best_exact_match(_gold_texts(gold_answers, version), prediction)
+
+
+def answer_f1(gold_answers: Sequence[str], prediction: str, *, version: str) -> float:
+    """The best token-bag F1 of the prediction against any kept gold answer."""
+    return _best_f1(_gold_texts(gold_answers, version), prediction, version)
+
+
+def _best_exact_match(kept: list[str], prediction: str) -> float:
     predicted = normalize_answer(prediction)
-    return float(any(predicted == normalize_answer(g) for g in _gold_texts(gold_answers)))
+    return float(any(predicted == normalize_answer(g) for g in kept))
 
 
-def answer_f1(gold_answers: Sequence[str], prediction: str) -> float:
-    """The best token-bag F1 of the prediction against any gold answer."""
-    return max(_token_f1(prediction, g) for g in _gold_texts(gold_answers))
+def _best_f1(kept: list[str], prediction: str, version: str) -> float:
+    return max(_token_f1(prediction, g, version) for g in kept)
 
 
-def exact_match(gold_answers: Sequence[Sequence[str]], predictions: Sequence[str]) -> float:
+def exact_match(
+    gold_answers: Sequence[Sequence[str]], predictions: Sequence[str], *, version: str
+) -> float:
     """Mean answer_exact_match over questions (gold answer lists and predicted strings)."""
-    return _mean_over_questions(answer_exact_match, gold_answers, predictions)
+    return _mean_over_questions(answer_exact_match, gold_answers, predictions, version)
 
 
-def squad_f1(gold_answers: Sequence[Sequence[str]], predictions: Sequence[str]) -> float:
+def squad_f1(
+    gold_answers: Sequence[Sequence[str]], predictions: Sequence[str], *, version: str
+) -> float:
     """Mean answer_f1 over questions (gold answer lists and predicted strings)."""
-    return _mean_over_questions(answer_f1, gold_answers, predictions)
+    return _mean_over_questions(answer_f1, gold_answers, predictions, version)
 
 
-def _mean_over_questions(score, gold_answers, predictions) -> float:
+def _mean_over_questions(score, gold_answers, predictions, version) -> float:
+    _check_version(version)
     if isinstance(predictions, str) or len(gold_answers) != len(predictions):
         raise ValueError(
             f"{len(gold_answers)} gold answer lists but "
@@ -169,33 +215,54 @@ def _mean_over_questions(score, gold_answers, predictions) -> float:
         )
     if not gold_answers:
         raise ValueError("no questions to score")
-    return float(np.mean([score(g, p) for g, p in zip(gold_answers, predictions, strict=True)]))
+    values = []
+    for index, (gold, prediction) in enumerate(zip(gold_answers, predictions, strict=True)):
+        try:
+            values.append(score(gold, prediction, version=version))
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"question {index}: {error}") from None
+    return float(np.mean(values))
 
 
 def squad_scores(
-    gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+    gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str], *, version: str
 ) -> dict[str, float]:
-    """exact_match and f1 over every question of `gold` (question id -> answer texts).
+    """exact_match and f1 over every question of `gold`, by the official script of `version`.
 
-    A question without a prediction scores 0. With both answerable and
-    unanswerable questions (SQuAD 2.0) the split scores are added too:
-    has_answer_exact_match, has_answer_f1, no_answer_exact_match, no_answer_f1.
+    `gold` maps each question id to its raw gold answer texts ([] when the
+    question is unanswerable, which only "v2.0" allows); `predictions` maps
+    question ids to predicted texts. A question without a prediction scores 0
+    and still counts, in both versions (evaluate-v1.1.py does the same;
+    evaluate-v2.0.py leaves it out and then fails on its HasAns/NoAns split);
+    predictions for questions not in `gold` are ignored, as both scripts do.
+    Scores are fractions in [0, 1], not the scripts' percentages.
+
+    "v2.0" adds the split scores the script prints, each group only when it has
+    questions: has_answer_exact_match and has_answer_f1 over the questions whose
+    raw answer list is non-empty (even if every answer normalizes to nothing),
+    no_answer_exact_match and no_answer_f1 over those with []. "v1.1" has none.
     """
+    _check_version(version)
     if not gold:
         raise ValueError("no questions to score")
     exact, token_f1, has_answer = [], [], []
     for qid, answers in gold.items():
+        try:
+            kept = _gold_texts(answers, version)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"question {qid!r}: {error}") from None
         prediction = predictions.get(qid)
-        has_answer.append(_gold_texts(answers) != [""])
-        exact.append(0.0 if prediction is None else answer_exact_match(answers, prediction))
-        token_f1.append(0.0 if prediction is None else answer_f1(answers, prediction))
+        has_answer.append(bool(answers))  # the raw list, as evaluate-v2.0.py decides
+        exact.append(0.0 if prediction is None else _best_exact_match(kept, prediction))
+        token_f1.append(0.0 if prediction is None else _best_f1(kept, prediction, version))
     exact, token_f1, has_answer = np.array(exact), np.array(token_f1), np.array(has_answer)
-    scores = {"exact_match": float(exact.mean()), "f1": float(token_f1.mean())}
-    if has_answer.any() and not has_answer.all():
+    result = {"exact_match": float(exact.mean()), "f1": float(token_f1.mean())}
+    if version == "v2.0":
         for prefix, rows in (("has_answer", has_answer), ("no_answer", ~has_answer)):
-            scores[f"{prefix}_exact_match"] = float(exact[rows].mean())
-            scores[f"{prefix}_f1"] = float(token_f1[rows].mean())
-    return scores
+            if rows.any():
+                result[f"{prefix}_exact_match"] = float(exact[rows].mean())
+                result[f"{prefix}_f1"] = float(token_f1[rows].mean())
+    return result
 
 
 # ----------------------------------------------------------------------------- tagging
@@ -305,8 +372,11 @@ def _scheme(scheme: str) -> dict[str, str]:
 @dataclasses.dataclass(frozen=True)
 class Metric:
     name: str
-    # fn(truth, predictions, **options) -> float; the options are the tagging scheme.
-    fn: Callable[..., float]
+    # fn(truth, predictions, **options) -> float; the options are the tagging
+    # scheme (entity_*, optional) and the SQuAD version (exact_match, squad_f1,
+    # required: version="v1.1" or "v2.0"). None for a metric a task computes
+    # from its own sums (pretraining's held-out loss).
+    fn: Callable[..., float] | None
     higher_is_better: bool = True
 
     def is_better(self, new: float, old: float | None) -> bool:

@@ -94,6 +94,16 @@ def test_against_scipy_and_sklearn():
 
 
 # ----------------------------------------------------------------------------- SQuAD
+#
+# Expected numbers follow the official scripts' rules by hand. Both: normalize =
+# lowercase, drop string.punctuation, drop a/an/the as words, collapse spaces.
+# evaluate-v1.1.py keeps every gold answer; token F1 is 0 when no token is in
+# common (so "" against "" is F1 0, though EM 1). evaluate-v2.0.py drops gold
+# answers that normalize to "" (falling back to [""]), calls a question HasAns
+# when its raw answer list is non-empty, and scores F1 = (both token lists
+# equal) when either side is empty.
+
+VERSIONS = ("v1.1", "v2.0")
 
 
 @pytest.mark.parametrize(
@@ -107,59 +117,330 @@ def test_against_scipy_and_sklearn():
         ("Zürich's\tHB", "zürichs hb"),  # non-ASCII letters stay
         ("(1911).", "1911"),
         ("  ", ""),
+        ("The", ""),
+        ("--", ""),
+        ("a . an", ""),
     ],
 )
 def test_normalize_answer(text, normalized):
     assert scores.normalize_answer(text) == normalized
 
 
-def test_answer_f1_is_over_token_bags():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_answer_f1_is_over_token_bags(version):
     # "cat sat on mat" against "cat on mat": precision 3/4, recall 1, F1 6/7.
-    assert scores.answer_f1(["a cat on a mat"], "the cat sat on the mat") == pytest.approx(6 / 7)
+    f1 = scores.answer_f1(["a cat on a mat"], "the cat sat on the mat", version=version)
+    assert f1 == pytest.approx(6 / 7)
     # Bags, not sets: one x and one y in common out of three tokens each.
-    assert scores.answer_f1(["x y y"], "x x y") == pytest.approx(2 / 3)
-    assert scores.answer_f1(["Warsaw"], "Paris") == 0.0
+    assert scores.answer_f1(["x y y"], "x x y", version=version) == pytest.approx(2 / 3)
+    assert scores.answer_f1(["Warsaw"], "Paris", version=version) == 0.0
+    assert scores.answer_f1(["Warsaw"], "warsaw.", version=version) == 1.0
 
 
-def test_max_over_gold_answers():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_max_over_gold_answers(version):
     # "Curie" against "Pierre Curie": precision 1, recall 1/2, F1 2/3; against "Pierre": 0.
-    assert scores.answer_f1(["Pierre Curie", "Pierre"], "Curie") == pytest.approx(2 / 3)
-    assert scores.answer_exact_match(["Pierre Curie", "Pierre"], "pierre") == 1.0
-    assert scores.answer_exact_match(["Pierre Curie"], "Curie") == 0.0
+    assert scores.answer_f1(["Pierre Curie", "Pierre"], "Curie", version=version) == (
+        pytest.approx(2 / 3)
+    )
+    assert scores.answer_exact_match(["Pierre Curie", "Pierre"], "pierre", version=version) == 1.0
+    assert scores.answer_exact_match(["Pierre Curie"], "Curie", version=version) == 0.0
+    # "marie curie" against "pierre curie": 1 in common, P = R = 1/2, F1 1/2;
+    # against "marie and pierre curie": 2 in common, P 1, R 1/2, F1 2/3;
+    # against "curie": 1 in common, P 1/2, R 1, F1 2/3. The max is 2/3, EM 0.
+    gold = ["Pierre Curie", "Marie and Pierre Curie", "Curie"]
+    assert scores.answer_f1(gold, "Marie Curie", version=version) == pytest.approx(2 / 3)
+    assert scores.answer_exact_match(gold, "Marie Curie", version=version) == 0.0
+    # EM and F1 take their max separately: EM 1 from "curie", F1 1 from it too,
+    # though "pierre curie" alone would give F1 2/3.
+    assert scores.answer_exact_match(gold, "The Curie", version=version) == 1.0
+    assert scores.answer_f1(gold, "The Curie", version=version) == 1.0
 
 
-def test_no_answer_questions():
-    assert scores.answer_exact_match([], "") == 1.0
-    assert scores.answer_f1([], "") == 1.0
-    assert scores.answer_exact_match([], "oxygen") == 0.0
-    assert scores.answer_f1([], "oxygen") == 0.0
-    assert scores.answer_f1(["oxygen"], "") == 0.0
+def test_gold_the_predicted_the():
+    # Gold ["the"], prediction "the": both normalize to "".
+    # v1.1: EM ("" == "") 1; F1 0 tokens in common -> 0.
+    assert scores.answer_exact_match(["the"], "the", version="v1.1") == 1.0
+    assert scores.answer_f1(["the"], "the", version="v1.1") == 0.0
+    assert scores.squad_scores({"q": ["the"]}, {"q": "the"}, version="v1.1") == {
+        "exact_match": 1.0,
+        "f1": 0.0,
+    }
+    # v2.0: the gold falls back to [""]; EM ("" == "") 1; F1: both token lists
+    # empty and equal -> 1. The raw list ["the"] is non-empty, so HasAns.
+    assert scores.answer_exact_match(["the"], "the", version="v2.0") == 1.0
+    assert scores.answer_f1(["the"], "the", version="v2.0") == 1.0
+    assert scores.squad_scores({"q": ["the"]}, {"q": "the"}, version="v2.0") == {
+        "exact_match": 1.0,
+        "f1": 1.0,
+        "has_answer_exact_match": 1.0,
+        "has_answer_f1": 1.0,
+    }
+
+
+def test_gold_that_normalizes_to_nothing_beside_a_real_answer():
+    gold = ["The", "Paris"]
+    # v1.1 keeps "The": "" equals normalize("The") -> EM 1; F1 0 against both
+    # ("" vs "": nothing in common; "" vs "paris": nothing in common).
+    assert scores.answer_exact_match(gold, "", version="v1.1") == 1.0
+    assert scores.answer_f1(gold, "", version="v1.1") == 0.0
+    # v2.0 keeps only "Paris": EM 0; F1: the prediction is empty, the gold is
+    # not -> 0.
+    assert scores.answer_exact_match(gold, "", version="v2.0") == 0.0
+    assert scores.answer_f1(gold, "", version="v2.0") == 0.0
+    # The real answer scores alike in both.
+    for version in VERSIONS:
+        assert scores.answer_exact_match(gold, "the Paris", version=version) == 1.0
+        assert scores.answer_f1(gold, "Paris!", version=version) == 1.0
+    # v1.1: "the" beside "Marie and Pierre Curie" changes nothing for a real
+    # prediction ("marie curie": F1 0 against "", 2/3 against the other).
+    assert scores.answer_f1(
+        ["the", "Marie and Pierre Curie"], "Marie Curie", version="v1.1"
+    ) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("answer", [".", "--", "?!", "(a)."])
+def test_punctuation_only_answers(answer):
+    # Each normalizes to "". v1.1: the prediction "--" (also "") is EM 1, F1 0.
+    assert scores.answer_exact_match([answer], "--", version="v1.1") == 1.0
+    assert scores.answer_f1([answer], "--", version="v1.1") == 0.0
+    # v2.0: the gold falls back to [""], and "--" is empty too: EM 1, F1 1.
+    assert scores.answer_exact_match([answer], "--", version="v2.0") == 1.0
+    assert scores.answer_f1([answer], "--", version="v2.0") == 1.0
+    # A real prediction: v1.1 "1911" vs "": no match, nothing in common;
+    # v2.0 "1911" vs [""]: no match, one side empty -> 0.
+    for version in VERSIONS:
+        assert scores.answer_exact_match([answer], "1911", version=version) == 0.0
+        assert scores.answer_f1([answer], "1911", version=version) == 0.0
+        # Beside a real answer, the real one is matched in both.
+        assert scores.answer_exact_match([answer, "1911"], "(1911).", version=version) == 1.0
+        assert scores.answer_f1([answer, "1911"], "(1911).", version=version) == 1.0
+
+
+def test_no_answer_questions_v2():
+    # [] -> gold [""]: only a prediction that normalizes to "" matches, with F1 1.
+    assert scores.answer_exact_match([], "", version="v2.0") == 1.0
+    assert scores.answer_f1([], "", version="v2.0") == 1.0
+    assert scores.answer_exact_match([], "The.", version="v2.0") == 1.0
+    assert scores.answer_f1([], "The.", version="v2.0") == 1.0
+    assert scores.answer_exact_match([], "oxygen", version="v2.0") == 0.0
+    assert scores.answer_f1([], "oxygen", version="v2.0") == 0.0
+    assert scores.answer_f1(["oxygen"], "", version="v2.0") == 0.0
     # A gold answer that normalizes to nothing does not count as one.
-    assert scores.answer_exact_match(["the"], "") == 1.0
-    assert scores.answer_exact_match(["the", "Ming"], "") == 0.0
+    assert scores.answer_exact_match(["the"], "", version="v2.0") == 1.0
+    assert scores.answer_exact_match(["the", "Ming"], "", version="v2.0") == 0.0
+    result = scores.squad_scores({"q": []}, {"q": ""}, version="v2.0")
+    assert result == {
+        "exact_match": 1.0,
+        "f1": 1.0,
+        "no_answer_exact_match": 1.0,
+        "no_answer_f1": 1.0,
+    }
 
 
-def test_squad_scores():
+def test_v1_has_no_unanswerable_questions():
+    with pytest.raises(ValueError, match="no gold answers.*version='v2.0'"):
+        scores.answer_exact_match([], "", version="v1.1")
+    with pytest.raises(ValueError, match="no gold answers"):
+        scores.answer_f1([], "", version="v1.1")
+    with pytest.raises(ValueError, match="question 'q2': no gold answers"):
+        scores.squad_scores({"q1": ["Warsaw"], "q2": []}, {"q1": "Warsaw"}, version="v1.1")
+    with pytest.raises(ValueError, match="question 1: no gold answers"):
+        scores.exact_match([["Warsaw"], []], ["Warsaw", ""], version="v1.1")
+
+
+def test_has_answer_follows_the_raw_answer_list_v2():
+    # q1's raw answers ["a"] are non-empty: HasAns, though "a" normalizes to ""
+    # and the gold falls back to [""]: "x" vs [""] is EM 0, F1 0.
+    # q2 [] is NoAns: "" vs [""] is EM 1, F1 1. q3 "Paris": EM 1, F1 1.
+    gold = {"q1": ["a"], "q2": [], "q3": ["Paris"]}
+    predictions = {"q1": "x", "q2": "", "q3": "paris"}
+    assert scores.squad_scores(gold, predictions, version="v2.0") == pytest.approx(
+        {
+            "exact_match": 2 / 3,
+            "f1": 2 / 3,
+            "has_answer_exact_match": 1 / 2,  # q1 0, q3 1
+            "has_answer_f1": 1 / 2,
+            "no_answer_exact_match": 1.0,  # q2
+            "no_answer_f1": 1.0,
+        }
+    )
+    # The empty prediction matches q1's fallback gold [""] and still counts as HasAns.
+    result = scores.squad_scores({"q1": ["a"]}, {"q1": ""}, version="v2.0")
+    assert result == {
+        "exact_match": 1.0,
+        "f1": 1.0,
+        "has_answer_exact_match": 1.0,
+        "has_answer_f1": 1.0,
+    }
+
+
+def test_squad_scores_v2():
     gold = {"q1": ["Warsaw"], "q2": [], "q3": ["Pierre Curie"], "q4": ["1911"]}
     predictions = {"q1": "warsaw.", "q2": "", "q3": "Curie"}  # q4 unanswered: scores 0
-    result = scores.squad_scores(gold, predictions)
+    result = scores.squad_scores(gold, predictions, version="v2.0")
     assert result["exact_match"] == pytest.approx(2 / 4)
     assert result["f1"] == pytest.approx((1 + 1 + 2 / 3 + 0) / 4)
     assert result["has_answer_exact_match"] == pytest.approx(1 / 3)
     assert result["has_answer_f1"] == pytest.approx((1 + 2 / 3) / 3)
     assert result["no_answer_exact_match"] == 1.0
     assert result["no_answer_f1"] == 1.0
-    # SQuAD 1.1: no split scores.
-    assert set(scores.squad_scores({"q1": ["Warsaw"]}, {"q1": "Paris"})) == {"exact_match", "f1"}
 
 
-def test_squad_list_form_matches_dict_form():
-    gold = [["Warsaw"], [], ["Pierre Curie"]]
+def test_squad_scores_v1():
+    gold = {"q1": ["Warsaw"], "q2": ["The", "Paris"], "q3": ["Pierre Curie"], "q4": ["1911"]}
+    # q1 EM 1 F1 1; q2 "" matches "The": EM 1, F1 0; q3 EM 0, F1 2/3; q4 missing: 0.
+    predictions = {"q1": "warsaw.", "q2": "", "q3": "Curie"}
+    result = scores.squad_scores(gold, predictions, version="v1.1")
+    assert result == pytest.approx({"exact_match": 2 / 4, "f1": (1 + 0 + 2 / 3 + 0) / 4})
+    # v1.1 never splits, even with gold that normalizes to nothing.
+    assert set(scores.squad_scores({"q1": ["Warsaw"]}, {"q1": "Paris"}, version="v1.1")) == {
+        "exact_match",
+        "f1",
+    }
+
+
+def test_split_scores_appear_per_group_v2():
+    answerable = scores.squad_scores({"q1": ["Warsaw"]}, {"q1": "Paris"}, version="v2.0")
+    assert answerable == {
+        "exact_match": 0.0,
+        "f1": 0.0,
+        "has_answer_exact_match": 0.0,
+        "has_answer_f1": 0.0,
+    }
+    unanswerable = scores.squad_scores({"q1": [], "q2": []}, {"q1": "", "q2": "x"}, version="v2.0")
+    assert unanswerable == {
+        "exact_match": 0.5,
+        "f1": 0.5,
+        "no_answer_exact_match": 0.5,
+        "no_answer_f1": 0.5,
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_missing_predictions_score_zero_and_extra_ones_are_ignored(version):
+    gold = {"q1": ["Warsaw"], "q2": ["1911"]}
+    predictions = {"q1": "Warsaw", "q3": "1911"}  # q2 missing, q3 not a question
+    result = scores.squad_scores(gold, predictions, version=version)
+    assert result["exact_match"] == result["f1"] == 0.5
+    with pytest.raises(ValueError, match="no questions"):
+        scores.squad_scores({}, {"q1": "x"}, version=version)
+
+
+def test_a_missing_prediction_for_an_unanswerable_question_scores_zero_v2():
+    # Predicting "" would score 1; predicting nothing scores 0.
+    result = scores.squad_scores({"q1": ["Warsaw"], "q2": []}, {"q1": "Warsaw"}, version="v2.0")
+    assert result == {
+        "exact_match": 0.5,
+        "f1": 0.5,
+        "has_answer_exact_match": 1.0,
+        "has_answer_f1": 1.0,
+        "no_answer_exact_match": 0.0,
+        "no_answer_f1": 0.0,
+    }
+
+
+def test_version_is_checked():
+    for bad in ("2.0", "v2", "V1.1", None):
+        with pytest.raises(ValueError, match=f"version {bad!r}: must be one of v1.1, v2.0"):
+            scores.squad_scores({"q": ["x"]}, {"q": "x"}, version=bad)
+        with pytest.raises(ValueError, match="version"):
+            scores.answer_f1(["x"], "x", version=bad)
+        with pytest.raises(ValueError, match="version"):
+            scores.exact_match([["x"]], ["x"], version=bad)
+    with pytest.raises(TypeError, match="version"):
+        scores.squad_scores({"q": ["x"]}, {"q": "x"})  # no default: the caller must say
+    with pytest.raises(TypeError, match="version"):
+        scores.squad_f1([["x"]], ["x"])
+
+
+def test_gold_answers_must_be_lists():
+    with pytest.raises(TypeError, match="question 'q': gold answers must be a list"):
+        scores.squad_scores({"q": "Paris"}, {"q": "Paris"}, version="v2.0")
+    with pytest.raises(TypeError, match="not the string 'Paris'"):
+        scores.answer_exact_match("Paris", "Paris", version="v1.1")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_squad_list_form_matches_dict_form(version):
+    gold = [["Warsaw"], ["the", "Ming"], ["Pierre Curie"]]
     predictions = ["warsaw.", "", "Curie"]
-    assert scores.exact_match(gold, predictions) == pytest.approx(2 / 3)
-    assert scores.squad_f1(gold, predictions) == pytest.approx(8 / 9)
+    # "" vs ["the", "Ming"]: v1.1 EM 1 (matches "the"), F1 0; v2.0 EM 0, F1 0.
+    expected_em = {"v1.1": 2 / 3, "v2.0": 1 / 3}[version]
+    assert scores.exact_match(gold, predictions, version=version) == pytest.approx(expected_em)
+    assert scores.squad_f1(gold, predictions, version=version) == pytest.approx((1 + 0 + 2 / 3) / 3)
+    as_dict = scores.squad_scores(
+        {str(i): g for i, g in enumerate(gold)},
+        {str(i): p for i, p in enumerate(predictions)},
+        version=version,
+    )
+    assert as_dict["exact_match"] == pytest.approx(expected_em)
+    assert as_dict["f1"] == pytest.approx((1 + 0 + 2 / 3) / 3)
     with pytest.raises(ValueError, match="3 gold answer lists but 2 predictions"):
-        scores.exact_match(gold, predictions[:2])
+        scores.exact_match(gold, predictions[:2], version=version)
+
+
+def _reference_question(version, answers, prediction):
+    """One question's (EM, F1), written out plainly from the official rules."""
+
+    def tokens(text):
+        return scores.normalize_answer(text).split()
+
+    def token_f1(gold, predicted):
+        g, p = tokens(gold), tokens(predicted)
+        if version == "v2.0" and (not g or not p):
+            return float(g == p)
+        common = sum(min(g.count(t), p.count(t)) for t in set(g))
+        if common == 0:
+            return 0.0
+        precision, recall = common / len(p), common / len(g)
+        return 2 * precision * recall / (precision + recall)
+
+    if version == "v1.1":
+        kept = list(answers)
+    else:
+        kept = [a for a in answers if scores.normalize_answer(a) != ""] or [""]
+    em = max(float(scores.normalize_answer(a) == scores.normalize_answer(prediction)) for a in kept)
+    return em, max(token_f1(a, prediction) for a in kept)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_against_the_rules_on_random_questions(version):
+    rng = np.random.default_rng(1)
+    words = ["the", "a", "An", ".", "--", "Paris", "paris,", "x", "y", "x-y", ""]
+
+    def text():
+        return " ".join(rng.choice(words, size=rng.integers(0, 4)))
+
+    gold, predictions = {}, {}
+    for n in range(400):
+        answers = [text() for _ in range(rng.integers(0 if version == "v2.0" else 1, 4))]
+        gold[f"q{n}"] = answers
+        if rng.random() < 0.9:
+            predictions[f"q{n}"] = text()
+    rows = {
+        qid: _reference_question(version, answers, predictions[qid])
+        if qid in predictions
+        else (0.0, 0.0)
+        for qid, answers in gold.items()
+    }
+    expected = {
+        "exact_match": np.mean([em for em, _ in rows.values()]),
+        "f1": np.mean([f1 for _, f1 in rows.values()]),
+    }
+    if version == "v2.0":
+        for prefix, has in (("has_answer", True), ("no_answer", False)):
+            group = [rows[qid] for qid, answers in gold.items() if bool(answers) == has]
+            expected[f"{prefix}_exact_match"] = np.mean([em for em, _ in group])
+            expected[f"{prefix}_f1"] = np.mean([f1 for _, f1 in group])
+    assert scores.squad_scores(gold, predictions, version=version) == pytest.approx(expected)
+    for qid, answers in gold.items():
+        if qid in predictions:
+            em, f1 = rows[qid]
+            assert scores.answer_exact_match(answers, predictions[qid], version=version) == em
+            assert scores.answer_f1(answers, predictions[qid], version=version) == (
+                pytest.approx(f1)
+            )
 
 
 # ----------------------------------------------------------------------------- tagging
@@ -251,7 +532,12 @@ def test_entity_scores():
 
 def test_every_metric_is_in_the_table_and_callable():
     assert scores.get_metric("accuracy").fn([1, 0], [1, 1]) == 0.5
-    assert scores.get_metric("exact_match").fn([["a b"]], ["B"]) == 1.0
+    assert scores.get_metric("exact_match").fn([["a b"]], ["B"], version="v1.1") == 1.0
+    # The SQuAD metrics take the version as their option, and have no default.
+    assert scores.get_metric("squad_f1").fn([["the"]], ["the"], version="v1.1") == 0.0
+    assert scores.get_metric("squad_f1").fn([["the"]], ["the"], version="v2.0") == 1.0
+    with pytest.raises(TypeError, match="version"):
+        scores.get_metric("exact_match").fn([["a b"]], ["B"])
     assert scores.get_metric("entity_f1").fn([["S-X"]], [["S-X"]], scheme="iobes") == 1.0
     assert set(scores.METRICS) == {
         "accuracy",

@@ -252,7 +252,7 @@ def test_oracle_logits_give_back_the_gold_text_v1(v1_data, v1_features, tokenize
     # out of "(1911).", "Pierre Curie" out of "Curie.".
     assert predictions.answers == {e.qid: e.answers[0].text for e in v1_data.examples}
     assert predictions.null_odds is None
-    result = scores.squad_scores(v1_data.gold_answers(), predictions.answers)
+    result = scores.squad_scores(v1_data.gold_answers(), predictions.answers, version="v1.1")
     assert result == {"exact_match": 1.0, "f1": 1.0}
     best = predictions.nbest[example(v1_data, "Whom did she marry?").qid]
     assert best[0]["text"] == "Pierre Curie"
@@ -265,7 +265,7 @@ def test_oracle_logits_give_back_the_gold_text_v2(v2_data, v2_features, tokenize
     predictions = predict_answers(v2_features, *oracle_logits(v2_features), tokenizer)
     expected = {e.qid: e.answers[0].text if e.answers else "" for e in v2_data.examples}
     assert predictions.answers == expected
-    result = scores.squad_scores(v2_data.gold_answers(), predictions.answers)
+    result = scores.squad_scores(v2_data.gold_answers(), predictions.answers, version="v2.0")
     assert result["exact_match"] == result["f1"] == 1.0
     for e in v2_data.examples:
         # The null answer scores 20 on unanswerable questions, 0 elsewhere.
@@ -347,7 +347,8 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
     for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
         features = squad.make_features(data, tokenizer, config)
         predictions = predict_answers(features, *oracle_logits(features), tokenizer)
-        result = scores.squad_scores(data.gold_answers(), predictions.answers)
+        version = "v2.0" if config.version_2_with_negative else "v1.1"
+        result = scores.squad_scores(data.gold_answers(), predictions.answers, version=version)
         assert result["exact_match"] == 1.0
         answers.update(predictions.answers)
     # Inside a word the pieces lack the word-start mark that the answer

@@ -62,13 +62,12 @@ def analytic_flops_per_step(
 
 def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0):
     rng = np.random.default_rng(seed)
+    second_half = np.arange(seq_len) >= seq_len // 2
     positions = np.sort(rng.integers(1, seq_len - 1, (batch_size, predictions)), axis=1)
     return {
         "input_ids": rng.integers(5, vocab_size, (batch_size, seq_len)).astype(np.int32),
         "input_mask": np.ones((batch_size, seq_len), np.int32),
-        "segment_ids": (np.arange(seq_len) >= seq_len // 2)
-        .astype(np.int32)[None]
-        .repeat(batch_size, 0),
+        "segment_ids": np.tile(second_half, (batch_size, 1)).astype(np.int32),
         "masked_lm_positions": positions.astype(np.int32),
         "masked_lm_ids": rng.integers(5, vocab_size, (batch_size, predictions)).astype(np.int32),
         "masked_lm_weights": np.ones((batch_size, predictions), np.float32),
@@ -119,11 +118,8 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
         - memory.alias_size_in_bytes
     )
     result = {
-        "num_hidden_layers": m.num_hidden_layers,
-        "hidden_size": m.hidden_size,
-        "num_attention_heads": m.num_attention_heads,
-        "intermediate_size": m.intermediate_size,
-        "vocab_size": m.vocab_size,
+        # The fields a preset sets, then the vocabulary.
+        **{k: getattr(m, k) for k in (*model_lib.PRESETS["base"], "vocab_size")},
         "batch_size": batch_size,
         "seq_len": seq_len,
         "max_predictions_per_seq": predictions,

@@ -9,14 +9,12 @@ Each row of TABLE is (our path, TF name, HF name, layout); `{i}` is a layer
 index. A layout says how a source tensor becomes ours: transpose it when that
 format stores the matrix [out, in] (PyTorch's Linear, and the original's NSP
 `output_weights`), then reshape it to our shape, which may split an axis into
-attention heads. Exporting applies the same steps backwards.
-
-Our paths are those of the per-layer model (`bert/encoder/layer_{i}/...`);
-model.stack_layers and model.unstack_layers convert to and from the
-`scan_layers` layout.
+attention heads. Exporting applies the same steps backwards. Our paths are the
+per-layer model's; model.stack_layers converts them to the `scan_layers` layout.
 """
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -46,33 +44,28 @@ TRANSPOSED_KERNEL = Layout(frozenset({"tf", "hf"}))
 
 # One row a line, as a table.
 # fmt: off
-_EMBEDDINGS = [
+TABLE = [
     ("bert/embeddings/word_embeddings/embedding", "bert/embeddings/word_embeddings", "bert.embeddings.word_embeddings.weight", SAME),
     ("bert/embeddings/position_embeddings/embedding", "bert/embeddings/position_embeddings", "bert.embeddings.position_embeddings.weight", SAME),
     ("bert/embeddings/token_type_embeddings/embedding", "bert/embeddings/token_type_embeddings", "bert.embeddings.token_type_embeddings.weight", SAME),
     ("bert/embeddings/LayerNorm/scale", "bert/embeddings/LayerNorm/gamma", "bert.embeddings.LayerNorm.weight", SAME),
     ("bert/embeddings/LayerNorm/bias", "bert/embeddings/LayerNorm/beta", "bert.embeddings.LayerNorm.bias", SAME),
-]
-# Relative to bert/encoder/layer_{i}/ (ours and TF) and bert.encoder.layer.{i}. (HF).
-_LAYER = [
-    ("attention/query/kernel", "attention/self/query/kernel", "attention.self.query.weight", KERNEL_TO_HEADS),
-    ("attention/query/bias", "attention/self/query/bias", "attention.self.query.bias", BIAS_TO_HEADS),
-    ("attention/key/kernel", "attention/self/key/kernel", "attention.self.key.weight", KERNEL_TO_HEADS),
-    ("attention/key/bias", "attention/self/key/bias", "attention.self.key.bias", BIAS_TO_HEADS),
-    ("attention/value/kernel", "attention/self/value/kernel", "attention.self.value.weight", KERNEL_TO_HEADS),
-    ("attention/value/bias", "attention/self/value/bias", "attention.self.value.bias", BIAS_TO_HEADS),
-    ("attention/output/kernel", "attention/output/dense/kernel", "attention.output.dense.weight", KERNEL_FROM_HEADS),
-    ("attention/output/bias", "attention/output/dense/bias", "attention.output.dense.bias", SAME),
-    ("attention_LayerNorm/scale", "attention/output/LayerNorm/gamma", "attention.output.LayerNorm.weight", SAME),
-    ("attention_LayerNorm/bias", "attention/output/LayerNorm/beta", "attention.output.LayerNorm.bias", SAME),
-    ("intermediate/kernel", "intermediate/dense/kernel", "intermediate.dense.weight", KERNEL),
-    ("intermediate/bias", "intermediate/dense/bias", "intermediate.dense.bias", SAME),
-    ("output/kernel", "output/dense/kernel", "output.dense.weight", KERNEL),
-    ("output/bias", "output/dense/bias", "output.dense.bias", SAME),
-    ("output_LayerNorm/scale", "output/LayerNorm/gamma", "output.LayerNorm.weight", SAME),
-    ("output_LayerNorm/bias", "output/LayerNorm/beta", "output.LayerNorm.bias", SAME),
-]
-_POOLER_AND_HEADS = [
+    ("bert/encoder/layer_{i}/attention/query/kernel", "bert/encoder/layer_{i}/attention/self/query/kernel", "bert.encoder.layer.{i}.attention.self.query.weight", KERNEL_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/query/bias", "bert/encoder/layer_{i}/attention/self/query/bias", "bert.encoder.layer.{i}.attention.self.query.bias", BIAS_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/key/kernel", "bert/encoder/layer_{i}/attention/self/key/kernel", "bert.encoder.layer.{i}.attention.self.key.weight", KERNEL_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/key/bias", "bert/encoder/layer_{i}/attention/self/key/bias", "bert.encoder.layer.{i}.attention.self.key.bias", BIAS_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/value/kernel", "bert/encoder/layer_{i}/attention/self/value/kernel", "bert.encoder.layer.{i}.attention.self.value.weight", KERNEL_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/value/bias", "bert/encoder/layer_{i}/attention/self/value/bias", "bert.encoder.layer.{i}.attention.self.value.bias", BIAS_TO_HEADS),
+    ("bert/encoder/layer_{i}/attention/output/kernel", "bert/encoder/layer_{i}/attention/output/dense/kernel", "bert.encoder.layer.{i}.attention.output.dense.weight", KERNEL_FROM_HEADS),
+    ("bert/encoder/layer_{i}/attention/output/bias", "bert/encoder/layer_{i}/attention/output/dense/bias", "bert.encoder.layer.{i}.attention.output.dense.bias", SAME),
+    ("bert/encoder/layer_{i}/attention_LayerNorm/scale", "bert/encoder/layer_{i}/attention/output/LayerNorm/gamma", "bert.encoder.layer.{i}.attention.output.LayerNorm.weight", SAME),
+    ("bert/encoder/layer_{i}/attention_LayerNorm/bias", "bert/encoder/layer_{i}/attention/output/LayerNorm/beta", "bert.encoder.layer.{i}.attention.output.LayerNorm.bias", SAME),
+    ("bert/encoder/layer_{i}/intermediate/kernel", "bert/encoder/layer_{i}/intermediate/dense/kernel", "bert.encoder.layer.{i}.intermediate.dense.weight", KERNEL),
+    ("bert/encoder/layer_{i}/intermediate/bias", "bert/encoder/layer_{i}/intermediate/dense/bias", "bert.encoder.layer.{i}.intermediate.dense.bias", SAME),
+    ("bert/encoder/layer_{i}/output/kernel", "bert/encoder/layer_{i}/output/dense/kernel", "bert.encoder.layer.{i}.output.dense.weight", KERNEL),
+    ("bert/encoder/layer_{i}/output/bias", "bert/encoder/layer_{i}/output/dense/bias", "bert.encoder.layer.{i}.output.dense.bias", SAME),
+    ("bert/encoder/layer_{i}/output_LayerNorm/scale", "bert/encoder/layer_{i}/output/LayerNorm/gamma", "bert.encoder.layer.{i}.output.LayerNorm.weight", SAME),
+    ("bert/encoder/layer_{i}/output_LayerNorm/bias", "bert/encoder/layer_{i}/output/LayerNorm/beta", "bert.encoder.layer.{i}.output.LayerNorm.bias", SAME),
     ("bert/pooler/dense/kernel", "bert/pooler/dense/kernel", "bert.pooler.dense.weight", KERNEL),
     ("bert/pooler/dense/bias", "bert/pooler/dense/bias", "bert.pooler.dense.bias", SAME),
     ("predictions/dense/kernel", "cls/predictions/transform/dense/kernel", "cls.predictions.transform.dense.weight", KERNEL),
@@ -84,20 +77,6 @@ _POOLER_AND_HEADS = [
     ("seq_relationship/bias", "cls/seq_relationship/output_bias", "cls.seq_relationship.bias", SAME),
 ]
 # fmt: on
-
-TABLE = [
-    *_EMBEDDINGS,
-    *(
-        (
-            f"bert/encoder/layer_{{i}}/{ours}",
-            f"bert/encoder/layer_{{i}}/{tf}",
-            f"bert.encoder.layer.{{i}}.{hf}",
-            layout,
-        )
-        for ours, tf, hf, layout in _LAYER
-    ),
-    *_POOLER_AND_HEADS,
-]
 
 # Parts of the model a checkpoint may leave out (a BertModel has no heads,
 # BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
@@ -130,23 +109,18 @@ def group_of(path: str) -> str | None:
 def names(fmt: str, num_layers: int) -> dict[str, tuple[str, Layout]]:
     """Our path -> (the format's name, layout), every layer spelled out."""
     column = FORMATS.index(fmt) + 1
-    out = {}
-    for row in TABLE:
-        ours, layout = row[0], row[3]
-        layers = range(num_layers) if "{i}" in ours else [None]
-        for i in layers:
-            out[ours.format(i=i)] = (row[column].format(i=i), layout)
-    return out
+    return {
+        row[0].format(i=i): (row[column].format(i=i), row[3])
+        for row in TABLE
+        for i in (range(num_layers) if "{i}" in row[0] else [None])
+    }
 
 
 def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape the format stores for our parameter of `shape`."""
     if layout.axis_groups is not None:
-        merged, start = [], 0
-        for count in layout.axis_groups:
-            merged.append(math.prod(shape[start : start + count]))
-            start += count
-        shape = tuple(merged)
+        bounds = itertools.accumulate(layout.axis_groups, initial=0)
+        shape = tuple(math.prod(shape[a:b]) for a, b in itertools.pairwise(bounds))
     return tuple(reversed(shape)) if fmt in layout.transposed else tuple(shape)
 
 

@@ -10,6 +10,7 @@ workdir answers `classify(restore(workdir), texts, pairs)` and predicts a file
 with `python -m bertjax.predict`.
 """
 
+import os
 from collections.abc import Sequence
 
 import jax
@@ -43,10 +44,10 @@ def setup(config, workdir: str) -> Setup:
         return values, predictions
 
     def write_predictions(predictions, workdir: str) -> None:
-        workdir_lib.write_lines(
-            workdir_lib.path(workdir, workdir_lib.EVAL_PREDICTIONS_FILE),
-            _records(predictions, data.label_names),
-        )
+        # Each example's predicted label, or its score for regression.
+        names = data.label_names
+        records = [{"label": names[int(v)]} if names else {"score": float(v)} for v in predictions]
+        workdir_lib.write_lines(os.path.join(workdir, workdir_lib.EVAL_PREDICTIONS_FILE), records)
 
     return finetune.make_setup(
         config,
@@ -64,13 +65,6 @@ def setup(config, workdir: str) -> Setup:
         write_predictions=write_predictions,
         data=data,
     )
-
-
-def _records(predictions, label_names) -> list[dict]:
-    """One record per example: its predicted label, or its score for regression."""
-    if label_names:
-        return [{"label": label_names[int(value)]} for value in predictions]
-    return [{"score": float(value)} for value in predictions]
 
 
 def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:

@@ -7,28 +7,17 @@ approximation, Hugging Face's is the exact erf form. A file with "model_type"
 is Hugging Face's.
 """
 
+import dataclasses
 import json
 from typing import Any
 
 from bertjax.model import BertConfig
 from data_pipeline.config import ConfigError
 
-# The architecture fields both formats name as BertConfig does (bert_config.json lacks
-# layer_norm_eps); the rest of ours are runtime choices.
-FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-)
+# The architecture fields both formats name as BertConfig does: its fields up to
+# layer_norm_eps (which bert_config.json lacks); the rest of ours are runtime choices.
+_NAMES = [f.name for f in dataclasses.fields(BertConfig)]
+FIELDS = tuple(_NAMES[: _NAMES.index("layer_norm_eps") + 1])
 # Our hidden_act -> Hugging Face's name for the same function.
 HF_HIDDEN_ACTS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 # Each format's hidden_act -> ours. Hugging Face has a second name for the tanh form.

@@ -4,22 +4,13 @@
         [--do_lower_case | --no_do_lower_case] [--scan_layers]
     python -m bertjax.convert export --format hf WORKDIR OUT_DIR [--step N]
 
-`--format tf` reads google-research/bert's release layout: a directory with
-bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt (SOURCE may
-also be the checkpoint prefix). `--format hf` reads a Hugging Face directory:
-config.json, model.safetensors and vocab.txt or tokenizer.json, with or
-without the pretraining heads (missing heads and pooler are initialized as
-bertjax initializes them, and the command says so). Pickled PyTorch weights
-(pytorch_model.bin) are refused, never unpickled.
-
-The result is an ordinary workdir (workdir.py): model_config.json,
-config.json with a complete "data" and "model" section plus "converted_from",
-the vocabulary, and checkpoints/0/ holding {"params": ...}. It restores with
-inference.restore and starts pretraining with --config.init_checkpoint=WORKDIR
-(import with --scan_layers when that run sets config.model.scan_layers).
-
-Every check runs before anything is written; the output is assembled in a
-temporary folder next to WORKDIR (or OUT_DIR) and renamed into place at the end.
+The README's "Import Google and Hugging Face checkpoints" describes the two
+formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
+workdir (workdir.py) whose config.json also records "converted_from"; import
+with --scan_layers when the run that continues from it sets
+config.model.scan_layers. Every check runs before anything is written; the
+output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
+renamed into place at the end.
 """
 
 import contextlib
@@ -94,11 +85,8 @@ def import_checkpoint(
     """Converts the checkpoint at `source` into the new bertjax workdir `workdir`.
 
     `do_lower_case` is needed only when the source does not say (a Hugging Face
-    tokenizer.json or tokenizer_config.json does; for TF the directory name
-    must contain 'uncased' or 'cased', as google-research/bert checks it).
-    `scan_layers` writes the stacked-layer layout. Missing heads and pooler get
-    our initialization from `seed`. Returns what was done: the model config,
-    the initialized groups, ignored tensors and the workdir paths.
+    tokenizer file, or a TF directory name with 'uncased' or 'cased'). Missing
+    heads and pooler get our initialization from `seed`. Returns what was done.
     """
     if format not in FORMATS:
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
@@ -107,12 +95,7 @@ def import_checkpoint(
     src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
     params, initialized = params_from_tensors(
-        src.tensors,
-        config,
-        format,
-        where=src.weights_file,
-        config_file=src.config_file,
-        seed=seed,
+        src.tensors, config, format, where=src.weights_file, config_file=src.config_file, seed=seed
     )
     try:
         vocab = load_vocab(src.vocab_file)
@@ -124,16 +107,10 @@ def import_checkpoint(
             f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
             f"has {config.vocab_size} rows"
         )
-    vocab_name = "vocab" + os.path.splitext(src.vocab_file)[1]
+    vocab_file = os.path.join(workdir, "vocab" + os.path.splitext(src.vocab_file)[1])
     run_config = ml_collections.ConfigDict(
         {
-            "data": _data_config(
-                os.path.join(workdir, vocab_name),
-                len(vocab),
-                do_lower_case=src.do_lower_case,
-                max_chars_per_word=src.max_chars_per_word,
-                max_position_embeddings=config.max_position_embeddings,
-            ),
+            "data": _data_config(src, vocab_file, len(vocab)),
             "model": _model_config(config),
             "converted_from": {
                 "format": format,
@@ -152,14 +129,13 @@ def import_checkpoint(
         workdir_lib.write_run_description(
             staging, run_config, config, src.vocab_file, pretraining.describe(run_config.data)
         )
-        manager = checkpoint.make_manager(staging, max_to_keep=1)
-        checkpoint.save(manager, 0, {"params": params})
-        manager.wait_until_finished()
-        manager.close()
+        # Closing the manager waits for the asynchronous save.
+        with checkpoint.make_manager(staging, max_to_keep=1) as manager:
+            checkpoint.save(manager, 0, {"params": params})
     return {
         "workdir": workdir,
         "config": config,
-        "vocab_file": os.path.join(workdir, vocab_name),
+        "vocab_file": vocab_file,
         "do_lower_case": src.do_lower_case,
         "initialized": initialized,
         "ignored": src.ignored,
@@ -178,18 +154,14 @@ def params_from_tensors(
 ) -> tuple[dict, list[str]]:
     """Our BertForPreTraining parameters from a checkpoint's tensors, by the rename table.
 
-    Returns (params, initialized): the nested parameter tree (numpy, in the
-    layout config.scan_layers asks for) and the optional groups
-    (checkpoint_names.OPTIONAL_GROUPS) that were missing and so got our
-    initialization from `seed`. Unknown names, missing tensors, shapes that
-    do not fit `config` and untied MLM decoders raise ConversionError.
+    Returns (params, initialized): numpy parameters in config.scan_layers's layout, and
+    the optional groups that were missing and so got our initialization from `seed`.
     """
     tensors = dict(tensors)
     if format == "hf":
         _untie(tensors, where)
-    shapes = _flat(
-        jax.eval_shape(functools.partial(_init_params, _per_layer(config)), jax.random.key(0))
-    )
+    per_layer = dataclasses.replace(config, scan_layers=False)
+    shapes = _flat(jax.eval_shape(functools.partial(_init_params, per_layer), jax.random.key(0)))
     table = checkpoint_names.names(format, config.num_hidden_layers)
     known = {name for name, _ in table.values()}
     ignored = checkpoint_names.IGNORED[format]
@@ -224,9 +196,8 @@ def params_from_tensors(
                 f"{where}: {name} has shape {list(value.shape)}, but {config_file} implies "
                 f"{list(expected)}"
             )
-        flat[path] = checkpoint_names.to_ours(value, layout, format, shapes[path].shape).astype(
-            shapes[path].dtype
-        )
+        value = checkpoint_names.to_ours(value, layout, format, shapes[path].shape)
+        flat[path] = value.astype(shapes[path].dtype)
     if initialized:
         # Heads and pooler take their rngs from their own paths, so a one-layer model
         # initializes them as the full one would, and compiles in a fraction of the time.
@@ -286,16 +257,12 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
     except safetensors.SafetensorError as e:
         raise ConversionError(f"{weights_file}: not a readable safetensors file: {e}") from None
     # A BertModel's names lack the "bert." its BertForPreTraining would give them.
-    if not any(name.startswith(checkpoint_names.HF_ENCODER_PREFIX) for name in tensors):
-        tensors = {
-            (
-                checkpoint_names.HF_ENCODER_PREFIX + name
-                if name.startswith(("embeddings.", "encoder.", "pooler."))
-                else name
-            ): value
-            for name, value in tensors.items()
-        }
-    vocab_file = _first_file(directory, ("vocab.txt", "tokenizer.json"))
+    prefix = checkpoint_names.HF_ENCODER_PREFIX
+    if not any(name.startswith(prefix) for name in tensors):
+        encoder = ("embeddings.", "encoder.", "pooler.")
+        tensors = {(prefix if n.startswith(encoder) else "") + n: v for n, v in tensors.items()}
+    vocab_files = [os.path.join(directory, n) for n in ("vocab.txt", "tokenizer.json")]
+    vocab_file = next(filter(os.path.isfile, vocab_files), None)
     if vocab_file is None:
         raise ConversionError(
             f"{os.path.join(directory, 'vocab.txt')}: missing (a Hugging Face checkpoint needs "
@@ -364,13 +331,8 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
         raise ConversionError(f"{prefix}: cannot read the TF checkpoint: {e}") from None
     # As google-research/bert's validate_case_matches_checkpoint: the release names say.
     name = os.path.basename(directory)
-    inferred = (
-        True
-        if re.search(r"(^|[_-])uncased([_-]|$)", name)
-        else False
-        if re.search(r"(^|[_-])cased([_-]|$)", name)
-        else None
-    )
+    words = set(re.split(r"[_-]", name))
+    inferred = True if "uncased" in words else False if "cased" in words else None
     return _Source(
         config=config,
         config_file=config_file,
@@ -420,21 +382,14 @@ def _lower_case(inferred: bool | None, given: bool | None, where: str) -> bool:
     return inferred if given is None else given
 
 
-def _data_config(
-    vocab_file: str,
-    vocab_size: int,
-    *,
-    do_lower_case: bool,
-    max_chars_per_word: int,
-    max_position_embeddings: int,
-) -> ml_collections.ConfigDict:
+def _data_config(src: _Source, vocab_file: str, vocab_size: int) -> ml_collections.ConfigDict:
     data = data_config_lib.default_config()
     data.tokenizer = "wordpiece"
     data.vocab_file = vocab_file
     data.vocab_size = vocab_size
-    data.do_lower_case = do_lower_case
-    data.max_chars_per_word = max_chars_per_word
-    data.max_seq_length = min(data.max_seq_length, max_position_embeddings)
+    data.do_lower_case = src.do_lower_case
+    data.max_chars_per_word = src.max_chars_per_word
+    data.max_seq_length = min(data.max_seq_length, src.config.max_position_embeddings)
     data.max_predictions_per_seq = min(data.max_predictions_per_seq, data.max_seq_length - 3)
     try:
         data_config_lib.from_config(data)
@@ -490,7 +445,12 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     step = _checkpoint_step(workdir, step)
     _check_empty_destination(out_dir)
 
-    params = _restore_params(workdir, config, step)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        jax.eval_shape(functools.partial(_init_params, config), jax.random.key(0)),
+    )
+    params = checkpoint.restore_params(workdir, abstract, step)
     tensors = tensors_from_params(params, config, "hf")
     hf_config = {
         "architectures": ["BertForPreTraining"],
@@ -531,11 +491,8 @@ def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:
     directory = workdir_lib.checkpoint_dir(workdir)
-    steps = (
-        sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-        if os.path.isdir(directory)
-        else []
-    )
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    steps = sorted(int(n) for n in names if n.isdigit())
     if not steps:
         raise ConversionError(f"{directory}: no checkpoint")
     if step is None:
@@ -548,15 +505,6 @@ def _checkpoint_step(workdir: str, step: int | None) -> int:
     return step
 
 
-def _restore_params(workdir: str, config: BertConfig, step: int):
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(functools.partial(_init_params, config), jax.random.key(0)),
-    )
-    return checkpoint.restore_params(workdir, abstract, step)
-
-
 # ----------------------------------------------------------------------------- shared
 
 
@@ -564,10 +512,6 @@ def _init_params(config: BertConfig, rng):
     ids = jnp.zeros((1, 2), jnp.int32)
     variables = BertForPreTraining(config).init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
     return nn.meta.unbox(variables["params"])
-
-
-def _per_layer(config: BertConfig) -> BertConfig:
-    return dataclasses.replace(config, scan_layers=False)
 
 
 def _flat(tree) -> dict:
@@ -628,13 +572,6 @@ def _required_file(directory: str, name: str, what: str) -> str:
     if not os.path.isfile(path):
         raise ConversionError(f"{path}: missing ({what} needs {name})")
     return path
-
-
-def _first_file(directory: str, names: tuple[str, ...]) -> str | None:
-    for name in names:
-        if os.path.isfile(os.path.join(directory, name)):
-            return os.path.join(directory, name)
-    return None
 
 
 def _check_empty_destination(path: str) -> None:

@@ -31,22 +31,8 @@ from data_pipeline.errors import UserError
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import load_vocab
 
-CONFIG_KEYS = (
-    "seed",
-    "task",
-    "num_train_epochs",
-    "train_batch_size",
-    "eval_batch_size",
-    "checkpoint_every_steps",
-    "checkpoints_to_keep",
-    "log_every_steps",
-    "init_checkpoint",
-    "random_init",
-    "mesh",
-    "model",
-    "data",
-    "optimizer",
-)
+# The keys of a fine-tuning config besides the loop's (task.LOOP_KEYS).
+CONFIG_KEYS = ("num_train_epochs", "random_init")
 # The BertConfig fields a fine-tuning run may change; the rest are the checkpoint's.
 MODEL_OVERRIDES = (
     "hidden_dropout_prob",
@@ -56,15 +42,12 @@ MODEL_OVERRIDES = (
     "remat_policy",
     "attention_implementation",
 )
-# The columns every fine-tuning batch has: the model's inputs and the row's weight
-# (0 on the rows that pad an eval batch).
+# The inputs of every fine-tuning head, in the order it takes them.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 def check_config(config) -> None:
-    check_keys(
-        config, CONFIG_KEYS, positive=("train_batch_size", "eval_batch_size", "log_every_steps")
-    )
+    check_keys(config, CONFIG_KEYS)
     if not config.num_train_epochs > 0:
         raise ConfigError(f"config.num_train_epochs={config.num_train_epochs}: must be above 0")
     if not config.init_checkpoint:

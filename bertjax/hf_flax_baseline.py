@@ -14,6 +14,11 @@ import jax.numpy as jnp
 import optax
 
 from bertjax import config_json, losses, sharding, train
+from data_pipeline.errors import UserError
+
+
+class HFFlaxUnavailableError(UserError):
+    """--compare_hf_flax without transformers 4.x's Flax models; the message says how to get them."""
 
 
 def median_step_times(runs, batch, rng, steps: int) -> list[float]:
@@ -39,7 +44,7 @@ def import_hf_flax_bert():
     try:
         from transformers import BertConfig, FlaxBertForPreTraining
     except ImportError as e:
-        raise ImportError(
+        raise HFFlaxUnavailableError(
             f"--compare_hf_flax needs transformers 4.x, the last with Flax models ({e}); "
             "run `make bench-hf`, which installs it in .venv-bench"
         ) from e

@@ -90,9 +90,7 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
             f"{path}: task {task['kind']!r} is not one of {', '.join(tasks.TASKS)}"
         )
     make_model = tasks.TASKS[task["kind"]].make_model
-    vocab_file = workdir_lib.vocab_file(path)
-    if vocab_file is None:
-        raise CheckpointError(f"{path}: no vocabulary (vocab.txt, .json or .model)")
+    vocab_file = workdir_lib.require_vocab_file(path, what="workdir")
     tokenizer = make_tokenizer(data_config_lib.from_config(tokenizer_data), vocab_file)
     step = checkpoint.latest_step(path) if step is None else step
     if step is None:

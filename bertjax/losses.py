@@ -9,35 +9,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SUM_KEYS = (
-    "mlm_loss_sum",
-    "mlm_correct",
-    "mlm_weight",
-    "nsp_loss_sum",
-    "nsp_correct",
-    "nsp_count",
-)
+SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_weight", "nsp_loss_sum", "nsp_correct", "nsp_count")
+
+
+def _weighted_nll(logits, labels, weights):
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    hit = (jnp.argmax(log_probs, axis=-1) == labels).astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(weights * nll),
+        "correct": jnp.sum(weights * hit),
+        "weight": jnp.sum(weights),
+    }
 
 
 def pretraining_sums(mlm_logits, nsp_logits, batch) -> dict[str, jax.Array]:
     """MLM over the weighted masked positions and NSP over the examples, in float32."""
     weights = batch["masked_lm_weights"].astype(jnp.float32)
-    log_probs = jax.nn.log_softmax(mlm_logits.astype(jnp.float32), axis=-1)
-    labels = batch["masked_lm_ids"]
-    mlm_nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-    mlm_hit = (jnp.argmax(log_probs, axis=-1) == labels).astype(jnp.float32)
-
-    nsp_log_probs = jax.nn.log_softmax(nsp_logits.astype(jnp.float32), axis=-1)
-    nsp_labels = batch["next_sentence_labels"]
-    nsp_nll = -jnp.take_along_axis(nsp_log_probs, nsp_labels[:, None], axis=-1)[:, 0]
-    nsp_hit = (jnp.argmax(nsp_log_probs, axis=-1) == nsp_labels).astype(jnp.float32)
+    mlm = _weighted_nll(mlm_logits, batch["masked_lm_ids"], weights)
+    labels = batch["next_sentence_labels"]
+    nsp = _weighted_nll(nsp_logits, labels, jnp.ones(labels.shape, jnp.float32))
     return {
-        "mlm_loss_sum": jnp.sum(weights * mlm_nll),
-        "mlm_correct": jnp.sum(weights * mlm_hit),
-        "mlm_weight": jnp.sum(weights),
-        "nsp_loss_sum": jnp.sum(nsp_nll),
-        "nsp_correct": jnp.sum(nsp_hit),
-        "nsp_count": jnp.asarray(nsp_labels.shape[0], jnp.float32),
+        **{f"mlm_{key}": value for key, value in mlm.items()},
+        "nsp_loss_sum": nsp["loss_sum"],
+        "nsp_correct": nsp["correct"],
+        "nsp_count": nsp["weight"],
     }
 
 
@@ -69,17 +65,6 @@ def summarize(sums) -> dict[str, float]:
 # Every fine-tuning loss is a weighted sum over examples (or tokens) with its
 # weight total: `example_weight` is 0 on the rows that pad an eval batch.
 FINETUNE_SUM_KEYS = ("loss_sum", "correct", "weight")
-
-
-def _weighted_nll(logits, labels, weights):
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-    hit = (jnp.argmax(log_probs, axis=-1) == labels).astype(jnp.float32)
-    return {
-        "loss_sum": jnp.sum(weights * nll),
-        "correct": jnp.sum(weights * hit),
-        "weight": jnp.sum(weights),
-    }
 
 
 def classification_sums(logits, batch) -> dict[str, jax.Array]:

@@ -67,5 +67,6 @@ def main(argv):
             out=sys.stdout,
         )
 
+
 if __name__ == "__main__":
     cli.run(main, define_flags)

@@ -14,7 +14,8 @@ import jax
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-METRICS_FILE = "metrics.jsonl"
+from bertjax import workdir as workdir_lib
+
 # What tf.summary.scalar would attach, written without the tensorboard package.
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
@@ -31,8 +32,11 @@ class MetricWriter:
         self.progress = self.active and self.out.isatty()
         if self.active:
             os.makedirs(workdir, exist_ok=True)
-            self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", encoding="utf-8")  # noqa: SIM115
-            self._tensorboard = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+            metrics_file = os.path.join(workdir, workdir_lib.METRICS_FILE)
+            self._jsonl = open(metrics_file, "a", encoding="utf-8")  # noqa: SIM115
+            self._tensorboard = tf.summary.create_file_writer(
+                os.path.join(workdir, workdir_lib.TENSORBOARD_DIR)
+            )
 
     def write(self, step: int, split: str, values: dict) -> None:
         if not self.active:
@@ -43,11 +47,8 @@ class MetricWriter:
         with self._tensorboard.as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, int | float):
-                    tf.summary.write(
-                        f"{split}/{name}",
-                        tf.constant(value, tf.float32),
-                        metadata=_SCALAR_METADATA,
-                    )
+                    tensor = tf.constant(value, tf.float32)
+                    tf.summary.write(f"{split}/{name}", tensor, metadata=_SCALAR_METADATA)
         self._tensorboard.flush()
 
     def console(self, line: str) -> None:

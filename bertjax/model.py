@@ -21,21 +21,8 @@ With `scan_layers` the layers are one subtree `bert/encoder/layer` whose leaves
 have a leading axis of length L. The MLM output matrix is the word embedding
 table (tied), so it has no parameter of its own.
 
-The names are the original checkpoint's (google-research/bert), so importing
-one is a rename table: `gamma`/`beta` -> `scale`/`bias`, an embedding table
-`X` -> `X/embedding`, attention kernels reshaped [H, H] -> [H, A, H/A] (query,
-key, value) or [A, H/A, H] (attention output), and these paths:
-
-    attention/self/{query,key,value}   -> attention/{query,key,value}
-    attention/output/dense             -> attention/output
-    attention/output/LayerNorm         -> attention_LayerNorm
-    intermediate/dense                 -> intermediate
-    output/dense                       -> output
-    output/LayerNorm                   -> output_LayerNorm
-    cls/predictions/transform/X        -> predictions/X
-    cls/predictions/output_bias        -> predictions/output_bias
-    cls/seq_relationship/output_weights, output_bias
-                                       -> seq_relationship/kernel (transposed), bias
+The names follow the original checkpoint's (google-research/bert) closely, so
+importing one is a flat rename table (checkpoint_names.py).
 
 Every parameter is boxed with logical axis names (LOGICAL_AXES; scan adds
 'layers' in front) and activations are constrained at block boundaries to
@@ -159,19 +146,11 @@ _SIZES = {
     "large": (24, 1024, 16, 4096),
 }
 PRESETS = {
-    name: dict(
-        zip(
-            ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"),
-            size,
-            strict=True,
-        )
-    )
-    for name, size in _SIZES.items()
+    name: dict(num_hidden_layers=n, hidden_size=h, num_attention_heads=a, intermediate_size=i)
+    for name, (n, h, a, i) in _SIZES.items()
 }
 
-_REQUIRED_FIELDS = tuple(
-    f for f in dataclasses.fields(BertConfig) if f.default is dataclasses.MISSING
-)
+_REQUIRED_FIELDS = [f for f in dataclasses.fields(BertConfig) if f.default is dataclasses.MISSING]
 
 
 def from_config(model_config: Any) -> BertConfig:
@@ -180,9 +159,8 @@ def from_config(model_config: Any) -> BertConfig:
     names = {f.name for f in dataclasses.fields(BertConfig)}
     unknown = sorted(set(values) - names - {"preset"})
     if unknown:
-        raise ConfigError(
-            f"unknown model option(s): {', '.join('config.model.' + k for k in unknown)}"
-        )
+        options = ", ".join("config.model." + k for k in unknown)
+        raise ConfigError(f"unknown model option(s): {options}")
     if "preset" not in values:
         raise ConfigError(f"config.model.preset is missing; presets: {', '.join(PRESETS)}")
     preset = values.pop("preset")
@@ -212,11 +190,8 @@ def _check(c: BertConfig) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             _fail(field, value, "must be a positive integer")
     if c.hidden_size % c.num_attention_heads:
-        _fail(
-            "hidden_size",
-            c.hidden_size,
-            f"must be divisible by num_attention_heads={c.num_attention_heads}",
-        )
+        why = f"must be divisible by num_attention_heads={c.num_attention_heads}"
+        _fail("hidden_size", c.hidden_size, why)
     if c.hidden_act not in HIDDEN_ACTS:
         _fail("hidden_act", c.hidden_act, f"must be one of {', '.join(HIDDEN_ACTS)}")
     for field in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
@@ -234,11 +209,8 @@ def _check(c: BertConfig) -> None:
     if c.remat_policy not in REMAT_POLICIES:
         _fail("remat_policy", c.remat_policy, f"must be one of {', '.join(REMAT_POLICIES)}")
     if c.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
-        _fail(
-            "attention_implementation",
-            c.attention_implementation,
-            f"must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}",
-        )
+        why = f"must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+        _fail("attention_implementation", c.attention_implementation, why)
     if c.attention_implementation == "cudnn" and c.dtype != "bfloat16":
         _fail("attention_implementation", "cudnn", "cuDNN attention needs dtype='bfloat16'")
 
@@ -392,14 +364,8 @@ class BertSelfAttention(nn.Module):
                 query, key, value, mask=mask, implementation=c.attention_implementation
             )
         else:
-            y = attention_with_probs_dropout(
-                query,
-                key,
-                value,
-                mask,
-                rate=c.attention_probs_dropout_prob,
-                rng=self.make_rng("dropout"),
-            )
+            rate, rng = c.attention_probs_dropout_prob, self.make_rng("dropout")
+            y = attention_with_probs_dropout(query, key, value, mask, rate=rate, rng=rng)
         y = nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
         return Dense(c, c.hidden_size, ("heads", "kv", "embed"), name="output")(y)
 
@@ -502,12 +468,8 @@ class BertMLMHead(nn.Module):
         x = jnp.take_along_axis(sequence_output, masked_lm_positions[..., None], axis=1)
         x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(x)
         x = _layer_norm(c, "LayerNorm")(_ACTIVATIONS[c.hidden_act](x))
-        logits = jnp.einsum(
-            "bph,vh->bpv",
-            x,
-            word_embeddings.astype(x.dtype),
-            preferred_element_type=jnp.float32,
-        )
+        embeddings = word_embeddings.astype(x.dtype)
+        logits = jnp.einsum("bph,vh->bpv", x, embeddings, preferred_element_type=jnp.float32)
         output_bias = self.param(
             "output_bias",
             nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),

@@ -44,21 +44,12 @@ def from_config(optimizer_config: Any) -> OptimizerConfig:
     """Builds an OptimizerConfig from a ConfigDict, a dict or an OptimizerConfig; unknown keys fail."""
     if isinstance(optimizer_config, OptimizerConfig):
         return optimizer_config
-    if hasattr(optimizer_config, "to_dict"):
-        values = optimizer_config.to_dict()
-    else:
-        values = dict(optimizer_config)
+    values = dict(optimizer_config)
     names = {f.name for f in dataclasses.fields(OptimizerConfig)}
-    unknown = sorted(set(values) - names)
-    missing = sorted(names - set(values))
-    if unknown:
-        raise ConfigError(
-            f"unknown optimizer option(s): {', '.join('config.optimizer.' + k for k in unknown)}"
-        )
-    if missing:
-        raise ConfigError(
-            f"missing optimizer option(s): {', '.join('config.optimizer.' + k for k in missing)}"
-        )
+    for problem, keys in (("unknown", set(values) - names), ("missing", names - set(values))):
+        if keys:
+            options = ", ".join("config.optimizer." + k for k in sorted(keys))
+            raise ConfigError(f"{problem} optimizer option(s): {options}")
     return OptimizerConfig(**values)
 
 
@@ -91,10 +82,8 @@ def learning_rate_schedule(optimizer_config: Any, num_train_steps: int) -> optax
 def weight_decay_mask(params: Any) -> Any:
     """True for the leaves that decay: kernels and embedding tables, not LayerNorm or biases.
 
-    Takes plain or boxed (nn.LogicallyPartitioned) parameters and returns a mask
-    of the same tree structure, so it fits whichever tree the optimizer sees.
-    A leaf is decided by its path of dict keys, e.g. bert/encoder/layers/
-    attention/self/query/kernel.
+    Takes plain or boxed (nn.LogicallyPartitioned) parameters: the mask has the
+    tree structure of whichever tree the optimizer sees.
     """
 
     def decays(path, _) -> bool:

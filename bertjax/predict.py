@@ -22,17 +22,12 @@ from absl import flags
 from bertjax import inference, tasks
 from bertjax.workdir import CheckpointError
 from data_pipeline import cli
-from data_pipeline.errors import UserError
-
-
-class PredictError(UserError):
-    """An input file to predict that cannot be read."""
 
 
 def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
     """Writes the predictions for `input_path`; returns where they went."""
     if not os.path.exists(input_path):
-        raise PredictError(f"--input={input_path}: no such file")
+        raise FileNotFoundError(f"--input={input_path}: no such file")
     restored = inference.restore(workdir, step=step)
     task = tasks.TASKS[restored.task["kind"]]
     if task.predict_file is None:

@@ -8,6 +8,7 @@ loss over the examples (losses.py). `config.init_checkpoint` starts from
 another pretraining run's parameters (phase 2 at length 512 from phase 1).
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -24,34 +25,14 @@ from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.config import ConfigError
 from data_pipeline.vocab import load_vocab
 
-CONFIG_KEYS = (
-    "task",
-    "seed",
-    "num_train_steps",
-    "train_batch_size",
-    "eval_batch_size",
-    "num_eval_steps",
-    "eval_every_steps",
-    "checkpoint_every_steps",
-    "checkpoints_to_keep",
-    "log_every_steps",
-    "init_checkpoint",
-    "mesh",
-    "model",
-    "data",
-    "optimizer",
-)
+# The keys of a pretraining config besides the loop's (task.LOOP_KEYS).
+CONFIG_KEYS = ("num_train_steps", "num_eval_steps", "eval_every_steps")
 # Evaluation is scored by the same sums as training; the best evaluation is the lowest loss.
 BEST_METRIC = scores.Metric("loss", None, higher_is_better=False)
 
 
 def check_config(config) -> None:
-    check_keys(
-        config,
-        CONFIG_KEYS,
-        optional=("task",),
-        positive=("num_train_steps", "train_batch_size", "eval_batch_size", "log_every_steps"),
-    )
+    check_keys(config, CONFIG_KEYS, optional=("task",), positive=("num_train_steps",))
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise ConfigError(f"config.{key}={config[key]}: must be >= 0")
@@ -67,12 +48,11 @@ def check_config(config) -> None:
 def describe(data_config) -> dict:
     """task.json of a pretraining workdir: the tokenizer settings and sequence length."""
     data = data_config_lib.from_config(data_config)
+    tokenizer_data = dataclasses.asdict(data)
     return {
         "kind": "pretraining",
         "max_seq_length": data.max_seq_length,
-        "tokenizer_data": data_config.to_dict()
-        if hasattr(data_config, "to_dict")
-        else dict(data_config),
+        "tokenizer_data": tokenizer_data,
     }
 
 
@@ -87,10 +67,10 @@ def setup(config, workdir: str) -> Setup:
         workdir_lib.check_same_shapes(saved, model_config, where=f"workdir {workdir}")
     init_scan_layers = False
     if config.init_checkpoint:
-        where = f"config.init_checkpoint={config.init_checkpoint!r}"
         init = workdir_lib.require_model_config(
             config.init_checkpoint, what="config.init_checkpoint"
         )
+        where = f"config.init_checkpoint={config.init_checkpoint!r}"
         workdir_lib.check_same_shapes(init, model_config, where=where)
         init_scan_layers = init.scan_layers
 

@@ -117,8 +117,7 @@ def check_batch_size(batch_size: int, mesh: Mesh, *, option: str) -> None:
 
 def logical_shardings(boxed_tree, mesh: Mesh):
     """NamedShardings for a tree whose leaves are flax LogicallyPartitioned boxes."""
-    specs = nn.get_partition_spec(boxed_tree)
-    return nn.logical_to_mesh_sharding(specs, mesh, RULES)
+    return nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed_tree), mesh, RULES)
 
 
 def check_divisible(abstract_tree, shardings) -> None:

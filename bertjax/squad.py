@@ -22,12 +22,8 @@ from bertjax import finetune, losses, scores
 from bertjax.model import BertForQuestionAnswering
 from bertjax.task import Setup, Task
 from data_pipeline import squad as squad_data
-from data_pipeline.squad import (
-    TEXTS_PER_TOKENIZER_CALL,
-    SquadDocument,
-    SquadError,
-    SquadFeatures,
-)
+from data_pipeline.finetune_data import TEXTS_PER_TOKENIZER_CALL
+from data_pipeline.squad import SquadDocument, SquadError, SquadFeatures
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
 # ----------------------------------------------------------------------------- answers from logits

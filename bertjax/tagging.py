@@ -9,6 +9,7 @@ entity-level precision, recall and F1 (scores.py). A fine-tuned workdir
 answers `tag(restore(workdir), "Anna moved to Berlin")`.
 """
 
+import os
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -49,7 +50,7 @@ def setup(config, workdir: str) -> Setup:
 
     def write_predictions(predictions, workdir: str) -> None:
         workdir_lib.write_lines(
-            workdir_lib.path(workdir, workdir_lib.EVAL_PREDICTIONS_FILE),
+            os.path.join(workdir, workdir_lib.EVAL_PREDICTIONS_FILE),
             [{"tags": list(tags)} for tags in predictions],
         )
 

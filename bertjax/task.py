@@ -11,6 +11,8 @@ listed in `bertjax.tasks.TASKS` under the name `config.task` gives it.
                                            description its run wrote to task.json
     task.predict_file(restored, input, output, batch_size) -> output
                                            predictions for a file of new examples
+    task.report(workdir, config, results, out=..., fill_mask_examples=...)
+                                           what a person reads at the end of a run
 
 The training loop (train.py) owns everything else, once for every task:
 resume, the checkpoint and evaluation cadence, the finite check, metrics,
@@ -44,7 +46,7 @@ class Setup:
     description: dict  # task.json: {"kind", "max_seq_length", "tokenizer_data", ...}
     num_train_steps: int
     optimizer: Any  # an optimizer config (optim.from_config) for num_train_steps
-    eval_every_steps: int  # 0: no evaluation before the last step's
+    eval_every_steps: int  # evaluate every N steps and after the last; 0: never
     num_eval_steps: int  # eval batches read per evaluation; 0: the whole split
     checkpoint_at_eval: bool  # also checkpoint at every evaluation (fine-tuning's epochs)
 
@@ -70,9 +72,10 @@ class Setup:
     best_metric: scores.Metric  # the one results.json's "best" follows
     write_predictions: Callable[[Any, str], None] | None = None  # (predictions, workdir)
 
+    data: Any = None  # the task's loaded data or data config, for tests and tools
+
     # Parameters taken from another workdir's checkpoint: the top-level names
     # of the params tree (empty: none), and that checkpoint's layer layout.
-    data: Any = None  # the task's data config (pretraining: data_pipeline's DataConfig)
     init_checkpoint: str = ""
     init_keys: tuple[str, ...] = ()
     init_scan_layers: bool = False
@@ -89,8 +92,28 @@ class Task:
     report: Callable[..., None] | None = None
 
 
-def check_keys(config, keys, *, optional=(), positive=()) -> None:
-    """Exactly `keys` at the top level (`optional` may be absent), each of `positive` >= 1."""
+# The top-level config keys the training loop reads, in every task's configs.
+LOOP_KEYS = (
+    "task",
+    "seed",
+    "train_batch_size",
+    "eval_batch_size",
+    "checkpoint_every_steps",
+    "checkpoints_to_keep",
+    "log_every_steps",
+    "init_checkpoint",
+    "mesh",
+    "model",
+    "data",
+    "optimizer",
+)
+
+
+def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
+    """Exactly LOOP_KEYS plus `task_keys` at the top level (`optional` may be absent), each
+    of `positive` at least 1; batch sizes and log_every_steps always."""
+    keys = LOOP_KEYS + tuple(task_keys)
+    positive = ("train_batch_size", "eval_batch_size", "log_every_steps", *positive)
     check_known_keys(config.keys(), keys, "config", elsewhere=key_paths(config, "config"))
     missing = sorted(set(keys) - set(optional) - set(config.keys()))
     if missing:
@@ -103,11 +126,6 @@ def check_keys(config, keys, *, optional=(), positive=()) -> None:
 def apply_model(model: nn.Module, params, batch: dict, names, **kwargs):
     """`model.apply` on the batch's columns named in `names`, in that order."""
     return model.apply({"params": params}, *(batch[name] for name in names), **kwargs)
-
-
-def init_inputs(model_inputs: dict[str, int]) -> dict[str, jax.Array]:
-    """Zero inputs of one row at each input's length: what init traces the model with."""
-    return {name: jnp.zeros((1, length), jnp.int32) for name, length in model_inputs.items()}
 
 
 def weighted_mean_loss(sums: dict, denominators) -> jax.Array:

@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 from bertjax import checkpoint, metrics, optim, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
-from bertjax.task import Setup, Task, apply_model, init_inputs
+from bertjax.task import Setup, Task, apply_model
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
 
@@ -173,8 +173,8 @@ def build_run(
 
 def _init_params(rng, *, setup: Setup):
     """Parameters boxed with their logical axis names."""
-    inputs = init_inputs(setup.model_inputs)
-    return setup.model.init(rng, *inputs.values(), deterministic=True)["params"]
+    inputs = [jnp.zeros((1, length), jnp.int32) for length in setup.model_inputs.values()]
+    return setup.model.init(rng, *inputs, deterministic=True)["params"]
 
 
 def _init_state(rng, *, setup: Setup, tx):
@@ -300,17 +300,19 @@ def train_and_evaluate(
     *,
     task: Task | None = None,
     stop_after: int | None = None,
+    devices=None,
 ) -> dict:
     """Trains `task` (default: the one `config.task` names) per `config` in `workdir`,
     resuming from its latest checkpoint if any.
 
     `stop_after` ends this invocation after that step with a checkpoint, as a
     preempted or time-sliced job would; running again continues the same run.
-    Returns what results.json holds: {"eval": the last evaluation, "best": the
-    best by the task's metric, "task": its name} ({"task"} alone when the run
-    never evaluates).
+    `devices` (default: all) are the ones the mesh spans. Returns what
+    results.json holds: {"eval": the last evaluation, "best": the best by the
+    task's metric, "task", "init_checkpoint"} (no "eval" when the run never
+    evaluates).
     """
-    run = build_run(config, workdir, task=task)
+    run = build_run(config, workdir, task=task, devices=devices)
     check_eval_shares(run)
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         return _train(run, workdir, stop_after)
@@ -356,7 +358,8 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
     def evaluate_and_record(step: int) -> None:
         values, predictions = evaluate(run, state.params, jitted_eval_step)
         writer.write(step, "eval", values)
-        writer.console(f"eval at step {step}: {_format(values)}")
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in values.items() if isinstance(v, float))
+        writer.console(f"eval at step {step}: {shown}")
         results["eval"] = {"step": step, **values}
         best = results.get("best")
         metric = setup.best_metric
@@ -396,8 +399,8 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
             )
             window, window_start, window_step = None, time.perf_counter(), step
 
-        evaluates = last or (setup.eval_every_steps and step % setup.eval_every_steps == 0)
-        if evaluates and (setup.eval_every_steps or setup.checkpoint_at_eval):
+        evaluates = setup.eval_every_steps and (step % setup.eval_every_steps == 0 or last)
+        if evaluates:
             evaluate_and_record(step)
         if (
             (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
@@ -408,7 +411,7 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
             if window is not None:
                 checked_finite(setup.summarize(window), step)
             checkpoint.save(manager, step, state)
-    if start_step >= last_step and (setup.eval_every_steps or setup.checkpoint_at_eval):
+    if start_step >= last_step and setup.eval_every_steps:
         # Nothing left to train (a finished run started again): report where it stands.
         # Every host evaluates (the steps are collective), whatever results.json says.
         evaluate_and_record(start_step)
@@ -416,12 +419,6 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
     manager.close()
     writer.close()
     return results
-
-
-def _format(values: dict) -> str:
-    return "  ".join(
-        f"{name} {value:.4f}" for name, value in values.items() if isinstance(value, float)
-    )
 
 
 def check_eval_shares(run: Run) -> None:

@@ -43,13 +43,9 @@ class CheckpointError(UserError):
     """A workdir or checkpoint that does not fit this run."""
 
 
-def path(workdir: str, name: str) -> str:
-    return os.path.join(workdir, name)
-
-
 def checkpoint_dir(workdir: str) -> str:
     """The absolute folder of the orbax checkpoints (orbax wants absolute paths)."""
-    return os.path.abspath(path(workdir, CHECKPOINT_DIR))
+    return os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
 
 
 def read_json(file: str) -> dict | None:
@@ -65,7 +61,7 @@ def read_json(file: str) -> dict | None:
 
 
 def read_model_config(workdir: str) -> BertConfig | None:
-    values = read_json(path(workdir, MODEL_CONFIG_FILE))
+    values = read_json(os.path.join(workdir, MODEL_CONFIG_FILE))
     return None if values is None else BertConfig.from_dict(values)
 
 
@@ -90,7 +86,7 @@ def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> 
 def vocab_file(workdir: str) -> str | None:
     """The vocabulary a run copied into its workdir, if any."""
     for name in VOCAB_NAMES:
-        candidate = path(workdir, name)
+        candidate = os.path.join(workdir, name)
         if tf.io.gfile.exists(candidate):
             return candidate
     return None
@@ -106,7 +102,7 @@ def require_vocab_file(workdir: str, *, what: str) -> str:
 def read_task(workdir: str) -> dict | None:
     """task.json: {"kind", "max_seq_length", "tokenizer_data", ...}; None before fine-tuning
     workdirs wrote one for every task (and for `bertjax.convert import` output)."""
-    return read_json(path(workdir, TASK_FILE))
+    return read_json(os.path.join(workdir, TASK_FILE))
 
 
 def read_tokenizer_data(workdir: str) -> dict:
@@ -114,19 +110,19 @@ def read_tokenizer_data(workdir: str) -> dict:
     task = read_task(workdir)
     if task is not None:
         return task["tokenizer_data"]
-    config = read_json(path(workdir, CONFIG_FILE))
+    config = read_json(os.path.join(workdir, CONFIG_FILE))
     if config is None:
         raise CheckpointError(f"{workdir}: no {CONFIG_FILE} or {TASK_FILE}")
     return config["data"]
 
 
 def read_results(workdir: str) -> dict:
-    return read_json(path(workdir, RESULTS_FILE)) or {}
+    return read_json(os.path.join(workdir, RESULTS_FILE)) or {}
 
 
 def write_results(workdir: str, results: dict) -> None:
     if jax.process_index() == 0:
-        files.atomic_write_json(path(workdir, RESULTS_FILE), results)
+        files.atomic_write_json(os.path.join(workdir, RESULTS_FILE), results)
 
 
 def write_lines(file: str, records) -> None:
@@ -140,11 +136,13 @@ def write_run_description(
     """Writes config, model config, vocabulary and task.json; returns the workdir vocab path."""
     if jax.process_index() != 0:
         return vocab
-    target = path(workdir, "vocab" + os.path.splitext(vocab)[1])
+    target = os.path.join(workdir, "vocab" + os.path.splitext(vocab)[1])
     tf.io.gfile.makedirs(workdir)
-    files.atomic_write_json(path(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
-    files.atomic_write_json(path(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
-    files.atomic_write_json(path(workdir, TASK_FILE), task)
+    files.atomic_write_json(
+        os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort())
+    )
+    files.atomic_write_json(os.path.join(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
+    files.atomic_write_json(os.path.join(workdir, TASK_FILE), task)
     if os.path.abspath(vocab) != os.path.abspath(target):
         files.atomic_copy(vocab, target)
     return target

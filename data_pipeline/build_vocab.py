@@ -2,9 +2,8 @@
 
     python -m data_pipeline.build_vocab --config experiments/pretrain/tiny_cpu.py --output vocab.txt
 
-Both kinds of learned vocabulary start with the same five specials:
-[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (the released English BERT vocab
-puts them at 0, 100, 101, 102, 103 instead; code must read ids from the Vocab).
+Both kinds of learned vocabulary start with vocab.SPECIAL_TOKENS at ids 0-4
+(the released English BERT vocab has them elsewhere; read ids from the Vocab).
 
 WordPiece (vocab.txt, one token per line, the line number is the id): after the
 specials come the single characters of the alphabet, then the learned pieces by
@@ -25,7 +24,6 @@ Only the train split is read, so held-out documents stay unseen.
 """
 
 import collections
-import dataclasses
 import hashlib
 import io
 import itertools
@@ -33,7 +31,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -93,12 +90,9 @@ class WordCounter:
         counts = self.counts
         for word, n in batch.items():
             old = counts.get(word)
-            if old is not None:
-                counts[word] = old + n
-                continue
-            if len(counts) >= self.max_words:
+            if old is None and len(counts) >= self.max_words:
                 counts = self._prune()
-            counts[word] = n
+            counts[word] = n if old is None else old + n
         self.peak_size = max(self.peak_size, len(counts))
 
     def _prune(self) -> dict[bytes, int]:
@@ -259,30 +253,15 @@ def _fit(learned: list[str], room: int) -> list[str]:
     drops the least frequent ones; without the characters some words could not
     be segmented at all.
     """
-    seen = set()
-    unique = []
-    for token in learned:
-        if token not in seen and token not in vocab_lib.SPECIAL_TOKENS:
-            seen.add(token)
-            unique.append(token)
-    characters = sum(len(t.removeprefix("##")) == 1 for t in unique)
-    keep_pieces = max(room - characters, 0)
-    fitted = []
-    for token in unique:
-        if len(token.removeprefix("##")) == 1:
-            fitted.append(token)
-        elif keep_pieces > 0:
-            fitted.append(token)
-            keep_pieces -= 1
-    return fitted
+    unique = [t for t in dict.fromkeys(learned) if t not in vocab_lib.SPECIAL_TOKENS]
+    characters = [t for t in unique if len(t.removeprefix("##")) == 1]
+    pieces = [t for t in unique if len(t.removeprefix("##")) != 1]
+    kept = set(characters + pieces[: max(room - len(characters), 0)])
+    return [t for t in unique if t in kept]
 
 
 def learn_wordpiece_vocab(
-    config: DataConfig,
-    *,
-    vocab_size: int,
-    output_path: str,
-    max_words_in_memory: int = 2_000_000,
+    config: DataConfig, *, vocab_size: int, output_path: str, max_words_in_memory: int = 2_000_000
 ) -> vocab_lib.Vocab:
     """Learns a WordPiece vocab.txt of `vocab_size` entries from the train split; see the module doc.
 
@@ -525,20 +504,13 @@ def _stop_on_error(items: Iterator, errors: list) -> Iterator:
 def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
     """A WordPieceTokenizer for its `words`, which needs no vocabulary yet.
 
-    load_vocab wants the specials plus at least one ordinary token, hence the
+    A Vocab needs the specials plus at least one ordinary token, hence the
     placeholder "a"; WordPiece itself is never run with this vocabulary.
     """
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "vocab.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in (*vocab_lib.SPECIAL_TOKENS, "a")))
-        vocab = vocab_lib.load_vocab(path)
+    vocab = vocab_lib.wordpiece_vocab("<word splitter>", (*vocab_lib.SPECIAL_TOKENS, "a"))
     return tokenizer_lib.WordPieceTokenizer(
         vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
     )
-
-
-# --- Command line ----------------------------------------------------------------------
 
 
 def define_flags() -> None:
@@ -558,38 +530,29 @@ def define_flags() -> None:
     flags.DEFINE_integer("sample_sentences", 2000, "Held-out sentences tokenized for the summary.")
 
 
-@dataclasses.dataclass
-class _SampleStats:
-    split: str
-    sentences: int = 0
-    words: int = 0
-    whole_words: int = 0
-    tokens: int = 0
-    unknown: int = 0
-
-
-def _sample_stats(config: DataConfig, vocab_file: str, max_sentences: int) -> _SampleStats:
-    """Whole-word coverage and [UNK] share over held-out sentences (train ones if none are held out)."""
+def _sample_summary(config: DataConfig, vocab_file: str, max_sentences: int) -> str:
+    """Whole-word coverage and [UNK] share over held-out sentences (else train ones); '' if none."""
     for split in ("eval", "train"):
         sentences = list(itertools.islice(_sentences(config, split), max_sentences))
         if sentences:
             break
-    stats = _SampleStats(split=split, sentences=len(sentences))
-    if not sentences:
-        return stats
+    else:
+        return ""
     texts = tf.constant(sentences)
     tokenizer = tokenizer_lib.make_tokenizer(config, vocab_file)
     vocab = tokenizer.vocab
     ids = tokenizer.tokenize(texts).flat_values.numpy()
-    stats.tokens = int(ids.size)
-    stats.unknown = int(np.sum(ids == vocab.unk_id))
     words = tokenizer.words(texts).flat_values.numpy().tolist()
     # A whole word is one entry: "word" for WordPiece, "\u2581word" for SentencePiece.
     prefix = vocab_lib.SENTENCEPIECE_WORD_START if vocab.is_sentencepiece else ""
     entries = set(vocab.tokens)
-    stats.words = len(words)
-    stats.whole_words = sum(prefix + w.decode("utf-8", errors="replace") in entries for w in words)
-    return stats
+    whole = sum(prefix + w.decode("utf-8", errors="replace") in entries for w in words)
+    unknown = int(np.sum(ids == vocab.unk_id))
+    return (
+        f"{len(sentences)} {'held-out' if split == 'eval' else 'train'} sentences: "
+        f"{whole / max(len(words), 1):.1%} of {len(words)} words are whole "
+        f"entries; {unknown / max(ids.size, 1):.2%} of {ids.size} tokens are [UNK]"
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -612,16 +575,11 @@ def main(argv: list[str]) -> None:
         )
     seconds = time.monotonic() - start
     entries = len(vocab_lib.load_vocab(path))
-    stats = _sample_stats(config, path, args.sample_sentences)
+    summary = _sample_summary(config, path, args.sample_sentences)
     case = "uncased" if config.do_lower_case else "cased"
     print(f"{path}: {entries} {config.tokenizer} entries ({case}), learned in {seconds:.1f} s")
-    if stats.sentences:
-        print(
-            f"{stats.sentences} {'held-out' if stats.split == 'eval' else 'train'} sentences: "
-            f"{stats.whole_words / max(stats.words, 1):.1%} of {stats.words} words are whole "
-            f"entries; {stats.unknown / max(stats.tokens, 1):.2%} of {stats.tokens} tokens "
-            "are [UNK]"
-        )
+    if summary:
+        print(summary)
 
 
 def run() -> None:

@@ -27,21 +27,8 @@ from data_pipeline.sentences import split_sentences
 # Standard-library folders without prose: tests, tools, demos, codec tables,
 # and the topics themselves (read above, not parsed twice).
 _SKIPPED_DIRS = frozenset(
-    {
-        "test",
-        "tests",
-        "idle_test",
-        "idlelib",
-        "lib2to3",
-        "tkinter",
-        "turtledemo",
-        "ensurepip",
-        "encodings",
-        "pydoc_data",
-        "site-packages",
-        "dist-packages",
-        "lib-dynload",
-    }
+    "test tests idle_test idlelib lib2to3 tkinter turtledemo ensurepip encodings "  # noqa: SIM905
+    "pydoc_data site-packages dist-packages lib-dynload".split()
 )
 # A docstring is skipped when cleaning keeps less than this share of its words.
 _MIN_PROSE_SHARE = 0.5
@@ -150,12 +137,8 @@ def _prose(text: str) -> str:
         for line in paragraph:
             if line.lstrip().startswith(">>>"):
                 break  # a doctest session and its output run to the paragraph's end
-            if not (
-                _TABLE_LINE.match(line)
-                or _FOOTNOTES_HEADER.match(line)
-                or _DIRECTIVE.match(line)
-                or _TYPE_FIELD.match(line)
-            ):
+            dropped = (_TABLE_LINE, _FOOTNOTES_HEADER, _DIRECTIVE, _TYPE_FIELD)
+            if not any(pattern.match(line) for pattern in dropped):
                 lines.append(line)
         if not lines:
             continue

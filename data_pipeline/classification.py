@@ -8,12 +8,10 @@ Sources, by `config.source`:
              .jsonl/.json  JSON lines: one object per line, the columns as keys.
   'glue'   the TFDS dataset `glue/<glue_task>`, for the nine tasks of GLUE_TASKS.
 
-`load_classification_task` reads both splits into memory and checks every row, so
-bad input fails before training with a `TaskDataError` that names the file and
-line (or the dataset and split). The label set is the training file's labels,
-sorted (numerically when all are integers), unless `label_names` fixes it; for
-GLUE it is the dataset's ClassLabel names. STS-B, and files with
-`is_regression`, have a float label instead.
+`load_classification_task` reads and checks both splits before training. The
+label set is the training file's labels, sorted (numerically when all are
+integers), unless `label_names` fixes it; for GLUE it is the dataset's
+ClassLabel names. STS-B, and files with `is_regression`, have a float label instead.
 
 `make_classification_dataset` tokenizes in graph, a batch of texts per call, and
 lays each example out as `[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or
@@ -31,9 +29,7 @@ L = `max_seq_length`:
 | label           | int32   | [B]    | index into `label_names`; float32 for regression     |
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches     |
 
-Batches are drawn by finetune_data.batch_indices: training reshuffles each
-epoch; evaluation yields every example once, the last global batch padded with
-copies of example 0 whose example_weight is 0.
+Batches are drawn by finetune_data.batch_indices (the eval padding repeats example 0).
 """
 
 import dataclasses
@@ -52,10 +48,11 @@ from data_pipeline.finetune_data import (
     SplitInfo,
     TaskDataError,
     batch_indices,
-    config_values,
     fail,
+    label_ids,
     read_records,
     sorted_labels,
+    task_config,
     task_split,
     tfds_builder,
     tfds_dataset,
@@ -70,8 +67,8 @@ class GlueTask:
     text_a: str
     text_b: str | None
     label_names: tuple[str, ...]  # () for regression
-    eval_splits: tuple[str, ...]  # the first is the default
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...] = ("accuracy",)
+    eval_splits: tuple[str, ...] = ("validation",)  # the first is the default
 
     @property
     def is_regression(self) -> bool:
@@ -80,41 +77,22 @@ class GlueTask:
 
 # The TFDS glue builder's feature and label names. F1 takes label 1 as positive.
 GLUE_TASKS = {
-    "cola": GlueTask(
-        "sentence", None, ("unacceptable", "acceptable"), ("validation",), ("matthews_corrcoef",)
-    ),
-    "sst2": GlueTask("sentence", None, ("negative", "positive"), ("validation",), ("accuracy",)),
+    "cola": GlueTask("sentence", None, ("unacceptable", "acceptable"), ("matthews_corrcoef",)),
+    "sst2": GlueTask("sentence", None, ("negative", "positive")),
     "mrpc": GlueTask(
-        "sentence1",
-        "sentence2",
-        ("not_equivalent", "equivalent"),
-        ("validation",),
-        ("accuracy", "f1"),
+        "sentence1", "sentence2", ("not_equivalent", "equivalent"), ("accuracy", "f1")
     ),
-    "stsb": GlueTask("sentence1", "sentence2", (), ("validation",), ("pearson", "spearman")),
-    "qqp": GlueTask(
-        "question1",
-        "question2",
-        ("not_duplicate", "duplicate"),
-        ("validation",),
-        ("accuracy", "f1"),
-    ),
+    "stsb": GlueTask("sentence1", "sentence2", (), ("pearson", "spearman")),
+    "qqp": GlueTask("question1", "question2", ("not_duplicate", "duplicate"), ("accuracy", "f1")),
     "mnli": GlueTask(
         "premise",
         "hypothesis",
         ("entailment", "neutral", "contradiction"),
-        ("validation_matched", "validation_mismatched"),
-        ("accuracy",),
+        eval_splits=("validation_matched", "validation_mismatched"),
     ),
-    "qnli": GlueTask(
-        "question", "sentence", ("entailment", "not_entailment"), ("validation",), ("accuracy",)
-    ),
-    "rte": GlueTask(
-        "sentence1", "sentence2", ("entailment", "not_entailment"), ("validation",), ("accuracy",)
-    ),
-    "wnli": GlueTask(
-        "sentence1", "sentence2", ("not_entailment", "entailment"), ("validation",), ("accuracy",)
-    ),
+    "qnli": GlueTask("question", "sentence", ("entailment", "not_entailment")),
+    "rte": GlueTask("sentence1", "sentence2", ("entailment", "not_entailment")),
+    "wnli": GlueTask("sentence1", "sentence2", ("not_entailment", "entailment")),
 }
 
 
@@ -152,9 +130,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def from_config(data_config: Any) -> ClassificationConfig:
     """A ClassificationConfig from a ConfigDict, a dict or itself; unknown keys fail."""
-    if isinstance(data_config, ClassificationConfig):
-        return data_config
-    return ClassificationConfig(**config_values(ClassificationConfig, data_config))
+    return task_config(ClassificationConfig, data_config)
 
 
 def _check(c: ClassificationConfig) -> None:
@@ -323,14 +299,9 @@ def _text(path, line, column, value) -> str:
 def _label(config, path, line, value):
     name = config.label
     if config.is_regression:
-        if isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                number = None
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            number = float(value)
-        else:
+        try:  # text or a JSON number, not a JSON boolean (which float() would take)
+            number = None if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
             number = None
         if number is None or not math.isfinite(number):
             raise TaskDataError(f"{path}: line {line}: {name!r} is {value!r}, not a finite number")
@@ -361,24 +332,8 @@ def _examples(config, rows: _Rows, label_names, label_source) -> Examples:
     if config.is_regression:
         labels = np.asarray(rows.labels, np.float32)
     else:
-        ids = {name: i for i, name in enumerate(label_names)}
-        for line, label in zip(rows.lines, rows.labels, strict=True):
-            if label not in ids:
-                raise TaskDataError(
-                    f"{rows.path}: line {line}: label {label!r} is not in the label set "
-                    f"{list(label_names)} (from {label_source})"
-                )
-        labels = np.asarray([ids[label] for label in rows.labels], np.int32)
-    return Examples(rows.path, _strings(rows.text_a), _strings(rows.text_b), labels)
-
-
-def _strings(values: list[str]) -> np.ndarray:
-    array = np.empty(len(values), dtype=object)
-    array[:] = values
-    return array
-
-
-# ----------------------------------------------------------------------------- GLUE
+        labels = label_ids(rows.path, rows.lines, rows.labels, label_names, label_source, "label")
+    return Examples(rows.path, np.array(rows.text_a, object), np.array(rows.text_b, object), labels)
 
 
 def _load_glue(config: ClassificationConfig) -> ClassificationTask:
@@ -408,9 +363,8 @@ def _load_glue(config: ClassificationConfig) -> ClassificationTask:
         labels = labels.astype(np.float32 if task.is_regression else np.int32)
         if not task.is_regression and (labels.min() < 0 or labels.max() >= len(found)):
             raise TaskDataError(f"{source}: labels outside [0, {len(found)}) (an unlabeled split?)")
-        examples[split] = Examples(
-            source, _strings(text_a), _strings(text_b or [""] * len(text_a)), labels
-        )
+        text_b = np.array(text_b or [""] * len(text_a), object)
+        examples[split] = Examples(source, np.array(text_a, object), text_b, labels)
     return ClassificationTask(
         config=config,
         name=config.glue_task,

@@ -11,12 +11,15 @@ imports into one process (a test, a notebook) without clashing flag names.
 `OSError` (a file that cannot be read or written) or TensorFlow's equivalent is
 printed as one line, `error: ...`, on stderr and the exit status is 2. So is an
 unknown key in a `--config.KEY=VALUE` override, at any depth, with the closest
-known key; ml_collections would end in a long traceback instead.
+known key, and a `UserError` raised while a config file loads (its
+`get_config` rejecting the argument after the colon, as in `glue.py:nosuch`);
+ml_collections and absl would print a long traceback instead.
 """
 
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 
 import ml_collections
@@ -95,7 +98,14 @@ def _check_path(config: ml_collections.ConfigDict, path: str, name: str) -> None
 def _parse_flags(argv: list[str]) -> list[str]:
     _check_config_files(argv)
     try:
-        return app.parse_flags_with_usage(argv)
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        # A config file's get_config raising a UserError: ml_collections re-raises it
+        # with its traceback in the message and absl wraps that in a flags error.
+        user_error = _user_error_cause(error)
+        if user_error is not None:
+            _fail(str(user_error))
+        _flags_error(error)
     except Exception:
         # An unknown override key ends in ml_collections' AttributeError; name it instead.
         try:
@@ -103,6 +113,29 @@ def _parse_flags(argv: list[str]) -> list[str]:
         except config_lib.ConfigError as error:
             _fail(str(error))
         raise
+
+
+def _user_error_cause(error: BaseException) -> UserError | None:
+    """The innermost UserError among `error`'s causes and contexts: the one first raised."""
+    found, seen = None, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, UserError):
+            found = error
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _flags_error(error: flags.Error):
+    """Any other bad flag, reported as absl's app.parse_flags_with_usage does."""
+    message = str(error)
+    if "\n" in message:
+        message = "FATAL Flags parsing error:\n" + textwrap.indent(message, "  ") + "\n"
+    else:
+        message = f"FATAL Flags parsing error: {message}\n"
+    sys.stderr.write(message)
+    sys.stderr.write("Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)
 
 
 def _check_config_files(argv: list[str]) -> None:

@@ -1,13 +1,10 @@
 """Documents for pretraining: where they come from, which split they belong to,
 and which process reads them.
 
-A document is a list of sentences (any contiguous spans of text). Sources, by
-`config.source`:
-  'text'     files in the original BERT format: one sentence per line, a blank
-             line between documents; `.gz` files are gunzipped.
-  'tfds'     one TFDS example per document; its text is split into sentences.
-  'builtin'  Python's own documentation (data_pipeline/builtin_corpus.py).
-'tfrecord' holds finished instances, not documents, and is read elsewhere.
+A document is a list of sentences (any contiguous spans of text), from
+`config.source`: 'text' files in the original BERT format (a sentence a line, a
+blank line between documents, `.gz` ok), 'tfds' (an example a document, split
+into sentences) or 'builtin' (builtin_corpus.py). 'tfrecord' is read by tfrecords.py.
 
 The held-out split is a hash of each document's text, so it does not depend on
 file order, sharding or duplicates. Processes share the work by file when
@@ -197,7 +194,11 @@ def check_two_documents(
         seen.append(document.doc_id)
         if len(seen) == 2:
             return
-    where = f"{_describe_source(config)}: the {split} split"
+    source = {
+        "text": f"config.data.text_files={config.text_files!r}",
+        "tfds": f"TFDS dataset {config.tfds_name!r}",
+    }.get(config.source, "the built-in corpus")
+    where = f"{source}: the {split} split"
     if process_count > 1:
         where += f" of {shard} {process_index} of {process_count}"
     hints = list(hints)
@@ -210,14 +211,6 @@ def check_two_documents(
         f"{where} has a single document ({seen[0]}); next-sentence prediction needs "
         f"NotNext segments from another document{hint}"
     )
-
-
-def _describe_source(config: DataConfig) -> str:
-    if config.source == "text":
-        return f"config.data.text_files={config.text_files!r}"
-    if config.source == "tfds":
-        return f"TFDS dataset {config.tfds_name!r}"
-    return "the built-in corpus"
 
 
 def _select_split(
@@ -426,9 +419,6 @@ def _tfds_records(
         for tfds_id, text in dataset.as_numpy_iterator()
     )
     return _shard_by_element(records, process_index, process_count) if by_element else records
-
-
-# ----------------------------------------------------------------------------- builtin
 
 
 def _builtin_records(

@@ -3,18 +3,15 @@
     python -m data_pipeline.create_pretraining_data --config experiments/pretrain/tiny_cpu.py \
         --output_dir /tmp/bert_data --num_workers 2
 
-Train with the result by pointing the config at it:
-`--config.data.source=tfrecord --config.data.tfrecord_train_files=/tmp/bert_data/train-*.tfrecord
---config.data.tfrecord_eval_files=/tmp/bert_data/eval-*.tfrecord --config.data.vocab_file=...`
-(the vocabulary is copied next to the data).
+Train on the result with config.data.source='tfrecord', tfrecord_train_files and
+tfrecord_eval_files, and vocab_file set to the vocabulary copied next to the data.
 
 The counterpart of google-research/bert's create_pretraining_data.py, streaming:
-documents are read, tokenized in graph (2048 sentences per call, on a thread
-that runs ahead) and paired (instances.py) without ever holding the corpus in
-memory. Masking is static: each of `config.dupe_factor` passes over a document
-is masked once (masking.py). The eval split takes one pass, paired and masked
-from `config.eval_seed`. Records are encoded straight to tf.Example bytes
-(tfrecords.encode_examples), several times faster than building protos.
+documents are read, tokenized in graph (tokenize_documents) and paired
+(instances.py) without ever holding the corpus in memory. Masking is static:
+each of `config.dupe_factor` passes over a document is masked once (masking.py).
+The eval split takes one pass, paired and masked from `config.eval_seed`.
+Records are encoded straight to tf.Example bytes (tfrecords.encode_examples).
 
 Work is cut into `num_workers` corpus shards per split (`iter_documents(...,
 process_index=w, process_count=num_workers)`); shard w of a split is written to
@@ -33,6 +30,7 @@ Each file is written under a temporary name and renamed when complete;
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -53,10 +51,9 @@ from data_pipeline import config as config_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.errors import UserError
-from data_pipeline.pretraining import masking_spec
+from data_pipeline.pretraining import masking_spec, split_documents
 from data_pipeline.tokenizer import make_tokenizer
 
-SPLITS = ("train", "eval")
 # Sentences tokenized per graph call, and calls queued ahead of the consumer.
 _SENTENCES_PER_CALL = 2048
 _BATCHES_AHEAD = 2
@@ -115,7 +112,7 @@ def write_pretraining_data(
     corpus.check_sources(config)
     vocab_file = resolve_vocab_file(config)
     vocab_lib.load_vocab(vocab_file)
-    splits = SPLITS if config.eval_fraction > 0 else SPLITS[:1]
+    splits = tfrecords.SPLITS if config.eval_fraction > 0 else tfrecords.SPLITS[:1]
     for split in splits:
         for worker in range(num_workers):
             corpus.check_two_documents(
@@ -190,15 +187,10 @@ def _passes(config: config_lib.DataConfig, split: str) -> int:
 # --------------------------------------------------------------------------- one shard
 
 
-_TOKENIZERS: dict = {}
-
-
+@functools.cache
 def _tokenizer(config: config_lib.DataConfig, vocab_file: str):
-    """One tokenizer per process and vocabulary: building the lookup tables takes a while."""
-    key = (vocab_file, config.tokenizer, config.do_lower_case, config.max_chars_per_word)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = make_tokenizer(config, vocab_file)
-    return _TOKENIZERS[key]
+    """One tokenizer per process and config: building the lookup tables takes a while."""
+    return make_tokenizer(config, vocab_file)
 
 
 def _write_task(
@@ -210,7 +202,7 @@ def _write_task(
     vocab = tokenizer.vocab
     spec = masking_spec(config, vocab)
     seeds = np.random.SeedSequence(
-        [task.seed, SPLITS.index(task.split), task.worker, task.num_workers]
+        [task.seed, tfrecords.SPLITS.index(task.split), task.worker, task.num_workers]
     )
     pair_seed, mask_seed, order_seed = (int(s) for s in seeds.generate_state(3))
     stats = corpus.CorpusStats()
@@ -222,9 +214,8 @@ def _write_task(
         shuffle_seed=order_seed if task.split == "train" else None,
         stats=stats,
     )
-    counter = _Counter(documents)
     passes = instances.instances_from_stream(
-        tokenize_documents(counter, tokenizer),
+        tokenize_documents(documents, tokenizer),
         max_seq_length=config.max_seq_length,
         short_seq_prob=config.short_seq_prob,
         random_next_prob=config.random_next_prob,
@@ -234,16 +225,13 @@ def _write_task(
     )
     names = [task.shard_name(k) for k in range(task.num_shards)]
     temporary = [files.temporary_name(os.path.join(output_dir, name)) for name in names]
-    counts = [0] * task.num_shards
     writers = [tf.io.TFRecordWriter(path) for path in temporary]
     rng = np.random.default_rng(mask_seed)
     written = 0
     try:
         for block in _blocks(passes, _WRITE_BLOCK):
             for record in encode_instances(block, config, vocab, spec, rng):
-                shard = written % task.num_shards
-                writers[shard].write(record)
-                counts[shard] += 1
+                writers[written % task.num_shards].write(record)
                 written += 1
         for writer in writers:
             writer.close()
@@ -255,11 +243,12 @@ def _write_task(
         for path in temporary:
             if tf.io.gfile.exists(path):
                 tf.io.gfile.remove(path)
+    num_documents = stats.documents_read - stats.documents_in_other_split
     logging.info(
         "Wrote %d %s instances from %d documents (shard %d of %d) in %.1f s, process %d.",
         written,
         task.split,
-        counter.count,
+        num_documents,
         task.worker,
         task.num_workers,
         time.perf_counter() - start,
@@ -269,8 +258,9 @@ def _write_task(
         "split": task.split,
         "worker": task.worker,
         "instances": written,
-        "documents": counter.count,
-        "shards": dict(zip(names, counts, strict=True)),
+        "documents": num_documents,
+        # Records are dealt round-robin: shard k holds records k, k + num_shards, ...
+        "shards": {name: len(range(k, written, task.num_shards)) for k, name in enumerate(names)},
         "corpus": stats.as_dict(),
     }
 
@@ -307,25 +297,21 @@ def tokenize_documents(
         for ids, sentences, counts in _document_batches(documents):
             pending.append((ids, counts, pool.submit(tokenize, sentences)))
             if len(pending) > _BATCHES_AHEAD:
-                yield from _split_documents(*pending.popleft())
-        while pending:
-            yield from _split_documents(*pending.popleft())
+                ids, counts, future = pending.popleft()
+                yield from split_documents(ids, counts, *future.result())
+        for ids, counts, future in pending:
+            yield from split_documents(ids, counts, *future.result())
 
 
-_GRAPH_TOKENIZERS: dict = {}
-
-
+@functools.cache
 def _graph_tokenizer(tokenizer):
     """tf.string [N] -> (int32 token ids of all sentences, int32 [N] tokens per sentence)."""
-    if id(tokenizer) not in _GRAPH_TOKENIZERS:
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-        def tokenize(sentences):
-            tokens = tokenizer.tokenize(sentences)
-            return tokens.flat_values, tf.cast(tokens.row_lengths(), tf.int32)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize(sentences):
+        tokens = tokenizer.tokenize(sentences)
+        return tokens.flat_values, tf.cast(tokens.row_lengths(), tf.int32)
 
-        _GRAPH_TOKENIZERS[id(tokenizer)] = (tokenizer, tokenize)
-    tokenize = _GRAPH_TOKENIZERS[id(tokenizer)][1]
     return lambda sentences: tuple(t.numpy() for t in tokenize(tf.constant(sentences)))
 
 
@@ -340,35 +326,6 @@ def _document_batches(documents: Iterable[corpus.Document]):
             ids, sentences, counts = [], [], []
     if ids:
         yield ids, sentences, counts
-
-
-def _split_documents(ids: list[str], counts: list[int], future) -> Iterator[tuple[str, list]]:
-    values, lengths = future.result()
-    tokens = values.tolist()
-    lengths = lengths.tolist()
-    start = 0
-    sentence = 0
-    for doc_id, count in zip(ids, counts, strict=True):
-        sentences = []
-        for length in lengths[sentence : sentence + count]:
-            if length:
-                sentences.append(tokens[start : start + length])
-            start += length
-        sentence += count
-        yield doc_id, sentences
-
-
-class _Counter:
-    """Passes documents through, counting them."""
-
-    def __init__(self, documents: Iterable[corpus.Document]):
-        self._documents = documents
-        self.count = 0
-
-    def __iter__(self):
-        for document in self._documents:
-            self.count += 1
-            yield document
 
 
 def _blocks(passes: Iterable[list[instances.Instance]], size: int) -> Iterator[list]:
@@ -516,16 +473,6 @@ def _helper_main(setup, counter, done) -> None:
         done.put(("done", pid, index, result))
 
 
-# --------------------------------------------------------------------------- files
-
-
-def _existing_outputs(output_dir: str, split: str) -> list[str]:
-    return sorted(
-        tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*.tfrecord"))
-        + tf.io.gfile.glob(os.path.join(output_dir, f"{split}-metadata.json"))
-    )
-
-
 def _prepare_output_dir(output_dir: str, splits: Iterable[str], overwrite: bool) -> None:
     try:
         if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
@@ -536,7 +483,10 @@ def _prepare_output_dir(output_dir: str, splits: Iterable[str], overwrite: bool)
     if overwrite:
         return
     for split in splits:
-        existing = _existing_outputs(output_dir, split)
+        existing = sorted(
+            tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*.tfrecord"))
+            + tf.io.gfile.glob(os.path.join(output_dir, f"{split}-metadata.json"))
+        )
         if existing:
             raise WriterError(
                 f"--output_dir={output_dir} already holds {split} data ({existing[0]}); "
@@ -549,9 +499,6 @@ def _remove_stale_shards(output_dir: str, split: str, keep: set[str]) -> None:
     for path in tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*-*.tfrecord")):
         if os.path.basename(path) not in keep:
             tf.io.gfile.remove(path)
-
-
-# --------------------------------------------------------------------------- command line
 
 
 def define_flags() -> None:

@@ -37,20 +37,21 @@ SPLITS = ("train", "eval")
 FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 # Options are named as the experiment config spells them.
 OPTION_PREFIX = "config.data."
+# Texts per tokenizer call: the tf-text ops pay a fixed cost per call.
+TEXTS_PER_TOKENIZER_CALL = 1 << 15
 
 
 class TaskDataError(UserError):
     """A fine-tuning file, row or dataset that cannot be used; the message names it."""
 
 
-# ----------------------------------------------------------------------------- options
-
-
-def config_values(config_class, data_config: Any) -> dict[str, Any]:
-    """The keys of a ConfigDict or dict for `config_class`; lists become tuples."""
+def task_config(config_class: type, data_config: Any) -> Any:
+    """A `config_class` from a ConfigDict, a dict or itself; unknown keys fail; lists -> tuples."""
+    if isinstance(data_config, config_class):
+        return data_config
     values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
     check_known_keys(values, [f.name for f in dataclasses.fields(config_class)], "config.data")
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def fail(option: str, value: Any, why: str) -> NoReturn:
@@ -75,7 +76,33 @@ def sorted_labels(labels: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(distinct))
 
 
-# ----------------------------------------------------------------------------- files
+def label_ids(path, lines, labels, label_names, label_source: str, kind: str) -> np.ndarray:
+    """int32 indices of `labels` (at `lines` of `path`) into `label_names`; one outside fails,
+    naming its line, what the message calls it (`kind`) and where the set came from."""
+    ids = {name: i for i, name in enumerate(label_names)}
+    for line, label in zip(lines, labels, strict=True):
+        if label not in ids:
+            raise TaskDataError(
+                f"{path}: line {line}: {kind} {label!r} is not in the label set "
+                f"{list(label_names)} (from {label_source})"
+            )
+    return np.asarray([ids[label] for label in labels], np.int32)
+
+
+def tokenize_texts(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """int32 pieces of all texts, and row splits: text i has flat[splits[i]:splits[i + 1]]."""
+    flat, lengths = [], []
+    for begin in range(0, len(texts), TEXTS_PER_TOKENIZER_CALL):
+        ids = tokenizer.tokenize(tf.constant(texts[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
+        flat.append(ids.flat_values.numpy())
+        lengths.append(ids.row_lengths().numpy())
+    splits = np.zeros(len(texts) + 1, np.int64)
+    if texts:
+        np.cumsum(np.concatenate(lengths), out=splits[1:])
+    return (np.concatenate(flat) if flat else np.zeros(0, np.int32)), splits
+
+
+# ----------------------------------------------------------------------------- reading
 
 
 def read_text_file(path: str, option: str = "") -> str:
@@ -117,10 +144,8 @@ def read_records(
 
 
 def _delimited_records(path, text, columns, file_format):
-    if file_format == "tsv":
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(io.StringIO(text, newline=""))
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if file_format == "tsv" else {}
+    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
     header = None
     while True:
         line = reader.line_num + 1  # where the next record starts
@@ -134,13 +159,12 @@ def _delimited_records(path, text, columns, file_format):
             continue
         if header is None:
             header = row
-            missing = [(o, name) for o, name in columns if name not in header]
-            if missing:
-                option, name = missing[0]
-                raise TaskDataError(
-                    f"{path}: no column {name!r} ({OPTION_PREFIX}{option}); "
-                    f"the header (line {line}) has {header}"
-                )
+            for option, name in columns:
+                if name not in header:
+                    raise TaskDataError(
+                        f"{path}: no column {name!r} ({OPTION_PREFIX}{option}); "
+                        f"the header (line {line}) has {header}"
+                    )
             positions = [header.index(name) for _, name in columns]
             continue
         if len(row) != len(header):
@@ -171,9 +195,6 @@ def _jsonl_records(path, text, columns):
                     f"the keys are {sorted(record)}"
                 )
         yield line, [record[name] for _, name in columns]
-
-
-# ----------------------------------------------------------------------------- TFDS
 
 
 def tfds_builder(name: str, data_dir: str):

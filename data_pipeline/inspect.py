@@ -4,6 +4,7 @@
         [--split eval] [--num_batches N] [--dump FILE.jsonl] [--config.data.KEY=VALUE ...]
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -44,9 +45,8 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     stats = statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
     if dump:
         os.makedirs(os.path.dirname(os.path.abspath(dump)), exist_ok=True)
-    dump_file = open(dump, "w", encoding="utf-8") if dump else None  # noqa: SIM115
     shown = 0
-    try:
+    with open(dump, "w", encoding="utf-8") if dump else contextlib.nullcontext() as dump_file:
         for batch in dataset.take(num_batches).as_numpy_iterator():
             stats.update(batch, vocab)
             for row in range(batch_size):
@@ -60,9 +60,6 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
                     record = {name: np.asarray(v).tolist() for name, v in example.items()}
                     record["tokens"] = vocab.decode(example["input_ids"])
                     dump_file.write(json.dumps(record, ensure_ascii=False) + "\n")
-    finally:
-        if dump_file:
-            dump_file.close()
     seconds = time.perf_counter() - start
     summary = stats.summary()
     reported = corpus_stats.as_dict() if data.source != "tfrecord" else None

@@ -3,9 +3,20 @@
 A document is a list of sentences, each a list of token ids. From one pass
 over a document, `create_instances_from_document` cuts chunks of sentences up
 to a target length, splits each chunk into segments A and B at a random
-sentence boundary, and half of the time replaces B with a span of another
-document (NotNext), putting the unused sentences of the chunk back. Every
-random draw follows the original's order and rule; see docs/reference.md#sentence-pairs.
+sentence boundary, and with probability `random_next_prob` (always, for a
+one-sentence chunk) replaces B with a span of another document (NotNext),
+putting the unused sentences of the chunk back. The target length, the split
+point, the NotNext choice and B's start sentence are drawn in the original's
+order and by its rules. Two draws depart from it
+(docs/reference.md#sentence-pairs):
+
+- truncation (`truncate_seq_pair`) computes how many tokens each side loses in
+  closed form and draws only the front/back split: the same distribution as
+  the original's token-by-token coin flips, from a different random stream;
+- a NotNext document comes from a window of recent documents (`DocumentRing`,
+  in `instances_from_stream`) and is never the current document, where the
+  original draws from the whole corpus, tries up to 10 times to avoid the
+  current document and may end on it.
 
 `pack_instances` lays pairs out as `[CLS] A [SEP] B [SEP]` with segment ids and
 padding. Masking is separate (data_pipeline.masking) so that it can be redrawn

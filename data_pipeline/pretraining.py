@@ -13,6 +13,7 @@ The batch schema is in schema.py.
 """
 
 import random
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,6 @@ from data_pipeline import corpus, instances, masking, schema, tfrecords
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
-
-SPLITS = ("train", "eval")
 
 
 def masking_spec(config: config_lib.DataConfig, vocab: Vocab) -> masking.MaskingSpec:
@@ -59,12 +58,7 @@ def make_pretraining_dataset(
     documents, invalid bytes, empty lines) as the dataset is iterated.
     """
     config = config_lib.from_config(data_config)
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size}: must be at least 1")
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    tfrecords.check_dataset_args(split, batch_size, process_index, process_count)
     if config.source == "tfrecord":
         return tfrecords.read_pretraining_dataset(
             config,
@@ -81,7 +75,7 @@ def make_pretraining_dataset(
         config, split=split, process_index=process_index, process_count=process_count
     )
     stream_seed = config.eval_seed if split == "eval" else seed
-    seeds = np.random.SeedSequence([stream_seed, process_index, SPLITS.index(split)])
+    seeds = np.random.SeedSequence([stream_seed, process_index, tfrecords.SPLITS.index(split)])
     pair_seed, shuffle_seed, mask_seed = (int(s) for s in seeds.generate_state(3))
 
     documents = _tokenized_documents(
@@ -130,11 +124,7 @@ def _tokenized_documents(config, tokenizer, split, process_index, process_count,
         )
 
     documents = tf.data.Dataset.from_generator(
-        generate,
-        output_signature=(
-            tf.TensorSpec([], tf.string),
-            tf.TensorSpec([None], tf.string),
-        ),
+        generate, output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string))
     )
     documents = documents.ragged_batch(DOCUMENTS_PER_TOKENIZER_CALL)
     return documents.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
@@ -144,26 +134,11 @@ def _instances(config, documents: tf.data.Dataset, vocab: Vocab, seed: int) -> t
     """Packed, unmasked sentence pairs, one element per instance."""
     length = config.max_seq_length
 
-    def unbatch(doc_ids, sentence_counts, values, lengths):
-        tokens = values.tolist()
-        ends = np.cumsum(lengths).tolist()
-        lengths = lengths.tolist()
-        sentence = 0
-        for doc_id, count in zip(doc_ids, sentence_counts.tolist(), strict=True):
-            # Sentences that tokenize to nothing (only control characters, say) go.
-            yield (
-                doc_id.decode(),
-                [
-                    tokens[ends[i] - lengths[i] : ends[i]]
-                    for i in range(sentence, sentence + count)
-                    if lengths[i]
-                ],
-            )
-            sentence += count
-
     def generate():
         stream = (
-            document for batch in documents.as_numpy_iterator() for document in unbatch(*batch)
+            document
+            for doc_ids, counts, values, lengths in documents.as_numpy_iterator()
+            for document in split_documents([d.decode() for d in doc_ids], counts, values, lengths)
         )
         for batch in instances.instances_from_stream(
             stream,
@@ -178,49 +153,51 @@ def _instances(config, documents: tf.data.Dataset, vocab: Vocab, seed: int) -> t
                     batch, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
                 )
 
+    shapes = schema.feature_shapes(length, config.max_predictions_per_seq)
     packed = tf.data.Dataset.from_generator(
         generate,
         output_signature={
-            "input_ids": tf.TensorSpec([None, length], tf.int32),
-            "input_mask": tf.TensorSpec([None, length], tf.int32),
-            "segment_ids": tf.TensorSpec([None, length], tf.int32),
-            "next_sentence_labels": tf.TensorSpec([None], tf.int32),
+            name: tf.TensorSpec([None, *shapes[name]], tf.int32)
+            for name in ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
         },
     )
     return packed.unbatch()
 
 
+def split_documents(
+    doc_ids: Sequence[str], sentence_counts: Sequence[int], values: np.ndarray, lengths: np.ndarray
+) -> Iterator[tuple[str, list[list[int]]]]:
+    """(doc_id, token ids per sentence) per document, from `values` (the tokens of all their
+    sentences, tokenized at once) and `lengths` (tokens per sentence); sentences of no tokens go."""
+    tokens, ends = values.tolist(), np.cumsum(lengths).tolist()
+    lengths = np.asarray(lengths).tolist()
+    sentence = 0
+    for doc_id, count in zip(doc_ids, np.asarray(sentence_counts).tolist(), strict=True):
+        sentences = range(sentence, sentence + count)
+        yield doc_id, [tokens[ends[i] - lengths[i] : ends[i]] for i in sentences if lengths[i]]
+        sentence += count
+
+
 def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int) -> tf.data.Dataset:
     spec = masking_spec(config, vocab)
-    predictions = config.max_predictions_per_seq
+    shapes = schema.feature_shapes(config.max_seq_length, config.max_predictions_per_seq)
+    masked = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
     def mask_numpy(index, input_ids, input_mask):
         # A batch's masks depend only on the seed and the batch's position in
         # the stream, so parallel masking stays deterministic.
         rng = np.random.default_rng([seed, int(index)])
         out = masking.mask_batch(input_ids, input_mask, spec, rng)
-        return (
-            out["input_ids"],
-            out["masked_lm_positions"],
-            out["masked_lm_ids"],
-            out["masked_lm_weights"],
-        )
+        return tuple(out[name] for name in masked)
 
     def mask(index, batch):
-        ids, positions, labels, weights = tf.numpy_function(
+        values = tf.numpy_function(
             mask_numpy,
             [index, batch["input_ids"], batch["input_mask"]],
             [tf.int32, tf.int32, tf.int32, tf.float32],
             stateful=False,
         )
-        features = {
-            **batch,
-            "input_ids": ids,
-            "masked_lm_positions": positions,
-            "masked_lm_ids": labels,
-            "masked_lm_weights": weights,
-        }
-        shapes = schema.feature_shapes(config.max_seq_length, predictions)
+        features = {**batch, **dict(zip(masked, values, strict=True))}
         for name, value in features.items():
             value.set_shape((batch_size, *shapes[name]))
         return {name: features[name] for name in schema.FEATURES}

@@ -18,9 +18,10 @@ run of word pieces that tokenizes like the answer text. The query keeps its
 first `max_query_length` pieces; the document is cut into windows of
 `max_seq_length - len(query) - 3` pieces, each starting `doc_stride` after the
 one before, and a row reads `[CLS] query [SEP] window [SEP]`, padded. A piece
-seen by several windows has its "maximum context" in the one where it is
-furthest from an edge (ties: the longer window, then the first); only there may
-a predicted answer start. A row whose window does not hold the whole answer,
+seen by several windows has its "maximum context" in the one with the highest
+score min(pieces to its left, pieces to its right) + 0.01 * window length, as
+the original's `_check_is_max_context` (the first window on a tie); only there
+may a predicted answer start. A row whose window does not hold the whole answer,
 or whose question has none, points both positions at [CLS] (0).
 
 Every batch is a dict with a leading batch axis B (this host's share):
@@ -61,11 +62,12 @@ from data_pipeline.finetune_data import (
     SplitInfo,
     TaskDataError,
     batch_indices,
-    config_values,
     fail,
+    task_config,
     task_split,
     tfds_builder,
     tfds_dataset,
+    tokenize_texts,
 )
 
 SOURCES = ("files", "tfds")
@@ -73,8 +75,6 @@ SOURCES = ("files", "tfds")
 # run_squad.py's word separators: Python's str.split() would also split at
 # U+00A0 and friends, which the original keeps inside a word.
 _WORD = re.compile("[^ \t\r\n\u202f]+")
-# Texts per tokenizer call: the tf-text ops pay a fixed cost per call.
-TEXTS_PER_TOKENIZER_CALL = 1 << 15
 
 
 class SquadError(TaskDataError):
@@ -163,9 +163,8 @@ def read_squad_tfds(name: str, split: str, data_dir: str = "") -> SquadData:
     """A prepared TFDS SQuAD dataset ('squad/v1.1' or 'squad/v2.0'), e.g. split 'validation'."""
     source = f"tfds:{name}:{split}"
     builder = tfds_builder(name, data_dir)
-    missing = [
-        k for k in ("id", "question", "context", "answers") if k not in builder.info.features
-    ]
+    features = builder.info.features
+    missing = [k for k in ("id", "question", "context", "answers") if k not in features]
     if missing:
         raise SquadError(f"{source}: not a SQuAD dataset (no feature {', '.join(missing)})")
     dataset = tfds_dataset(builder, name, split)
@@ -222,14 +221,10 @@ def _json_type(value) -> str:
 
 def _answers(qa, key, source, where, *, required=False) -> tuple[Answer, ...]:
     found = []
-    default = None if required else []
-    for n, answer in enumerate(_get(qa, key, list, source, where, default=default)):
+    for n, answer in enumerate(_get(qa, key, list, source, where, None if required else [])):
         at = f"{where}, {key}[{n}]"
-        found.append(
-            Answer(
-                _get(answer, "text", str, source, at), _get(answer, "answer_start", int, source, at)
-            )
-        )
+        text = _get(answer, "text", str, source, at)
+        found.append(Answer(text, _get(answer, "answer_start", int, source, at)))
     return tuple(found)
 
 
@@ -325,9 +320,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def from_config(data_config: Any) -> SquadConfig:
     """A SquadConfig from a ConfigDict, a dict or itself; unknown keys fail."""
-    if isinstance(data_config, SquadConfig):
-        return data_config
-    return SquadConfig(**config_values(SquadConfig, data_config))
+    return task_config(SquadConfig, data_config)
 
 
 # eq=False: NumPy fields; compared and hashed by identity.
@@ -428,12 +421,7 @@ def make_features(data: SquadData, tokenizer, config: SquadConfig) -> SquadFeatu
             mask = np.zeros(length, bool)
             mask[doc_offset : doc_offset + size] = best_window[start : start + size] == w
             max_context.append(mask)
-            for name, value in (
-                ("example_index", index),
-                ("doc_start", start),
-                ("doc_offset", doc_offset),
-                ("doc_length", size),
-            ):
+            for name, value in zip(columns, (index, start, doc_offset, size), strict=True):
                 columns[name].append(value)
 
     columns = {name: np.array(values, np.int32) for name, values in columns.items()}
@@ -457,26 +445,13 @@ def make_features(data: SquadData, tokenizer, config: SquadConfig) -> SquadFeatu
 
 
 def _tokenize_texts(tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
-    flat, splits = _tokenize_flat(tokenizer, texts)
+    flat, splits = tokenize_texts(tokenizer, texts)
     return [flat[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
-
-
-def _tokenize_flat(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """int32 pieces of all texts, and row splits: text i has flat[splits[i]:splits[i + 1]]."""
-    flat, lengths = [], []
-    for begin in range(0, len(texts), TEXTS_PER_TOKENIZER_CALL):
-        ids = tokenizer.tokenize(tf.constant(texts[begin : begin + TEXTS_PER_TOKENIZER_CALL]))
-        flat.append(ids.flat_values.numpy())
-        lengths.append(ids.row_lengths().numpy())
-    splits = np.zeros(len(texts) + 1, np.int64)
-    if texts:
-        np.cumsum(np.concatenate(lengths), out=splits[1:])
-    return (np.concatenate(flat) if flat else np.zeros(0, np.int32)), splits
 
 
 def _make_documents(contexts: Sequence[str], tokenizer) -> list[SquadDocument]:
     words = [tuple(_WORD.findall(context)) for context in contexts]
-    flat, splits = _tokenize_flat(tokenizer, [w for ws in words for w in ws])
+    flat, splits = tokenize_texts(tokenizer, [w for ws in words for w in ws])
     documents = []
     first_word = 0
     for context, doc_words in zip(contexts, words, strict=True):
@@ -578,27 +553,9 @@ def load_squad_task(data_config: Any, tokenizer) -> SquadTask:
     return SquadTask(config, splits.get("train"), splits.get("eval"))
 
 
-def make_task_dataset(
-    task: SquadTask,
-    *,
-    split: str,
-    batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-) -> tuple[tf.data.Dataset, int]:
-    """make_dataset over `split` ('train' or 'eval') of the task, and its number of batches."""
-    features = task_split(task, split)
-    dataset, info = make_dataset(
-        features,
-        training=split == "train",
-        batch_size=batch_size,
-        process_index=process_index,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-    )
+def make_task_dataset(task: SquadTask, *, split: str, **kwargs) -> tuple[tf.data.Dataset, int]:
+    """make_dataset (same keywords) over `split` ('train' or 'eval'), and its number of batches."""
+    dataset, info = make_dataset(task_split(task, split), training=split == "train", **kwargs)
     return dataset, info.num_batches
 
 
@@ -614,11 +571,8 @@ def make_dataset(
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
-    Rows are drawn as finetune_data.batch_indices draws examples: training
-    takes a new permutation each epoch and yields
-    int(num_features / global batch * num_epochs) full batches; evaluation
-    yields every feature once, in order, the last global batch padded with
-    rows of weight 0 and feature_index -1.
+    Rows are drawn as finetune_data.batch_indices draws examples; the eval
+    padding rows have weight 0 and feature_index -1.
     """
     indices, info = batch_indices(
         features.num_features,

@@ -111,33 +111,28 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def decode_example(example: dict, vocab: Vocab) -> dict:
-    """One example (no batch axis) as token strings: `tokens` plus the masked view."""
-    length = int(np.asarray(example["input_mask"]).sum())
-    ids = np.asarray(example["input_ids"])[:length]
+def format_example(example: dict, vocab: Vocab) -> str:
+    """One example (no batch axis) as text: `[MASK]{dog}` a masked token, `~cat{dog}` a random
+    replacement, `={dog}` one kept."""
+    ids = np.asarray(example["input_ids"])[: int(np.asarray(example["input_mask"]).sum())]
     tokens = vocab.decode(ids)
     weights = np.asarray(example["masked_lm_weights"]) > 0
-    positions = np.asarray(example["masked_lm_positions"])[weights]
+    positions = np.asarray(example["masked_lm_positions"])[weights].tolist()
     labels = vocab.decode(np.asarray(example["masked_lm_ids"])[weights])
-    return {"tokens": tokens, "masked": dict(zip(positions.tolist(), labels, strict=True))}
-
-
-def format_example(example: dict, vocab: Vocab) -> str:
-    """`[MASK]{dog}` a masked token, `~cat{dog}` a random replacement, `={dog}` one kept."""
-    decoded = decode_example(example, vocab)
+    masked = dict(zip(positions, labels, strict=True))
     segments = np.asarray(example["segment_ids"])
     parts: list[list[str]] = [[], []]
-    for position, token in enumerate(decoded["tokens"]):
-        label = decoded["masked"].get(position)
+    for position, token in enumerate(tokens):
+        label = masked.get(position)
         if label is None:
             shown = token
         elif token == label:
             shown = f"={{{label}}}"
-        elif int(np.asarray(example["input_ids"])[position]) == vocab.mask_id:
+        elif int(ids[position]) == vocab.mask_id:
             shown = f"[MASK]{{{label}}}"
         else:
             shown = f"~{token}{{{label}}}"
         parts[int(segments[position])].append(shown)
     label = "NotNext" if int(example["next_sentence_labels"]) else "IsNext"
-    head = f"{label}, {len(decoded['tokens'])} tokens, {len(decoded['masked'])} masked"
+    head = f"{label}, {len(tokens)} tokens, {len(masked)} masked"
     return f"{head}\n  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}"

@@ -59,21 +59,21 @@ from data_pipeline.finetune_data import (
     SplitInfo,
     TaskDataError,
     batch_indices,
-    config_values,
     fail,
+    label_ids,
     read_text_file,
     sorted_labels,
+    task_config,
     task_split,
     tfds_builder,
     tfds_dataset,
+    tokenize_texts,
 )
 
 SOURCES = ("files", "tfds")
 # How tags spell entities, for entity-level scoring (bertjax/scores.py reads them).
 TAGGING_SCHEMES = ("iob1", "iob2", "iobes", "bilou")
 DOCSTART = "-DOCSTART-"
-# Words tokenized together in one call: tf-text ops pay a fixed cost per call.
-WORDS_PER_TOKENIZER_CALL = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,32 +97,7 @@ class TaggingConfig:
     max_seq_length: int = 128
 
     def __post_init__(self):
-        if self.source not in SOURCES:
-            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
-        if self.tagging_scheme not in TAGGING_SCHEMES:
-            fail(
-                "tagging_scheme",
-                self.tagging_scheme,
-                f"must be one of {', '.join(TAGGING_SCHEMES)}",
-            )
-        if self.max_seq_length < 3:
-            fail("max_seq_length", self.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
-        if self.source == "tfds":
-            if not self.tfds_name:
-                fail("tfds_name", self.tfds_name, "source='tfds' needs a dataset name")
-            if self.label_names:
-                fail("label_names", self.label_names, "source='tfds' takes the ClassLabel names")
-            return
-        if not self.train_file and not self.eval_file:
-            fail(
-                "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
-            )
-        if self.tag_column == 0:
-            fail("tag_column", self.tag_column, "column 0 holds the word")
-        if not self.train_file and not self.label_names:
-            fail("label_names", self.label_names, "without train_file the label set must be given")
-        if len(set(self.label_names)) != len(self.label_names):
-            fail("label_names", self.label_names, "has duplicates")
+        _check(self)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -132,9 +107,30 @@ def default_config() -> ml_collections.ConfigDict:
 
 def from_config(data_config: Any) -> TaggingConfig:
     """A TaggingConfig from a ConfigDict, a dict or itself; unknown keys fail."""
-    if isinstance(data_config, TaggingConfig):
-        return data_config
-    return TaggingConfig(**config_values(TaggingConfig, data_config))
+    return task_config(TaggingConfig, data_config)
+
+
+def _check(c: TaggingConfig) -> None:
+    if c.source not in SOURCES:
+        fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
+    if c.tagging_scheme not in TAGGING_SCHEMES:
+        fail("tagging_scheme", c.tagging_scheme, f"must be one of {', '.join(TAGGING_SCHEMES)}")
+    if c.max_seq_length < 3:
+        fail("max_seq_length", c.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
+    if c.source == "tfds":
+        if not c.tfds_name:
+            fail("tfds_name", c.tfds_name, "source='tfds' needs a dataset name")
+        if c.label_names:
+            fail("label_names", c.label_names, "source='tfds' takes the ClassLabel names")
+        return
+    if not c.train_file and not c.eval_file:
+        fail("train_file", c.train_file, "source='files' needs train_file, eval_file or both")
+    if c.tag_column == 0:
+        fail("tag_column", c.tag_column, "column 0 holds the word")
+    if not c.train_file and not c.label_names:
+        fail("label_names", c.label_names, "without train_file the label set must be given")
+    if len(set(c.label_names)) != len(c.label_names):
+        fail("label_names", c.label_names, "has duplicates")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -225,17 +221,11 @@ def _read_conll(path: str, tag_column: int, option: str) -> _Conll:
 
 def _sentences(conll: _Conll, label_names, label_source) -> Sentences:
     path, sentences = conll
-    ids = {name: i for i, name in enumerate(label_names)}
-    tags = []
-    for _, sentence_tags, lines in sentences:
-        for tag, line in zip(sentence_tags, lines, strict=True):
-            if tag not in ids:
-                raise TaskDataError(
-                    f"{path}: line {line}: tag {tag!r} is not in the label set "
-                    f"{list(label_names)} (from {label_source})"
-                )
-        tags.append(np.asarray([ids[tag] for tag in sentence_tags], np.int32))
-    return Sentences(path, tuple(tuple(words) for words, _, _ in sentences), tuple(tags))
+    tags = tuple(
+        label_ids(path, lines, sentence_tags, label_names, label_source, "tag")
+        for _, sentence_tags, lines in sentences
+    )
+    return Sentences(path, tuple(tuple(words) for words, _, _ in sentences), tags)
 
 
 def _load_tfds(config: TaggingConfig) -> TaggingTask:
@@ -291,11 +281,11 @@ def encode_sentences(
     """One row per window: every batch feature of the module docstring but example_weight."""
     vocab = tokenizer.vocab
     limit = max_seq_length - 2
-    pieces, counts = _tokenize_words(tokenizer, [w for words in sentences.words for w in words])
+    pieces, splits = tokenize_texts(tokenizer, [w for words in sentences.words for w in words])
+    counts = np.diff(splits)
     truncated_words = int(np.sum(counts > limit))
     # Python lists: the loops below index them one word at a time.
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
-    pieces, counts = pieces.tolist(), counts.tolist()
+    pieces, starts, counts = pieces.tolist(), splits[:-1].tolist(), counts.tolist()
 
     windows = []  # (sentence, first word, end word, first flat word)
     flat = 0
@@ -340,24 +330,6 @@ def encode_sentences(
         split_sentences = int(np.sum(np.bincount(features["sentence_id"]) > 1))
     stats = WindowStats(len(sentences), len(windows), split_sentences, truncated_words)
     return features, stats
-
-
-def _tokenize_words(tokenizer, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The pieces of all words, concatenated, and the number of pieces of each word."""
-
-    def tokenize(batch):
-        ids = tokenizer.tokenize(batch)
-        return ids.flat_values, tf.cast(ids.row_lengths(), tf.int32)
-
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(words), tf.string))
-    dataset = dataset.batch(WORDS_PER_TOKENIZER_CALL).map(
-        tokenize, num_parallel_calls=tf.data.AUTOTUNE
-    )
-    pieces, counts = [], []
-    for values, lengths in dataset.as_numpy_iterator():
-        pieces.append(values)
-        counts.append(lengths)
-    return np.concatenate(pieces), np.concatenate(counts)
 
 
 def make_tagging_dataset(
@@ -413,11 +385,7 @@ def make_tagging_dataset(
 
 
 def tags_from_predictions(
-    predictions,
-    word_index,
-    sentence_id,
-    sentences: Sentences,
-    label_names: Sequence[str],
+    predictions, word_index, sentence_id, sentences: Sentences, label_names: Sequence[str]
 ) -> list[list[str]]:
     """Per-piece predicted tag ids -> one tag name per word of each sentence.
 

@@ -1,9 +1,8 @@
 """Pretraining instances as tf.Example TFRecords, in the original BERT layout.
 
 On disk every record is a tf.Example with the original create_pretraining_data.py
-feature names and types: int64 lists for the ids, masks, positions and the label
-(`next_sentence_labels` has length 1), a float list for `masked_lm_weights`.
-Files written by the original tool read here, and files written here read there.
+feature names and types (schema.py): files written by the original tool read
+here, and files written here read there.
 
 Writing encodes the Example bytes directly with NumPy (`encode_examples`): the
 wire format is a handful of length-prefixed fields, and building
@@ -16,8 +15,9 @@ Reading (`read_pretraining_dataset`) returns batches in the schema of schema.py.
 """
 
 import concurrent.futures
+import functools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -76,30 +76,21 @@ def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.compress(keep.ravel(), encoded.ravel()), count.sum(axis=1, dtype=np.int64)
 
 
-class _FieldHeaders:
-    """The bytes before a feature's packed payload, cached per payload length.
+@functools.cache
+def _field_header(name: str, payload_length: int) -> bytes:
+    """The bytes before a feature's packed payload (the Features map's entry for `name`).
 
     map entry:  0x0A len(entry) 0x0A len(key) key 0x12 len(Feature)
     Feature:    0x1A (int64_list) or 0x12 (float_list), len(list)
     list:       0x0A len(payload)  (absent when the payload is empty)
     """
-
-    def __init__(self, name: str, is_float: bool):
-        key = name.encode()
-        self._key = b"\x0a" + _varint(len(key)) + key
-        self._kind = b"\x12" if is_float else b"\x1a"
-        self._cache: dict[int, bytes] = {}
-
-    def __call__(self, payload_length: int) -> bytes:
-        header = self._cache.get(payload_length)
-        if header is None:
-            values = b"\x0a" + _varint(payload_length) if payload_length else b""
-            feature = self._kind + _varint(len(values) + payload_length) + values
-            feature_length = len(feature) + payload_length
-            entry = self._key + b"\x12" + _varint(feature_length)
-            header = b"\x0a" + _varint(len(entry) + feature_length) + entry + feature
-            self._cache[payload_length] = header
-        return header
+    key = name.encode()
+    values = b"\x0a" + _varint(payload_length) if payload_length else b""
+    kind = b"\x12" if name == "masked_lm_weights" else b"\x1a"
+    feature = kind + _varint(len(values) + payload_length) + values
+    feature_length = len(feature) + payload_length
+    entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(feature_length)
+    return b"\x0a" + _varint(len(entry) + feature_length) + entry + feature
 
 
 def _prefixes(lengths: np.ndarray, make_prefix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,7 +102,6 @@ def _prefixes(lengths: np.ndarray, make_prefix) -> tuple[np.ndarray, np.ndarray,
     return pool, (np.cumsum(sizes) - sizes)[inverse], sizes[inverse]
 
 
-_HEADERS = {name: _FieldHeaders(name, name == "masked_lm_weights") for name in schema.FEATURES}
 # Protobuf's deterministic serialization writes map entries in sorted key order.
 _SORTED_FEATURES = tuple(sorted(schema.FEATURES))
 
@@ -142,7 +132,7 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
             sizes = np.full(count, 4 * values.shape[1], np.int64)
         else:
             payload, sizes = _varint_columns(values)
-        add(*_prefixes(sizes, _HEADERS[name]))
+        add(*_prefixes(sizes, functools.partial(_field_header, name)))
         add(payload, np.cumsum(sizes) - sizes, sizes)
     body = np.sum(lengths, axis=0)
     add(*_prefixes(body, lambda n: b"\x0a" + _varint(n)))
@@ -162,20 +152,14 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
 def make_example(features: dict[str, np.ndarray]) -> tf.train.Example:
     """One tf.Example the slow, obvious way (tests and small tools); `features` has no batch axis."""
 
-    def int64s(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(values).tolist()))
+    def feature(name):
+        values = np.ravel(features[name]).tolist()
+        if name == "masked_lm_weights":
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
-    def floats(values):
-        return tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(values).tolist()))
-
-    return tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                name: (floats if name == "masked_lm_weights" else int64s)(features[name])
-                for name in schema.FEATURES
-            }
-        )
-    )
+    feature_map = {name: feature(name) for name in schema.FEATURES}
+    return tf.train.Example(features=tf.train.Features(feature=feature_map))
 
 
 def write_records(path: str, records: Iterable[bytes]) -> int:
@@ -237,19 +221,6 @@ def split_files(config: config_lib.DataConfig, split: str) -> list[str]:
     return sorted(files)
 
 
-def process_files(
-    files: Sequence[str], process_index: int, process_count: int
-) -> tuple[list[str], bool]:
-    """(the files this process opens, whether it must also keep every process_count-th record).
-
-    By file when there are at least as many files as processes, else every
-    process reads every file and keeps its share of the records.
-    """
-    if len(files) >= process_count:
-        return list(files[process_index::process_count]), False
-    return list(files), process_count > 1
-
-
 def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> bool:
     """Checks that `path` is a TFRecord of pretraining Examples of the configured shape.
 
@@ -282,7 +253,6 @@ def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> 
         raise TFRecordError(f"{path}: the first record is not a tf.Example ({e})") from e
 
     features = example.features.feature
-    shapes = schema.feature_shapes(max_seq_length, max_predictions_per_seq)
     for name in schema.FEATURES:
         if name not in features:
             raise TFRecordError(f"{path}: the first record has no feature {name!r}")
@@ -301,14 +271,23 @@ def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> 
             raise TFRecordError(
                 f"{path}: records have {name} of length {found}, but config.data.{option}={wanted}"
             )
-    for name, shape in shapes.items():
-        kind = "float_list" if name == "masked_lm_weights" else "int64_list"
-        found = len(getattr(features[name], kind).value)
-        if found != int(np.prod(shape or (1,))):
+    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
+        found = len(getattr(features[name], features[name].WhichOneof("kind")).value)
+        if found != spec.shape[0]:
             raise TFRecordError(
-                f"{path}: feature {name!r} has length {found}, expected {int(np.prod(shape or (1,)))}"
+                f"{path}: feature {name!r} has length {found}, expected {spec.shape[0]}"
             )
     return True
+
+
+def check_dataset_args(split: str, batch_size: int, process_index: int, process_count: int):
+    """What both pretraining readers, online and offline, check of their arguments."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
 
 
 def read_pretraining_dataset(
@@ -329,14 +308,12 @@ def read_pretraining_dataset(
     disjoint and together are every record.
     """
     config = config_lib.from_config(data_config)
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: must be one of {', '.join(SPLITS)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size}: must be at least 1")
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} is not in [0, {process_count})")
+    check_dataset_args(split, batch_size, process_index, process_count)
     files = split_files(config, split)
-    mine, by_record = process_files(files, process_index, process_count)
+    # Shared by file when there are at least as many files as processes; else every
+    # process reads every file and keeps every process_count-th record.
+    by_record = len(files) < process_count
+    mine = files if by_record else files[process_index::process_count]
     length, predictions = config.max_seq_length, config.max_predictions_per_seq
     with concurrent.futures.ThreadPoolExecutor(min(16, len(mine))) as pool:
         has_records = list(pool.map(lambda f: check_file(f, length, predictions), mine))
@@ -378,9 +355,6 @@ def read_pretraining_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return batches.prefetch(tf.data.AUTOTUNE)
-
-
-# --------------------------------------------------------------------------- CRC32C
 
 
 def _crc32c_table() -> list[int]:

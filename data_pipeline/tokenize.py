@@ -10,6 +10,7 @@ WordPiece tokenizer drops, as the original BERT code drops undecodable bytes),
 and their count is reported on stderr at the end.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -39,31 +40,19 @@ def define_flags() -> None:
 
 def decode_line(data: bytes) -> tuple[str, int]:
     """UTF-8 bytes -> (text with U+FFFD for each invalid sequence, invalid byte count)."""
-    try:
-        return data.decode("utf-8"), 0
-    except UnicodeDecodeError:
-        pass
     parts, invalid = [], 0
-    while data:
+    while True:
         try:
             parts.append(data.decode("utf-8"))
-            break
+            return "".join(parts), invalid
         except UnicodeDecodeError as e:
-            parts.append(data[: e.start].decode("utf-8"))
-            parts.append("\ufffd")
+            parts += [data[: e.start].decode("utf-8"), "\ufffd"]
             invalid += e.end - e.start
             data = data[e.end :]
-    return "".join(parts), invalid
 
 
 def _batches(stream, size: int):
-    batch = []
-    for line in stream:
-        batch.append(line.removesuffix(b"\n"))
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
+    while batch := [line.removesuffix(b"\n") for line in itertools.islice(stream, size)]:
         yield batch
 
 
@@ -88,12 +77,9 @@ def main(argv):
     invalid_bytes = invalid_lines = 0
     try:
         for batch in _batches(sys.stdin.buffer, FLAGS.batch_lines):
-            texts = []
-            for data in batch:
-                text, invalid = decode_line(data)
-                texts.append(text)
-                invalid_bytes += invalid
-                invalid_lines += invalid > 0
+            texts, invalid = zip(*map(decode_line, batch), strict=True)
+            invalid_bytes += sum(invalid)
+            invalid_lines += sum(n > 0 for n in invalid)
             for ids in tokenize(tf.constant(texts)).to_list():
                 record = {"ids": ids, "tokens": vocab.decode(ids)}
                 out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")

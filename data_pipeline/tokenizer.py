@@ -96,9 +96,8 @@ class SentencePieceTokenizer:
 
     The model's own normalization applies; lower_case lowercases before it (so
     the model must be trained on lowercased text). The special tokens never come
-    from text: sentencepiece matches a user-defined
-    piece such as "[MASK]" wherever the text spells it, and such a match becomes
-    [UNK] here.
+    from text: sentencepiece matches a user-defined piece such as "[MASK]"
+    wherever the text spells it, and such a match becomes [UNK] here.
     """
 
     def __init__(self, vocab: Vocab, *, lower_case: bool):
@@ -138,18 +137,13 @@ def make_tokenizer(
     """The tokenizer config.tokenizer names, with config.do_lower_case and max_chars_per_word."""
     vocab = load_vocab(vocab_file)
     if (config.tokenizer == "sentencepiece") != vocab.is_sentencepiece:
-        raise VocabError(
-            f"{vocab_file}: config.data.tokenizer={config.tokenizer!r} needs "
-            + (
-                "a sentencepiece *.model file"
-                if config.tokenizer == "sentencepiece"
-                else "a vocab.txt or tokenizer.json, not a sentencepiece model"
-            )
-        )
+        if vocab.is_sentencepiece:
+            needs = "a vocab.txt or tokenizer.json, not a sentencepiece model"
+        else:
+            needs = "a sentencepiece *.model file"
+        raise VocabError(f"{vocab_file}: config.data.tokenizer={config.tokenizer!r} needs {needs}")
     if vocab.is_sentencepiece:
         return SentencePieceTokenizer(vocab, lower_case=config.do_lower_case)
     return WordPieceTokenizer(
-        vocab,
-        lower_case=config.do_lower_case,
-        max_chars_per_word=config.max_chars_per_word,
+        vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
     )

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -83,11 +84,12 @@ def load_vocab(path: str) -> Vocab:
         raise VocabError(f"{path}: the vocabulary file is empty")
     if _is_sentencepiece_path(path):
         return _sentencepiece_vocab(path, data)
-    text = _decode_utf8(path, data)
-    if path.endswith(".json"):
-        tokens = _tokenizer_json_tokens(path, text)
-    else:
-        tokens = _vocab_txt_tokens(path, text)
+    read_tokens = _tokenizer_json_tokens if path.endswith(".json") else _vocab_txt_tokens
+    return wordpiece_vocab(path, read_tokens(path, _decode_utf8(path, data)))
+
+
+def wordpiece_vocab(path: str, tokens: Sequence[str]) -> Vocab:
+    """The Vocab of WordPiece `tokens` (in id order); `path` names it in messages."""
     is_special = np.array([len(t) > 2 and t[0] == "[" and t[-1] == "]" for t in tokens])
     is_continuation = np.array(
         [t.startswith(WORDPIECE_PREFIX) and len(t) > len(WORDPIECE_PREFIX) for t in tokens]

@@ -2,10 +2,12 @@
 
 The comparison itself needs transformers 4.x (`make bench-hf`); the test venv
 pins transformers 5, which has no Flax models, so these tests check the timing
-loop and that asking for the comparison there fails at once and says what to run.
+loop and that asking for the comparison there fails at once, in one line, and
+says what to run.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +15,17 @@ from pathlib import Path
 import pytest
 
 from bertjax import hf_flax_baseline
+from data_pipeline.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
+# What TensorFlow and XLA print from C++ while they load, whatever TF_CPP_MIN_LOG_LEVEL says.
+_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
 
 
 def _has_hf_flax_bert() -> bool:
     try:
         hf_flax_baseline.import_hf_flax_bert()
-    except ImportError:
+    except hf_flax_baseline.HFFlaxUnavailableError:
         return False
     return True
 
@@ -51,13 +56,20 @@ def test_median_step_times_take_turns_and_thread_each_state():
 
 @needs_no_hf_flax
 def test_import_without_flax_says_to_run_make_bench_hf():
-    with pytest.raises(ImportError, match=r"transformers 4\.x.*make bench-hf"):
+    with pytest.raises(UserError, match=r"transformers 4\.x.*make bench-hf") as raised:
         hf_flax_baseline.import_hf_flax_bert()
+    assert isinstance(raised.value, hf_flax_baseline.HFFlaxUnavailableError)
+    assert isinstance(raised.value.__cause__, ImportError)
 
 
 @needs_no_hf_flax
 def test_cli_compare_hf_flax_fails_before_compiling():
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": str(REPO),
+    }
     result = subprocess.run(
         [
             sys.executable,
@@ -72,7 +84,9 @@ def test_cli_compare_hf_flax_fails_before_compiling():
         env=env,
         timeout=300,
     )
-    assert result.returncode != 0
-    stderr = result.stderr.decode()
-    assert "make bench-hf" in stderr
+    # One line, `error: ...`, exit status 2: a user error, not a traceback.
+    lines = [line for line in result.stderr.decode().splitlines() if not _NATIVE_LOG.match(line)]
+    assert len(lines) == 1 and lines[0].startswith("error: --compare_hf_flax needs"), lines
+    assert "make bench-hf" in lines[0]
+    assert result.returncode == 2
     assert "compile" not in result.stdout.decode()

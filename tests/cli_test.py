@@ -148,6 +148,28 @@ def test_missing_config_file_is_one_line():
     assert result.returncode == 2
 
 
+def test_config_file_rejecting_its_argument_is_one_line(tmp_path):
+    # glue.py's get_config raises a ConfigError (a UserError) for an unknown task;
+    # ml_collections and absl would wrap it in a multi-line "FATAL Flags parsing error".
+    workdir = tmp_path / "workdir"
+    result = run_python(
+        "-m",
+        "bertjax.main",
+        "--config",
+        "experiments/finetune/glue.py:nosuch",
+        "--workdir",
+        str(workdir),
+        timeout=120,
+    )
+    assert stderr_lines(result) == [
+        "error: glue.py:nosuch: the task must be one of "
+        "cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli"
+    ], result.stderr
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert not workdir.exists()
+
+
 # --------------------------------------------------------------------------- in process
 
 

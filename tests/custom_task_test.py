@@ -8,6 +8,7 @@ import functools
 import json
 from pydoc_data.topics import topics
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -147,7 +148,10 @@ def config(make_small_config):
 
 def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path):
     workdir = tmp_path / "length"
-    results = train.train_and_evaluate(config, str(workdir), task=SENTENCE_LENGTH)
+    # One device: the loop's sharding is the sharding tests' concern.
+    results = train.train_and_evaluate(
+        config, str(workdir), task=SENTENCE_LENGTH, devices=jax.devices()[:1]
+    )
 
     evals = [
         json.loads(line)

@@ -1,11 +1,17 @@
 """The notebook API: restore (one device or a mesh, any training layout) and its helpers."""
 
+import pathlib
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
 
 import bertjax
 from bertjax import checkpoint, inference, sharding, train
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +121,16 @@ def test_attention_maps_are_distributions_over_the_text(sharded_scan_run):
     assert maps.shape == (2, 2, len(tokens), len(tokens))
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
     np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_restore_imports_no_trainer_code():
+    # The notebook API reads workdirs through workdir.py and the task table alone.
+    code = (
+        "import sys, bertjax; bertjax.restore; "
+        "print(sorted(m for m in ('bertjax.train', 'bertjax.metrics', 'bertjax.optim') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]"

@@ -227,7 +227,9 @@ def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, 
     out = bertjax.classify(restored, ["The train was late."], pairs=["The train was delayed."])
     assert out[0]["label"] in ("0", "1")
     assert sum(out[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
-    with pytest.raises(ValueError, match="fill_mask needs a pretraining workdir; this is a classification workdir"):
+    with pytest.raises(
+        ValueError, match="fill_mask needs a pretraining workdir; this is a classification workdir"
+    ):
         bertjax.fill_mask(restored, "A [MASK].")
     with pytest.raises(ValueError, match="tag needs a tagging workdir"):
         bertjax.tag(restored, "John")

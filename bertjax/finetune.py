@@ -24,7 +24,7 @@ from flax import linen as nn
 from bertjax import losses, scores
 from bertjax import workdir as workdir_lib
 from bertjax.model import SHAPE_FIELDS, BertConfig
-from bertjax.task import Setup, check_keys, weighted_mean_loss
+from bertjax.task import Setup, check_keys, host_share, weighted_mean_loss
 from data_pipeline import config as data_config_lib
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
@@ -155,12 +155,7 @@ def make_setup(
     gives (dataset, number of batches); `score(outputs, passed)` scores the model's
     outputs over the whole eval split, `passed` the eval batches' other columns.
     """
-    host = {
-        "batch_size": config.train_batch_size // jax.process_count(),
-        "process_index": jax.process_index(),
-        "process_count": jax.process_count(),
-        "seed": config.seed,
-    }
+    host = host_share(config, "train_batch_size")
     try:
         _, num_train_steps = make_dataset("train", num_epochs=config.num_train_epochs, **host)
     except UserError:

@@ -123,6 +123,16 @@ def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
             raise ConfigError(f"config.{key}={config[key]}: must be at least 1")
 
 
+def host_share(config, batch_size_key: str) -> dict:
+    """The keyword arguments of a DatasetFn for this host: its share of a global batch size."""
+    return {
+        "batch_size": config[batch_size_key] // jax.process_count(),
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "seed": config.seed,
+    }
+
+
 def apply_model(model: nn.Module, params, batch: dict, names, **kwargs):
     """`model.apply` on the batch's columns named in `names`, in that order."""
     return model.apply({"params": params}, *(batch[name] for name in names), **kwargs)

@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 from bertjax import checkpoint, metrics, optim, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
-from bertjax.task import Setup, Task, apply_model
+from bertjax.task import Setup, Task, apply_model, host_share
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
 
@@ -318,15 +318,6 @@ def train_and_evaluate(
         return _train(run, workdir, stop_after)
 
 
-def _host_share(run: Run, key: str) -> dict:
-    return {
-        "batch_size": run.config[key] // jax.process_count(),
-        "process_index": jax.process_index(),
-        "process_count": jax.process_count(),
-        "seed": run.config.seed,
-    }
-
-
 def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
     config, setup = run.config, run.setup
     workdir_lib.write_run_description(
@@ -348,7 +339,7 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
     # The stream is deterministic for a seed: skipping the batches the
     # checkpointed steps consumed puts a resumed run exactly where it stopped.
     train_batches = (
-        setup.train_dataset(**_host_share(run, "train_batch_size"))
+        setup.train_dataset(**host_share(run.config, "train_batch_size"))
         .skip(start_step)
         .as_numpy_iterator()
     )
@@ -434,7 +425,7 @@ def check_eval_shares(run: Run) -> None:
     setup = run.setup
     if jax.process_count() == 1 or not setup.eval_every_steps or not setup.num_eval_steps:
         return
-    dataset = setup.eval_dataset(**_host_share(run, "eval_batch_size"))
+    dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
     count = sum(1 for _ in dataset.take(setup.num_eval_steps).as_numpy_iterator())
     counts = multihost_utils.process_allgather(np.int32(count))
     for host, host_count in enumerate(counts):
@@ -452,7 +443,7 @@ def evaluate(run: Run, params, jitted_eval_step) -> tuple[dict, Any]:
     """The task's held-out metrics over `num_eval_steps` batches (0: the whole split),
     and the predictions they scored."""
     setup = run.setup
-    dataset = setup.eval_dataset(**_host_share(run, "eval_batch_size"))
+    dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
     if setup.num_eval_steps:
         dataset = dataset.take(setup.num_eval_steps)
     outputs = [

@@ -1,11 +1,12 @@
-"""Orbax checkpoints of the train state, under WORKDIR/checkpoints/<step>/.
+"""Orbax checkpoints of a run, under WORKDIR/checkpoints/<step>/: the train state
+(`state`) and where each host's input stream stands (`data`, JSON).
 
-The train state holds the step; the data position and the dropout rng follow
-from it (train.py), so restoring a checkpoint resumes a run exactly. The other
-files of a workdir belong to workdir.py.
+The train state holds the step, from which the dropout rng follows, and the
+data item lets the input continue where it stood (train.py), so restoring a
+checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 """
 
-import os
+import threading
 
 import orbax.checkpoint as ocp
 from etils import epath
@@ -14,39 +15,96 @@ from bertjax import workdir as workdir_lib
 from bertjax.workdir import CheckpointError
 
 ITEM = "state"
+DATA_ITEM = "data"
+# What every complete step directory holds; orbax writes it before the commit.
+_STEP_METADATA = "_CHECKPOINT_METADATA"
 
 
 def make_manager(workdir: str, *, max_to_keep: int) -> ocp.CheckpointManager:
+    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
+    check_step_dirs(directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True
     )
-    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
-    return ocp.CheckpointManager(directory, options=options, item_names=(ITEM,))
+    return ocp.CheckpointManager(directory, options=options, item_names=(ITEM, DATA_ITEM))
 
 
 def _read_only_manager(workdir: str) -> ocp.CheckpointManager:
+    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
+    check_step_dirs(directory)
     return ocp.CheckpointManager(
-        epath.Path(workdir_lib.checkpoint_dir(workdir)),
+        directory,
         options=ocp.CheckpointManagerOptions(read_only=True, create=False),
-        item_names=(ITEM,),
+        item_names=(ITEM, DATA_ITEM),
     )
 
 
-def save(manager: ocp.CheckpointManager, step: int, state) -> None:
-    """Starts an asynchronous save; `manager.wait_until_finished()` completes it."""
-    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=True)
+def check_step_dirs(directory: epath.Path) -> None:
+    """Fails, naming it, on a step directory that is not a complete checkpoint (a stray
+    or foreign folder), which orbax would take as the latest step. Orbax's own
+    unfinished saves (`N.orbax-checkpoint-tmp-*`) are not steps; it cleans them up."""
+    if not directory.is_dir():
+        return
+    for step_dir in directory.iterdir():
+        if not step_dir.name.isdigit():
+            continue
+        if not (step_dir / _STEP_METADATA).exists() or not (step_dir / ITEM).is_dir():
+            raise CheckpointError(
+                f"{step_dir}: not a complete bertjax checkpoint (no {_STEP_METADATA} or "
+                f"{ITEM}/); move it out of {directory} to resume from the other steps"
+            )
+        if not ocp.step.is_path_finalized(step_dir):
+            raise CheckpointError(f"{step_dir}: an unfinished checkpoint; move it out")
 
 
-def restore(manager: ocp.CheckpointManager, step: int, abstract_state):
-    """Restores onto the shardings of `abstract_state` (ShapeDtypeStructs with .sharding)."""
-    restored = manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
+    """Starts an asynchronous save of the state and the JSON `data`; `wait` completes it."""
+    manager.save(
+        step,
+        args=ocp.args.Composite(
+            **{ITEM: ocp.args.StandardSave(state), DATA_ITEM: ocp.args.JsonSave(data)}
+        ),
+        force=True,
     )
-    return restored.state
+
+
+def wait(manager: ocp.CheckpointManager, timeout_s: float | None = None) -> bool:
+    """Waits for the save in flight to commit; False if it has not within `timeout_s`.
+
+    A failed save raises here. Only a save that commits is listed as a step.
+    """
+    if timeout_s is None:
+        manager.wait_until_finished()
+        return True
+    errors = []
+
+    def finish():
+        try:
+            manager.wait_until_finished()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(error)
+
+    waiter = threading.Thread(target=finish, daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if errors:
+        raise errors[0]
+    return not waiter.is_alive()
+
+
+def restore(manager: ocp.CheckpointManager, step: int, abstract_state) -> tuple:
+    """(state on the shardings of `abstract_state`, the data item or None): checkpoints
+    from before the data item have none."""
+    args = {ITEM: ocp.args.StandardRestore(abstract_state)}
+    has_data = (epath.Path(manager.directory) / str(step) / DATA_ITEM).exists()
+    if has_data:
+        args[DATA_ITEM] = ocp.args.JsonRestore()
+    restored = manager.restore(step, args=ocp.args.Composite(**args))
+    return restored[ITEM], restored[DATA_ITEM] if has_data else None
 
 
 def latest_step(workdir: str) -> int | None:
-    if not os.path.isdir(workdir_lib.checkpoint_dir(workdir)):
+    if not epath.Path(workdir_lib.checkpoint_dir(workdir)).is_dir():
         return None
     with _read_only_manager(workdir) as manager:
         return manager.latest_step()

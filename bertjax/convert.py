@@ -131,7 +131,7 @@ def import_checkpoint(
         )
         # Closing the manager waits for the asynchronous save.
         with checkpoint.make_manager(staging, max_to_keep=1) as manager:
-            checkpoint.save(manager, 0, {"params": params})
+            checkpoint.save(manager, 0, {"params": params}, data={})
     return {
         "workdir": workdir,
         "config": config,

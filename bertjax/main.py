@@ -5,10 +5,13 @@
     python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
         --config.init_checkpoint=PRETRAINED_WORKDIR
 
-Re-running the same command resumes from the workdir's latest checkpoint. This
-is the only file that defines the training flags.
+Re-running the same command resumes from the workdir's latest checkpoint. On
+SIGTERM or Ctrl-C the run saves the step in hand and exits with status 75
+(`Preempted`); run the same command to go on. This is the only file that
+defines the training flags.
 """
 
+import io
 import os
 import sys
 
@@ -58,13 +61,14 @@ def main(argv):
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     task = train.task_of(FLAGS.config)
     results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
-    if jax.process_index() == 0 and task.report is not None:
+    if task.report is not None:
+        # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.
         task.report(
             FLAGS.workdir,
             FLAGS.config,
             results,
             fill_mask_examples=FLAGS.fill_mask_examples,
-            out=sys.stdout,
+            out=sys.stdout if jax.process_index() == 0 else io.StringIO(),
         )
 
 

@@ -35,6 +35,9 @@ class OptimizerConfig:
     weight_decay: float
     max_grad_norm: float
     num_microbatches: int
+    # Up to this many consecutive steps whose gradients are not finite leave the
+    # parameters unchanged (optax.apply_if_finite); one more stops the run. 0: the first stops it.
+    skip_non_finite_steps: int
 
     def __post_init__(self):
         _check(self)
@@ -114,7 +117,16 @@ def make_optimizer(optimizer_config: Any, num_train_steps: int) -> optax.Gradien
     )
     if config.max_grad_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), tx)
+    if config.skip_non_finite_steps:
+        tx = optax.apply_if_finite(tx, max_consecutive_errors=config.skip_non_finite_steps)
     return tx
+
+
+def consecutive_non_finite_steps(opt_state) -> int | None:
+    """How many steps in a row ended with non-finite gradients (None unless they are skipped)."""
+    if isinstance(opt_state, optax.ApplyIfFiniteState):
+        return int(opt_state.notfinite_count)
+    return None
 
 
 def _fail(option: str, value: Any, why: str) -> None:
@@ -138,5 +150,7 @@ def _check(c: OptimizerConfig) -> None:
         _fail("weight_decay", c.weight_decay, "must be >= 0")
     if not c.max_grad_norm >= 0:
         _fail("max_grad_norm", c.max_grad_norm, "must be >= 0 (0 disables clipping)")
+    if not isinstance(c.skip_non_finite_steps, int) or c.skip_non_finite_steps < 0:
+        _fail("skip_non_finite_steps", c.skip_non_finite_steps, "must be an integer >= 0")
     if not isinstance(c.num_microbatches, int) or c.num_microbatches < 1:
         _fail("num_microbatches", c.num_microbatches, "must be an integer >= 1")

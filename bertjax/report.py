@@ -60,8 +60,10 @@ def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: i
     restored = inference.restore(workdir)
     vocab = restored.tokenizer.vocab
     data = data.replace(vocab_file=restored.tokenizer.vocab.path)
-    base = baselines(data, batch_size=config.eval_batch_size, num_batches=config.num_eval_steps)
-    if last_eval:
+    if not last_eval:
+        print("\nno held-out evaluation (config.eval_every_steps=0)", file=out)
+    else:
+        base = baselines(data, batch_size=config.eval_batch_size, num_batches=config.num_eval_steps)
         print(
             f"\nheld-out MLM accuracy {last_eval['mlm_accuracy']:.3f} "
             f"(baseline {base['mlm_accuracy']:.3f}: always {vocab.tokens[base['mlm_token']]!r}); "
@@ -76,8 +78,15 @@ def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: i
         )
     if not fill_mask_examples:
         return
-    print(f"\nfill-mask on held-out sentences (model at step {restored.step}):", file=out)
-    for masked, word in held_out_sentences(data, fill_mask_examples):
+    sentences = held_out_sentences(data, fill_mask_examples)
+    if not sentences:
+        print(
+            f"\nno held-out sentences to fill (config.data.eval_fraction={data.eval_fraction})",
+            file=out,
+        )
+    else:
+        print(f"\nfill-mask on held-out sentences (model at step {restored.step}):", file=out)
+    for masked, word in sentences:
         [top] = inference.fill_mask(restored, masked, top_k=5)
         guesses = "  ".join(f"{token} {p:.2f}" for token, p in top)
         hit = "*" if word.lower() in [token for token, _ in top] else " "

@@ -20,6 +20,7 @@ results.json and the progress display.
 """
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +102,7 @@ LOOP_KEYS = (
     "checkpoint_every_steps",
     "checkpoints_to_keep",
     "log_every_steps",
+    "preemption_save_seconds",
     "init_checkpoint",
     "mesh",
     "model",
@@ -121,6 +123,21 @@ def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
     for key in positive:
         if config[key] < 1:
             raise ConfigError(f"config.{key}={config[key]}: must be at least 1")
+    if not config.preemption_save_seconds > 0:
+        raise ConfigError(
+            f"config.preemption_save_seconds={config.preemption_save_seconds}: must be above 0"
+        )
+    for path, value in _leaves(config.to_dict(), "config"):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{path}={value}: must be a finite number")
+
+
+def _leaves(values: dict, prefix: str):
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}.{key}")
+        else:
+            yield f"{prefix}.{key}", value
 
 
 def host_share(config, batch_size_key: str) -> dict:

@@ -4,8 +4,14 @@
 explicit shardings; what differs between tasks (model, inputs, loss, data,
 scores) comes from the task's `Setup` (task.py). `train_and_evaluate(config,
 workdir)` is the whole run: re-running it on the same workdir resumes from
-the latest checkpoint and continues exactly (the data stream is replayed to
-the checkpoint's step, and dropout rngs are folded from the step).
+the latest checkpoint and continues exactly (each checkpoint records where
+every host's input stream stood, and dropout rngs are folded from the step).
+
+A workdir belongs to one run at a time (workdir.claim), and a resume must
+have the saved run's config (workdir.check_same_run). SIGTERM and Ctrl-C save
+the step in hand and raise `Preempted` (preemption.py). Nothing non-finite is
+saved: the loss and the parameters are checked before every save, and an
+error waits for the save in flight, so the last good checkpoint survives.
 """
 
 import dataclasses
@@ -23,7 +29,7 @@ from absl import logging
 from flax import linen as nn
 from jax.experimental import multihost_utils
 
-from bertjax import checkpoint, metrics, optim, sharding, tasks
+from bertjax import checkpoint, metrics, optim, preemption, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.task import Setup, Task, apply_model, host_share
@@ -42,12 +48,16 @@ class TrainState:
     opt_state: Any
 
 
-def train_step(state, batch, rng, *, setup: Setup, tx, num_microbatches: int):
+def train_step(
+    state, batch, rng, *, setup: Setup, tx, num_microbatches: int, skip_non_finite: bool = False
+):
     """One optimizer step on a global batch; returns the new state and metric sums.
 
     With `num_microbatches` > 1 the batch is split and gradients are summed
     over the pieces; each piece's loss divides by the whole batch's
-    denominators, so the update equals the one of the full batch.
+    denominators, so the update equals the one of the full batch. With
+    `skip_non_finite` (tx then leaves the parameters alone on such a step) a
+    step whose gradients are not finite adds nothing to the metric sums.
     """
     step_rng = jax.random.fold_in(rng, state.step)
     denominators = setup.denominators(batch)
@@ -65,7 +75,15 @@ def train_step(state, batch, rng, *, setup: Setup, tx, num_microbatches: int):
         return setup.loss(sums, denominators), sums
 
     grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
+    if skip_non_finite:
+        finite = all_finite(grads)
+        sums = jax.tree.map(lambda s: jnp.where(finite, s, jnp.zeros_like(s)), sums)
     return apply_gradients(state, grads, tx), sums
+
+
+def all_finite(tree) -> jax.Array:
+    """Whether every element of every array in `tree` is finite (a scalar bool)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
 def accumulate_gradients(loss_fn, params, batch, rng, num_microbatches: int):
@@ -272,12 +290,14 @@ def jit_steps(run: Run):
     """
     batch_sharding = sharding.batch_sharding(run.mesh)
     replicated = sharding.replicated(run.mesh)
+    optimizer = optim.from_config(run.setup.optimizer)
     jitted_train_step = jax.jit(
         functools.partial(
             train_step,
             setup=run.setup,
             tx=run.tx,
-            num_microbatches=optim.from_config(run.setup.optimizer).num_microbatches,
+            num_microbatches=optimizer.num_microbatches,
+            skip_non_finite=optimizer.skip_non_finite_steps > 0,
         ),
         in_shardings=(run.state_shardings, batch_sharding, replicated),
         out_shardings=(run.state_shardings, replicated),
@@ -310,44 +330,72 @@ def train_and_evaluate(
     `devices` (default: all) are the ones the mesh spans. Returns what
     results.json holds: {"eval": the last evaluation, "best": the best by the
     task's metric, "task", "init_checkpoint"} (no "eval" when the run never
-    evaluates).
+    evaluates). Raises `Preempted` after saving when asked to stop.
     """
-    run = build_run(config, workdir, task=task, devices=devices)
-    check_eval_shares(run)
-    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
-        return _train(run, workdir, stop_after)
+    task = task or task_of(config)
+    with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
+        start_step = checkpoint.latest_step(workdir) or 0
+        if start_step:
+            workdir_lib.check_same_run(workdir, config)
+        run = build_run(config, workdir, task=task, devices=devices)
+        if start_step > run.setup.num_train_steps:
+            raise workdir_lib.CheckpointError(
+                f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
+                f"{run.setup.num_train_steps} steps this config trains"
+            )
+        check_eval_shares(run)
+        if stop.pending:
+            raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
+        with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+            return _train(run, workdir, start_step, stop_after, claim, stop)
 
 
-def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
+def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
     workdir_lib.write_run_description(
         workdir, config, setup.model_config, setup.vocab_file, setup.description
     )
     manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
-    start_step = manager.latest_step() or 0
+    try:
+        return _loop(run, workdir, manager, start_step, stop_after, claim, stop)
+    except BaseException:
+        # Let the save in flight commit, so the last good checkpoint survives the error.
+        try:
+            checkpoint.wait(manager, config.preemption_save_seconds)
+        except Exception as error:  # noqa: BLE001 - the first error is the one to report
+            logging.error("the checkpoint save in flight failed too: %s", error)
+        raise
+    finally:
+        manager.close()
+
+
+def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, stop) -> dict:
+    config, setup = run.config, run.setup
+    positions = None
     if start_step:
         logging.info("resuming from %s at step %d", workdir, start_step)
-        state = checkpoint.restore(manager, start_step, run.abstract_state)
+        state, data = checkpoint.restore(manager, start_step, run.abstract_state)
+        positions = (data or {}).get("stream_positions")
     else:
         state = create_state(run)
 
     jitted_train_step, jitted_eval_step = jit_steps(run)
+    params_finite = jax.jit(all_finite)
     num_steps = setup.num_train_steps
-    schedule = optim.learning_rate_schedule(setup.optimizer, num_steps)
+    optimizer = optim.from_config(setup.optimizer)
+    schedule = optim.learning_rate_schedule(optimizer, num_steps)
     writer = metrics.MetricWriter(workdir, num_train_steps=num_steps)
     rng = jax.random.key(config.seed)
-    # The stream is deterministic for a seed: skipping the batches the
-    # checkpointed steps consumed puts a resumed run exactly where it stopped.
-    train_batches = (
-        setup.train_dataset(**host_share(run.config, "train_batch_size"))
-        .skip(start_step)
-        .as_numpy_iterator()
-    )
+    train_batches = _train_stream(run, start_step, positions)
     results = workdir_lib.read_results(workdir)
     results.update(task=setup.description["kind"], init_checkpoint=setup.init_checkpoint)
+    position = None  # where this host's stream stands after the last batch trained on
 
     def evaluate_and_record(step: int) -> None:
-        values, predictions = evaluate(run, state.params, jitted_eval_step)
+        evaluated = evaluate(run, state.params, jitted_eval_step, stop=stop)
+        if evaluated is None:
+            return  # cut short by a stop request
+        values, predictions = evaluated
         writer.write(step, "eval", values)
         shown = "  ".join(f"{k} {v:.4f}" for k, v in values.items() if isinstance(v, float))
         writer.console(f"eval at step {step}: {shown}")
@@ -360,26 +408,74 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
         if step == num_steps and setup.write_predictions and jax.process_index() == 0:
             setup.write_predictions(predictions, workdir)
 
+    def check_bad_steps(step: int) -> None:
+        in_a_row = optim.consecutive_non_finite_steps(state.opt_state)
+        if in_a_row is not None and in_a_row > optimizer.skip_non_finite_steps:
+            raise TrainingError(
+                f"{in_a_row} steps in a row with non-finite gradients by step {step} "
+                f"(config.optimizer.skip_non_finite_steps={optimizer.skip_non_finite_steps}); "
+                "no checkpoint written after them. Lower config.optimizer.learning_rate or "
+                "check the data."
+            )
+
+    def save(step: int) -> None:
+        # Never write parameters that went non-finite, or that a non-finite loss may have spoiled.
+        if window is not None:
+            checked_finite(setup.summarize(window), step)
+        check_bad_steps(step)
+        if not params_finite(state.params):
+            raise TrainingError(
+                f"non-finite parameters after step {step}; not saved. Lower "
+                "config.optimizer.learning_rate or check the data."
+            )
+        data = {"stream_positions": _gather_positions(position)}
+        checkpoint.save(manager, step, state, data)
+
+    def save_and_stop(step: int, saved: bool):
+        started = time.perf_counter()
+        if not saved:
+            save(step)
+        budget = config.preemption_save_seconds
+        committed = checkpoint.wait(manager, budget)
+        took = time.perf_counter() - started
+        why = stop.signal_name or "a preemption notice"
+        if not committed:
+            raise preemption.Preempted(
+                f"{why} at step {step}: its checkpoint did not commit within "
+                f"config.preemption_save_seconds={budget}; the run resumes from the latest "
+                "complete one"
+            )
+        raise preemption.Preempted(
+            f"{why} at step {step}: checkpoint {step} saved in {took:.1f} s; run the same "
+            "command to resume"
+        )
+
     tokens_per_step = config.train_batch_size * setup.model_inputs["input_ids"]
     window, window_start, window_step = None, time.perf_counter(), start_step
     started = time.perf_counter()
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     for step in range(start_step + 1, last_step + 1):
         host_batch = next(train_batches)
+        if "stream_position" in host_batch:
+            position = host_batch["stream_position"][-1]
         batch = sharding.make_global_batch(
             {name: host_batch[name] for name in setup.train_features}, run.mesh
         )
         state, sums = jitted_train_step(state, batch, rng)
         window = _add(window, sums)
         writer.progress_bar(step, started, start_step)
+        claim.renew()
 
         last = step == num_steps
         if step % config.log_every_steps == 0 or last:
+            check_bad_steps(step)
             summary = checked_finite(setup.summarize(window), step)
             steps_per_s = (step - window_step) / max(time.perf_counter() - window_start, 1e-9)
             summary["learning_rate"] = float(schedule(step - 1))
             summary["steps_per_second"] = steps_per_s
             summary["tokens_per_second"] = steps_per_s * tokens_per_step
+            if optimizer.skip_non_finite_steps:
+                summary["skipped_steps"] = int(state.opt_state.total_notfinite)
             writer.write(step, "train", summary)
             eta = (num_steps - step) / max(steps_per_s, 1e-9)
             shown = "  ".join(f"{label} {summary[name]:.3f}" for name, label in setup.console)
@@ -390,46 +486,90 @@ def _train(run: Run, workdir: str, stop_after: int | None) -> dict:
             )
             window, window_start, window_step = None, time.perf_counter(), step
 
+        if stop.requested(step):
+            save_and_stop(step, saved=False)
         evaluates = setup.eval_every_steps and (step % setup.eval_every_steps == 0 or last)
         if evaluates:
             evaluate_and_record(step)
-        if (
+        due = (
             (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
             or (evaluates and setup.checkpoint_at_eval)
             or step == last_step
-        ):
-            # Never write parameters that a non-finite loss may have spoiled.
-            if window is not None:
-                checked_finite(setup.summarize(window), step)
-            checkpoint.save(manager, step, state)
+        )
+        if due:
+            save(step)
+        if stop.pending:  # arrived during the evaluation, which it cut short
+            save_and_stop(step, saved=due)
     if start_step >= last_step and setup.eval_every_steps:
         # Nothing left to train (a finished run started again): report where it stands.
         # Every host evaluates (the steps are collective), whatever results.json says.
         evaluate_and_record(start_step)
-    manager.wait_until_finished()
-    manager.close()
+    checkpoint.wait(manager)
     writer.close()
     return results
 
 
+def _train_stream(run: Run, start_step: int, positions):
+    """This host's train batches from the step after `start_step`: from the stream
+    position the checkpoint recorded, or else by replaying the stream to it."""
+    host = host_share(run.config, "train_batch_size")
+    if positions is not None and len(positions) == jax.process_count():
+        position = np.asarray(positions[jax.process_index()], np.int64)
+        dataset = run.setup.train_dataset(**host, position=position)
+    else:
+        dataset = run.setup.train_dataset(**host)
+        if start_step:
+            why = (
+                "has no input positions (saved before bertjax recorded them, or by a task "
+                "whose stream has none)"
+                if positions is None
+                else f"has the input positions of {len(positions)} hosts, not {jax.process_count()}"
+            )
+            logging.warning(
+                "the checkpoint of step %d %s: replaying the input stream to it", start_step, why
+            )
+            dataset = dataset.skip(start_step)
+    return dataset.as_numpy_iterator()
+
+
+def _gather_positions(position) -> list | None:
+    """Every host's stream position (a list per host), or None if the stream has none."""
+    if position is None:
+        return None
+    if jax.process_count() == 1:
+        return [position.tolist()]
+    return multihost_utils.process_allgather(np.asarray(position, np.int64)).tolist()
+
+
 def check_eval_shares(run: Run) -> None:
-    """On several hosts, fails on all of them alike if one's eval share is short.
+    """Fails before training, on every host alike, when the eval split is too small: no
+    batch at all, or on several hosts a share short of `num_eval_steps`.
 
     Eval steps are collective: a host that runs out of batches while the
     others go on hangs the run. Padding a short share would need a weight per
     example, which the pretraining batch schema lacks, and repeating batches
     would count examples twice; so a short share is a config error, found
-    before training by reading every host's first `num_eval_steps` batches
-    once (the eval set is fixed, so every later eval sees the same).
+    by reading every host's first `num_eval_steps` batches once (the eval set
+    is fixed, so every later eval sees the same).
     """
     setup = run.setup
-    if jax.process_count() == 1 or not setup.eval_every_steps or not setup.num_eval_steps:
+    if not setup.eval_every_steps:
         return
+    hosts = jax.process_count()
+    wanted = setup.num_eval_steps if hosts > 1 and setup.num_eval_steps else 1
     dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
-    count = sum(1 for _ in dataset.take(setup.num_eval_steps).as_numpy_iterator())
+    count = sum(1 for _ in dataset.take(wanted).as_numpy_iterator())
+    if hosts == 1:
+        if not count:
+            raise ConfigError(
+                "the eval split gives no batch of "
+                f"config.eval_batch_size={run.config.eval_batch_size}; lower it, or turn "
+                "evaluation off with config.eval_every_steps=0"
+            )
+        return
     counts = multihost_utils.process_allgather(np.int32(count))
     for host, host_count in enumerate(counts):
-        if host_count < setup.num_eval_steps:
+        if host_count < wanted:
             raise ConfigError(
                 f"config.num_eval_steps={setup.num_eval_steps}: host {host}'s share of the "
                 f"eval split gives only {host_count} batches of "
@@ -439,17 +579,19 @@ def check_eval_shares(run: Run) -> None:
             )
 
 
-def evaluate(run: Run, params, jitted_eval_step) -> tuple[dict, Any]:
+def evaluate(run: Run, params, jitted_eval_step, stop=None) -> tuple[dict, Any] | None:
     """The task's held-out metrics over `num_eval_steps` batches (0: the whole split),
-    and the predictions they scored."""
+    and the predictions they scored; None if `stop` (StopRequests) cut it short."""
     setup = run.setup
     dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
     if setup.num_eval_steps:
         dataset = dataset.take(setup.num_eval_steps)
-    outputs = [
-        jax.tree.map(np.asarray, jitted_eval_step(params, sharding.make_global_batch(b, run.mesh)))
-        for b in dataset.as_numpy_iterator()
-    ]
+    outputs = []
+    for batch in dataset.as_numpy_iterator():
+        if stop is not None and stop.pending:
+            return None
+        batch = sharding.make_global_batch(batch, run.mesh)
+        outputs.append(jax.tree.map(np.asarray, jitted_eval_step(params, batch)))
     if not outputs:
         raise ConfigError(
             f"the eval split gives no batch of config.eval_batch_size={run.config.eval_batch_size}"

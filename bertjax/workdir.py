@@ -11,18 +11,28 @@
       eval_predictions.jsonl    the final evaluation's predictions (SQuAD: predictions.json ...)
       metrics.jsonl, tensorboard/
       checkpoints/<step>/       orbax checkpoints of the train state (checkpoint.py)
+      .lock | run.lease         held by the live run (`claim`)
 
 Everything but the checkpoints is written by process 0 only, atomically
 (data_pipeline.files), so a run killed at any moment leaves each file whole.
 Nothing here imports the trainer: restore() and the converter read workdirs
-through this module alone.
+through this module alone. Paths go through tf.io.gfile, so a workdir may be
+in Cloud Storage (`gs://...`).
 """
 
+import contextlib
+import fcntl
 import json
 import os
+import socket
+import time
+import uuid
 
 import jax
+import numpy as np
 import tensorflow as tf
+from absl import logging
+from jax.experimental import multihost_utils
 
 from bertjax.model import SHAPE_FIELDS, BertConfig
 from data_pipeline import files
@@ -45,7 +55,12 @@ class CheckpointError(UserError):
 
 def checkpoint_dir(workdir: str) -> str:
     """The absolute folder of the orbax checkpoints (orbax wants absolute paths)."""
-    return os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
+    return os.path.join(absolute(workdir), CHECKPOINT_DIR)
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute; a URL (`gs://bucket/dir`) as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def read_json(file: str) -> dict | None:
@@ -146,3 +161,183 @@ def write_run_description(
     if os.path.abspath(vocab) != os.path.abspath(target):
         files.atomic_copy(vocab, target)
     return target
+
+
+# ------------------------------------------------------------------------ one run per workdir
+
+LOCK_FILE = ".lock"
+LEASE_FILE = "run.lease"
+# A remote workdir cannot be locked: its run renews a lease file every
+# LEASE_RENEW_S, and a lease not renewed for LEASE_STALE_S is taken over.
+LEASE_RENEW_S, LEASE_STALE_S = 60.0, 600.0
+
+
+class WorkdirBusy(UserError):
+    """Another live run holds the workdir."""
+
+
+@contextlib.contextmanager
+def claim(workdir: str):
+    """Holds `workdir` for this run, or fails on every host if another live run holds it.
+
+    Local: an exclusive `flock` on WORKDIR/.lock, which the kernel drops when its
+    process dies, so a killed run never blocks a restart. Remote: the lease
+    file, written, read back after a second (the last writer wins) and renewed
+    by `renew()` of the yielded object. Process 0 claims for the run.
+    """
+    holder = _Lock(workdir) if "://" not in workdir else _Lease(workdir)
+    error = None
+    if jax.process_index() == 0:
+        try:
+            holder.acquire()
+        except WorkdirBusy as busy:
+            error = busy
+    if jax.process_count() > 1:
+        ok = multihost_utils.broadcast_one_to_all(np.int32(error is None))
+        if not ok and error is None:
+            error = WorkdirBusy(f"{workdir}: process 0 found it held by another run")
+    if error is not None:
+        raise error
+    try:
+        yield holder
+    finally:
+        if jax.process_index() == 0:
+            holder.release()
+
+
+def _owner() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+
+
+def _busy(workdir: str, owner: dict | None, how: str) -> WorkdirBusy:
+    who = "another run"
+    if owner:
+        who = f"the run of process {owner.get('pid')} on {owner.get('host')}"
+    return WorkdirBusy(f"{workdir}: in use by {who} ({how}); wait for it to end or stop it")
+
+
+class _Lock:
+    def __init__(self, workdir: str):
+        self.workdir, self.file = workdir, os.path.join(workdir, LOCK_FILE)
+        self._fd = None
+
+    def acquire(self) -> None:
+        os.makedirs(self.workdir, exist_ok=True)
+        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _busy(self.workdir, read_json(self.file), f"it holds {LOCK_FILE}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(_owner()).encode())
+        self._fd = fd
+
+    def renew(self) -> None:
+        pass  # the kernel holds the lock for as long as the process lives
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _Lease:
+    def __init__(self, workdir: str):
+        self.workdir, self.file = workdir, os.path.join(workdir, LEASE_FILE)
+        self.owner = {**_owner(), "id": uuid.uuid4().hex}
+        self._renewed = 0.0
+
+    def acquire(self) -> None:
+        held = read_json(self.file)
+        if held is not None and not self._stale(held):
+            age = time.time() - held.get("renewed", 0)
+            raise _busy(
+                self.workdir,
+                held,
+                f"its {LEASE_FILE} was renewed {age:.0f} s ago; it is taken over "
+                f"after {LEASE_STALE_S:.0f} s without renewal",
+            )
+        if held is not None:
+            logging.warning("%s: taking over the stale lease of %s", self.workdir, held)
+        self.renew(force=True)
+        time.sleep(1.0)  # two runs starting together: the last writer keeps it
+        if (read_json(self.file) or {}).get("id") != self.owner["id"]:
+            raise _busy(self.workdir, read_json(self.file), "it claimed the lease at once")
+
+    @staticmethod
+    def _stale(held: dict) -> bool:
+        if time.time() - held.get("renewed", 0) > LEASE_STALE_S:
+            return True
+        if held.get("host") == socket.gethostname():
+            try:
+                os.kill(held["pid"], 0)
+            except ProcessLookupError:
+                return True  # its process is gone
+            except (KeyError, TypeError, PermissionError):
+                pass
+        return False
+
+    def renew(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._renewed >= LEASE_RENEW_S:
+            files.atomic_write_json(self.file, {**self.owner, "renewed": now})
+            self._renewed = now
+
+    def release(self) -> None:
+        if (read_json(self.file) or {}).get("id") == self.owner["id"]:
+            tf.io.gfile.remove(self.file)
+
+
+# Config keys a resumed run may change: how often it logs, evaluates and saves,
+# how much it evaluates, its mesh, the save budget on a stop request, and
+# (only upwards) its length.
+RESUMABLE_CHANGES = (
+    "num_train_steps",
+    "num_train_epochs",
+    "log_every_steps",
+    "eval_every_steps",
+    "num_eval_steps",
+    "eval_batch_size",
+    "checkpoint_every_steps",
+    "checkpoints_to_keep",
+    "preemption_save_seconds",
+    "mesh.",
+)
+
+
+def check_same_run(workdir: str, config) -> None:
+    """Fails, with a one-line diff, when the run saved in `workdir` had another config
+    in anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs)."""
+    saved = read_json(os.path.join(workdir, CONFIG_FILE))
+    if saved is None:
+        return
+    before, now = _flat(saved), _flat(json.loads(config.to_json_best_effort()))
+    changed = [
+        key
+        for key in sorted(before.keys() | now.keys())
+        if before.get(key) != now.get(key)
+        and not any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_CHANGES)
+    ]
+    for key in ("num_train_steps", "num_train_epochs"):
+        if key in now and key in before and now[key] < before[key]:
+            changed.insert(0, key)
+    if changed:
+        shown = ", ".join(
+            f"{k} {before.get(k, '(none)')!r} -> {now.get(k, '(none)')!r}" for k in changed[:4]
+        )
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise CheckpointError(
+            f"{workdir} holds a run with another config ({shown}{more}); resume it with its "
+            f"{CONFIG_FILE} (a run may only get longer), or use a new workdir"
+        )
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat

@@ -13,7 +13,8 @@ printed as one line, `error: ...`, on stderr and the exit status is 2. So is an
 unknown key in a `--config.KEY=VALUE` override, at any depth, with the closest
 known key, and a `UserError` raised while a config file loads (its
 `get_config` rejecting the argument after the colon, as in `glue.py:nosuch`);
-ml_collections and absl would print a long traceback instead.
+ml_collections and absl would print a long traceback instead. A run stopped
+on request (`Preempted`, after saving) prints `stopped: ...` and exits with 75.
 """
 
 import os
@@ -27,7 +28,7 @@ from absl import app, flags, logging
 from ml_collections.config_flags.config_flags import is_config_flag
 
 from data_pipeline import config as config_lib
-from data_pipeline.errors import UserError
+from data_pipeline.errors import Preempted, UserError
 
 
 def run(
@@ -154,6 +155,9 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
         logging.set_verbosity(logging.WARNING)
     try:
         return main(argv)
+    except Preempted as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr)
+        sys.exit(Preempted.EXIT_CODE)
     except Exception as error:
         message = _user_message(error)
         if message is None:

@@ -11,3 +11,13 @@ free of jax and bertjax can derive its own errors from it.
 
 class UserError(ValueError):
     """Bad input or an inconsistent config: the message says what to change."""
+
+
+class Preempted(Exception):
+    """A run stopped on request (a signal or a preemption notice) after saving its step.
+
+    Not an error: running the same command again resumes. Command-line tools
+    print the message and exit with `EXIT_CODE`.
+    """
+
+    EXIT_CODE = 75  # EX_TEMPFAIL of sysexits.h: a temporary failure, try again

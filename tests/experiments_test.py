@@ -144,6 +144,7 @@ def test_phase1_is_the_paper_recipe(name):
         weight_decay=0.01,
         max_grad_norm=1.0,
         num_microbatches=1,
+        skip_non_finite_steps=0,
     )
 
 

@@ -31,7 +31,7 @@ def sharded_scan_run(tmp_path_factory, make_small_config):
 def _saved_params(config, workdir):
     run = train.build_run(config, workdir)
     manager = checkpoint.make_manager(workdir, max_to_keep=2)
-    state = checkpoint.restore(manager, 2, run.abstract_state)
+    state, _ = checkpoint.restore(manager, 2, run.abstract_state)
     manager.close()
     return jax.tree.map(np.asarray, state.params)
 

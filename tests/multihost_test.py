@@ -126,7 +126,7 @@ def test_two_processes_train_evaluate_checkpoint_and_resume(tmp_path, make_small
     assert checkpoint.latest_step(workdir) == 8
     run = train.build_run(config, workdir)
     manager = checkpoint.make_manager(workdir, max_to_keep=5)
-    state = checkpoint.restore(manager, 8, run.abstract_state)
+    state, _ = checkpoint.restore(manager, 8, run.abstract_state)
     manager.close()
     assert int(state.step) == 8
     assert fingerprint(state.params) == first["saved"]["8"]

@@ -53,14 +53,14 @@ def main():
         seen["metrics"].append({"step": step, "split": split, **values})
         write(self, step, split, values)
 
-    def record_save(manager, step, state):
+    def record_save(manager, step, state, data):
         seen["saved"][step] = fingerprint(state.params)
-        save(manager, step, state)
+        save(manager, step, state, data)
 
     def record_restore(manager, step, abstract_state):
-        state = restore(manager, step, abstract_state)
+        state, data = restore(manager, step, abstract_state)
         seen["restored"][step] = fingerprint(state.params)
-        return state
+        return state, data
 
     metrics.MetricWriter.write = record_write
     checkpoint.save = record_save

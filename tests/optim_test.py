@@ -23,6 +23,7 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
             weight_decay=0.01,
             max_grad_norm=1.0,
             num_microbatches=1,
+            skip_non_finite_steps=0,
         )
     )
     config.update(overrides)

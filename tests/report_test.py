@@ -41,7 +41,7 @@ def test_fill_mask_matches_the_training_forward_pass(trained):
     restored = inference.restore(workdir)
     run = train.build_run(config, workdir)
     manager = checkpoint.make_manager(workdir, max_to_keep=2)
-    state = checkpoint.restore(manager, 4, run.abstract_state)
+    state, _ = checkpoint.restore(manager, 4, run.abstract_state)
     manager.close()
     jax.tree.map(
         lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),

@@ -25,7 +25,7 @@ def read_metrics(workdir):
 def final_params(workdir, config):
     run = train.build_run(config, workdir)
     manager = checkpoint.make_manager(workdir, max_to_keep=5)
-    state = checkpoint.restore(manager, manager.latest_step(), run.abstract_state)
+    state, _ = checkpoint.restore(manager, manager.latest_step(), run.abstract_state)
     manager.close()
     return jax.tree.map(np.asarray, state.params)
 

@@ -39,6 +39,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 0
     config.checkpoints_to_keep = 1
     config.log_every_steps = 50
+    # On SIGTERM or Ctrl-C: the longest wait for the checkpoint of the step in hand.
+    config.preemption_save_seconds = 25.0
     # A pretraining workdir or `python -m bertjax.convert import` output: architecture,
     # vocabulary, tokenizer settings and the parameters of bert/.
     config.init_checkpoint = ""
@@ -60,4 +62,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.optimizer.weight_decay = 0.01
     config.optimizer.max_grad_norm = 1.0
     config.optimizer.num_microbatches = 1
+    # Steps in a row whose gradients are not finite that are skipped (parameters
+    # unchanged) before the run stops; 0 stops it at the first.
+    config.optimizer.skip_non_finite_steps = 0
     return config

@@ -60,6 +60,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1000
     config.checkpoints_to_keep = 2
     config.log_every_steps = 100
+    # On SIGTERM or Ctrl-C: the longest wait for the checkpoint of the step in
+    # hand (spot and preemptible VMs get 30 s between SIGTERM and the end).
+    config.preemption_save_seconds = 25.0
     # Another run's workdir to take the parameters from (phase 2), or ''.
     config.init_checkpoint = ""
     # Mesh axis sizes; one may be -1 (the remaining devices).
@@ -85,4 +88,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.optimizer.weight_decay = 0.01
     config.optimizer.max_grad_norm = 1.0
     config.optimizer.num_microbatches = 1
+    # Steps in a row whose gradients are not finite that are skipped (parameters
+    # unchanged) before the run stops; 0 stops it at the first.
+    config.optimizer.skip_non_finite_steps = 0
     return config

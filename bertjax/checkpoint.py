@@ -6,8 +6,12 @@ data item lets the input continue where it stood (train.py), so restoring a
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 """
 
+import logging
+import re
+import shutil
 import threading
 
+import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -58,29 +62,96 @@ def check_step_dirs(directory: epath.Path) -> None:
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
-    """Starts an asynchronous save of the state and the JSON `data`; `wait` completes it."""
-    manager.save(
-        step,
-        args=ocp.args.Composite(
-            **{ITEM: ocp.args.StandardSave(state), DATA_ITEM: ocp.args.JsonSave(data)}
-        ),
-        force=True,
-    )
+    """Starts an asynchronous save of the state and the JSON `data`; `wait` completes it.
+
+    The previous save's failure (a full disk, no permission) raises here, as a
+    CheckpointError; a save that fails is never listed as a step.
+    """
+    with _save_errors(manager):
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                **{ITEM: ocp.args.StandardSave(state), DATA_ITEM: ocp.args.JsonSave(data)}
+            ),
+            force=True,
+        )
+
+
+# How tensorstore and orbax word a storage failure: an absl status code first.
+_STORAGE_FAILURE = re.compile(
+    r"^(RESOURCE_EXHAUSTED|PERMISSION_DENIED|NOT_FOUND|UNAVAILABLE|DEADLINE_EXCEEDED|"
+    r"UNAUTHENTICATED|FAILED_PRECONDITION|DATA_LOSS|ABORTED):"
+)
+
+
+class _save_errors:
+    """Turns a storage failure of a save into one CheckpointError line."""
+
+    def __init__(self, manager: ocp.CheckpointManager):
+        self.manager = manager
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not (isinstance(error, OSError) or _STORAGE_FAILURE.match(str(error))):
+            return False
+        latest = self.manager.latest_step()
+        kept = f"step {latest}" if latest is not None else "none"
+        raise CheckpointError(
+            f"saving a checkpoint in {self.manager.directory} failed ({str(error).strip()}); "
+            f"the latest complete checkpoint: {kept}"
+        ) from error
+
+
+class _QuietBackgroundSaveErrors(logging.Filter):
+    """Orbax logs a failed background save with its traceback, then raises it to the
+    caller, which reports it in one line; the log is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.levelno >= logging.ERROR
+            and "orbax" in record.pathname
+            and (record.exc_info or "raised an exception" in record.getMessage())
+        )
+
+
+logging.getLogger("absl").addFilter(_QuietBackgroundSaveErrors())
+
+
+def check_space(manager: ocp.CheckpointManager, state) -> None:
+    """Fails before a save, in one line, when a local disk lacks room for `state`
+    (the bytes of its arrays: what a checkpoint of it takes, within a few percent)."""
+    directory = str(manager.directory)
+    if "://" in directory:
+        return  # buckets have no disk to fill
+    needed = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
+    free = shutil.disk_usage(directory).free
+    if free < 1.05 * needed:
+        latest = manager.latest_step()
+        raise CheckpointError(
+            f"{directory}: {free / 2**20:,.0f} MiB free, a checkpoint needs about "
+            f"{needed / 2**20:,.0f} MiB; free some space (the latest complete checkpoint: "
+            f"{'none' if latest is None else f'step {latest}'})"
+        )
 
 
 def wait(manager: ocp.CheckpointManager, timeout_s: float | None = None) -> bool:
     """Waits for the save in flight to commit; False if it has not within `timeout_s`.
 
-    A failed save raises here. Only a save that commits is listed as a step.
+    A failed save raises here (a CheckpointError for a storage failure). Only a
+    save that commits is listed as a step.
     """
     if timeout_s is None:
-        manager.wait_until_finished()
+        with _save_errors(manager):
+            manager.wait_until_finished()
         return True
     errors = []
 
     def finish():
         try:
-            manager.wait_until_finished()
+            with _save_errors(manager):
+                manager.wait_until_finished()
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(error)
 

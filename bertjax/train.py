@@ -358,12 +358,13 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
     try:
         return _loop(run, workdir, manager, start_step, stop_after, claim, stop)
-    except BaseException:
+    except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
         try:
             checkpoint.wait(manager, config.preemption_save_seconds)
-        except Exception as error:  # noqa: BLE001 - the first error is the one to report
-            logging.error("the checkpoint save in flight failed too: %s", error)
+        except Exception as save_error:  # noqa: BLE001 - the first error is the one to report
+            if str(save_error) != str(error):
+                logging.error("the checkpoint save in flight failed too: %s", save_error)
         raise
     finally:
         manager.close()
@@ -378,6 +379,7 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
         positions = (data or {}).get("stream_positions")
     else:
         state = create_state(run)
+    checkpoint.check_space(manager, state)  # before the first step, not at the first save
 
     jitted_train_step, jitted_eval_step = jit_steps(run)
     params_finite = jax.jit(all_finite)
@@ -429,6 +431,7 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
                 "config.optimizer.learning_rate or check the data."
             )
         data = {"stream_positions": _gather_positions(position)}
+        checkpoint.check_space(manager, state)
         checkpoint.save(manager, step, state, data)
 
     def save_and_stop(step: int, saved: bool):

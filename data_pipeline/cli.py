@@ -177,6 +177,7 @@ def _user_message(error: Exception) -> str | None:
         tf.errors.NotFoundError,
         tf.errors.PermissionDeniedError,
         tf.errors.AlreadyExistsError,
+        tf.errors.ResourceExhaustedError,  # a full disk, or a batch too large for memory
     )
     return error.message if isinstance(error, file_errors) else None
 

@@ -4,6 +4,7 @@ It is what the README's "Adding a task" section describes: a `Task` of plain
 functions handed to `train.train_and_evaluate`; nothing in bertjax/ knows it.
 """
 
+import dataclasses
 import functools
 import json
 from pydoc_data.topics import topics
@@ -14,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bertjax import checkpoint, scores, train
 from bertjax import model as model_lib
-from bertjax import scores, train
 from bertjax.model import BertForSequenceClassification
 from bertjax.task import Setup, Task
 from data_pipeline import config as data_config_lib
@@ -174,3 +175,56 @@ def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path
     assert written["kind"] == "sentence_length" and written["max_seq_length"] == LENGTH
     assert json.loads((workdir / "results.json").read_text())["eval"] == results["eval"]
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir())[-1] == "150"
+
+
+def _poisoned(first: int, count: int) -> Task:
+    """The task with targets of NaN in the batches of steps first .. first + count - 1."""
+
+    def poisoned_setup(config, workdir):
+        setup_ = setup(config, workdir)
+
+        def train_dataset(**host):
+            def poison(index, batch):
+                bad = (index >= first - 1) & (index < first - 1 + count)
+                return {**batch, "length": tf.where(bad, np.float32("nan"), batch["length"])}
+
+            return setup_.train_dataset(**host).enumerate().map(poison)
+
+        return dataclasses.replace(setup_, train_dataset=train_dataset)
+
+    return dataclasses.replace(SENTENCE_LENGTH, setup=poisoned_setup)
+
+
+def test_non_finite_steps_are_skipped_up_to_a_limit(config, tmp_path):
+    config.num_train_steps = 6
+    config.log_every_steps = 1
+    config.eval_every_steps = 0
+    config.checkpoint_every_steps = 1
+    config.checkpoints_to_keep = 10
+    config.optimizer.warmup_steps = 1
+    config.optimizer.skip_non_finite_steps = 2
+    workdir = str(tmp_path / "skipped")
+    train.train_and_evaluate(config, workdir, task=_poisoned(3, 2), devices=jax.devices()[:1])
+
+    with open(f"{workdir}/metrics.jsonl", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    assert [line["skipped_steps"] for line in lines] == [0, 0, 1, 2, 2, 2]
+    assert all(np.isfinite(line["loss"]) for line in lines)
+    # Steps 3 and 4 left the parameters as step 2 had them; step 5 moved on.
+    run = train.build_run(config, workdir, task=SENTENCE_LENGTH, devices=jax.devices()[:1])
+    manager = checkpoint.make_manager(workdir, max_to_keep=10)
+    params = {
+        step: checkpoint.restore(manager, step, run.abstract_state)[0].params for step in (2, 4, 5)
+    }
+    manager.close()
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), params[2], params[4])
+    assert all(jax.tree.leaves(same))
+    moved = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), params[4], params[5])
+    assert not all(jax.tree.leaves(moved))
+
+    # One bad step more than the limit stops the run; nothing after the last good step is saved.
+    config.optimizer.skip_non_finite_steps = 1
+    workdir = str(tmp_path / "stopped")
+    with pytest.raises(train.TrainingError, match="2 steps in a row with non-finite gradients"):
+        train.train_and_evaluate(config, workdir, task=_poisoned(3, 2), devices=jax.devices()[:1])
+    assert checkpoint.latest_step(workdir) == 3

@@ -179,3 +179,22 @@ def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, bert_tokenizer_
         last_line(result.stderr),
     )
     assert "Traceback" not in result.stderr
+
+
+def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, bert_tokenizer_json):
+    workdir = str(tmp_path / "run")
+    # Step 1 moves the parameters to about 1e30 (finite, so saved); step 2's loss is not.
+    blow_up = (
+        "--config.num_train_steps=20",
+        "--config.checkpoint_every_steps=1",
+        "--config.optimizer.learning_rate=1e30",
+        "--config.optimizer.warmup_steps=0",
+        "--config.optimizer.max_grad_norm=0",
+    )
+    code, stderr = finish(start(workdir, bert_tokenizer_json, *blow_up))
+    assert code == 2, stderr
+    assert re.fullmatch(
+        r"error: non-finite loss \(\S+\) by step 2; no checkpoint written after it\. .*",
+        last_line(stderr),
+    ), last_line(stderr)
+    assert os.listdir(os.path.join(workdir, "checkpoints")) == ["1"]  # committed, nothing partial

@@ -70,3 +70,17 @@ def test_restore_names_what_the_workdir_lacks(trained, tmp_path):
         shutil.copy(f"{workdir}/{name}", tmp_path / name)
     with pytest.raises(checkpoint.CheckpointError, match="no vocabulary"):
         inference.restore(str(tmp_path))
+
+
+def test_report_without_evaluation_or_held_out_text(trained):
+    # The report of a run that never evaluated, on a corpus with nothing held out.
+    config, workdir, _ = trained
+    config = config.copy_and_resolve_references()
+    config.eval_every_steps = 0
+    config.data.eval_fraction = 0.0
+    out = io.StringIO()
+    report.print_report(workdir, config, {}, fill_mask_examples=2, out=out)
+    assert out.getvalue() == (
+        "\nno held-out evaluation (config.eval_every_steps=0)\n"
+        "\nno held-out sentences to fill (config.data.eval_fraction=0.0)\n"
+    )

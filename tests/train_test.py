@@ -1,7 +1,9 @@
 """The pretraining loop end to end: learning, exact resume, phase 2, accumulation, bad configs."""
 
+import copy
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -158,3 +160,72 @@ def test_multi_host_eval_needs_a_fixed_number_of_steps(tmp_path, config, monkeyp
     config.num_eval_steps = 0
     with pytest.raises(data_config_lib.ConfigError, match="config.num_eval_steps=0"):
         train.build_run(config, str(tmp_path))
+
+
+def _changed(config, key: str, value):
+    changed = copy.deepcopy(config)
+    *parents, leaf = key.split(".")
+    target = changed
+    for parent in parents:
+        target = target[parent]
+    target[leaf] = value
+    return changed
+
+
+def test_a_resume_must_be_the_same_run(tmp_path, config):
+    workdir = str(tmp_path)
+    train.train_and_evaluate(config, workdir, stop_after=4)
+    for key, value, shown in [
+        ("seed", 1, "seed 0 -> 1"),
+        ("data.max_seq_length", 32, "data.max_seq_length 64 -> 32"),
+        ("num_train_steps", 6, "num_train_steps 8 -> 6"),
+    ]:
+        with pytest.raises(checkpoint.CheckpointError, match=re.escape(shown)):
+            train.train_and_evaluate(_changed(config, key, value), workdir)
+
+    stray = tmp_path / "checkpoints" / "999"
+    stray.mkdir()
+    with pytest.raises(checkpoint.CheckpointError, match=f"{stray}: not a complete bertjax"):
+        train.train_and_evaluate(config, workdir)
+    stray.rmdir()
+
+    # Without the saved config, a run shorter than the checkpoint still says so.
+    os.rename(tmp_path / "config.json", tmp_path / "saved.json")
+    with pytest.raises(checkpoint.CheckpointError, match="step 4, beyond the 2 steps"):
+        train.train_and_evaluate(_changed(config, "num_train_steps", 2), workdir)
+    os.rename(tmp_path / "saved.json", tmp_path / "config.json")
+
+    # Longer, and logging at another cadence: the same run goes on.
+    longer = _changed(_changed(config, "num_train_steps", 10), "log_every_steps", 5)
+    train.train_and_evaluate(longer, workdir)
+    assert checkpoint.latest_step(workdir) == 10
+    assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 5, 10]
+
+
+def test_non_finite_hyperparameters_are_refused(tmp_path, config):
+    config.optimizer.learning_rate = float("inf")
+    with pytest.raises(data_config_lib.ConfigError, match="learning_rate=inf: must be a finite"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config.optimizer.learning_rate = 1e-3
+    config.data.masked_lm_prob = float("nan")
+    with pytest.raises(data_config_lib.ConfigError, match="masked_lm_prob=nan: must be a finite"):
+        train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_non_finite_parameters_are_never_saved(tmp_path, config):
+    # Finite as a Python float, infinite as the float32 the update is computed in:
+    # the loss of step 1 (before the update) is finite, the parameters after it are not.
+    config.optimizer.learning_rate = 3.5e38
+    config.optimizer.warmup_steps = 0
+    config.optimizer.max_grad_norm = 0.0
+    config.num_train_steps = 1
+    with pytest.raises(train.TrainingError, match="non-finite parameters after step 1; not saved"):
+        train.train_and_evaluate(config, str(tmp_path))
+    assert checkpoint.latest_step(str(tmp_path)) is None
+
+
+def test_an_eval_split_too_small_for_one_batch_fails_before_the_first_step(tmp_path, config):
+    config.eval_batch_size = 8192
+    with pytest.raises(data_config_lib.ConfigError, match="eval split gives no batch of"):
+        train.train_and_evaluate(config, str(tmp_path))
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -9,6 +9,8 @@ writes the workdir, and that the checkpoint they write together restores.
 import json
 import os
 import pickle
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from faults_test import command
 from multihost_worker import fingerprint
 
 from bertjax import checkpoint, train
@@ -136,3 +139,106 @@ def test_two_processes_train_evaluate_checkpoint_and_resume(tmp_path, make_small
     assert first["refused"] == second["refused"]
     assert "config.num_eval_steps=10000: host 0's share" in first["refused"]["eval_share"]
     assert "hosts 0 and 1 would hold the same batch rows" in (first["refused"]["mesh_across_hosts"])
+
+
+def start_pair(tmp_path, argv: list[str], name: str) -> list[subprocess.Popen]:
+    """`python -m bertjax.main --distributed ARGV` as processes 0 and 1 of one run."""
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
+        JAX_NUM_PROCESSES="2",
+    )
+    return [
+        subprocess.Popen(
+            [*argv[:3], "--distributed", *argv[3:]],
+            env={**env, "JAX_PROCESS_ID": str(index)},
+            cwd=REPO,
+            stdout=open(tmp_path / f"{name}{index}.out", "w"),  # noqa: SIM115
+            stderr=open(tmp_path / f"{name}{index}.err", "w"),  # noqa: SIM115
+        )
+        for index in range(2)
+    ]
+
+
+def wait_pair(tmp_path, procs, name: str) -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of both; a hang fails here."""
+    deadline = time.monotonic() + TIMEOUT_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            pytest.fail(f"{name}: hung; {(tmp_path / f'{name}0.err').read_text()[-3000:]}")
+    return [
+        (
+            proc.returncode,
+            (tmp_path / f"{name}{index}.out").read_text(),
+            (tmp_path / f"{name}{index}.err").read_text(),
+        )
+        for index, proc in enumerate(procs)
+    ]
+
+
+def test_two_processes_from_the_command_line_to_the_end(tmp_path, bert_tokenizer_json):
+    workdir = str(tmp_path / "pretrained")
+    pretrain = command(workdir, bert_tokenizer_json, "--config.log_every_steps=5")
+    # Pretraining with its end-of-run report (which restores the checkpoint on every process).
+    first = start_pair(
+        tmp_path,
+        [
+            *pretrain,
+            "--config.num_train_steps=10",
+            "--config.eval_every_steps=10",
+            "--fill_mask_examples=1",
+        ],
+        "a",
+    )
+    (code0, out0, err0), (code1, out1, err1) = wait_pair(tmp_path, first, "a")
+    assert code0 == code1 == 0, err0[-3000:] + err1[-3000:]
+    assert "held-out MLM accuracy" in out0 and "fill-mask" in out0
+    assert "held-out" not in out1  # only process 0 prints
+
+    # Longer now; SIGTERM to process 1 alone makes both save the same step.
+    second = start_pair(tmp_path, [*pretrain, "--config.num_train_steps=100000"], "b")
+    metrics = os.path.join(workdir, "metrics.jsonl")
+    deadline = time.monotonic() + TIMEOUT_S
+    while sum(1 for _ in open(metrics, encoding="utf-8")) < 4:  # noqa: SIM115
+        assert time.monotonic() < deadline and second[0].poll() is None
+        time.sleep(0.5)
+    second[1].send_signal(signal.SIGTERM)
+    results = wait_pair(tmp_path, second, "b")
+    lines = [[x for x in err.splitlines() if x.startswith("stopped: ")] for _, _, err in results]
+    assert [code for code, _, _ in results] == [75, 75], lines
+    [step0], [step1] = (
+        [int(re.search(r" at step (\d+):", x).group(1)) for x in ls] for ls in lines
+    )
+    step = step0
+    assert step0 == step1 and step > 10 and checkpoint.latest_step(workdir) == step
+
+    # Fine-tuning on two processes, from that checkpoint.
+    rows = [f"{'big red river ' * (i % 3 + 1)}\t{i % 2}" for i in range(40)]
+    (tmp_path / "train.tsv").write_text("text_a\tlabel\n" + "\n".join(rows) + "\n")
+    finetune = [
+        sys.executable,
+        "-m",
+        "bertjax.main",
+        "--config",
+        os.path.join(REPO, "experiments/finetune/classify.py"),
+        f"--workdir={tmp_path / 'classifier'}",
+        f"--config.init_checkpoint={workdir}",
+        f"--config.data.train_file={tmp_path / 'train.tsv'}",
+        f"--config.data.eval_file={tmp_path / 'train.tsv'}",
+        "--config.data.text_a=text_a",
+        "--config.data.max_seq_length=16",
+        "--config.train_batch_size=8",
+        "--config.eval_batch_size=8",
+        "--config.num_train_epochs=1.0",
+        "--config.log_every_steps=1",
+    ]
+    results = wait_pair(tmp_path, start_pair(tmp_path, finetune, "c"), "c")
+    assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:]
+    scores = json.loads((tmp_path / "classifier" / "results.json").read_text())
+    assert scores["eval"]["step"] == 5 and "accuracy" in scores["eval"]

@@ -11,6 +11,8 @@ import dataclasses
 import json
 from typing import Any
 
+import tensorflow as tf
+
 from bertjax.model import BertConfig
 from data_pipeline.config import ConfigError
 
@@ -58,7 +60,7 @@ def read(path: str, **overrides) -> BertConfig:
     Keys that change the architecture and are not ours fail; `overrides` sets
     our own fields (dtype, scan_layers, ...).
     """
-    with open(path) as f:
+    with tf.io.gfile.GFile(path) as f:
         values = json.load(f)
     source = "huggingface" if "model_type" in values else "google"
     if source == "huggingface":

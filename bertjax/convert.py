@@ -10,7 +10,8 @@ workdir (workdir.py) whose config.json also records "converted_from"; import
 with --scan_layers when the run that continues from it sets
 config.model.scan_layers. Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
-renamed into place at the end.
+renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
+where that rename copies each object and so is not atomic.
 """
 
 import contextlib
@@ -19,7 +20,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 
@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 import safetensors
 import safetensors.numpy
+import tensorflow as tf
 from absl import app, flags, logging
 from flax import linen as nn
 from flax import traverse_util
@@ -90,7 +91,7 @@ def import_checkpoint(
     """
     if format not in FORMATS:
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
-    workdir = os.path.abspath(workdir)
+    workdir = workdir_lib.absolute(workdir)
     _check_empty_destination(workdir)
     src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
@@ -228,7 +229,7 @@ def _untie(tensors: dict[str, np.ndarray], where: str) -> None:
 
 
 def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
-    if os.path.isfile(source):
+    if _isfile(source):
         if source.endswith(PICKLE_SUFFIXES):
             raise ConversionError(_pickle_message(source))
         raise ConversionError(f"{source}: pass the checkpoint's directory, not a file")
@@ -242,18 +243,19 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
         )
     config = _bert_config(config_file)
     weights_file = os.path.join(directory, "model.safetensors")
-    if not os.path.isfile(weights_file):
-        pickles = sorted(n for n in os.listdir(directory) if n.endswith(PICKLE_SUFFIXES))
+    if not _isfile(weights_file):
+        pickles = sorted(n for n in _listdir(directory) if n.endswith(PICKLE_SUFFIXES))
         if pickles:
             raise ConversionError(_pickle_message(os.path.join(directory, pickles[0])))
-        if os.path.exists(weights_file + ".index.json"):
+        if tf.io.gfile.exists(weights_file + ".index.json"):
             raise ConversionError(
                 f"{weights_file}.index.json: sharded checkpoints are not supported; save the "
                 "model as one model.safetensors"
             )
         raise ConversionError(f"{weights_file}: missing (a Hugging Face checkpoint needs it)")
     try:
-        tensors = safetensors.numpy.load_file(weights_file)
+        with tf.io.gfile.GFile(weights_file, "rb") as f:
+            tensors = safetensors.numpy.load(f.read())
     except safetensors.SafetensorError as e:
         raise ConversionError(f"{weights_file}: not a readable safetensors file: {e}") from None
     # A BertModel's names lack the "bert." its BertForPreTraining would give them.
@@ -262,7 +264,7 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
         encoder = ("embeddings.", "encoder.", "pooler.")
         tensors = {(prefix if n.startswith(encoder) else "") + n: v for n, v in tensors.items()}
     vocab_files = [os.path.join(directory, n) for n in ("vocab.txt", "tokenizer.json")]
-    vocab_file = next(filter(os.path.isfile, vocab_files), None)
+    vocab_file = next(filter(_isfile, vocab_files), None)
     if vocab_file is None:
         raise ConversionError(
             f"{os.path.join(directory, 'vocab.txt')}: missing (a Hugging Face checkpoint needs "
@@ -286,7 +288,7 @@ def _hf_tokenizer_settings(directory: str) -> tuple[bool | None, int, str | None
     """(do_lower_case or None when unknown, max characters a word, the file that said so)."""
     tokenizer_json = os.path.join(directory, "tokenizer.json")
     tokenizer_config = os.path.join(directory, "tokenizer_config.json")
-    if os.path.isfile(tokenizer_json):
+    if _isfile(tokenizer_json):
         values = _read_json(tokenizer_json)
         model = values.get("model") or {}
         max_chars = model.get("max_input_chars_per_word", HF_MAX_CHARS_PER_WORD)
@@ -296,7 +298,7 @@ def _hf_tokenizer_settings(directory: str) -> tuple[bool | None, int, str | None
             _check_strip_accents(normalizer.get("strip_accents"), lower, tokenizer_json)
             return lower, max_chars, tokenizer_json
         return None, max_chars, None
-    if os.path.isfile(tokenizer_config):
+    if _isfile(tokenizer_config):
         values = _read_json(tokenizer_config)
         lower = values.get("do_lower_case")
         _check_strip_accents(values.get("strip_accents"), lower, tokenizer_config)
@@ -318,8 +320,6 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
     config_file = _required_file(directory, "bert_config.json", "a TF BERT checkpoint")
     vocab_file = _required_file(directory, "vocab.txt", "a TF BERT checkpoint")
     config = _bert_config(config_file)
-    import tensorflow as tf  # Only this format needs TensorFlow.
-
     try:
         reader = tf.train.load_checkpoint(prefix)
         names = sorted(reader.get_variable_to_shape_map())
@@ -348,13 +348,13 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
 
 def _tf_checkpoint_prefix(source: str) -> tuple[str, str]:
     """(checkpoint prefix, its directory) for a directory or a prefix."""
-    source = os.path.abspath(source)
-    if os.path.isfile(source + ".index"):
+    source = workdir_lib.absolute(source)
+    if _isfile(source + ".index"):
         directory = os.path.dirname(source)
         _check_symlinks(directory)
         return source, directory
     directory = _source_directory(source)
-    indexes = sorted(n for n in os.listdir(directory) if n.endswith(".index"))
+    indexes = sorted(n for n in _listdir(directory) if n.endswith(".index"))
     if not indexes:
         raise ConversionError(
             f"{os.path.join(directory, 'bert_model.ckpt.index')}: missing (no TF checkpoint "
@@ -417,8 +417,8 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     tokenizer_config.json; transformers.BertForPreTraining.from_pretrained(OUT_DIR)
     loads it with nothing missing or unexpected.
     """
-    workdir = os.path.abspath(workdir)
-    out_dir = os.path.abspath(out_dir)
+    workdir = workdir_lib.absolute(workdir)
+    out_dir = workdir_lib.absolute(out_dir)
     config = workdir_lib.read_model_config(workdir)
     if config is None:
         raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
@@ -441,7 +441,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"vocab_size={config.vocab_size}"
         )
     run_config_file = os.path.join(workdir, workdir_lib.CONFIG_FILE)
-    data = _read_json(run_config_file).get("data", {}) if os.path.isfile(run_config_file) else {}
+    data = _read_json(run_config_file).get("data", {}) if _isfile(run_config_file) else {}
     step = _checkpoint_step(workdir, step)
     _check_empty_destination(out_dir)
 
@@ -469,11 +469,10 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     with _staging_dir(out_dir) as staging:
         files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
         files.atomic_write_json(os.path.join(staging, "tokenizer_config.json"), tokenizer_config)
-        with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
+        with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
             f.write("".join(token + "\n" for token in vocab.tokens))
-        safetensors.numpy.save_file(
-            tensors, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"}
-        )
+        with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
+            f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
     return {"out_dir": out_dir, "step": step, "config": config}
 
 
@@ -491,7 +490,7 @@ def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:
     directory = workdir_lib.checkpoint_dir(workdir)
-    names = os.listdir(directory) if os.path.isdir(directory) else []
+    names = _listdir(directory) if tf.io.gfile.isdir(directory) else []
     steps = sorted(int(n) for n in names if n.isdigit())
     if not steps:
         raise ConversionError(f"{directory}: no checkpoint")
@@ -529,7 +528,7 @@ def _bert_config(path: str) -> BertConfig:
 
 def _read_json(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
+        with tf.io.gfile.GFile(path) as f:
             value = json.load(f)
     except json.JSONDecodeError as e:
         raise ConversionError(f"{path}: not valid JSON: {e}") from None
@@ -547,8 +546,8 @@ def _pickle_message(path: str) -> str:
 
 
 def _source_directory(source: str) -> str:
-    directory = os.path.abspath(source)
-    if not os.path.isdir(directory):
+    directory = workdir_lib.absolute(source)
+    if not tf.io.gfile.isdir(directory):
         raise ConversionError(f"{directory}: missing (no such checkpoint directory)")
     _check_symlinks(directory)
     return directory
@@ -556,6 +555,8 @@ def _source_directory(source: str) -> str:
 
 def _check_symlinks(directory: str) -> None:
     """Refuses a checkpoint directory whose links lead out of it."""
+    if "://" in directory:
+        return  # object stores have no links
     root = os.path.realpath(directory)
     for entry in os.scandir(directory):
         if entry.is_symlink():
@@ -569,37 +570,55 @@ def _check_symlinks(directory: str) -> None:
 
 def _required_file(directory: str, name: str, what: str) -> str:
     path = os.path.join(directory, name)
-    if not os.path.isfile(path):
+    if not _isfile(path):
         raise ConversionError(f"{path}: missing ({what} needs {name})")
     return path
 
 
+def _isfile(path: str) -> bool:
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
+def _listdir(directory: str) -> list[str]:
+    # tf.io.gfile ends the names of folders in Cloud Storage with '/'.
+    return [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
+
+
 def _check_empty_destination(path: str) -> None:
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    gfile = tf.io.gfile
+    if gfile.exists(path) and (not gfile.isdir(path) or gfile.listdir(path)):
         raise ConversionError(f"{path}: already exists and is not empty; choose a new folder")
 
 
 @contextlib.contextmanager
 def _staging_dir(final: str) -> Iterator[str]:
-    """A temporary folder next to `final`, renamed to it on success and removed on failure."""
+    """A temporary folder next to `final`, renamed to it on success and removed on failure.
+
+    In Cloud Storage the rename copies and deletes each object: a reader may see
+    part of `final` while it runs, and a run killed then leaves both halves.
+    """
+    gfile = tf.io.gfile
     _check_empty_destination(final)
     parent = os.path.dirname(final)
-    # The outermost folder this creates, removed again on failure.
+    # The outermost local folder this creates, removed again on failure (in Cloud
+    # Storage a folder is only a prefix of object names).
     created = None
-    while not os.path.exists(parent):
+    while "://" not in parent and not os.path.exists(parent):
         created, parent = parent, os.path.dirname(parent)
     parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
+    gfile.makedirs(parent)
     # Not tempfile.mkdtemp: its folder is private (0700), and it becomes the result.
     staging = os.path.join(parent, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.partial")
-    os.mkdir(staging)
+    gfile.mkdir(staging)
     try:
         yield staging
-        os.rename(staging, final)
+        # overwrite: `final` may be an empty folder, which rename(2) replaces.
+        gfile.rename(staging, final, overwrite=True)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        for folder in (staging, created):
+            if folder is not None:
+                with contextlib.suppress(tf.errors.OpError):
+                    gfile.rmtree(folder)
         raise
 
 

@@ -210,8 +210,8 @@ def make_setup(
     )
 
 
-def _dataset(make_dataset, split: str, num_epochs: int, **host):
-    return make_dataset(split, num_epochs=num_epochs, **host)[0]
+def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):
+    return make_dataset(split, num_epochs=num_epochs, position=position, **host)[0]
 
 
 def _outputs_and_bookkeeping(outputs, batch):

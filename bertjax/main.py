@@ -19,7 +19,7 @@ import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import train
+from bertjax import preemption, train
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -61,8 +61,10 @@ def main(argv):
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     task = train.task_of(FLAGS.config)
     results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
-    if task.report is not None:
-        # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.
+    if task.report is None:
+        return
+    # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.
+    with preemption.stop_at_once("the end-of-run report"):
         task.report(
             FLAGS.workdir,
             FLAGS.config,

@@ -31,9 +31,11 @@ class MetricWriter:
         self.active = jax.process_index() == 0
         self.progress = self.active and self.out.isatty()
         if self.active:
-            os.makedirs(workdir, exist_ok=True)
+            tf.io.gfile.makedirs(workdir)
             metrics_file = os.path.join(workdir, workdir_lib.METRICS_FILE)
-            self._jsonl = open(metrics_file, "a", encoding="utf-8")  # noqa: SIM115
+            # Each flush puts the lines on disk; in Cloud Storage it uploads the whole
+            # object again, cheap for a file that grows by one line a log step.
+            self._jsonl = tf.io.gfile.GFile(metrics_file, "a")
             self._tensorboard = tf.summary.create_file_writer(
                 os.path.join(workdir, workdir_lib.TENSORBOARD_DIR)
             )

@@ -15,8 +15,7 @@ The default output sits next to the input: FILE.predictions.jsonl, or the
 directory FILE.predictions/ for SQuAD.
 """
 
-import os
-
+import tensorflow as tf
 from absl import flags
 
 from bertjax import inference, tasks
@@ -26,7 +25,7 @@ from data_pipeline import cli
 
 def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
     """Writes the predictions for `input_path`; returns where they went."""
-    if not os.path.exists(input_path):
+    if not tf.io.gfile.exists(input_path):
         raise FileNotFoundError(f"--input={input_path}: no such file")
     restored = inference.restore(workdir, step=step)
     task = tasks.TASKS[restored.task["kind"]]

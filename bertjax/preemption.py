@@ -10,6 +10,7 @@ true on all of them at one step. Ctrl-C on one host is turned into SIGTERM to
 itself, so it takes the same path. A second Ctrl-C stops at once.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -20,7 +21,33 @@ from jax.experimental import multihost_utils
 
 from data_pipeline.errors import Preempted
 
-__all__ = ["Preempted", "StopRequests"]
+__all__ = ["Preempted", "StopRequests", "stop_at_once"]
+
+
+def _signals() -> tuple[int, ...]:
+    """The signals we may handle: on several hosts the runtime's own SIGTERM handler stays."""
+    return (signal.SIGINT,) if jax.process_count() > 1 else (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_at_once(what: str):
+    """While open, SIGTERM and Ctrl-C raise Preempted at once: for work that keeps
+    nothing, such as the end-of-run report after the last checkpoint."""
+
+    def handle(number, frame):
+        del frame
+        name = signal.Signals(number).name
+        raise Preempted(f"{name} during {what}; the run was saved before it")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handle) for number in _signals()}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class StopRequests:
@@ -37,9 +64,7 @@ class StopRequests:
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is not threading.main_thread():
             return self  # signal handlers can only be set from the main thread
-        # On several hosts the runtime's own SIGTERM handler must stay in place.
-        signals = (signal.SIGINT,) if self._distributed else (signal.SIGTERM, signal.SIGINT)
-        for number in signals:
+        for number in _signals():
             self._previous[number] = signal.signal(number, self._handle)
         return self
 

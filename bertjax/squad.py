@@ -21,6 +21,7 @@ import tensorflow as tf
 from bertjax import finetune, losses, scores
 from bertjax.model import BertForQuestionAnswering
 from bertjax.task import Setup, Task
+from data_pipeline import files
 from data_pipeline import squad as squad_data
 from data_pipeline.finetune_data import TEXTS_PER_TOKENIZER_CALL
 from data_pipeline.squad import SquadDocument, SquadError, SquadFeatures
@@ -249,19 +250,16 @@ def final_text(predicted: str, original: str, tokenized: str) -> str:
 
 def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[str]:
     """Writes predictions.json, nbest_predictions.json and (SQuAD 2.0) null_odds.json."""
-    os.makedirs(output_dir, exist_ok=True)
-    files = {
+    contents = {
         "predictions.json": predictions.answers,
         "nbest_predictions.json": predictions.nbest,
     }
     if predictions.null_odds is not None:
-        files["null_odds.json"] = predictions.null_odds
+        contents["null_odds.json"] = predictions.null_odds
     paths = []
-    for name, content in files.items():
+    for name, content in contents.items():
         path = os.path.join(output_dir, name)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        files.atomic_write(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
         paths.append(path)
     return paths
 
@@ -347,7 +345,6 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     output = output or input_path + ".predictions"
     data = squad_data.read_squad_json(input_path, labelled=False)
     predictions = answers_for(restored, data, batch_size)
-    os.makedirs(output, exist_ok=True)
     write_predictions(predictions, output)
     return output
 

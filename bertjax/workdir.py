@@ -158,7 +158,7 @@ def write_run_description(
     )
     files.atomic_write_json(os.path.join(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
     files.atomic_write_json(os.path.join(workdir, TASK_FILE), task)
-    if os.path.abspath(vocab) != os.path.abspath(target):
+    if absolute(vocab) != absolute(target):
         files.atomic_copy(vocab, target)
     return target
 

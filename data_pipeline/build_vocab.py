@@ -448,9 +448,7 @@ def _key_fields(config: DataConfig) -> dict:
     elif config.source == "text":
         # The files as found now: a changed or added file gives a new vocabulary.
         fields["text_files"] = [
-            [path, stat.st_size, stat.st_mtime_ns]
-            for path in corpus_lib.list_files(config)
-            for stat in [os.stat(path)]
+            [path, *_size_and_mtime(path)] for path in corpus_lib.list_files(config)
         ]
     elif config.source == "tfds":
         fields.update(
@@ -460,6 +458,15 @@ def _key_fields(config: DataConfig) -> dict:
             tfds_text_field=config.tfds_text_field,
         )
     return fields
+
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    """A file's size and modification time in ns (gfile's local mtime has whole seconds)."""
+    if "://" not in path:
+        stat = os.stat(path)
+        return stat.st_size, stat.st_mtime_ns
+    stat = tf.io.gfile.stat(path)
+    return stat.length, stat.mtime_nsec
 
 
 def _sentences(config: DataConfig, split: str = "train") -> Iterator[str]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
-from data_pipeline import builtin_corpus, cli
+from data_pipeline import builtin_corpus, cli, files
 from data_pipeline.corpus import is_eval_document
 
 TOPICS = ("builtin:topic:debugger", "builtin:topic:string-methods")
@@ -103,18 +103,17 @@ def _question(window: list[str], rng: random.Random, *, qid: str) -> dict | None
 def write_tasks(out_dir: str) -> dict[str, int]:
     """Writes both tasks into `out_dir`; returns the number of examples per file."""
     documents = builtin_corpus.documents()
-    os.makedirs(out_dir, exist_ok=True)
     counts = {}
     for split, rows in topic_examples(documents).items():
         path = os.path.join(out_dir, f"topics_{split}.tsv")
-        with open(path, "w", encoding="utf-8") as f:
-            # GLUE-style TSV: no quoting; _one_line leaves no tab or newline in a text.
-            f.writelines(f"{text}\t{label}\n" for text, label in [("text", "label"), *rows])
+        # GLUE-style TSV: no quoting; _one_line leaves no tab or newline in a text.
+        files.atomic_write(
+            path, "".join(f"{text}\t{label}\n" for text, label in [("text", "label"), *rows])
+        )
         counts[os.path.basename(path)] = len(rows)
     for split, articles in cloze_questions(documents).items():
         path = os.path.join(out_dir, f"cloze_{split}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"version": "1.1", "data": articles}, f, indent=1)
+        files.atomic_write(path, json.dumps({"version": "1.1", "data": articles}, indent=1))
         counts[os.path.basename(path)] = sum(len(a["paragraphs"]) for a in articles)
     return counts
 

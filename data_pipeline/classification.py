@@ -28,6 +28,7 @@ L = `max_seq_length`:
 | segment_ids     | int32   | [B, L] | 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`, 0 on padding |
 | label           | int32   | [B]    | index into `label_names`; float32 for regression     |
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches     |
+| stream_position | int64   | [B, 1] | training only: global batches consumed after it      |
 
 Batches are drawn by finetune_data.batch_indices (the eval padding repeats example 0).
 """
@@ -388,6 +389,7 @@ def make_classification_dataset(
     process_count: int = 1,
     seed: int = 0,
     num_epochs: float = 1.0,
+    position=None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
@@ -403,6 +405,7 @@ def make_classification_dataset(
         process_count=process_count,
         seed=seed,
         num_epochs=num_epochs,
+        position=position,
     )
     text_a = tf.constant(examples.text_a, tf.string)
     text_b = tf.constant(examples.text_b, tf.string)
@@ -410,7 +413,7 @@ def make_classification_dataset(
     vocab = tokenizer.vocab
     length = task.config.max_seq_length
 
-    def encode(index, weight):
+    def encode(index, weight, *position):
         features = encode_texts(
             tokenizer,
             tf.gather(text_a, index),
@@ -422,6 +425,8 @@ def make_classification_dataset(
         )
         features["label"] = tf.gather(labels, index)
         features["example_weight"] = weight
+        if position:  # training
+            features["stream_position"] = position[0]
         for value in features.values():
             value.set_shape([batch_size, *value.shape[1:]])
         return features

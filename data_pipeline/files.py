@@ -1,14 +1,28 @@
-"""Writing files so that a reader, or a run killed midway, never sees half of one.
+"""Reading any file, and writing files so that a reader, or a run killed midway,
+never sees half of one.
 
-Paths go through `tf.io.gfile`, so the same call writes a local file or a
-Cloud Storage object.
+Paths go through `tf.io.gfile`, so the same call reads or writes a local file
+or a Cloud Storage object.
 """
 
+import errno
 import json
 import os
 import uuid
 
 import tensorflow as tf
+
+
+def read_bytes(path: str) -> bytes:
+    """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
+    (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read()
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such file", path) from None
+    except tf.errors.OpError as e:
+        raise OSError(e.message.splitlines()[0] if e.message else type(e).__name__) from None
 
 
 def temporary_name(path: str) -> str:

@@ -11,11 +11,15 @@ split each epoch from (seed, epoch), the same on every process, chains the
 epochs, cuts them into global batches of batch_size * process_count and gives
 process i the i-th slice of each. It yields
 int(num_examples / global_batch_size * num_epochs) batches, the original's
-num_train_steps, so an epoch may end inside a batch. Evaluation keeps the
-split's order and yields every example exactly once: the global batches, each
-the processes' slices in process order, concatenate to the split. The last one
-is filled with copies of example 0 whose example_weight is 0, so every process
-yields the same number of full batches and weighted metrics are exact.
+num_train_steps, so an epoch may end inside a batch. Its batches carry
+stream_position int64 [B, 1], the global batches consumed after them; given
+such a `position`, the stream starts after that batch, skipping indices only
+(before any feature is gathered), so resuming late costs no more than early.
+Evaluation keeps the split's order and yields every example exactly once: the
+global batches, each the processes' slices in process order, concatenate to
+the split. The last one is filled with copies of example 0 whose
+example_weight is 0, so every process yields the same number of full batches
+and weighted metrics are exact.
 """
 
 import csv
@@ -30,8 +34,10 @@ from typing import Any, NoReturn
 import numpy as np
 import tensorflow as tf
 
+from data_pipeline import files
 from data_pipeline.config import ConfigError, check_known_keys
 from data_pipeline.errors import UserError
+from data_pipeline.tfrecords import PositionError, check_position
 
 SPLITS = ("train", "eval")
 FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -110,8 +116,7 @@ def read_text_file(path: str, option: str = "") -> str:
     that named it, and for bad UTF-8 the line."""
     what = f" ({OPTION_PREFIX}{option})" if option else ""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = files.read_bytes(path)
     except OSError as e:
         raise TaskDataError(f"{path}{what}: cannot read: {e.strerror or e}") from None
     try:
@@ -239,9 +244,10 @@ def batch_indices(
     process_count: int,
     seed: int,
     num_epochs: float,
+    position: Any = None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
-    module docstring describes."""
+    module docstring describes; training adds stream_position int64 [batch_size, 1]."""
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
     if not 0 <= process_index < process_count:
@@ -251,6 +257,8 @@ def batch_indices(
     global_batch = batch_size * process_count
     start = process_index * batch_size
     if not training:
+        if position is not None:
+            raise PositionError(f"stream position {position}: evaluation reads from the start")
         num_batches = -(-num_examples // global_batch)
         indices = np.arange(num_batches * global_batch, dtype=np.int32)
         weights = (indices < num_examples).astype(np.float32)
@@ -268,6 +276,9 @@ def batch_indices(
             f"{num_examples} examples x {num_epochs} epochs make no global batch of "
             f"{global_batch} (batch_size {batch_size} x {process_count} processes)"
         )
+    (done,) = check_position(position, 1) or (0,)
+    if done > num_batches:
+        raise PositionError(f"stream position [{done}]: there are only {num_batches} batches")
     epochs = -(-num_batches * global_batch // num_examples)
     seed = seed % 2**63
 
@@ -278,9 +289,15 @@ def batch_indices(
         )
         return tf.data.Dataset.from_tensor_slices(order)
 
-    dataset = tf.data.Dataset.range(epochs).flat_map(permutation)
-    dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches)
-    dataset = dataset.map(
-        lambda order: (order[start : start + batch_size], tf.ones([batch_size], tf.float32))
+    # Indices only up to here, so skipping to a position costs next to nothing.
+    first_epoch, skip = divmod(done * global_batch, num_examples)
+    dataset = tf.data.Dataset.range(first_epoch, epochs).flat_map(permutation).skip(skip)
+    dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches - done)
+    dataset = dataset.enumerate(done + 1).map(
+        lambda after, order: (
+            order[start : start + batch_size],
+            tf.ones([batch_size], tf.float32),
+            tf.fill([batch_size, 1], after),
+        )
     )
     return dataset, SplitInfo(num_examples, global_batch, num_batches)

@@ -11,6 +11,7 @@ import sys
 import time
 
 import numpy as np
+import tensorflow as tf
 from absl import flags
 from ml_collections import config_flags
 
@@ -44,9 +45,9 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     )
     stats = statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
     if dump:
-        os.makedirs(os.path.dirname(os.path.abspath(dump)), exist_ok=True)
+        tf.io.gfile.makedirs(os.path.dirname(dump) or ".")
     shown = 0
-    with open(dump, "w", encoding="utf-8") if dump else contextlib.nullcontext() as dump_file:
+    with tf.io.gfile.GFile(dump, "w") if dump else contextlib.nullcontext() as dump_file:
         for batch in dataset.take(num_batches).as_numpy_iterator():
             stats.update(batch, vocab)
             for row in range(batch_size):

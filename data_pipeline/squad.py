@@ -35,6 +35,7 @@ Every batch is a dict with a leading batch axis B (this host's share):
 | end_positions    | int32   | [B]    | answer end (inclusive), 0 when not in it               |
 | example_weight   | float32 | [B]    | 1.0, or 0.0 for the rows padding the last eval batch   |
 | feature_index    | int32   | [B]    | the row of `SquadFeatures` it came from; -1 on padding |
+| stream_position  | int64   | [B, 1] | training only: global batches consumed after it        |
 
 L = max_seq_length. Rows are features, drawn by finetune_data.batch_indices:
 training batches are shuffled anew each epoch and full; evaluation yields every
@@ -57,6 +58,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
+from data_pipeline import files
 from data_pipeline.finetune_data import (
     SPLITS,
     SplitInfo,
@@ -122,8 +124,7 @@ def read_squad_json(path: str, *, labelled: bool = True) -> SquadData:
     """
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = files.read_bytes(path).decode("utf-8")
     except OSError as e:
         raise SquadError(f"{path}: cannot read the SQuAD file: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -568,6 +569,7 @@ def make_dataset(
     process_count: int = 1,
     seed: int = 0,
     num_epochs: float = 1.0,
+    position=None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
@@ -582,13 +584,14 @@ def make_dataset(
         process_count=process_count,
         seed=seed,
         num_epochs=num_epochs,
+        position=position,
     )
     columns = {
         name: tf.constant(getattr(features, name))
         for name in ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
     }
 
-    def gather(index, weight):
+    def gather(index, weight, *position):
         real = weight > 0
         batch = {}
         for name, column in columns.items():
@@ -597,6 +600,8 @@ def make_dataset(
             keep = tf.reshape(real, [-1] + [1] * (len(column.shape) - 1))
             batch[name] = tf.where(keep, values, blank)
         batch["example_weight"] = weight
+        if position:  # training
+            batch["stream_position"] = position[0]
         batch["feature_index"] = tf.where(real, index, -1)
         for value in batch.values():
             value.set_shape([batch_size, *value.shape[1:]])

@@ -37,6 +37,7 @@ L = `max_seq_length`; one example is one window:
 | word_index      | int32   | [B, L] | the word's position in its sentence on first pieces, else -1 |
 | sentence_id     | int32   | [B]    | the sentence's position in the split                    |
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches        |
+| stream_position | int64   | [B, 1] | training only: global batches consumed after it         |
 
 Batches are drawn by finetune_data.batch_indices, one window being one
 example. The eval padding rows have label_weights 0, word_index -1 and
@@ -342,6 +343,7 @@ def make_tagging_dataset(
     process_count: int = 1,
     seed: int = 0,
     num_epochs: float = 1.0,
+    position=None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
@@ -366,16 +368,19 @@ def make_tagging_dataset(
         process_count=process_count,
         seed=seed,
         num_epochs=num_epochs,
+        position=position,
     )
     constants = {name: tf.constant(value) for name, value in features.items()}
 
-    def gather(index, weight):
+    def gather(index, weight, *position):
         batch = {name: tf.gather(value, index) for name, value in constants.items()}
         real = weight > 0
         batch["label_weights"] *= weight[:, None]
         batch["word_index"] = tf.where(real[:, None], batch["word_index"], -1)
         batch["sentence_id"] = tf.where(real, batch["sentence_id"], -1)
         batch["example_weight"] = weight
+        if position:  # training
+            batch["stream_position"] = position[0]
         for value in batch.values():
             value.set_shape([batch_size, *value.shape[1:]])
         return batch

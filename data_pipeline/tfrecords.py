@@ -11,7 +11,8 @@ offline writer does. The bytes are exactly what
 `tf.train.Example.SerializeToString(deterministic=True)` gives (features in
 sorted name order, minimal varints); tests hold the two equal.
 
-Reading (`read_pretraining_dataset`) returns batches in the schema of schema.py.
+Reading (`read_pretraining_dataset`) returns batches in the schema of schema.py;
+training batches also carry their `stream_position`, to resume from.
 """
 
 import concurrent.futures
@@ -35,6 +36,25 @@ _GLOB_CHARS = frozenset("*?[")
 
 class TFRecordError(UserError):
     """A pretraining TFRecord file that is missing, unreadable or of the wrong shape."""
+
+
+class PositionError(UserError):
+    """A stream position that does not fit the stream it is to resume."""
+
+
+def check_position(position: Any, width: int) -> tuple[int, ...] | None:
+    """`position` (None, or `width` non-negative integers) as ints; else a PositionError."""
+    if position is None:
+        return None
+    values = np.asarray(position)
+    if values.shape != (width,) or values.dtype.kind not in "iu":
+        raise PositionError(
+            f"stream position {values.tolist()}: this stream's positions are {width} integers "
+            "(one of another data source or config?)"
+        )
+    if (values < 0).any():
+        raise PositionError(f"stream position {values.tolist()}: negative")
+    return tuple(int(v) for v in values)
 
 
 # --------------------------------------------------------------------------- writing
@@ -298,20 +318,32 @@ def read_pretraining_dataset(
     process_index: int = 0,
     process_count: int = 1,
     seed: int,
+    position: Any = None,
 ) -> tf.data.Dataset:
     """Batches of this process's share of the offline instances, in the schema of schema.py.
 
-    train: files shuffled (seeded, anew each pass), read interleaved, records
-    shuffled in a buffer of `config.shuffle_buffer_size`, repeated forever.
-    eval: one pass in sorted file order. Both drop a last partial batch, so every
-    batch has `batch_size` rows. Across `process_count` processes the shares are
-    disjoint and together are every record.
+    Across `process_count` processes the shares are disjoint and together are
+    every record: by file when there are at least as many files as processes,
+    else by record. Every batch has `batch_size` rows (a last partial one is dropped).
+
+    train: endless epochs, each one pass over the share: its files in an order
+    seeded by (seed, process, epoch) (sorted when shared by record), read
+    interleaved, cut into windows of `config.shuffle_buffer_size` records, each
+    shuffled by a seed of (seed, process, epoch, window). Batches also carry
+    `stream_position`, int64 [B, 2]: (epoch, records of the epoch consumed) after
+    each row. Given such a `position`, the stream goes on right after it: the
+    reader skips the epoch's earlier records as raw bytes, never parsed, and
+    never touches earlier epochs. Reading a record's bytes costs about a tenth of
+    what parsing and batching it does: on 2 cores, 400,000 records of length 128
+    skip in 0.3 s, where the pipeline yields some 150,000 rows a second.
+    eval: one pass in sorted file order; batches carry the schema's features only.
     """
     config = config_lib.from_config(data_config)
     check_dataset_args(split, batch_size, process_index, process_count)
+    start = check_position(position, 2)
+    if start is not None and split == "eval":
+        raise PositionError(f"stream position {list(start)}: the eval split is read from its start")
     files = split_files(config, split)
-    # Shared by file when there are at least as many files as processes; else every
-    # process reads every file and keeps every process_count-th record.
     by_record = len(files) < process_count
     mine = files if by_record else files[process_index::process_count]
     length, predictions = config.max_seq_length, config.max_predictions_per_seq
@@ -323,38 +355,77 @@ def read_pretraining_dataset(
             + (mine[0] if len(mine) == 1 else f"any of {len(mine)} files")
         )
 
-    file_seed, record_seed = (
-        int(s) for s in np.random.SeedSequence([seed, process_index]).generate_state(2)
-    )
+    def share(records):
+        # Every process reads the files in the same order, so the shares are disjoint.
+        return records.shard(process_count, process_index) if by_record else records
+
+    def interleaved(names):
+        # Sequential: reading is cheap next to parsing, and a parallel interleave costs
+        # some eight times more per record skipped.
+        records = tf.data.Dataset.from_tensor_slices(names).interleave(
+            tf.data.TFRecordDataset, cycle_length=min(len(mine), _FILES_READ_AT_ONCE)
+        )
+        return share(records)
+
+    def parse(serialized, *positions):
+        batch = parse_examples(serialized, length, predictions)
+        return {**batch, "stream_position": positions[0]} if positions else batch
+
     if split == "eval":
-        records = tf.data.TFRecordDataset(mine)  # file after file, in sorted order
+        records = share(tf.data.TFRecordDataset(mine))  # file after file
+        batches = records.batch(batch_size, drop_remainder=True)
     else:
-        filenames = tf.data.Dataset.from_tensor_slices(mine)
+        start = start or (0, 0)
+        # Bytes only, so cheap: the record the position follows must be in the share.
+        last = share(tf.data.TFRecordDataset(mine)).skip(max(start[1] - 1, 0)).take(1)
+        if not list(last):
+            if start[1]:
+                raise PositionError(
+                    f"stream position {list(start)}: this process's share of "
+                    f"config.data.tfrecord_train_files has fewer than {start[1]} records"
+                )
+            raise TFRecordError(
+                f"config.data.tfrecord_train_files: process {process_index} of {process_count} "
+                "gets no records (fewer records than processes)"
+            )
+        rows = _train_rows(
+            interleaved, mine, by_record, config.shuffle_buffer_size, seed, process_index, start
+        )
+        batches = rows.batch(batch_size, drop_remainder=True)
+    return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _train_rows(interleaved, files, by_record, window, seed, process_index, start):
+    """(record, its position) of the training epochs from `start` on; see read_pretraining_dataset."""
+    seeds = np.random.SeedSequence([seed, process_index]).generate_state(2)
+    file_seed, record_seed = (tf.constant(int(s), tf.int64) for s in seeds)
+    first_epoch, first_record = start
+    # The window of the last record consumed is read again, to shuffle it as before.
+    first_window = max(first_record - 1, 0) // window
+    names = tf.constant(files)
+
+    def epoch_rows(epoch):
+        resumed = tf.cast(epoch == first_epoch, tf.int64)
+        begin = resumed * first_window * window
+        order = tf.range(len(files))
         if not by_record:
-            filenames = filenames.shuffle(len(mine), seed=file_seed, reshuffle_each_iteration=True)
-            filenames = filenames.repeat()
-        records = filenames.interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=min(len(mine), _FILES_READ_AT_ONCE),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-    if by_record:
-        # Every process reads the files in the same fixed order, so the shares
-        # are disjoint; the shuffle below mixes them.
-        records = records.shard(process_count, process_index)
-        if split == "train":
-            records = records.repeat()
-    if split == "train":
-        records = records.shuffle(
-            config.shuffle_buffer_size, seed=record_seed, reshuffle_each_iteration=True
-        )
-    batches = records.batch(batch_size, drop_remainder=True)
-    batches = batches.map(
-        lambda serialized: parse_examples(serialized, length, predictions),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return batches.prefetch(tf.data.AUTOTUNE)
+            order = tf.random.experimental.stateless_shuffle(order, tf.stack([file_seed, epoch]))
+        windows = interleaved(tf.gather(names, order)).skip(begin).batch(window)
+
+        def shuffle(index, records):
+            count = tf.size(records, tf.int64)
+            seed = tf.random.experimental.stateless_fold_in(
+                tf.stack([record_seed, epoch]), begin // window + index
+            )
+            shuffled = tf.random.experimental.stateless_shuffle(tf.range(count), seed)
+            done = begin + index * window + tf.range(1, count + 1)
+            return tf.gather(records, shuffled), tf.stack([tf.fill([count], epoch), done], 1)
+
+        # Read the next window while this one is consumed.
+        rows = windows.prefetch(1).enumerate().map(shuffle).unbatch()
+        return rows.skip(resumed * first_record - begin)
+
+    return tf.data.Dataset.counter(first_epoch).flat_map(epoch_rows)
 
 
 def _crc32c_table() -> list[int]:

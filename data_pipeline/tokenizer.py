@@ -26,7 +26,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_pipeline.config import DataConfig
-from data_pipeline.vocab import WORDPIECE_PREFIX, Vocab, VocabError, load_vocab
+from data_pipeline.vocab import WORDPIECE_PREFIX, Vocab, VocabError, load_vocab, read_bytes
 
 # Dropped before anything else: U+0000, U+FFFD, and the Cc and Cf characters
 # except tab, newline and carriage return. Dropping NUL first also matters to
@@ -105,11 +105,7 @@ class SentencePieceTokenizer:
             raise VocabError(f"{vocab.path}: not a sentencepiece model (*.model)")
         self.vocab = vocab
         self.lower_case = lower_case
-        try:
-            with open(vocab.path, "rb") as f:
-                model = f.read()
-        except OSError as e:
-            raise VocabError(f"{vocab.path}: cannot read the model: {e.strerror or e}") from None
+        model = read_bytes(vocab.path, "the model")
         self._sentencepiece = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
         replace = np.arange(len(vocab), dtype=np.int32)
         replace[[vocab.pad_id, vocab.cls_id, vocab.sep_id, vocab.mask_id]] = vocab.unk_id

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from data_pipeline import files
 from data_pipeline.errors import UserError
 
 # The five tokens every vocabulary must hold. Learned vocabularies (WordPiece
@@ -75,17 +76,21 @@ class Vocab:
 
 def load_vocab(path: str) -> Vocab:
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise VocabError(f"{path}: cannot read the vocabulary file: {e.strerror or e}") from None
+    data = read_bytes(path, "the vocabulary file")
     if not data.strip():
         raise VocabError(f"{path}: the vocabulary file is empty")
     if _is_sentencepiece_path(path):
         return _sentencepiece_vocab(path, data)
     read_tokens = _tokenizer_json_tokens if path.endswith(".json") else _vocab_txt_tokens
     return wordpiece_vocab(path, read_tokens(path, _decode_utf8(path, data)))
+
+
+def read_bytes(path: str, what: str) -> bytes:
+    """The bytes of a local or Cloud Storage file; a VocabError that names it if unreadable."""
+    try:
+        return files.read_bytes(path)
+    except OSError as e:
+        raise VocabError(f"{path}: cannot read {what}: {e.strerror or e}") from None
 
 
 def wordpiece_vocab(path: str, tokens: Sequence[str]) -> Vocab:

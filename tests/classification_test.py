@@ -230,6 +230,7 @@ def test_train_and_eval_batches(tokenizer):
         "segment_ids": (np.int32, (2, 32)),
         "label": (np.int32, (2,)),
         "example_weight": (np.float32, (2,)),
+        "stream_position": (np.int64, (2, 1)),
     }
     assert all(b["example_weight"].tolist() == [1.0, 1.0] for b in got)
     # Every epoch sees every example once; the same seed gives the same order.

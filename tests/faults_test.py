@@ -51,6 +51,7 @@ def start(workdir, vocab, *overrides) -> subprocess.Popen:
     return subprocess.Popen(
         command(workdir, vocab, *overrides),
         cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,8 +96,18 @@ def steps(workdir) -> list[int]:
 def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, bert_tokenizer_json):
     run = ("--config.num_train_steps=60", "--config.checkpoint_every_steps=50")
     straight, stopped = str(tmp_path / "straight"), str(tmp_path / "stopped")
-    code, stderr = finish(start(straight, bert_tokenizer_json, *run))
-    assert code == 0, stderr
+    # Trained to the end, then stopped during the end-of-run report.
+    process = start(straight, bert_tokenizer_json, *run, "--fill_mask_examples=200")
+    for line in process.stdout:
+        if line.startswith("fill-mask on held-out sentences"):
+            process.send_signal(signal.SIGTERM)
+            break
+    code, stderr = finish(process)
+    assert code == PREEMPTED, stderr
+    assert last_line(stderr) == (
+        "stopped: SIGTERM during the end-of-run report; the run was saved before it"
+    )
+    assert steps(straight) == [50, 60]
 
     process = start(stopped, bert_tokenizer_json, *run)
     wait_until(lambda: len(train_lines(stopped)) >= 20, process)

@@ -103,7 +103,7 @@ def test_train_order_is_shared_by_processes():
             seed=seed,
             num_epochs=2,
         )
-        got = [indices for indices, _ in batches(dataset)]
+        got = [indices for indices, *_ in batches(dataset)]
         assert len(got) == info.num_batches
         return got
 

@@ -402,7 +402,7 @@ def test_training_batches(small_features):
     dataset, info = squad.make_dataset(f, training=True, batch_size=8, seed=3, num_epochs=2.5)
     assert {k: (s.dtype, s.shape.as_list()) for k, s in dataset.element_spec.items()} == {
         k: (dtype, [8, 28] if len(shape) == 2 else [8]) for k, (dtype, shape) in SCHEMA.items()
-    }
+    } | {"stream_position": (tf.int64, [8, 1])}
     batches = list(dataset.as_numpy_iterator())
     # Epochs run into each other: int(F / 8 * 2.5) full batches, the original's step count.
     assert len(batches) == info.num_batches == int(f.num_features / 8 * 2.5)

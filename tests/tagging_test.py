@@ -159,6 +159,7 @@ def test_train_and_eval_batches(tokenizer):
         "word_index": (np.int32, (2, 16)),
         "sentence_id": (np.int32, (2,)),
         "example_weight": (np.float32, (2,)),
+        "stream_position": (np.int64, (2, 1)),
     }
 
     evals, info = tagging.make_tagging_dataset(task, tokenizer, split="eval", batch_size=4)

@@ -72,9 +72,11 @@ class DataConfig:
     short_seq_prob: float = 0.1
     # Probability that segment B comes from another document (NotNext).
     random_next_prob: float = 0.5
-    # Documents held in memory to draw NotNext segments and to shuffle document order.
+    # Online: documents per chunk, the unit that NotNext segments come from, whose instances
+    # are shuffled together and where a resumed stream restarts (pretraining.py). Offline
+    # writer: documents held to draw NotNext segments from and to shuffle document order.
     document_buffer_size: int = 256
-    # Instances shuffled together before batching.
+    # source='tfrecord' only: records shuffled together before batching.
     shuffle_buffer_size: int = 2048
     # Offline writer: masked copies of each document pass (BERT: 10).
     dupe_factor: int = 10

@@ -11,6 +11,12 @@ file order, sharding or duplicates. Processes share the work by file when
 there are at least as many files as processes, else by document ordinal; TFDS
 splits are cut with `tfds.even_splits`.
 
+Every document carries the reader's `ReaderPosition` after it, and
+`iter_documents(start=...)` resumes an epoch's order from such a position
+without reading what came before: text files seek to a byte offset (a `.gz`
+file decompresses up to it), the built-in corpus indexes its list, and TFDS
+skips raw records (no sentence splitting).
+
 `CorpusStats` counts what this process read: the documents and sentences of
 both splits (`documents_in_other_split` of them were skipped), and the input
 defects, each charged to the document whose lines held it. Summed over the
@@ -29,7 +35,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from data_pipeline import builtin_corpus
 from data_pipeline.config import ConfigError, DataConfig
@@ -47,10 +53,30 @@ class CorpusError(UserError):
     """A corpus file, glob or dataset that cannot be read; the message names it."""
 
 
+class ReaderPosition(NamedTuple):
+    """Where a reader stands in one epoch's document order: enough to resume reading there.
+
+    Text files: the file's index in the epoch's file order, the byte offset in
+    it and the documents read from it (they number the doc ids). The built-in
+    corpus and TFDS: `offset` counts the records read. `documents` counts the
+    documents read in the epoch (every process's, where processes share by
+    document ordinal).
+    """
+
+    file: int = 0
+    offset: int = 0
+    file_documents: int = 0
+    documents: int = 0
+
+
+EPOCH_START = ReaderPosition()
+
+
 @dataclasses.dataclass(frozen=True)
 class Document:
     doc_id: str
     sentences: tuple[str, ...]
+    position: ReaderPosition = EPOCH_START  # the reader's, after this document
 
 
 @dataclasses.dataclass
@@ -74,9 +100,10 @@ class CorpusStats:
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
-# One document read from a source with the defects found on the way; a record
-# with no sentences only carries defects (blank lines after a file's last document).
-_Record = tuple[str, tuple[str, ...], CorpusStats]
+# One document read from a source with the defects found on the way and the
+# reader's position after it; a record with no sentences only carries defects
+# (blank lines after a file's last document).
+_Record = tuple[str, tuple[str, ...], CorpusStats, ReaderPosition]
 
 
 def list_files(config: DataConfig) -> list[str]:
@@ -144,10 +171,12 @@ def iter_documents(
     process_count: int = 1,
     shuffle_seed: int | None = None,
     stats: CorpusStats | None = None,
+    start: ReaderPosition = EPOCH_START,
 ) -> Iterator[Document]:
     """Streams this process's documents of `split` ('train' or 'eval').
 
     Files (or TFDS shards) come in sorted order, or shuffled by `shuffle_seed`.
+    Reading starts at `start`, a `Document.position` of the same order.
     Globs and datasets are resolved at the call, so errors show before reading.
     """
     if split not in SPLITS:
@@ -161,12 +190,12 @@ def iter_documents(
         stats = CorpusStats()
     if config.source == "text":
         records = _text_records(
-            list_files(config), process_index, process_count, shuffle_seed, stats
+            list_files(config), process_index, process_count, shuffle_seed, stats, start
         )
     elif config.source == "tfds":
-        records = _tfds_records(config, process_index, process_count, shuffle_seed)
+        records = _tfds_records(config, process_index, process_count, shuffle_seed, start)
     elif config.source == "builtin":
-        records = _builtin_records(process_index, process_count, shuffle_seed)
+        records = _builtin_records(process_index, process_count, shuffle_seed, start)
     else:
         _refuse_tfrecord()
     return _select_split(records, split == "eval", config.eval_fraction, stats)
@@ -216,7 +245,7 @@ def check_two_documents(
 def _select_split(
     records: Iterable[_Record], want_eval: bool, eval_fraction: float, stats: CorpusStats
 ) -> Iterator[Document]:
-    for doc_id, sentences, defects in records:
+    for doc_id, sentences, defects, position in records:
         stats.merge(defects)
         if not sentences:
             continue
@@ -225,19 +254,17 @@ def _select_split(
         if is_eval_document(sentences, eval_fraction) != want_eval:
             stats.documents_in_other_split += 1
             continue
-        yield Document(doc_id, sentences)
+        yield Document(doc_id, sentences, position)
 
 
 def _shard_by_element(
     records: Iterable[_Record], process_index: int, process_count: int
 ) -> Iterator[_Record]:
     """Keeps every process_count-th document; defect-only records go with the next one."""
-    ordinal = 0
     for record in records:
+        ordinal = record[3].documents - bool(record[1])  # the documents before this one
         if ordinal % process_count == process_index:
             yield record
-        if record[1]:
-            ordinal += 1
 
 
 def _refuse_tfrecord() -> NoReturn:
@@ -263,6 +290,7 @@ def _text_records(
     process_count: int,
     shuffle_seed: int | None,
     stats: CorpusStats,
+    start: ReaderPosition,
 ) -> Iterator[_Record]:
     by_file = len(files) >= process_count
     if by_file:
@@ -270,25 +298,46 @@ def _text_records(
     if shuffle_seed is not None:
         files = list(files)
         random.Random(shuffle_seed).shuffle(files)
-    records = _read_text_files(files, stats)
+    records = _read_text_files(files, stats, start)
     return records if by_file else _shard_by_element(records, process_index, process_count)
 
 
-def _read_text_files(files: list[str], stats: CorpusStats) -> Iterator[_Record]:
-    for path in files:
+def _read_text_files(
+    files: list[str], stats: CorpusStats, start: ReaderPosition
+) -> Iterator[_Record]:
+    documents = start.documents
+    for index in range(start.file, len(files)):
+        path = files[index]
+        here = start if index == start.file else ReaderPosition(index, 0, 0, documents)
         with _open_text_file(path) as f:
             stats.files_read += 1
             try:
-                yield from _read_documents(path, f)
+                if here.offset:
+                    _seek_line_start(path, f, here.offset)
+                for record in _read_documents(path, f, here):
+                    documents = record[3].documents
+                    yield record
             except (OSError, EOFError) as e:
                 raise CorpusError(f"cannot read {path!r}: {e}") from e
 
 
-def _read_documents(path: str, lines: Iterable[bytes]) -> Iterator[_Record]:
-    ordinal = 0
+def _seek_line_start(path: str, f, offset: int) -> None:
+    """Seeks to `offset`, which must start a line or end the file."""
+    f.seek(offset - 1)
+    previous = f.read(1)
+    if previous == b"\n":
+        return
+    if not previous or f.read(1):  # past the end, or inside a line
+        raise CorpusError(f"{path!r}: byte offset {offset} is not the start of a line")
+
+
+def _read_documents(path: str, lines: Iterable[bytes], start: ReaderPosition) -> Iterator[_Record]:
+    """The records of one file from `start`, where `lines` stands."""
+    file, offset, ordinal, documents = start
     sentences = []
     defects = CorpusStats()
     for raw in lines:
+        offset += len(raw)
         line, invalid = _decode(raw)
         defects.invalid_bytes += invalid
         defects.control_characters += _count_control_characters(line)
@@ -296,16 +345,18 @@ def _read_documents(path: str, lines: Iterable[bytes]) -> Iterator[_Record]:
         if line:
             sentences.append(line)
         elif sentences:
-            yield f"{path}:{ordinal}", tuple(sentences), defects
-            ordinal += 1
+            ordinal, documents = ordinal + 1, documents + 1
+            position = ReaderPosition(file, offset, ordinal, documents)
+            yield f"{path}:{ordinal - 1}", tuple(sentences), defects, position
             sentences = []
             defects = CorpusStats()
         else:
             defects.empty_lines_skipped += 1
+    position = ReaderPosition(file, offset, ordinal + bool(sentences), documents + bool(sentences))
     if sentences:
-        yield f"{path}:{ordinal}", tuple(sentences), defects
+        yield f"{path}:{ordinal}", tuple(sentences), defects, position
     elif defects != CorpusStats():
-        yield "", (), defects
+        yield "", (), defects, position
 
 
 def _decode(raw: bytes) -> tuple[str, int]:
@@ -377,14 +428,18 @@ def _check_tfds_text_field(builder, config: DataConfig) -> None:
         )
 
 
-def _tfds_record(doc_id: str, raw: bytes) -> _Record:
+def _tfds_record(doc_id: str, raw: bytes) -> tuple[str, tuple[str, ...], CorpusStats]:
     text, invalid = _decode(raw)
     defects = CorpusStats(invalid_bytes=invalid, control_characters=_count_control_characters(text))
     return doc_id, tuple(split_sentences(text)), defects
 
 
 def _tfds_records(
-    config: DataConfig, process_index: int, process_count: int, shuffle_seed: int | None
+    config: DataConfig,
+    process_index: int,
+    process_count: int,
+    shuffle_seed: int | None,
+    start: ReaderPosition,
 ) -> Iterator[_Record]:
     import tensorflow as tf  # see _tfds_builder
     import tensorflow_datasets as tfds
@@ -410,6 +465,8 @@ def _tfds_records(
             f"split {config.tfds_split!r}: {e}"
         ) from e
     field = config.tfds_text_field
+    # Resuming skips the records read before: raw reads, no sentence splitting.
+    dataset = dataset.skip(start.offset)
     dataset = dataset.map(lambda example: (example["tfds_id"], example[field]))
     # Reading runs ahead in TensorFlow's threads while Python splits sentences.
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
@@ -418,11 +475,12 @@ def _tfds_records(
         _tfds_record(prefix + tfds_id.decode(), text)
         for tfds_id, text in dataset.as_numpy_iterator()
     )
+    records = _numbered(records, start)
     return _shard_by_element(records, process_index, process_count) if by_element else records
 
 
 def _builtin_records(
-    process_index: int, process_count: int, shuffle_seed: int | None
+    process_index: int, process_count: int, shuffle_seed: int | None, start: ReaderPosition
 ) -> Iterator[_Record]:
     documents = list(builtin_corpus.documents())
     if shuffle_seed is not None:
@@ -433,6 +491,16 @@ def _builtin_records(
             sentences,
             CorpusStats(control_characters=_count_control_characters("\n".join(sentences))),
         )
-        for doc_id, sentences in documents
+        for doc_id, sentences in documents[start.offset :]
     )
-    return _shard_by_element(records, process_index, process_count)
+    return _shard_by_element(_numbered(records, start), process_index, process_count)
+
+
+def _numbered(
+    records: Iterable[tuple[str, tuple[str, ...], CorpusStats]], start: ReaderPosition
+) -> Iterator[_Record]:
+    """Records of a source read by record index (builtin, TFDS), from `start`, with positions."""
+    offset, documents = start.offset, start.documents
+    for doc_id, sentences, defects in records:
+        offset, documents = offset + 1, documents + bool(sentences)
+        yield doc_id, sentences, defects, ReaderPosition(0, offset, 0, documents)

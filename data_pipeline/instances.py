@@ -13,10 +13,11 @@ order and by its rules. Two draws depart from it
 - truncation (`truncate_seq_pair`) computes how many tokens each side loses in
   closed form and draws only the front/back split: the same distribution as
   the original's token-by-token coin flips, from a different random stream;
-- a NotNext document comes from a window of recent documents (`DocumentRing`,
-  in `instances_from_stream`) and is never the current document, where the
-  original draws from the whole corpus, tries up to 10 times to avoid the
-  current document and may end on it.
+- a NotNext document comes from a window of recent documents (`DocumentRing`:
+  the offline writer's `instances_from_stream`) or from the other documents of
+  a chunk (the online pipeline's `instances_from_chunk`) and is never the
+  current document, where the original draws from the whole corpus, tries up
+  to 10 times to avoid the current document and may end on it.
 
 `pack_instances` lays pairs out as `[CLS] A [SEP] B [SEP]` with segment ids and
 padding. Masking is separate (data_pipeline.masking) so that it can be redrawn
@@ -238,6 +239,37 @@ def instances_from_stream(
             yield from passes(*_pop_random(waiting, rng))
     while waiting:
         yield from passes(*_pop_random(waiting, rng))
+
+
+def instances_from_chunk(
+    documents: Sequence[tuple[str, Document]],
+    *,
+    max_seq_length: int,
+    short_seq_prob: float,
+    random_next_prob: float,
+    rng: random.Random,
+) -> list[Instance]:
+    """One pass over each of `documents` (NotNext segments from the others), shuffled.
+
+    The online pipeline's unit of work: a chunk depends on nothing before it,
+    so a stream can restart at any chunk (data_pipeline.pretraining).
+    """
+    documents = [(doc_id, document) for doc_id, document in documents if document]
+    ring = DocumentRing(len(documents))
+    for doc_id, document in documents:
+        ring.add(doc_id, document)
+    out = []
+    for doc_id, document in documents:
+        out += create_instances_from_document(
+            document,
+            lambda doc_id=doc_id: ring.sample_other(doc_id, rng),
+            max_seq_length=max_seq_length,
+            short_seq_prob=short_seq_prob,
+            random_next_prob=random_next_prob,
+            rng=rng,
+        )
+    rng.shuffle(out)
+    return out
 
 
 def _pop_random(items: list, rng: random.Random):

@@ -1,18 +1,45 @@
 """The online pretraining pipeline: documents in, masked fixed-shape batches out.
 
-    documents (Python: files, TFDS or the built-in corpus; this host's shard)
-      -> tokenize in graph (tf-text, parallel map)
-      -> sentence pairs for NSP (instances.py; documents shuffled in a buffer)
-      -> shuffle instances -> batch -> mask (masking.py; redrawn every pass)
-      -> prefetch
+    documents (Python: files, TFDS or the built-in corpus; this host's shard),
+      in chunks of `config.document_buffer_size`
+      -> tokenize in graph (tf-text, a chunk per call, parallel map)
+      -> sentence pairs for NSP, shuffled within the chunk (instances.py)
+      -> batch -> mask (masking.py; redrawn every pass) -> prefetch
 
-Training streams forever, each pass over the corpus in a new order with new
-pairs and new masks. Evaluation is one pass with pairs and masks drawn from
-`config.eval_seed`, so an eval set is identical across runs whatever `seed`.
-The batch schema is in schema.py.
+Training streams forever, each pass (epoch) over the corpus in a new file
+order with new pairs and new masks. Evaluation is one pass with pairs and
+masks drawn from `config.eval_seed`, so an eval set is identical across runs
+whatever `seed`. The batch schema is in schema.py.
+
+Resuming. Nothing crosses a chunk: its pairs, NotNext segments and order come
+from its own documents and a seed of (seed, epoch, chunk), and a batch's masks
+from (seed, batch index). So a few integers fix the stream after any instance;
+every row of a batch carries them, as they stand after it, in
+`stream_position` (POSITION_FIELDS):
+
+    batches so far, epoch, chunk, where the reader stood at the chunk's start
+    (corpus.ReaderPosition: 4 integers), the chunk's instances so far
+
+`position=` one of them (the last row of the last batch trained on) seeks the
+reader to the chunk's start, rebuilds that one chunk, drops the instances
+already taken and masks on from the same batch index: the batches that follow
+are those of the uninterrupted stream, and starting late costs what starting
+at step 0 does. A chunk holds `document_buffer_size` documents; an epoch's last
+one holds one more rather than leave a document alone, with no other to pair.
+
+Exit. Our Python code runs in tf.data's threads. CPython ends a thread that
+waits for the GIL once the interpreter finalizes, so a tf.data thread caught
+inside Python then never finishes its call, and an iterator still alive (a
+script's global) waits for it forever in its destructor. So at exit, before
+finalization, `_PythonCalls.stop` ends every stream and waits until none of
+our calls runs.
 """
 
+import atexit
+import contextlib
 import random
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -42,6 +69,9 @@ def masking_spec(config: config_lib.DataConfig, vocab: Vocab) -> masking.Masking
     )
 
 
+POSITION_FIELDS = ("batches", "epoch", "chunk", *corpus.ReaderPosition._fields, "instances")
+
+
 def make_pretraining_dataset(
     data_config: Any,
     *,
@@ -51,11 +81,14 @@ def make_pretraining_dataset(
     process_count: int = 1,
     seed: int,
     stats: corpus.CorpusStats | None = None,
+    position: Sequence[int] | np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """Batches of this host's share (`batch_size`) in the schema of schema.py.
 
-    `stats`, when given, is updated with what the document readers saw (files,
-    documents, invalid bytes, empty lines) as the dataset is iterated.
+    `position`, a `stream_position` row of this stream, starts it right after
+    that row (module docstring). `stats`, when given, is updated with what the
+    document readers saw (files, documents, invalid bytes, empty lines) as the
+    dataset is iterated.
     """
     config = config_lib.from_config(data_config)
     tfrecords.check_dataset_args(split, batch_size, process_index, process_count)
@@ -67,101 +100,199 @@ def make_pretraining_dataset(
             process_index=process_index,
             process_count=process_count,
             seed=seed,
+            position=position,
         )
 
     corpus.check_sources(config)
     tokenizer = make_tokenizer(config, resolve_vocab_file(config))
-    corpus.check_two_documents(
-        config, split=split, process_index=process_index, process_count=process_count
-    )
+    shard = {"split": split, "process_index": process_index, "process_count": process_count}
+    corpus.check_two_documents(config, **shard)
     stream_seed = config.eval_seed if split == "eval" else seed
     seeds = np.random.SeedSequence([stream_seed, process_index, tfrecords.SPLITS.index(split)])
-    pair_seed, shuffle_seed, mask_seed = (int(s) for s in seeds.generate_state(3))
+    pair_seed, mask_seed = (int(s) for s in seeds.generate_state(2))
 
-    documents = _tokenized_documents(
-        config, tokenizer, split, process_index, process_count, pair_seed, stats
-    )
-    dataset = _instances(config, documents, tokenizer.vocab, pair_seed)
-    if split == "train":
-        dataset = dataset.shuffle(config.shuffle_buffer_size, seed=shuffle_seed)
+    def documents(epoch: int, start: corpus.ReaderPosition) -> Iterator[corpus.Document]:
+        shuffle_seed = None if split == "eval" else pair_seed + epoch
+        return corpus.iter_documents(
+            config, **shard, shuffle_seed=shuffle_seed, stats=stats, start=start
+        )
+
+    start = (0,) * len(POSITION_FIELDS)
+    if position is not None:
+        start = _check_position(position, split, documents)
+    dataset = _chunks(config, documents, start, once=split == "eval")
+    dataset = dataset.map(_tokenize(tokenizer), num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = _instances(config, dataset, tokenizer.vocab, pair_seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size)
+    # Eval batches carry the schema's features only: an eval pass is never resumed.
+    features = schema.FEATURES if split == "eval" else (*schema.FEATURES, "stream_position")
+    dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size, start[0], features)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-# Documents tokenized together in one call: tf-text ops pay a fixed cost per
-# call, so tokenizing document by document is several times slower.
-DOCUMENTS_PER_TOKENIZER_CALL = 64
+def _check_position(position, split: str, documents) -> tuple[int, ...]:
+    start = tfrecords.check_position(position, len(POSITION_FIELDS))
+    fields = dict(zip(POSITION_FIELDS, start, strict=True))
+    if split == "eval":
+        raise tfrecords.PositionError(
+            f"stream position {fields}: the eval split is read from its start"
+        )
+    reader = corpus.ReaderPosition(*start[3:-1])
+    if (fields["chunk"] == 0) != (reader == corpus.EPOCH_START):
+        raise tfrecords.PositionError(
+            f"stream position {fields}: chunk 0, and only chunk 0, starts where the epoch does"
+        )
+    if next(documents(fields["epoch"], reader), None) is None:
+        raise tfrecords.PositionError(
+            f"stream position {fields}: epoch {fields['epoch']} has no chunk {fields['chunk']} "
+            "(no document at that reader position)"
+        )
+    return start
 
 
-def _tokenized_documents(config, tokenizer, split, process_index, process_count, seed, stats):
-    """Batches of documents: (doc ids, sentences per document, tokens, tokens per sentence)."""
+def _chunks(config, documents, start: tuple[int, ...], *, once: bool) -> tf.data.Dataset:
+    """Chunks of raw documents from `start` on: (doc ids, sentences of them all, sentences per
+    document, [epoch, chunk, *reader position at the chunk's start], instances to drop)."""
+    size = config.document_buffer_size
 
-    def generate():
-        epoch = 0
+    def chunks() -> Iterator[tuple[list, list[corpus.Document]]]:
+        epoch, chunk = start[1:3]
+        reader = corpus.ReaderPosition(*start[3:-1])
         while True:
-            shuffle_seed = None if split == "eval" else seed + epoch
-            for document in corpus.iter_documents(
-                config,
-                split=split,
-                process_index=process_index,
-                process_count=process_count,
-                shuffle_seed=shuffle_seed,
-                stats=stats,
-            ):
-                yield document.doc_id, list(document.sentences)
-            if split == "eval":
+            pending = []
+            for document in documents(epoch, reader):
+                pending.append(document)
+                # Two documents past a chunk: the next chunk has a pair.
+                if len(pending) == size + 2:
+                    yield [epoch, chunk, *reader], pending[:size]
+                    chunk, reader, pending = chunk + 1, pending[size - 1].position, pending[size:]
+            yield [epoch, chunk, *reader], pending
+            if once:
                 return
-            epoch += 1
-
-    def tokenize(doc_ids, sentences):
-        ids = tokenizer.tokenize(sentences.flat_values)
-        return (
-            doc_ids,
-            tf.cast(sentences.row_lengths(), tf.int32),
-            ids.flat_values,
-            tf.cast(ids.row_lengths(), tf.int32),
-        )
-
-    documents = tf.data.Dataset.from_generator(
-        generate, output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string))
-    )
-    documents = documents.ragged_batch(DOCUMENTS_PER_TOKENIZER_CALL)
-    return documents.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
-
-
-def _instances(config, documents: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.data.Dataset:
-    """Packed, unmasked sentence pairs, one element per instance."""
-    length = config.max_seq_length
+            epoch, chunk, reader = epoch + 1, 0, corpus.EPOCH_START
 
     def generate():
-        stream = (
-            document
-            for doc_ids, counts, values, lengths in documents.as_numpy_iterator()
-            for document in split_documents([d.decode() for d in doc_ids], counts, values, lengths)
-        )
-        for batch in instances.instances_from_stream(
-            stream,
+        stream, drop = chunks(), start[-1]
+        while True:
+            with _python_calls.running():
+                chunk = None if _python_calls.stopping else next(stream, None)
+                if chunk is None:
+                    return
+                header, members = chunk
+                doc_ids = [document.doc_id for document in members]
+                sentences = [s for document in members for s in document.sentences]
+                counts = [len(document.sentences) for document in members]
+            yield doc_ids, sentences, counts, header, drop
+            drop = 0
+
+    return tf.data.Dataset.from_generator(
+        generate,
+        output_signature=(
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([len(POSITION_FIELDS) - 2], tf.int64),
+            tf.TensorSpec([], tf.int64),
+        ),
+    )
+
+
+def _tokenize(tokenizer):
+    def tokenize(doc_ids, sentences, counts, header, drop):
+        ids = tokenizer.tokenize(sentences)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        return doc_ids, counts, ids.flat_values, lengths, header, drop
+
+    return tokenize
+
+
+def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.data.Dataset:
+    """Packed, unmasked sentence pairs with their stream positions, one element per instance."""
+    length = config.max_seq_length
+    names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
+
+    shapes = _shapes(config)
+
+    def chunk_instances(doc_ids, counts, values, lengths, header, drop):
+        if _python_calls.stopping:
+            doc_ids = counts = []  # no more work: the interpreter is exiting
+        documents = split_documents([d.decode() for d in doc_ids], counts, values, lengths)
+        epoch, chunk = header[:2].tolist()
+        found = instances.instances_from_chunk(
+            list(documents),
             max_seq_length=length,
             short_seq_prob=config.short_seq_prob,
             random_next_prob=config.random_next_prob,
-            buffer_size=config.document_buffer_size,
-            rng=random.Random(seed),
-        ):
-            if batch:
-                yield instances.pack_instances(
-                    batch, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
-                )
+            rng=random.Random(f"{seed}:{epoch}:{chunk}"),
+        )[drop:]
+        packed = instances.pack_instances(
+            found, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
+        )
+        positions = np.zeros((len(found), len(POSITION_FIELDS)), np.int64)
+        positions[:, 1:-1] = header
+        positions[:, -1] = np.arange(drop + 1, drop + 1 + len(found))
+        return (*(packed[name] for name in names), positions)
 
-    shapes = schema.feature_shapes(length, config.max_predictions_per_seq)
-    packed = tf.data.Dataset.from_generator(
-        generate,
-        output_signature={
-            name: tf.TensorSpec([None, *shapes[name]], tf.int32)
-            for name in ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
-        },
-    )
-    return packed.unbatch()
+    def make(*chunk):
+        values = tf.numpy_function(
+            _python_calls.wrap(chunk_instances),
+            chunk,
+            [tf.int32] * len(names) + [tf.int64],
+            stateful=False,
+        )
+        features = dict(zip((*names, "stream_position"), values, strict=True))
+        for name, value in features.items():
+            value.set_shape([None, *shapes[name]])
+        return features
+
+    return chunks.map(make, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def _shapes(config) -> dict[str, tuple]:
+    shapes = schema.feature_shapes(config.max_seq_length, config.max_predictions_per_seq)
+    return {**shapes, "stream_position": (len(POSITION_FIELDS),)}
+
+
+class _PythonCalls:
+    """Counts this module's Python calls running in tf.data's threads; `stop` ends them
+    at exit (see the module docstring)."""
+
+    def __init__(self):
+        self.stopping = False
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self):
+        with self._lock:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+
+    def wrap(self, function):
+        def counted(*args):
+            with self.running():
+                return function(*args)
+
+        return counted
+
+    def stop(self, quiet: float = 0.1, timeout: float = 5.0) -> None:
+        """Ends every stream, then waits until no call has run for `quiet` seconds."""
+        self.stopping = True
+        now = last_busy = time.monotonic()
+        deadline = now + timeout
+        while now - last_busy < quiet and now < deadline:
+            time.sleep(0.01)
+            now = time.monotonic()
+            if self._count:
+                last_busy = now
+
+
+_python_calls = _PythonCalls()
+atexit.register(_python_calls.stop)
 
 
 def split_documents(
@@ -178,9 +309,10 @@ def split_documents(
         sentence += count
 
 
-def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int) -> tf.data.Dataset:
+def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int, first: int, features):
+    """Masks batch after batch, numbering them from `first` (the batches before a resume)."""
     spec = masking_spec(config, vocab)
-    shapes = schema.feature_shapes(config.max_seq_length, config.max_predictions_per_seq)
+    shapes = _shapes(config)
     masked = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
     def mask_numpy(index, input_ids, input_mask):
@@ -192,14 +324,17 @@ def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int) -> tf.data.
 
     def mask(index, batch):
         values = tf.numpy_function(
-            mask_numpy,
+            _python_calls.wrap(mask_numpy),
             [index, batch["input_ids"], batch["input_mask"]],
             [tf.int32, tf.int32, tf.int32, tf.float32],
             stateful=False,
         )
-        features = {**batch, **dict(zip(masked, values, strict=True))}
-        for name, value in features.items():
+        out = {**batch, **dict(zip(masked, values, strict=True))}
+        batches = tf.fill([batch_size, 1], index + 1)
+        out["stream_position"] = tf.concat([batches, batch["stream_position"][:, 1:]], 1)
+        for name, value in out.items():
             value.set_shape((batch_size, *shapes[name]))
-        return {name: features[name] for name in schema.FEATURES}
+        return {name: out[name] for name in features}
 
-    return dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.enumerate(start=first)
+    return dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)

@@ -16,6 +16,14 @@ these features with a leading batch axis B (this host's share):
 L = max_seq_length, P = max_predictions_per_seq. On disk (tf.Example) the
 names are the same as the original BERT's, every feature int64 except
 masked_lm_weights (float), and next_sentence_labels has shape [1].
+
+Train batches (not eval batches, and not in FEATURES: no model reads it) also
+carry `stream_position`, int64 [B, S]: where the stream stands after each row.
+Passing a row back as `position=` to the dataset function that made it
+restarts the stream right after that row, so a resumed run keeps
+`stream_position[-1]` of the last batch it trained on. S and the meaning of the
+S integers belong to the source: pretraining.POSITION_FIELDS for the online
+pipeline, tfrecords.read_pretraining_dataset for offline TFRecords.
 """
 
 import numpy as np

@@ -302,6 +302,36 @@ def test_shuffle_seed_changes_file_order_deterministically(tmp_path, text_config
         assert sorted(d.doc_id for d in plain) == sorted(d.doc_id for d in shuffled)
 
 
+def _check_resumes_after_every_document(config, **kwargs):
+    """Reading from any document's position gives the documents after it, ids included."""
+    documents, _ = _read(config, **kwargs)
+    assert len(documents) > 2
+    for k, document in enumerate(documents):
+        rest, _ = _read(config, start=document.position, **kwargs)
+        assert rest == documents[k + 1 :], k
+
+
+@pytest.mark.parametrize("num_files,process_count", [(3, 1), (3, 2), (1, 2)])
+def test_text_reading_resumes_at_a_position(tmp_path, text_config, num_files, process_count):
+    _many_documents(tmp_path, num_files=num_files, docs_per_file=5)
+    first = tmp_path / "part-000.txt"  # defects, a gzipped copy, no final newline
+    first.write_bytes(b"\n\nDefects \xff here.\n\n\n" + first.read_bytes() + b"\n\x00\n\n\n")
+    _write(tmp_path / "part-100.txt.gz", gzip.compress(first.read_bytes().rstrip()))
+    config = text_config(f"{tmp_path}/*.txt*", eval_fraction=0.3)
+    for index in range(process_count):
+        shard = {"process_index": index, "process_count": process_count, "shuffle_seed": 4}
+        _check_resumes_after_every_document(config, **shard)
+
+
+def test_builtin_reading_resumes_at_a_position(data_config):
+    config = config_lib.from_config(data_config)
+    documents, _ = _read(config, shuffle_seed=2, process_index=1, process_count=3)
+    for k in (0, 57, len(documents) - 2):
+        start = documents[k].position
+        rest, _ = _read(config, shuffle_seed=2, process_index=1, process_count=3, start=start)
+        assert rest == documents[k + 1 :]
+
+
 # ----------------------------------------------------------------------------- TFDS
 
 
@@ -391,6 +421,12 @@ def test_tfds_process_shards_cover_the_split(tiny_tfds, data_config, tfds_split,
         assert len(set(ids)) == len(ids)
     shuffled = [d.doc_id for d in _read(config, shuffle_seed=3)[0]]
     assert shuffled == [d.doc_id for d in _read(config, shuffle_seed=3)[0]]
+
+
+def test_tfds_reading_resumes_at_a_position(tiny_tfds, data_config):
+    config = _tfds_config(data_config, tfds_name="bertjax_tiny_corpus", tfds_data_dir=tiny_tfds)
+    _check_resumes_after_every_document(config, shuffle_seed=3)
+    _check_resumes_after_every_document(config, process_index=1, process_count=3)
 
 
 def test_tfds_errors_name_the_dataset(tiny_tfds, data_config, tmp_path):

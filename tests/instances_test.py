@@ -151,6 +151,30 @@ def test_deterministic_for_a_seed():
     assert first != make_instances(corpus, seed=8)
 
 
+def test_a_chunk_pairs_within_itself_and_is_shuffled():
+    corpus = synthetic_corpus(8, seed=2) + [("empty", [])]
+
+    def chunk(seed):
+        options = dict(max_seq_length=128, short_seq_prob=0.1, random_next_prob=0.5)
+        return instances.instances_from_chunk(corpus, rng=random.Random(seed), **options)
+
+    made = chunk(0)
+    assert made == chunk(0) and made != chunk(1)
+    assert any(i.is_random_next for i in made) and not all(i.is_random_next for i in made)
+    for instance in made:
+        doc_a = {document_of(t) for t in instance.tokens_a}
+        doc_b = {document_of(t) for t in instance.tokens_b}
+        assert (doc_a != doc_b) == instance.is_random_next
+    # Shuffled: the documents' instances are interleaved, not one document after another.
+    order = [document_of(i.tokens_a[0]) for i in made]
+    assert order != sorted(order)
+    # The smallest chunk: two documents, each the other's NotNext source.
+    two = instances.instances_from_chunk(
+        corpus[:2], max_seq_length=64, short_seq_prob=0, random_next_prob=1, rng=random.Random(0)
+    )
+    assert two and all(document_of(i.tokens_b[0]) == 1 - document_of(i.tokens_a[0]) for i in two)
+
+
 def test_single_document_stream_cannot_make_not_next():
     with pytest.raises(instances.NotNextError, match="at least two documents"):
         make_instances([("only", [[1, 2, 3]])])

@@ -47,14 +47,21 @@ def take(dataset, count):
 def test_batches_follow_the_schema(bert_config):
     dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=8, seed=0)
     batch = take(dataset, 1)[0]
-    assert set(batch) == set(schema.FEATURES)
-    shapes = schema.feature_shapes(128, 20)
+    assert set(batch) == {*schema.FEATURES, "stream_position"}
+    width = len(pretraining.POSITION_FIELDS)
+    shapes = {**schema.feature_shapes(128, 20), "stream_position": (width,)}
     for name, value in batch.items():
         assert value.shape == (8, *shapes[name]), name
-        assert value.dtype == schema.feature_dtype(name), name
+        if name in schema.FEATURES:
+            assert value.dtype == schema.feature_dtype(name), name
+    assert batch["stream_position"].dtype == np.int64
     # The element spec is static: jit needs fixed shapes.
     for name, spec in dataset.element_spec.items():
         assert spec.shape.as_list() == [8, *shapes[name]]
+    evaluation = pretraining.make_pretraining_dataset(
+        bert_config, split="eval", batch_size=8, seed=0
+    )
+    assert set(evaluation.element_spec) == set(schema.FEATURES)
 
 
 def test_statistics_over_thousands_of_sequences(bert_config):

@@ -24,6 +24,7 @@ processes of a run the counters give the whole corpus once, except
 `files_read`: when sharding by document every process opens every file.
 """
 
+import concurrent.futures
 import dataclasses
 import functools
 import glob
@@ -36,6 +37,8 @@ import sys
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, NoReturn
+
+import tensorflow as tf
 
 from data_pipeline import builtin_corpus
 from data_pipeline.config import ConfigError, DataConfig
@@ -91,6 +94,8 @@ class CorpusStats:
     invalid_bytes: int = 0
     # Cc/Cf characters other than \t \n \r (NUL included); the tokenizer drops them.
     control_characters: int = 0
+    # Lines longer than MAX_LINE_BYTES, read as several (see _bounded_lines).
+    long_lines_split: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -107,22 +112,31 @@ _Record = tuple[str, tuple[str, ...], CorpusStats, ReaderPosition]
 
 
 def list_files(config: DataConfig) -> list[str]:
-    """The sorted, de-duplicated files matched by the comma-separated globs `config.text_files`."""
+    """The sorted, de-duplicated files matched by the comma-separated globs `config.text_files`
+    (local, or `gs://...` where `**` is not recursive)."""
     files = set()
     for pattern in (p.strip() for p in config.text_files.split(",")):
         if not pattern:
             continue
-        matches = glob.glob(os.path.expanduser(pattern), recursive=True)
+        remote = "://" in pattern
+        try:
+            matches = (
+                tf.io.gfile.glob(pattern)
+                if remote
+                else glob.glob(os.path.expanduser(pattern), recursive=True)
+            )
+        except tf.errors.OpError as e:
+            raise CorpusError(f"config.data.text_files: {pattern!r}: {e.message}") from None
         if not matches:
             if _GLOB_CHARACTERS.isdisjoint(pattern):
                 raise CorpusError(f"config.data.text_files: no such file {pattern!r}")
             raise CorpusError(f"config.data.text_files: {pattern!r} matches no file")
         for path in matches:
-            if os.path.isdir(path):
+            if tf.io.gfile.isdir(path):
                 raise CorpusError(
                     f"config.data.text_files: {path!r} (from {pattern!r}) is a directory"
                 )
-            if not os.path.exists(path):
+            if not remote and not os.path.exists(path):
                 raise CorpusError(
                     f"config.data.text_files: {path!r} (from {pattern!r}) does not exist "
                     "(a broken link?)"
@@ -134,12 +148,9 @@ def list_files(config: DataConfig) -> list[str]:
 def check_sources(config: DataConfig) -> None:
     """Raises CorpusError for every problem that shows before reading a document."""
     if config.source == "text":
-        for path in list_files(config):
-            with _open_text_file(path) as f:
-                try:
-                    f.read(1)  # proves the file readable, and a .gz file gzip
-                except (OSError, EOFError) as e:
-                    raise CorpusError(f"cannot read {path!r}: {e}") from e
+        files = list_files(config)
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(files))) as pool:
+            list(pool.map(_check_text_file, files))
     elif config.source == "tfds":
         builder = _tfds_builder(config)
         if not builder.is_prepared():
@@ -276,12 +287,64 @@ def _refuse_tfrecord() -> NoReturn:
 
 # ----------------------------------------------------------------------------- text files
 
+# Lines are read in pieces of at most this many bytes, so a file of one huge
+# line (a binary, a minified dump) costs at most a few times this in memory;
+# a sentence this long is already far beyond a 512-token sequence.
+MAX_LINE_BYTES = 1 << 16
+# A file whose first bytes are this much NUL or invalid UTF-8 is not text.
+_SNIFF_BYTES, _MOST_INVALID = 1 << 16, 0.1
+
 
 def _open_text_file(path: str):
+    """A binary file object of a local or Cloud Storage file, `.gz` decompressed."""
     try:
+        if "://" in path:
+            raw = tf.io.gfile.GFile(path, "rb")
+            return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
         return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
-    except OSError as e:
+    except (OSError, tf.errors.OpError) as e:
         raise CorpusError(f"cannot open {path!r}: {e}") from e
+
+
+def _check_text_file(path: str) -> None:
+    """Fails unless `path` opens, decompresses if `.gz`, and starts with text."""
+    with _open_text_file(path) as f:
+        try:
+            sample = f.read(_SNIFF_BYTES)
+        except (OSError, EOFError, tf.errors.OpError) as e:
+            raise CorpusError(f"cannot read {path!r}: {e}") from e
+    bad = _decode(sample)[1] + sample.count(b"\0")
+    if bad > _MOST_INVALID * len(sample):
+        raise CorpusError(
+            f"config.data.text_files: {path!r} is not text: {bad:,} of its first "
+            f"{len(sample):,} bytes are NUL or not UTF-8 (UTF-16, or a binary file?)"
+        )
+
+
+def _bounded_lines(f) -> Iterator[tuple[bytes, int, bool]]:
+    """(line, bytes of the file it took, whether it starts a long line's split) for each
+    line of `f`. A line longer than MAX_LINE_BYTES comes as several, each cut after
+    its last space (at a character boundary if it has none): memory stays
+    within 2 * MAX_LINE_BYTES a line."""
+    carry, inside = b"", False  # inside: a long line's pieces are coming
+    while True:
+        raw = f.readline(MAX_LINE_BYTES)
+        if not raw:
+            if carry:
+                yield carry, 0, False
+            return
+        text = carry + raw
+        if raw.endswith(b"\n") or len(raw) < MAX_LINE_BYTES:
+            yield text, len(raw), False
+            carry, inside = b"", False
+            continue
+        cut = text.rfind(b" ") + 1
+        if not cut:  # no space: back off from the end to where a UTF-8 character starts
+            cut = len(text) - 4
+            while 0x80 <= text[cut] < 0xC0:
+                cut -= 1
+        yield text[:cut], len(raw), not inside
+        carry, inside = text[cut:], True
 
 
 def _text_records(
@@ -314,10 +377,10 @@ def _read_text_files(
             try:
                 if here.offset:
                     _seek_line_start(path, f, here.offset)
-                for record in _read_documents(path, f, here):
+                for record in _read_documents(path, _bounded_lines(f), here):
                     documents = record[3].documents
                     yield record
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, tf.errors.OpError) as e:
                 raise CorpusError(f"cannot read {path!r}: {e}") from e
 
 
@@ -331,13 +394,16 @@ def _seek_line_start(path: str, f, offset: int) -> None:
         raise CorpusError(f"{path!r}: byte offset {offset} is not the start of a line")
 
 
-def _read_documents(path: str, lines: Iterable[bytes], start: ReaderPosition) -> Iterator[_Record]:
-    """The records of one file from `start`, where `lines` stands."""
+def _read_documents(
+    path: str, lines: Iterable[tuple[bytes, int, bool]], start: ReaderPosition
+) -> Iterator[_Record]:
+    """The records of one file from `start`, where `lines` (of _bounded_lines) stands."""
     file, offset, ordinal, documents = start
     sentences = []
     defects = CorpusStats()
-    for raw in lines:
-        offset += len(raw)
+    for raw, length, split in lines:
+        offset += length
+        defects.long_lines_split += split
         line, invalid = _decode(raw)
         defects.invalid_bytes += invalid
         defects.control_characters += _count_control_characters(line)
@@ -394,9 +460,8 @@ def _control_character_pattern() -> re.Pattern:
 
 
 def _tfds_builder(config: DataConfig):
-    # Imported here: tensorflow_datasets takes seconds to import and only this source needs it.
-    # TensorFlow goes first: tfds' lazy `tf` alias breaks when tfds is imported before it.
-    import tensorflow as tf  # noqa: F401
+    # Imported here: tensorflow_datasets takes seconds to import and only this source needs it
+    # (after TensorFlow, above: tfds' lazy `tf` alias breaks when tfds is imported first).
     import tensorflow_datasets as tfds
 
     try:
@@ -441,8 +506,7 @@ def _tfds_records(
     shuffle_seed: int | None,
     start: ReaderPosition,
 ) -> Iterator[_Record]:
-    import tensorflow as tf  # see _tfds_builder
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # see _tfds_builder
 
     builder = _tfds_builder(config)
     _check_tfds_text_field(builder, config)

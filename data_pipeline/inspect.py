@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import flags
 from ml_collections import config_flags
 
-from data_pipeline import cli, corpus, pretraining, statistics
+from data_pipeline import cli, corpus, pretraining, schema, statistics
 from data_pipeline import config as config_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.vocab import load_vocab
@@ -51,7 +51,8 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
         for batch in dataset.take(num_batches).as_numpy_iterator():
             stats.update(batch, vocab)
             for row in range(batch_size):
-                example = {name: value[row] for name, value in batch.items()}
+                # What the model sees; not where the stream stands (stream_position).
+                example = {name: batch[name][row] for name in schema.FEATURES}
                 if shown < num_examples:
                     print(
                         f"\nexample {shown}: {statistics.format_example(example, vocab)}", file=out

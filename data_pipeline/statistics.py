@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from data_pipeline import corpus
 from data_pipeline.vocab import Vocab
 
 
@@ -107,6 +108,8 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
             f"skipped              {c['empty_lines_skipped']:,} empty lines, "
             f"{c['invalid_bytes']:,} invalid UTF-8 bytes, "
             f"{c['control_characters']:,} control characters",
+            f"split                {c['long_lines_split']:,} lines longer than "
+            f"{corpus.MAX_LINE_BYTES:,} bytes",
         ]
     return "\n".join(lines)
 

@@ -72,6 +72,7 @@ def test_reads_bert_format_plain_and_gzip(text_config):
         "empty_lines_skipped": 0,
         "invalid_bytes": 0,
         "control_characters": 0,
+        "long_lines_split": 0,
     }
 
 
@@ -129,8 +130,11 @@ def test_megabyte_line_without_spaces(tmp_path, text_config):
     path = _write(tmp_path / "long.txt", b"Short first.\n" + long_line + b"\n\nNext document.\n")
     documents, stats = _read(text_config(path))
     assert len(documents) == 2
-    assert len(documents[0].sentences[1]) == 1 << 20
-    assert stats.sentences_read == 3
+    # Read in pieces of at most MAX_LINE_BYTES: memory stays bounded whatever the line.
+    first, *pieces = documents[0].sentences
+    assert first == "Short first." and "".join(pieces) == "x" * (1 << 20)
+    assert all(len(p) <= corpus.MAX_LINE_BYTES for p in pieces)
+    assert stats.long_lines_split == 1 and stats.sentences_read == 2 + len(pieces)
 
 
 def test_glob_matching_nothing_names_the_glob(tmp_path, text_config):
@@ -198,6 +202,7 @@ def test_stats_merge_and_as_dict():
         "empty_lines_skipped": 0,
         "invalid_bytes": 2,
         "control_characters": 5,
+        "long_lines_split": 0,
     }
 
 
@@ -486,3 +491,38 @@ def test_tfds_corpus_through_the_whole_pipeline(tiny_tfds, data_config, bert_tok
     assert batch["input_ids"].shape == (8, 128)
     assert batch["masked_lm_weights"].sum() > 0
     assert set(batch["next_sentence_labels"]) <= {0, 1}
+
+
+def test_a_file_that_is_not_text_is_refused_before_reading(tmp_path, text_config):
+    good = tmp_path / "good.txt"
+    good.write_text("One sentence.\n\nAnother document.\n")
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 64)
+    utf16 = tmp_path / "notes.txt"
+    utf16.write_text("Text saved as UTF-16.\n", encoding="utf-16")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("é".encode("latin-1") * 1000)
+    for path, bad in (
+        (binary, "8,256 of its first 16,384"),
+        (utf16, "24 of its first 46"),
+        (latin1, "1,000 of its first 1,000"),
+    ):
+        config = text_config(f"{good},{path}")
+        with pytest.raises(corpus.CorpusError, match=f"{path}' is not text: {bad} bytes are"):
+            corpus.check_sources(config)
+    corpus.check_sources(text_config(good))
+
+
+def test_a_huge_line_is_read_in_bounded_pieces(tmp_path, text_config):
+    # 5 MB on one line (words, then 200 KB of one unbroken CJK "word"), then a document.
+    path = tmp_path / "dump.txt"
+    words = " ".join(f"word{i}" for i in range(600_000))
+    path.write_text(words + " " + "字" * 70_000 + "\n\nA short document.\nIt ends here.\n")
+    stats = corpus.CorpusStats()
+    config = text_config(path)
+    docs = list(corpus.iter_documents(config, split="train", stats=stats))
+    assert stats.long_lines_split == 1 and stats.invalid_bytes == 0
+    pieces = docs[0].sentences
+    assert all(len(p.encode()) <= 2 * corpus.MAX_LINE_BYTES for p in pieces)
+    assert " ".join(pieces).replace(" ", "") == (words + "字" * 70_000).replace(" ", "")
+    assert docs[1].sentences == ("A short document.", "It ends here.")

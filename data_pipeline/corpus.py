@@ -30,6 +30,7 @@ import functools
 import glob
 import gzip
 import hashlib
+import io
 import os
 import random
 import re
@@ -299,11 +300,40 @@ def _open_text_file(path: str):
     """A binary file object of a local or Cloud Storage file, `.gz` decompressed."""
     try:
         if "://" in path:
-            raw = tf.io.gfile.GFile(path, "rb")
+            raw = io.BufferedReader(_GFileReader(tf.io.gfile.GFile(path, "rb")), 1 << 20)
             return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
         return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
     except (OSError, tf.errors.OpError) as e:
         raise CorpusError(f"cannot open {path!r}: {e}") from e
+
+
+class _GFileReader(io.RawIOBase):
+    """A GFile as a raw stream, so io.BufferedReader gives it `readline(size)` and seeks."""
+
+    def __init__(self, gfile):
+        self._gfile = gfile
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._gfile.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._gfile.seek(offset, whence)
+        return self._gfile.tell()
+
+    def tell(self) -> int:
+        return self._gfile.tell()
+
+    def close(self) -> None:
+        self._gfile.close()
+        super().close()
 
 
 def _check_text_file(path: str) -> None:

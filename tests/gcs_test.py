@@ -5,11 +5,14 @@ no `gs:` folder appeared locally, which is what a gs:// path taken for a local o
 leaves behind.
 """
 
+import gzip
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from flax import traverse_util
 import bertjax
 from bertjax import checkpoint, predict, train
 from bertjax import workdir as workdir_lib
+from data_pipeline import builtin_corpus
 from experiments.finetune import classify
 
 pytest_plugins = ["gcs_emulator"]  # the fixtures gcs_emulator and gcs_bucket
@@ -48,12 +52,26 @@ def _upload(local, remote: str) -> str:
     return remote
 
 
+def _upload_corpus(bucket: str) -> str:
+    """500 documents of the built-in corpus as text files in the bucket, one gzipped: a glob."""
+    documents = ["\n".join(sentences) + "\n\n" for _, sentences in builtin_corpus.documents()]
+    gfile.makedirs(f"{bucket}/corpus")
+    with gfile.GFile(f"{bucket}/corpus/part0.txt", "w") as f:
+        f.write("".join(documents[:250]))
+    with gfile.GFile(f"{bucket}/corpus/part1.txt.gz", "wb") as f:
+        f.write(gzip.compress("".join(documents[250:500]).encode()))
+    return f"{bucket}/corpus/part*"
+
+
 @pytest.fixture(scope="module")
 def pretrained(gcs_bucket, cwd, make_small_config, bert_tokenizer_json):
-    """4 steps with the vocabulary and the workdir in the bucket, stopped at 2 and resumed."""
+    """4 steps with the corpus, the vocabulary and the workdir in the bucket, stopped at 2
+    and resumed."""
     config = make_small_config()
     config.num_train_steps = config.eval_every_steps = 4
     config.checkpoint_every_steps = 2
+    config.data.source = "text"
+    config.data.text_files = _upload_corpus(gcs_bucket)
     config.data.vocab_file = _upload(bert_tokenizer_json, f"{gcs_bucket}/vocab/tokenizer.json")
     workdir = f"{gcs_bucket}/runs/pretrain"
     train.train_and_evaluate(config, workdir, stop_after=2)
@@ -130,3 +148,34 @@ def test_finetune_and_predict_in_the_bucket(pretrained, gcs_bucket):
     assert output == f"{data}/dev.tsv.predictions.jsonl"
     with gfile.GFile(output) as f:
         assert [set(json.loads(line)["probabilities"]) for line in f] == [{"0", "1"}] * 3
+
+
+def test_a_bucket_workdir_is_held_by_a_lease(gcs_bucket):
+    workdir = f"{gcs_bucket}/runs/leased"
+    lease = f"{workdir}/{workdir_lib.LEASE_FILE}"
+    busy = pytest.raises(workdir_lib.WorkdirBusy, match=f"process {os.getpid()} on .* renewed")
+    with workdir_lib.claim(workdir), busy, workdir_lib.claim(workdir):
+        pass
+    assert not gfile.exists(lease)
+
+    def held(host, pid, age):
+        owner = {"host": host, "pid": pid, "id": "other", "renewed": time.time() - age}
+        with gfile.GFile(lease, "w") as f:
+            f.write(json.dumps(owner))
+
+    held("another-host", 1, age=30)  # a live run elsewhere
+    with (
+        pytest.raises(workdir_lib.WorkdirBusy, match="renewed 30 s ago"),
+        workdir_lib.claim(workdir),
+    ):
+        pass
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout
+    for host, pid, age in (
+        ("another-host", 1, workdir_lib.LEASE_STALE_S + 1),  # not renewed for too long
+        (socket.gethostname(), int(dead), 0),  # its process on this host is gone
+    ):
+        held(host, pid, age)
+        with workdir_lib.claim(workdir), gfile.GFile(lease) as f:
+            assert json.load(f)["pid"] == os.getpid()

@@ -10,12 +10,22 @@ import json
 import os
 import uuid
 
-import tensorflow as tf
+
+def _tf():
+    # Imported when a function needs it: TensorFlow takes seconds and logs to stderr,
+    # which a tool that fails on a bad local file (a missing vocabulary) should not.
+    import tensorflow as tf
+
+    return tf
 
 
 def read_bytes(path: str) -> bytes:
     """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
     (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""
+    if "://" not in path:  # without waking TensorFlow's runtime, and its log lines
+        with open(path, "rb") as f:
+            return f.read()
+    tf = _tf()
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             return f.read()
@@ -33,17 +43,18 @@ def temporary_name(path: str) -> str:
 
 def atomic_write(path: str, data: str | bytes) -> None:
     """Writes `data` (text as UTF-8) to a temporary sibling, then renames it onto `path`."""
+    gfile = _tf().io.gfile
     directory = os.path.dirname(path)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        gfile.makedirs(directory)
     temporary = temporary_name(path)
     try:
-        with tf.io.gfile.GFile(temporary, "wb") as f:
+        with gfile.GFile(temporary, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
+        gfile.rename(temporary, path, overwrite=True)
     finally:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.remove(temporary)
+        if gfile.exists(temporary):
+            gfile.remove(temporary)
 
 
 def atomic_write_json(path: str, value) -> None:
@@ -54,5 +65,6 @@ def atomic_write_json(path: str, value) -> None:
 def atomic_copy(source: str, destination: str) -> None:
     """Copies `source` to a temporary sibling of `destination`, then renames it."""
     temporary = temporary_name(destination)
-    tf.io.gfile.copy(source, temporary, overwrite=True)
-    tf.io.gfile.rename(temporary, destination, overwrite=True)
+    gfile = _tf().io.gfile
+    gfile.copy(source, temporary, overwrite=True)
+    gfile.rename(temporary, destination, overwrite=True)

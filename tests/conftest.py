@@ -1,8 +1,11 @@
 """Shared fixtures: the real bert-base-uncased vocab and the tiny experiment config."""
 
+import atexit
 import importlib.util
 import os
 import pathlib
+import shutil
+import tempfile
 import zipfile
 
 import pytest
@@ -13,6 +16,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
+
+import jax  # noqa: E402 - after XLA_FLAGS
+
+# Many tests compile the same small train step; a compilation cache of this test
+# process's own (one per xdist worker, new each session) compiles each once.
+# Subprocesses do not share it: two processes writing one entry could race.
+_CACHE = tempfile.mkdtemp(prefix="bertjax-test-jax-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -153,7 +153,13 @@ def start_pair(tmp_path, argv: list[str], name: str) -> list[subprocess.Popen]:
     return [
         subprocess.Popen(
             [*argv[:3], "--distributed", *argv[3:]],
-            env={**env, "JAX_PROCESS_ID": str(index)},
+            # Each process keeps its own compilation cache from one launch to the next.
+            env={
+                **env,
+                "JAX_PROCESS_ID": str(index),
+                "JAX_COMPILATION_CACHE_DIR": str(tmp_path / f"jax_cache{index}"),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            },
             cwd=REPO,
             stdout=open(tmp_path / f"{name}{index}.out", "w"),  # noqa: SIM115
             stderr=open(tmp_path / f"{name}{index}.err", "w"),  # noqa: SIM115

@@ -4,6 +4,7 @@ import copy
 import json
 import os
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -32,12 +33,15 @@ def final_params(workdir, config):
     return jax.tree.map(np.asarray, state.params)
 
 
-def test_resume_continues_exactly(tmp_path, config):
+def test_resume_continues_exactly(tmp_path, config, caplog):
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.train_and_evaluate(config, straight)
     train.train_and_evaluate(config, resumed, stop_after=4)
     assert checkpoint.latest_step(resumed) == 4
+    # A checkpoint from before input positions were recorded: the stream is replayed.
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "4" / checkpoint.DATA_ITEM)
     train.train_and_evaluate(config, resumed)
+    assert "the checkpoint of step 4 has no input positions" in caplog.text
 
     a, b = final_params(straight, config), final_params(resumed, config)
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)

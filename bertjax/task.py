@@ -33,8 +33,8 @@ from bertjax import scores
 from bertjax.model import BertConfig
 from data_pipeline.config import ConfigError, check_known_keys, key_paths
 
-# (batch_size, process_index, process_count, seed) -> this host's batches.
-DatasetFn = Callable[[int, int, int, int], tf.data.Dataset]
+# (batch_size, process_index, process_count, seed[, position]) -> this host's batches.
+DatasetFn = Callable[..., tf.data.Dataset]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -64,7 +64,10 @@ class Setup:
     summarize: Callable[[dict], dict[str, float]]  # sums -> means; has "loss"
     console: tuple[tuple[str, str], ...]  # (metric, short label) shown on train lines
 
-    train_dataset: DatasetFn  # streams from step 0; the loop skips what was trained
+    # Streams from step 0, or with `position=` (a `stream_position` row of its own
+    # batches, which the loop saves in checkpoints) from right after that row.
+    # A stream without `stream_position` is replayed to the step on a resume.
+    train_dataset: DatasetFn
     eval_dataset: DatasetFn  # one pass over the held-out split
     # eval_outputs(outputs, batch): what an eval step keeps of a batch (traced);
     # score(list of host copies, one per batch) -> ({metric: value}, predictions).

@@ -13,8 +13,12 @@ import sentencepiece
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Eight fake CPU devices for the sharding tests; must be set before jax loads.
+# On 2 busy cores a collective of 8 fake devices can wait longer than XLA's 40 s
+# before it aborts the process; a slow rendezvous is not a hang here.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_force_host_platform_device_count=8"
+    + " --xla_cpu_collective_call_terminate_timeout_seconds=600"
 ).strip()
 
 import jax  # noqa: E402 - after XLA_FLAGS
@@ -28,6 +32,25 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+# The longest tests (minutes each), started first so that the xdist workers
+# finish together instead of one running them alone at the end.
+_LONGEST_FIRST = (
+    "finetune_learning_test.py",
+    "multihost_test.py",
+    "faults_test.py",
+    "gcs_test.py",
+    "sharding_test.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,7 @@ def start(workdir, vocab, *overrides) -> subprocess.Popen:
             "PYTHONUNBUFFERED": "1",
             "JAX_COMPILATION_CACHE_DIR": cache,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",  # not conftest's 8
         },
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

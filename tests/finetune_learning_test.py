@@ -7,11 +7,16 @@ These are the README's fine-tuning figures at a smaller size: the same configs
 
 import json
 
+import jax
 import pytest
 
 from bertjax import convert, train
 from data_pipeline import builtin_tasks
 from experiments.finetune import builtin_cloze, builtin_topics
+
+# Learning is what is tested here, not sharding (sharding_test.py's concern): one device
+# keeps these minutes-long runs clear of the 8 fake devices' collectives on 2 cores.
+ONE_DEVICE = jax.devices()[:1]
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +47,9 @@ def _topics_config(init_checkpoint, task_dir):
 
 def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task_dir, tmp_path):
     config = _topics_config(minilm_workdir, task_dir)
-    pretrained = train.train_and_evaluate(config, str(tmp_path / "pretrained"))
+    pretrained = train.train_and_evaluate(config, str(tmp_path / "pretrained"), devices=ONE_DEVICE)
     config.random_init = True
-    scratch = train.train_and_evaluate(config, str(tmp_path / "scratch"))
+    scratch = train.train_and_evaluate(config, str(tmp_path / "scratch"), devices=ONE_DEVICE)
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "
         f"random init {scratch['eval']['accuracy']:.3f}"
@@ -65,7 +70,7 @@ def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp
     config.data.eval_file = str(small)
     config.num_train_epochs = 0.6
     config.log_every_steps = 1000
-    results = train.train_and_evaluate(config, str(tmp_path / "cloze"))
+    results = train.train_and_evaluate(config, str(tmp_path / "cloze"), devices=ONE_DEVICE)
     print(f"\nheld-out cloze exact match {results['eval']['exact_match']:.3f}")
     assert results["eval"]["exact_match"] >= 0.4
     predictions = json.loads((tmp_path / "cloze" / "predictions.json").read_text())

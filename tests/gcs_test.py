@@ -53,7 +53,7 @@ def _upload(local, remote: str) -> str:
 
 
 def _upload_corpus(bucket: str) -> str:
-    """500 documents of the built-in corpus as text files in the bucket, one gzipped: a glob."""
+    """The built-in corpus as two text files in the bucket, the second gzipped: a glob."""
     documents = ["\n".join(sentences) + "\n\n" for _, sentences in builtin_corpus.documents()]
     gfile.makedirs(f"{bucket}/corpus")
     with gfile.GFile(f"{bucket}/corpus/part0.txt", "w") as f:

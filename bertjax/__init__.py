@@ -6,7 +6,10 @@ The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_m
 `import bertjax` stays cheap and does not start jax.
 """
 
+from bertjax import tpu as _tpu
+
 __version__ = "0.1.0"
+_tpu.libtpu_without_tpu()
 
 # name -> the module that defines it; a task's notebook function lives with the task.
 _API = {

@@ -7,8 +7,9 @@
 
 Re-running the same command resumes from the workdir's latest checkpoint. On
 SIGTERM or Ctrl-C the run saves the step in hand and exits with status 75
-(`Preempted`); run the same command to go on. This is the only file that
-defines the training flags.
+(`Preempted`); run the same command to go on; the compiled steps come from
+JAX's compilation cache (config.compilation_cache_dir). This is the only file
+that defines the training flags.
 """
 
 import io
@@ -20,6 +21,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from bertjax import preemption, train
+from bertjax import workdir as workdir_lib
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -53,10 +55,22 @@ def initialize_distributed() -> None:
     )
 
 
+def compilation_cache_dir(config, workdir: str, current: str | None) -> str | None:
+    """Where JAX's persistent compilation cache goes, so that a restarted run loads its
+    compiled steps: config.compilation_cache_dir; if '', `current` (the directory
+    JAX_COMPILATION_CACHE_DIR names) or else WORKDIR/compilation_cache; None for 'off'."""
+    path = config.compilation_cache_dir
+    if path == "off":
+        return None
+    return path or current or os.path.join(workdir_lib.absolute(workdir), "compilation_cache")
+
+
 def main(argv):
     del argv  # cli.run refuses positional arguments
     if FLAGS.distributed:
         initialize_distributed()
+    cache = compilation_cache_dir(FLAGS.config, FLAGS.workdir, jax.config.jax_compilation_cache_dir)
+    jax.config.update("jax_compilation_cache_dir", cache)
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     task = train.task_of(FLAGS.config)

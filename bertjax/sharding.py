@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 from flax import linen as nn
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from data_pipeline.errors import UserError
@@ -78,12 +79,35 @@ def mesh_shape(mesh_config: Mapping[str, int], device_count: int) -> dict[str, i
     return {axis: sizes[axis] for axis in MESH_AXES}
 
 
+def check_platform(platform: str, devices) -> None:
+    """`config.platform` ('tpu', 'gpu', 'cpu' or 'any') against the devices a run found."""
+    found = devices[0].platform
+    if platform in ("any", found):
+        return
+    if platform not in ("tpu", "gpu", "cpu"):
+        raise MeshError(f"config.platform={platform!r}: must be one of tpu, gpu, cpu, any")
+    why = {
+        "tpu": "libtpu did not start: is jax[tpu] installed (pip install -e '.[tpu]') and is no "
+        "other process holding the TPU (/tmp/libtpu_lockfile)?",
+        "gpu": "the CUDA plugin did not start: is jax[cuda12] installed (pip install -e '.[gpu]')?",
+        "cpu": "this config is meant to run on the CPU",
+    }[platform]
+    raise MeshError(
+        f"config.platform={platform!r}, but this run found {len(devices)} {found} device(s): "
+        f"{why} (--config.platform={found} runs here anyway)"
+    )
+
+
 def make_mesh(mesh_config: Mapping[str, int], devices=None) -> Mesh:
     devices = jax.devices() if devices is None else devices
     shape = mesh_shape(mesh_config, len(devices))
     # Auto axes: the compiler propagates shardings from the logical annotations.
     auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
-    mesh = jax.make_mesh(tuple(shape.values()), MESH_AXES, devices=devices, axis_types=auto)
+    slices = len({getattr(device, "slice_index", 0) for device in devices})
+    if slices == 1:
+        mesh = jax.make_mesh(tuple(shape.values()), MESH_AXES, devices=devices, axis_types=auto)
+    else:
+        mesh = Mesh(_multislice_devices(shape, devices, slices), MESH_AXES, axis_types=auto)
     # Each host reads its own rows (make_global_batch), so the devices that hold
     # the same rows of a batch, along the tensor axis, must be on one host.
     for row in mesh.devices.reshape(data_parallel_size(mesh), -1):
@@ -95,6 +119,19 @@ def make_mesh(mesh_config: Mapping[str, int], devices=None) -> Mesh:
                 f"within a host ({jax.local_device_count()} devices)"
             )
     return mesh
+
+
+def _multislice_devices(shape: dict[str, int], devices, slices: int) -> np.ndarray:
+    """Slices talk over the data-center network, far slower than the chips' links within a
+    slice, so only the data axis, whose one all-reduce per step is the least traffic,
+    spans slices (Cloud TPU Multislice); fsdp and tensor stay within each slice."""
+    if shape["data"] % slices:
+        raise MeshError(
+            f"config.mesh: the data axis ({shape['data']}) must be a multiple of the "
+            f"{slices} slices, which only it spans"
+        )
+    within = (shape["data"] // slices, shape["fsdp"], shape["tensor"])
+    return mesh_utils.create_hybrid_device_mesh(within, (slices, 1, 1), devices)
 
 
 def data_parallel_size(mesh: Mesh) -> int:

@@ -106,12 +106,18 @@ LOOP_KEYS = (
     "checkpoints_to_keep",
     "log_every_steps",
     "preemption_save_seconds",
+    "platform",
+    "compilation_cache_dir",
     "init_checkpoint",
     "mesh",
     "model",
     "data",
     "optimizer",
 )
+
+
+# What config.platform may say: a jax platform name, or any.
+PLATFORMS = ("tpu", "gpu", "cpu", "any")
 
 
 def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
@@ -129,6 +135,10 @@ def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
     if not config.preemption_save_seconds > 0:
         raise ConfigError(
             f"config.preemption_save_seconds={config.preemption_save_seconds}: must be above 0"
+        )
+    if config.platform not in PLATFORMS:
+        raise ConfigError(
+            f"config.platform={config.platform!r}: must be one of {', '.join(PLATFORMS)}"
         )
     for path, value in _leaves(config.to_dict(), "config"):
         if isinstance(value, float) and not math.isfinite(value):

@@ -160,6 +160,8 @@ def build_run(
     shardings; compiles nothing. `devices` defaults to all devices; the mesh uses exactly these.
     """
     task = task or task_of(config)
+    devices = jax.devices() if devices is None else devices
+    sharding.check_platform(config.platform, devices)
     setup = task.setup(config, workdir)
     mesh = sharding.make_mesh(config.mesh, devices)
     for key in ("train_batch_size", "eval_batch_size"):

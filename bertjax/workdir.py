@@ -302,6 +302,8 @@ RESUMABLE_CHANGES = (
     "checkpoint_every_steps",
     "checkpoints_to_keep",
     "preemption_save_seconds",
+    "platform",
+    "compilation_cache_dir",
     "mesh.",
 )
 

@@ -39,6 +39,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 0
     config.checkpoints_to_keep = 1
     config.log_every_steps = 50
+    # The devices this config is meant for: tpu, gpu, cpu or any. A run that finds
+    # another kind stops before compiling (a TPU VM whose libtpu failed to load
+    # would otherwise train on its CPU).
+    config.platform = "any"
+    # JAX's persistent compilation cache, so a restarted run does not compile
+    # again: a path or gs:// URL, 'off', or '' for the one JAX_COMPILATION_CACHE_DIR
+    # names, else WORKDIR/compilation_cache.
+    config.compilation_cache_dir = ""
     # On SIGTERM or Ctrl-C: the longest wait for the checkpoint of the step in hand.
     config.preemption_save_seconds = 25.0
     # A pretraining workdir or `python -m bertjax.convert import` output: architecture,

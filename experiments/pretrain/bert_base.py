@@ -80,6 +80,8 @@ def get_config() -> ml_collections.ConfigDict:
     """tiny_cpu.py's config with the paper's values (data_pipeline/config.py comments the
     data keys)."""
     config = tiny_cpu.get_config()
+    # A TPU VM whose TPU did not start stops at once instead of training on its CPU.
+    config.platform = "tpu"
     config.num_train_steps = PHASE1_STEPS
     config.train_batch_size = 256  # global, over all hosts (paper: 256 sequences)
     config.eval_batch_size = 256

@@ -60,6 +60,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1000
     config.checkpoints_to_keep = 2
     config.log_every_steps = 100
+    # The devices this config is meant for: tpu, gpu, cpu or any. A run that finds
+    # another kind stops before compiling (a TPU VM whose libtpu failed to load
+    # would otherwise train on its CPU).
+    config.platform = "any"
+    # JAX's persistent compilation cache, so a restarted run does not compile
+    # again: a path or gs:// URL, 'off', or '' for the one JAX_COMPILATION_CACHE_DIR
+    # names, else WORKDIR/compilation_cache.
+    config.compilation_cache_dir = ""
     # On SIGTERM or Ctrl-C: the longest wait for the checkpoint of the step in
     # hand (spot and preemptible VMs get 30 s between SIGTERM and the end).
     config.preemption_save_seconds = 25.0

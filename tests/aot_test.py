@@ -1,0 +1,102 @@
+"""bertjax.aot: the real train and eval steps compiled by the TPU compiler (libtpu) on this CPU."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bertjax import aot
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TINY = "experiments/pretrain/tiny_cpu.py"
+
+
+def run_aot(*args, timeout=300):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-m", "bertjax.aot", "--config", TINY, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def our_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_tiny_config_on_a_v5e_slice():
+    result = run_aot("--topology", "v5e-8", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    r = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (r["accelerator_type"], r["chips"], r["hosts"]) == ("v5litepod-8", 8, 1)
+    assert r["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert r["fits"] and r["eval_fits"]
+    # The state (parameters and two Adam moments, float32, replicated) is an argument on
+    # every chip: 3 x 4 bytes x the 1.0M parameters of BERT-Tiny with a 4,096 vocabulary.
+    assert 11e6 < r["hbm_argument_bytes"] < 14e6
+    assert r["hbm_peak_bytes"] > r["hbm_argument_bytes"]
+    # The compiler's FLOPs are the analytic matmul count plus what is not a matmul.
+    assert 0.9 < r["xla_flops_per_step"] / r["analytic_flops_per_step"] < 1.3
+    assert r["xla_flops_per_step"] == pytest.approx(8 * r["xla_flops_per_chip"])
+    assert r["roofline_step_s"] > 0 and 0 < r["roofline_mfu"] < 1
+    assert r["roofline_tokens_per_s"] == pytest.approx(32 * 128 / r["roofline_step_s"])
+
+
+def test_multislice_report():
+    result = run_aot("--topology", "v6e-8", "--num_slices", "2", "--noeval")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("v6e-8 x 2 slices: 16 chips, 2 host(s), mesh {'data': 16")
+    assert any(line.startswith("HBM per chip   peak") for line in lines)
+    assert lines[-1] == "fits"
+
+
+def test_a_step_that_does_not_fit_names_the_keys_to_change():
+    # 65,536 sequences of 128 per v5e chip: far more than its 16 GiB.
+    result = run_aot("--topology", "v5e-8", "--noeval", "--config.train_batch_size=524288")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "does not fit"
+    (error,) = our_lines(result.stderr)
+    assert "does not fit in the HBM of a v5e chip" in error
+    assert "config.train_batch_size" in error and "config.optimizer.num_microbatches" in error
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topology", "v3-8"], "error: --topology=v3-8: not a TPU slice"),
+        (["--topology", "v5p-8", "--config.platform=cpu"], "error: config.platform='cpu', but"),
+        (["--topology", "v5p-8", "--config.train_batch_size=6"], "is not divisible"),
+        (["--topology", "v5p-16", "--config.train_batch_size=1"], "not divisible by the 2 hosts"),
+    ],
+)
+def test_bad_input_is_one_line(args, message):
+    result = run_aot(*args)
+    assert result.returncode == 2, result.stderr[-3000:]
+    (error,) = our_lines(result.stderr)
+    assert message in error
+
+
+@pytest.mark.parametrize("limit", [0, 1, 3, 4, 5, 7, 8, 9, 31, 32, 100, 1000])
+@pytest.mark.parametrize("start", [1, 4, 16])
+def test_largest_fitting_finds_the_limit(limit, start):
+    probed = []
+
+    def fits(batch):
+        probed.append(batch)
+        return batch <= limit
+
+    found = aot.largest_fitting(fits, step=1, start=start, start_fits=start <= limit)
+    assert found == limit
+    assert len(probed) <= 2 * max(limit, start).bit_length() + 2
+
+
+def test_largest_fitting_keeps_to_multiples_of_the_microbatches():
+    found = aot.largest_fitting(lambda b: b <= 22, step=4, start=8, start_fits=True)
+    assert found == 20

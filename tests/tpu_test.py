@@ -1,0 +1,83 @@
+"""bertjax.tpu: slice names, shapes and hosts as Google's tables give them; each chip's limits."""
+
+import numpy as np
+import pytest
+
+from bertjax import tpu
+
+
+@pytest.mark.parametrize(
+    "name, accelerator_type, chips, topology, hosts",
+    [
+        # v4 and v5p name TensorCores (two per chip), v5e and v6e name chips.
+        ("v4-8", "v4-8", 4, "2x2x1", 1),
+        ("v4-32", "v4-32", 16, "2x2x4", 4),
+        ("v4-128", "v4-128", 64, "4x4x4", 16),
+        ("v5p-8", "v5p-8", 4, "2x2x1", 1),
+        ("v5p-16", "v5p-16", 8, "2x2x2", 2),
+        ("v5p-32", "v5p-32", 16, "2x2x4", 4),
+        ("v5e-8", "v5litepod-8", 8, "2x4", 1),
+        ("v5litepod-16", "v5litepod-16", 16, "4x4", 4),
+        ("v5e-256", "v5litepod-256", 256, "16x16", 64),
+        ("v6e-8", "v6e-8", 8, "2x4", 1),
+        ("v6e-32", "v6e-32", 32, "4x8", 8),
+    ],
+)
+def test_slices(name, accelerator_type, chips, topology, hosts):
+    tpu_slice = tpu.parse(name)
+    assert tpu_slice.accelerator_type == accelerator_type
+    assert tpu_slice.chips == chips
+    assert tpu_slice.topology == topology
+    assert tpu_slice.hosts == hosts
+
+
+def test_multislice_multiplies_chips_and_hosts():
+    tpu_slice = tpu.parse("v5e-16", num_slices=4)
+    assert (tpu_slice.devices_count, tpu_slice.hosts) == (64, 16)
+    assert tpu_slice.name == "v5e-16 x 4 slices"
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("v3-8", "not a TPU slice"),
+        ("v5p-6", "no v5p slice has that size"),
+        ("v5e-12", "no v5e slice has that size"),
+        ("v4-4", "no v4 slice has that size"),
+        ("tpu", "not a TPU slice"),
+    ],
+)
+def test_unknown_slices_are_one_line(name, message):
+    with pytest.raises(tpu.SliceError, match=message) as error:
+        tpu.parse(name, option="--accelerator_type")
+    assert str(error.value).startswith(f"--accelerator_type={name}:")
+
+
+def test_chip_figures_are_googles():
+    # Peak bf16 FLOP/s, HBM and its bandwidth per chip (Cloud TPU documentation).
+    assert tpu.CHIPS["v4"].peak_flops == 275e12
+    assert tpu.CHIPS["v5e"].hbm_bandwidth == 819e9
+    assert tpu.CHIPS["v5p"].peak_flops == 459e12
+    assert tpu.CHIPS["v6e"].hbm_bytes == 32 * 2**30
+
+
+def test_compile_only_devices_have_the_slice_shape():
+    devices = tpu.parse("v5p-16").compile_devices()
+    assert len(devices) == 8  # one megacore device per chip
+    assert {device.process_index for device in devices} == {0, 1}
+    assert tpu.chip_of(devices[0]) is tpu.CHIPS["v5p"]
+    devices = tpu.parse("v6e-8", num_slices=2).compile_devices()
+    assert len(devices) == 16
+    assert {device.slice_index for device in devices} == {0, 1}
+
+
+def test_multislice_mesh_spans_slices_along_the_data_axis_only():
+    from bertjax import sharding
+
+    devices = tpu.parse("v6e-8", num_slices=2).compile_devices()
+    mesh = sharding.make_mesh({"data": -1, "fsdp": 2, "tensor": 1}, devices)
+    assert dict(mesh.shape) == {"data": 8, "fsdp": 2, "tensor": 1}
+    slices = np.vectorize(lambda device: device.slice_index)(mesh.devices)
+    assert (slices[:4] == 0).all() and (slices[4:] == 1).all()
+    with pytest.raises(sharding.MeshError, match="must be a multiple of the 2 slices"):
+        sharding.make_mesh({"data": 1, "fsdp": -1, "tensor": 1}, devices)

@@ -8,10 +8,17 @@ import sys
 
 import pytest
 
-from bertjax import aot
+from bertjax import aot, tpu
+from data_pipeline.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = "experiments/pretrain/tiny_cpu.py"
+
+
+def tiny_config():
+    from experiments.pretrain import tiny_cpu
+
+    return tiny_cpu.get_config()
 
 
 def run_aot(*args, timeout=300):
@@ -49,9 +56,9 @@ def test_tiny_config_on_a_v5e_slice():
 
 
 def test_multislice_report():
-    result = run_aot("--topology", "v6e-8", "--num_slices", "2", "--noeval")
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.strip().splitlines()
+    config = tiny_config()
+    report = aot.compile_report(config, tpu.parse("v6e-8", num_slices=2), with_eval=False)
+    lines = aot.format_report(report).splitlines()
     assert lines[0].startswith("v6e-8 x 2 slices: 16 chips, 2 host(s), mesh {'data': 16")
     assert any(line.startswith("HBM per chip   peak") for line in lines)
     assert lines[-1] == "fits"
@@ -67,20 +74,26 @@ def test_a_step_that_does_not_fit_names_the_keys_to_change():
     assert "config.train_batch_size" in error and "config.optimizer.num_microbatches" in error
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--topology", "v3-8"], "error: --topology=v3-8: not a TPU slice"),
-        (["--topology", "v5p-8", "--config.platform=cpu"], "error: config.platform='cpu', but"),
-        (["--topology", "v5p-8", "--config.train_batch_size=6"], "is not divisible"),
-        (["--topology", "v5p-16", "--config.train_batch_size=1"], "not divisible by the 2 hosts"),
-    ],
-)
-def test_bad_input_is_one_line(args, message):
-    result = run_aot(*args)
+def test_an_unknown_slice_is_one_line():
+    result = run_aot("--topology", "v3-8")
     assert result.returncode == 2, result.stderr[-3000:]
     (error,) = our_lines(result.stderr)
-    assert message in error
+    assert error.startswith("error: --topology=v3-8: not a TPU slice")
+
+
+@pytest.mark.parametrize(
+    "overrides, topology, message",
+    [
+        ({"platform": "cpu"}, "v5p-8", "config.platform='cpu', but this run found 4 tpu device"),
+        ({"train_batch_size": 6}, "v5p-8", "is not divisible by the data-parallel size 4"),
+        ({"train_batch_size": 1}, "v5p-16", "not divisible by the 2 hosts of v5p-16"),
+    ],
+)
+def test_configs_that_cannot_run_there_fail_before_compiling(overrides, topology, message):
+    config = tiny_config()
+    config.update(overrides)
+    with pytest.raises(UserError, match=message):
+        aot.compile_report(config, tpu.parse(topology))
 
 
 @pytest.mark.parametrize("limit", [0, 1, 3, 4, 5, 7, 8, 9, 31, 32, 100, 1000])

@@ -20,6 +20,8 @@ TINY = "experiments/pretrain/tiny_cpu.py"
 TOOLS = (
     "bertjax.main",
     "bertjax.benchmark",
+    "bertjax.aot",
+    "bertjax.launch",
     "bertjax.convert",
     "bertjax.predict",
     "data_pipeline.benchmark",

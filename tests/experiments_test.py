@@ -16,7 +16,7 @@ import pytest
 from flax import linen as nn
 
 from bertjax import model as model_lib
-from bertjax import optim, pretraining, sharding, train
+from bertjax import optim, pretraining, sharding, tpu, train
 from bertjax import workdir as workdir_lib
 from data_pipeline import config as data_config_lib
 
@@ -181,9 +181,17 @@ def test_encoder_parameter_count_is_published(name):
     assert np.dtype(model_config.param_dtype) == np.float32
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_platform(name):
+    # The paper's configs are for TPUs; a TPU VM whose TPU did not start must not train on CPU.
+    expected = "any" if name == "tiny_cpu" else "tpu"
+    assert load(name).get_config().platform == expected
+
+
 @pytest.mark.parametrize("name", [name for name in NAMES if name != "tiny_cpu"])
 def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
-    """build_run's every check (vocab size, mesh, shardings) on 8 fake devices; compiles nothing.
+    """build_run's every check (platform, vocab size, mesh, shardings) on the 8 chips of a
+    v5e-8 (the TPU compiler's devices, no TPU needed); compiles nothing.
 
     A phase-2 config's init_checkpoint becomes a directory holding its phase 1's
     model config, so the trainer's same-shapes check runs too.
@@ -201,6 +209,8 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
             pretraining.describe(phase1.data),
         )
         config.init_checkpoint = str(init_dir)
-    run = train.build_run(config, str(tmp_path / "workdir"), devices=jax.devices()[:8])
+    devices = tpu.parse("v5e-8").compile_devices()
+    run = train.build_run(config, str(tmp_path / "workdir"), devices=devices)
+    assert run.mesh.devices.size == 8
     assert run.setup.model_config.vocab_size == 30522
     assert run.setup.data.max_seq_length == config.data.max_seq_length

@@ -1,7 +1,7 @@
 """BERT-Base pretraining, phase 1: the paper's recipe at sequence length 128.
 
     python -m bertjax.main --config experiments/pretrain/bert_base.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_base --distributed
+        --workdir gs://YOUR_BUCKET/runs/bert_base --distributed
 
 Hardware: a Cloud TPU v4-32 slice (16 chips, 4 hosts), the paper's 16 TPU chips;
 any TPU or GPU setup whose device count divides the batch of 256 runs it unchanged
@@ -31,11 +31,9 @@ Paths to override (every YOUR_BUCKET):
 - `data.tfds_data_dir`: a TFDS data dir holding wikipedia/20230601.en, prepared
   once with `tfds build wikipedia/20230601.en --data_dir gs://YOUR_BUCKET/tensorflow_datasets`
   (a Beam dataset: for the English dump use a distributed runner such as Dataflow).
-- The workdir, `data.vocab_file` and phase 2's `init_checkpoint` are read and
-  written with Python's local file API (bertjax/checkpoint.py, data_pipeline/vocab.py),
-  so they must be paths every host sees: a gcsfuse mount of the bucket
-  (`gcsfuse YOUR_BUCKET /gcs/YOUR_BUCKET` on each host) or an NFS share, not
-  gs:// URLs. TFDS and TFRecords are read through TensorFlow, which takes gs://.
+- The workdir and phase 2's `init_checkpoint`: gs:// URLs, which every host
+  reads and writes directly (README, "Cloud Storage"); a multi-host run needs a
+  workdir every host sees.
 
 Data: the paper used BooksCorpus + English Wikipedia. TFDS has no BookCorpus with
 document boundaries, so this config reads Wikipedia from TFDS and masks online
@@ -100,7 +98,7 @@ def get_config() -> ml_collections.ConfigDict:
     # 1% of the articles (tens of thousands) held out: far more than num_eval_steps
     # needs, and each evaluation scans the split only until it has enough.
     data.eval_fraction = 0.01
-    data.vocab_file = "/gcs/YOUR_BUCKET/bert/uncased_L-12_H-768_A-12/vocab.txt"
+    data.vocab_file = "gs://YOUR_BUCKET/bert/uncased_L-12_H-768_A-12/vocab.txt"
     # 30,522, the released vocabulary's size; config.model.vocab_size follows it.
     data.vocab_size = 30522
     # Per host. Wikipedia comes roughly in article-id order; a large document

@@ -1,8 +1,8 @@
 """BERT-Base pretraining, phase 2: 100,000 steps at sequence length 512 from phase 1.
 
     python -m bertjax.main --config experiments/pretrain/bert_base_phase2.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_base_phase2 --distributed \
-        --config.init_checkpoint=/gcs/YOUR_BUCKET/runs/bert_base
+        --workdir gs://YOUR_BUCKET/runs/bert_base_phase2 --distributed \
+        --config.init_checkpoint=gs://YOUR_BUCKET/runs/bert_base
 
 Hardware: as phase 1 (experiments/pretrain/bert_base.py), a Cloud TPU v4-32 slice
 (16 chips, 4 hosts), the paper's 16 TPU chips; the device count must divide 256.
@@ -38,7 +38,7 @@ from experiments.pretrain import bert_base
 
 
 def get_config():
-    return phase2(bert_base.get_config(), init_checkpoint="/gcs/YOUR_BUCKET/runs/bert_base")
+    return phase2(bert_base.get_config(), init_checkpoint="gs://YOUR_BUCKET/runs/bert_base")
 
 
 def phase2(config, *, init_checkpoint: str):

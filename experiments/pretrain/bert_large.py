@@ -1,7 +1,7 @@
 """BERT-Large pretraining, phase 1: the paper's recipe at sequence length 128.
 
     python -m bertjax.main --config experiments/pretrain/bert_large.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_large --distributed
+        --workdir gs://YOUR_BUCKET/runs/bert_large --distributed
 
 Hardware: a Cloud TPU v4-128 slice (64 chips, 16 hosts), the paper's 64 TPU
 chips; a v3-128 (64 chips, 128 cores) works too. The device count must divide

@@ -1,8 +1,8 @@
 """BERT-Large pretraining, phase 2: 100,000 steps at sequence length 512 from phase 1.
 
     python -m bertjax.main --config experiments/pretrain/bert_large_phase2.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_large_phase2 --distributed \
-        --config.init_checkpoint=/gcs/YOUR_BUCKET/runs/bert_large
+        --workdir gs://YOUR_BUCKET/runs/bert_large_phase2 --distributed \
+        --config.init_checkpoint=gs://YOUR_BUCKET/runs/bert_large
 
 Hardware: as phase 1 (experiments/pretrain/bert_large.py), a Cloud TPU v4-128
 slice (64 chips, 16 hosts), the paper's 64 TPU chips.
@@ -26,5 +26,5 @@ from experiments.pretrain import bert_base_phase2, bert_large
 
 def get_config():
     return bert_base_phase2.phase2(
-        bert_large.get_config(), init_checkpoint="/gcs/YOUR_BUCKET/runs/bert_large"
+        bert_large.get_config(), init_checkpoint="gs://YOUR_BUCKET/runs/bert_large"
     )

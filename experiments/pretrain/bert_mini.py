@@ -1,7 +1,7 @@
 """BERT-Mini (L=4, H=256, A=4; Turc et al.) pretrained with BERT-Base's phase-1 recipe.
 
     python -m bertjax.main --config experiments/pretrain/bert_mini.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_mini
+        --workdir gs://YOUR_BUCKET/runs/bert_mini
 
 Hardware: one host: a Cloud TPU v4-8 (4 chips), or one GPU with bfloat16
 (A100, H100). The device count must divide the batch of 256; add

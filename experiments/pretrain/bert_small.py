@@ -1,7 +1,7 @@
 """BERT-Small (L=4, H=512, A=8; Turc et al.) pretrained with BERT-Base's phase-1 recipe.
 
     python -m bertjax.main --config experiments/pretrain/bert_small.py \
-        --workdir /gcs/YOUR_BUCKET/runs/bert_small
+        --workdir gs://YOUR_BUCKET/runs/bert_small
 
 Hardware: one host: a Cloud TPU v4-8 (4 chips), or one GPU with bfloat16
 (A100, H100). The device count must divide the batch of 256; add
@@ -26,8 +26,8 @@ Everything but the model size is bert_base.py's, which documents the data and
 the paths to override. Positions beyond 128 stay untrained; for longer inputs,
 run phase 2 with the same preset:
 `python -m bertjax.main --config experiments/pretrain/bert_base_phase2.py
---config.model.preset=small --config.init_checkpoint=/gcs/YOUR_BUCKET/runs/bert_small
---workdir /gcs/YOUR_BUCKET/runs/bert_small_phase2`.
+--config.model.preset=small --config.init_checkpoint=gs://YOUR_BUCKET/runs/bert_small
+--workdir gs://YOUR_BUCKET/runs/bert_small_phase2`.
 """
 
 from experiments.pretrain import bert_base

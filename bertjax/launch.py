@@ -1,0 +1,690 @@
+r"""Trains on Cloud TPU from your machine: creates a slice, ships the code, starts and stops runs.
+
+    python -m bertjax.launch create --name NAME --zone ZONE --accelerator_type v5p-32 \
+        [--spot | --reserved] [--queued] [--num_slices N] [--project P]
+    python -m bertjax.launch setup --name NAME --zone ZONE
+    python -m bertjax.launch run --name NAME --zone ZONE --accelerator_type v5p-32 \
+        --config experiments/pretrain/bert_base.py --workdir gs://BUCKET/runs/base \
+        [--override KEY=VALUE ...]
+    python -m bertjax.launch logs --name NAME --zone ZONE [--lines N] [--follow]
+    python -m bertjax.launch status|stop|delete --name NAME --zone ZONE
+    python -m bertjax.launch create ... --startup_script --config FILE --workdir gs://...
+    python -m bertjax.launch run|status|logs|stop|delete --xpk_cluster CLUSTER ...
+
+Each subcommand is a short sequence of `gcloud` commands (`xpk` and `kubectl`
+with --xpk_cluster). --dry_run prints them, one per line as a shell would run
+them, and runs nothing. Otherwise they run one after the other, and the first
+that fails stops the rest: `error: gcloud ... exited with status N`, exit
+status 2. A bad flag is reported in one line before anything runs. Give every
+subcommand the same --name, --zone and --project, and --queued or --num_slices
+for a queued resource.
+
+create: a TPU VM (`gcloud compute tpus tpu-vm create`), or with --queued a
+    queued resource, as multislice (--num_slices > 1) always is; --spot or
+    --reserved picks the capacity, --runtime_version the image (the chip's
+    default from bertjax.tpu).
+setup: packs this checkout's files that git does not ignore (`git ls-files
+    --cached --others --exclude-standard`: new files too; and --config if
+    given), copies them to every worker, unpacks them into ~/bertjax (over
+    what is there) and installs the pinned environment there:
+    `pip install -r requirements.txt` and `pip install -e .[tpu]` in
+    ~/bertjax/.venv. The TPU images are Ubuntu 22.04, whose python3 is 3.10;
+    bertjax needs 3.11, so setup installs python3.11 from apt where python3 is
+    older.
+run: on every worker, stops the training left from before (SIGTERM, SIGKILL
+    after --stop_timeout_s, then whatever else holds the TPU), removes libtpu's
+    lock file and starts `bertjax.main` detached, appending to
+    ~/bertjax/logs/run-HOSTNAME.log. On a slice of several hosts it adds
+    --distributed, and the workdir must be in gs://: the hosts share no disk
+    (a local workdir is relative to ~/bertjax). --config is a file of this
+    checkout, shipped by setup. Running `run` again resumes from the workdir's
+    latest checkpoint.
+status: the TPU's state, then on every worker the training process and the
+    last lines of its log.
+logs: the last --lines of every worker's log; --follow follows worker 0's.
+stop: SIGTERM to the training on every worker: bertjax saves the step in hand
+    and exits (status 75). Waits up to --stop_timeout_s for that; `run` resumes.
+delete: the TPU VM, or the queued resource with its nodes.
+
+--startup_script (create, with --config and a gs:// --workdir): the VM gets a
+    boot script that trains by itself, so that a spot slice that is restarted,
+    or preempted and created again, resumes from its latest checkpoint with
+    nobody logging in. create uploads the code to WORKDIR/code/bertjax.tar.gz.
+    At every boot the script, as root, fetches it into /opt/bertjax if missing
+    (waiting for Cloud Storage to answer), installs the environment if missing,
+    frees the TPU and starts training, logging to /opt/bertjax/logs, which
+    status and logs read too. A run that fails is retried 3 times, 5 minutes
+    apart: the workdir lease of a run killed without warning goes stale after
+    10 minutes (bertjax.workdir). The code is fetched once per disk: to change
+    it, delete and create again.
+
+--xpk_cluster (run, status, logs, stop, delete): on a GKE cluster made with
+    `xpk cluster create` instead of TPU VMs. run is `xpk workload create`: every
+    host of the --num_slices slices runs bertjax.main in --docker_image, an
+    image with this checkout as its working directory and the environment
+    installed. JobSet restarts the workload up to --max_restarts times after a
+    failure, a preemption included (exit status 75), and each restart resumes
+    from the gs:// workdir. status is `xpk workload list`, logs is kubectl's,
+    stop and delete are `xpk workload delete` (the pods get SIGTERM and
+    --stop_timeout_s to save).
+"""
+
+import dataclasses
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+from absl import flags
+
+from bertjax import tpu
+from data_pipeline import cli
+from data_pipeline.errors import UserError
+
+FLAGS = flags.FLAGS
+
+SUBCOMMANDS = ("create", "setup", "run", "status", "logs", "stop", "delete")
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# Files the launcher makes; dry runs show these names instead of temporary paths.
+ARCHIVE = "<bertjax.tar.gz>"
+STARTUP_SCRIPT = "<startup.sh>"
+# Where the code, its venv and the logs live on a worker: the ssh user's home for
+# setup and run, a root-owned directory for the startup script, which runs as root.
+HOME_DIR = "~/bertjax"
+BOOT_DIR = "/opt/bertjax"
+LOGS = f"{HOME_DIR}/logs/*.log {BOOT_DIR}/logs/*.log"
+# What pkill and pgrep look for. The brackets keep the pattern from matching the
+# remote shell whose command line holds it.
+TRAINING = '"[b]ertjax.main"'
+XPK_CONTAINER = "jax-tpu"  # xpk's default --docker-name
+INSTALL = {
+    "gcloud": "install the Google Cloud CLI: https://cloud.google.com/sdk/docs/install",
+    "xpk": "install it with `pip install xpk`",
+    "kubectl": "install it with `gcloud components install kubectl`",
+}
+
+
+class LaunchError(UserError):
+    """A launch that cannot go ahead: a bad flag or a missing tool."""
+
+
+class CommandFailed(LaunchError):
+    """One of the launch's commands exited with a failure."""
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("name", None, "The TPU VM, queued resource or xpk workload.")
+    flags.DEFINE_string("zone", None, "Its zone, e.g. us-central2-b.")
+    flags.DEFINE_string("project", None, "Google Cloud project; gcloud's default if not given.")
+    flags.DEFINE_string(
+        "accelerator_type", None, "TPU slice (create, run): v4-8, v5e-8, v5p-32, v6e-16, ..."
+    )
+    flags.DEFINE_integer("num_slices", 1, "Slices of a multislice queued resource.")
+    flags.DEFINE_bool("queued", False, "A queued resource rather than a TPU VM.")
+    flags.DEFINE_bool("spot", False, "create: spot capacity (preemptible, cheaper).")
+    flags.DEFINE_bool("reserved", False, "create: the project's reserved capacity.")
+    flags.DEFINE_string("runtime_version", None, "create: TPU VM image; the chip's default.")
+    flags.DEFINE_bool("startup_script", False, "create: a boot script that starts training.")
+    flags.DEFINE_string(
+        "config", None, "run, create --startup_script: experiment config file of this checkout."
+    )
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "run, create --startup_script: bertjax.main's --workdir; gs://... but on one host.",
+    )
+    flags.DEFINE_multi_string("override", [], "run: KEY=VALUE, passed on as --config.KEY=VALUE")
+    flags.DEFINE_integer("lines", 100, "logs: lines of each log to show.")
+    flags.DEFINE_bool("follow", False, "logs: follow worker 0's log.")
+    flags.DEFINE_integer("stop_timeout_s", 60, "Seconds a stopped run gets to save and exit.")
+    flags.DEFINE_string("xpk_cluster", None, "Run on this xpk GKE cluster instead of TPU VMs.")
+    flags.DEFINE_string("docker_image", None, "xpk: image with this checkout and its environment.")
+    flags.DEFINE_integer("max_restarts", 10, "xpk: restarts of the workload after a failure.")
+    flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclasses.dataclass
+class Plan:
+    """Commands to run in order, and the startup script they refer to, if any."""
+
+    commands: list[list[str]]
+    startup_script: str | None = None
+
+    def uses(self, placeholder: str) -> bool:
+        return any(placeholder in arg for command in self.commands for arg in command)
+
+    def dry_run_text(self) -> str:
+        lines = []
+        if self.uses(ARCHIVE):
+            lines.append(
+                f"# {ARCHIVE}: this checkout's files (git ls-files), packed by the launcher"
+            )
+        if self.startup_script is not None:
+            lines.append(f"# {STARTUP_SCRIPT}: the startup script, written by the launcher:")
+            lines += [f"#   {line}".rstrip() for line in self.startup_script.splitlines()]
+        lines += [shlex.join(command) for command in self.commands]
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What `bertjax.main` runs: arguments already checked, config relative to the repo."""
+
+    config: str
+    workdir: str
+    overrides: tuple[str, ...]
+    distributed: bool
+
+    def command(self, python: str) -> str:
+        args = ["--config", self.config, "--workdir", self.workdir]
+        args += ["--distributed"] * self.distributed
+        args += [f"--config.{override}" for override in self.overrides]
+        return f"{python} -m bertjax.main {shlex.join(args)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """How gcloud reaches a TPU VM or queued resource and its workers."""
+
+    name: str
+    zone: str
+    project: str | None
+    queued: bool
+
+    @property
+    def group(self) -> list[str]:
+        return ["gcloud", "compute", "tpus", "queued-resources" if self.queued else "tpu-vm"]
+
+    def where(self) -> list[str]:
+        return [f"--zone={self.zone}"] + ([f"--project={self.project}"] if self.project else [])
+
+    def workers(self, everywhere: bool) -> list[str]:
+        which = "all" if everywhere else "0"
+        return ([f"--node={which}"] if self.queued else []) + [f"--worker={which}"]
+
+    def ssh(self, command: str, *, everywhere: bool = True) -> list[str]:
+        return [
+            *self.group,
+            "ssh",
+            self.name,
+            *self.where(),
+            *self.workers(everywhere),
+            f"--command={command}",
+        ]
+
+    def scp(self, source: str, destination: str) -> list[str]:
+        return [
+            *self.group,
+            "scp",
+            source,
+            f"{self.name}:{destination}",
+            *self.where(),
+            *self.workers(True),
+        ]
+
+
+# ------------------------------------------------------------- what runs on the workers
+
+
+def install_steps(directory: str) -> list[str]:
+    """Shell commands, to join with &&, that install the pinned environment into
+    DIRECTORY/.venv; `directory` goes in unquoted, so that `~` expands."""
+    python = (
+        'if python3 -c "import sys; sys.exit(sys.version_info < (3, 11))"; then PY=python3; '
+        "else PY=python3.11; command -v python3.11 >/dev/null || "
+        "{ sudo apt-get -qq update && sudo DEBIAN_FRONTEND=noninteractive apt-get -qq "
+        "-o DPkg::Lock::Timeout=600 install -y python3.11 python3.11-venv; }; fi"
+    )
+    venv = f"{directory}/.venv"
+    return [
+        python,
+        f"{{ test -x {venv}/bin/python || $PY -m venv {venv}; }}",
+        f"{venv}/bin/pip install -q --upgrade pip",
+        f"{venv}/bin/pip install -q -r {directory}/requirements.txt",
+        f'{venv}/bin/pip install -q -e {directory}"[tpu]"',
+        f"touch {venv}/.installed",
+    ]
+
+
+def free_tpu_steps(stop_timeout_s: int) -> list[str]:
+    """Shell commands, to join with ;, that stop the training left from before (giving it
+    `stop_timeout_s` to save) and free the TPU."""
+    return [
+        f"sudo pkill -TERM -f {TRAINING}",
+        wait_for_exit(stop_timeout_s),
+        f"sudo pkill -KILL -f {TRAINING}",
+        *release_tpu_steps("sudo "),
+        'echo "$(hostname): TPU free"',
+    ]
+
+
+def release_tpu_steps(sudo: str) -> list[str]:
+    """Ends whatever holds the TPU at once, and removes libtpu's lock file, which would
+    keep the next process off the TPU."""
+    return [
+        f"{sudo}lsof -t /dev/accel* /dev/vfio/[0-9]* 2>/dev/null | xargs -r {sudo}kill -9",
+        f"{sudo}rm -f /tmp/libtpu_lockfile",
+    ]
+
+
+def wait_for_exit(timeout_s: int) -> str:
+    return f"for i in $(seq {timeout_s}); do pgrep -f {TRAINING} >/dev/null || break; sleep 1; done"
+
+
+def tail_logs(lines: int, follow: bool = False) -> str:
+    follow_flag = " -F" if follow else ""
+    return (
+        f"logs=$(ls {LOGS} 2>/dev/null); "
+        f'if [ -z "$logs" ]; then echo "$(hostname): no logs yet"; '
+        f"else tail -v -n {lines}{follow_flag} $logs; fi"
+    )
+
+
+def startup_script(name: str, training: Training, code_url: str) -> str:
+    """The boot script of `create --startup_script` (see the module docstring)."""
+    directory = BOOT_DIR
+    install = " &&\n    ".join(install_steps(directory))
+    release_tpu = "\n".join(release_tpu_steps(sudo=""))
+    train = training.command(f"{directory}/.venv/bin/python")
+    return f"""\
+#!/bin/bash
+# The startup script of TPU {name}, written by `python -m bertjax.launch create
+# --startup_script`. It runs as root at every boot of every worker and starts or
+# resumes training.
+mkdir -p {directory}/logs
+exec >>{directory}/logs/startup-$(hostname).log 2>&1
+echo "boot at $(date)"
+# gcloud is a snap on TPU VM images; a boot script's PATH may lack /snap/bin.
+export PATH="$PATH:/snap/bin"
+
+# The code, once per disk: a VM created again after a preemption has a new disk.
+until [ -f {directory}/setup.cfg ]; do
+  gcloud storage cp {shlex.quote(code_url)} /tmp/bertjax.tar.gz &&
+    tar -xzf /tmp/bertjax.tar.gz -C {directory} || sleep 30
+done
+
+# The environment, once: .venv/.installed marks a finished install.
+if [ ! -f {directory}/.venv/.installed ]; then
+  rm -rf {directory}/.venv
+  {install} || exit 1
+fi
+
+# Nothing from before may hold the TPU. (No `pkill -f` here: this script's own
+# text, which a shell may hold in its command line, names the training.)
+{release_tpu}
+
+# Training resumes from the workdir's latest checkpoint. Status 75 is a stop request
+# (`launch stop`, or a shutdown), 137 and 143 a kill: the next boot or `launch run`
+# goes on. Other failures are retried: a run killed without warning holds the
+# workdir's lease for 10 minutes.
+train() {{
+  for attempt in 1 2 3 4; do
+    {train} && return
+    status=$?
+    case $status in 75|137|143) return ;; esac
+    echo "training exited with status $status (attempt $attempt of 4)"
+    [ $attempt -lt 4 ] && sleep 300
+  done
+}}
+cd {directory} && train >>{directory}/logs/run-$(hostname).log 2>&1 </dev/null &
+"""
+
+
+# ------------------------------------------------------------------- the subcommands
+
+
+def create(target: Target, tpu_slice: tpu.Slice, options, training: Training | None) -> Plan:
+    runtime = options.runtime_version or tpu_slice.chip.runtime_version
+    command = [*target.group, "create", target.name, *target.where()]
+    command += [f"--accelerator-type={tpu_slice.accelerator_type}"]
+    if not target.queued:
+        command += [f"--version={runtime}"]
+    elif tpu_slice.num_slices > 1:
+        command += [f"--runtime-version={runtime}"]
+        command += [f"--node-count={tpu_slice.num_slices}", f"--node-prefix={target.name}"]
+    else:
+        command += [f"--runtime-version={runtime}", f"--node-id={target.name}"]
+    command += ["--spot"] * options.spot + ["--reserved"] * options.reserved
+    if training is None:
+        return Plan([command])
+    code_url = code_archive_url(training.workdir)
+    command += [f"--metadata-from-file=startup-script={STARTUP_SCRIPT}"]
+    upload = ["gcloud", "storage", "cp", ARCHIVE, code_url]
+    upload += [f"--project={target.project}"] if target.project else []
+    return Plan([upload, command], startup_script(target.name, training, code_url))
+
+
+def code_archive_url(workdir: str) -> str:
+    return f"{workdir.rstrip('/')}/code/bertjax.tar.gz"
+
+
+def setup(target: Target) -> Plan:
+    unpack = [
+        # Over what is there: ~/bertjax also holds the venv, the logs and maybe a workdir.
+        f"mkdir -p {HOME_DIR}",
+        f"tar -xzf ~/bertjax.tar.gz -C {HOME_DIR}",
+        "rm ~/bertjax.tar.gz",
+    ]
+    steps = unpack + install_steps(HOME_DIR)
+    return Plan([target.scp(ARCHIVE, "bertjax.tar.gz"), target.ssh(" && ".join(steps))])
+
+
+def run(target: Target, training: Training, stop_timeout_s: int) -> Plan:
+    log = f"{HOME_DIR}/logs/run-$(hostname).log"
+    start = [
+        f"test -x {HOME_DIR}/.venv/bin/python || "
+        f'{{ echo "$(hostname): no {HOME_DIR}/.venv; run setup first" >&2; exit 1; }}',
+        f"mkdir -p {HOME_DIR}/logs",
+        f"cd {HOME_DIR}",
+        # setsid and nohup: training outlives the ssh session.
+        f"setsid nohup {training.command(f'{HOME_DIR}/.venv/bin/python')} "
+        f'>>{log} 2>&1 </dev/null & echo "$(hostname): started, logging to {log}"',
+    ]
+    # Two sessions: the shell that starts training must not be running when pkill looks.
+    return Plan(
+        [target.ssh("; ".join(free_tpu_steps(stop_timeout_s))), target.ssh("; ".join(start))]
+    )
+
+
+def status(target: Target) -> Plan:
+    describe = [*target.group, "describe", target.name, *target.where()]
+    describe += ["--format=yaml(state)" if target.queued else "--format=yaml(state,health)"]
+    processes = (
+        f'echo "== $(hostname)"; pgrep -af {TRAINING} || echo "$(hostname): no training process"'
+    )
+    return Plan([describe, target.ssh(f"{processes}; {tail_logs(5)}")])
+
+
+def logs(target: Target, lines: int, follow: bool) -> Plan:
+    return Plan([target.ssh(tail_logs(lines, follow), everywhere=not follow)])
+
+
+def stop(target: Target, stop_timeout_s: int) -> Plan:
+    command = (
+        f"if sudo pkill -TERM -f {TRAINING}; then {wait_for_exit(stop_timeout_s)}; "
+        f"if pgrep -f {TRAINING} >/dev/null; then "
+        f'echo "$(hostname): still running {stop_timeout_s} s after SIGTERM" >&2; exit 1; fi; '
+        f'echo "$(hostname): stopped"; else echo "$(hostname): no training process"; fi'
+    )
+    return Plan([target.ssh(command)])
+
+
+def delete(target: Target) -> Plan:
+    command = [*target.group, "delete", target.name, *target.where()]
+    command += ["--force", "--quiet"] if target.queued else ["--quiet"]
+    return Plan([command])
+
+
+# ----------------------------------------------------------------------------- xpk
+
+
+def xpk(subcommand: str, options, tpu_slice: tpu.Slice | None, training: Training | None) -> Plan:
+    where = [f"--cluster={options.xpk_cluster}"]
+    zone = [f"--zone={options.zone}"] + (
+        [f"--project={options.project}"] if options.project else []
+    )
+    if subcommand == "run":
+        command = ["xpk", "workload", "create", *where, f"--workload={options.name}"]
+        command += [
+            f"--tpu-type={tpu_slice.accelerator_type}",
+            f"--num-slices={tpu_slice.num_slices}",
+            f"--docker-image={options.docker_image}",
+            f"--max-restarts={options.max_restarts}",
+            # Without it xpk reports every exit as success, a preemption's 75 included.
+            "--restart-on-user-code-failure",
+            f"--termination-grace-period-seconds={options.stop_timeout_s}",
+            *zone,
+            f"--command={training.command('python3')}",
+        ]
+        return Plan([command])
+    if subcommand == "status":
+        return Plan([["xpk", "workload", "list", *where, f"--filter-by-job={options.name}", *zone]])
+    if subcommand in ("stop", "delete"):
+        command = ["xpk", "workload", "delete", *where, f"--workload={options.name}", *zone]
+        return Plan([command + ["--force"]])
+    # logs: kubectl, pointed at the cluster as xpk does (clusters are regional).
+    region = options.zone.rsplit("-", 1)[0]
+    credentials = ["gcloud", "container", "clusters", "get-credentials", options.xpk_cluster]
+    credentials += [f"--region={region}"]
+    credentials += [f"--project={options.project}"] if options.project else []
+    selector = f"jobset.sigs.k8s.io/jobset-name={options.name}"
+    if options.follow:  # worker 0 of slice 0
+        selector += ",jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"
+    command = ["kubectl", "logs", f"--selector={selector}", f"--container={XPK_CONTAINER}"]
+    command += ["--prefix", f"--tail={options.lines}"] + ["--follow"] * options.follow
+    return Plan([credentials, command])
+
+
+# ------------------------------------------------------------------- checking the flags
+
+
+def parse_subcommand(args: list[str]) -> str:
+    if not args:
+        raise LaunchError(f"no subcommand; give one of {', '.join(SUBCOMMANDS)}")
+    if args[0] not in SUBCOMMANDS:
+        raise LaunchError(f"unknown subcommand {args[0]!r}; one of {', '.join(SUBCOMMANDS)}")
+    if len(args) > 1:
+        raise LaunchError(f"unexpected argument {args[1]!r}: give one subcommand, then --flags")
+    return args[0]
+
+
+def check_name(name: str | None, *, xpk_workload: bool) -> str:
+    if not name:
+        raise LaunchError("--name: required (the TPU VM, queued resource or workload)")
+    limit = 40 if xpk_workload else 63
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) or len(name) > limit:
+        raise LaunchError(
+            f"--name={name}: use lowercase letters, digits and hyphens, starting with a letter "
+            f"and ending with a letter or digit, at most {limit} characters"
+        )
+    return name
+
+
+def check_slice(subcommand: str, options) -> tpu.Slice | None:
+    if options.accelerator_type is None:
+        if subcommand in ("create", "run"):
+            raise LaunchError(f"--accelerator_type: required for {subcommand} (e.g. v5p-32)")
+        return None
+    return tpu.parse(
+        options.accelerator_type, num_slices=options.num_slices, option="--accelerator_type"
+    )
+
+
+def check_training(options, tpu_slice: tpu.Slice, why_gcs: str | None, needs: str) -> Training:
+    """The training command's arguments; `why_gcs` says why the workdir must be in gs://,
+    `needs` what needs them."""
+    for flag in ("config", "workdir"):
+        if not getattr(options, flag):
+            raise LaunchError(f"--{flag}: required {needs}")
+    for override in options.override:
+        if not re.fullmatch(r"[A-Za-z_][\w.\[\]]*=.*", override, flags=re.DOTALL):
+            raise LaunchError(
+                f"--override={override}: not KEY=VALUE (e.g. --override train_batch_size=512)"
+            )
+    if why_gcs and not options.workdir.startswith("gs://"):
+        raise LaunchError(f"--workdir={options.workdir}: must be gs://BUCKET/...: {why_gcs}")
+    return Training(
+        config=repo_relative_config(options.config),
+        workdir=options.workdir,
+        overrides=tuple(options.override),
+        distributed=tpu_slice.hosts > 1,
+    )
+
+
+def repo_relative_config(config: str) -> str:
+    """`config` (a file, maybe with `:ARGUMENT`) as the workers see it: relative to the repo."""
+    file, colon, argument = config.partition(":")
+    path = pathlib.Path(file).expanduser()
+    found = next((p for p in (path, REPO / path) if p.is_file()), None)
+    if found is None:
+        raise LaunchError(f"--config={config}: no such file")
+    try:
+        relative = found.resolve().relative_to(REPO)
+    except ValueError:
+        raise LaunchError(
+            f"--config={config}: not in this checkout ({REPO}), so the workers do not have it"
+        ) from None
+    return relative.as_posix() + colon + argument
+
+
+def gcs_reason(subcommand: str, options, tpu_slice: tpu.Slice | None) -> str | None:
+    if options.xpk_cluster:
+        return "an xpk workload's pods keep no disk across restarts"
+    if subcommand == "create":
+        return "a VM created again after a preemption has a new disk, and the code is shipped there"
+    if tpu_slice.hosts > 1:
+        return f"the {tpu_slice.hosts} hosts of a {tpu_slice.name} slice share no disk"
+    return None
+
+
+def plan(subcommand: str, options) -> Plan:
+    check_name(options.name, xpk_workload=bool(options.xpk_cluster))
+    if not options.zone:
+        raise LaunchError("--zone: required (e.g. us-central2-b)")
+    if options.spot and options.reserved:
+        raise LaunchError("--spot and --reserved: choose one")
+    tpu_slice = check_slice(subcommand, options)
+    training = None
+    if options.xpk_cluster:
+        if subcommand in ("create", "setup"):
+            raise LaunchError(
+                f"--xpk_cluster: no {subcommand} for xpk; make the cluster with "
+                "`xpk cluster create`, and ship the code in --docker_image"
+            )
+        if options.spot or options.reserved:
+            raise LaunchError("--spot, --reserved: an xpk workload gets its cluster's capacity")
+        if subcommand == "run":
+            if not options.docker_image:
+                raise LaunchError("--docker_image: required with --xpk_cluster")
+            why = gcs_reason(subcommand, options, None)
+            training = check_training(options, tpu_slice, why, "for run")
+        return xpk(subcommand, options, tpu_slice, training)
+
+    queued = options.queued or options.num_slices > 1
+    target = Target(options.name, options.zone, options.project, queued)
+    if subcommand == "create":
+        if options.startup_script:
+            why = gcs_reason(subcommand, options, tpu_slice)
+            training = check_training(options, tpu_slice, why, "with --startup_script")
+        return create(target, tpu_slice, options, training)
+    if subcommand == "setup":
+        if options.config:  # shipped too
+            repo_relative_config(options.config)
+        return setup(target)
+    if subcommand == "run":
+        why = gcs_reason(subcommand, options, tpu_slice)
+        training = check_training(options, tpu_slice, why, "for run")
+        return run(target, training, options.stop_timeout_s)
+    if subcommand == "status":
+        return status(target)
+    if subcommand == "logs":
+        return logs(target, options.lines, options.follow)
+    if subcommand == "stop":
+        return stop(target, options.stop_timeout_s)
+    return delete(target)
+
+
+# ------------------------------------------------------------------------- running it
+
+
+def repository_files(extra: str | None = None) -> list[str]:
+    """This checkout's files that git does not ignore, and `extra` (relative to REPO)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        names = set(filter(None, listed.split("\0")))
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a git checkout
+        names = set(_walk(REPO))
+    if extra:
+        names.add(extra)
+    return sorted(name for name in names if (REPO / name).is_file())
+
+
+def _walk(root: pathlib.Path):
+    skipped = {".git", ".venv", ".venv-bench", "demo_out", "build", "__pycache__"}
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [
+            d
+            for d in subdirectories
+            if d not in skipped and not d.endswith((".egg-info", "_cache"))
+        ]
+        for file in files:
+            yield os.path.relpath(os.path.join(directory, file), root)
+
+
+def pack(path: str, names: list[str]) -> None:
+    with tarfile.open(path, "w:gz") as archive:
+        for name in names:
+            archive.add(REPO / name, arcname=name, recursive=False)
+
+
+def check_programs(commands: list[list[str]]) -> None:
+    for program in dict.fromkeys(command[0] for command in commands):
+        if shutil.which(program) is None:
+            raise LaunchError(f"{program}: not found on PATH; {INSTALL[program]}")
+
+
+def execute(plan: Plan, name: str, config: str | None) -> None:
+    check_programs(plan.commands)
+    with tempfile.TemporaryDirectory(prefix="bertjax-launch-") as scratch:
+        files = {}
+        if plan.uses(ARCHIVE):
+            names = repository_files(config and repo_relative_config(config).partition(":")[0])
+            files[ARCHIVE] = os.path.join(scratch, "bertjax.tar.gz")
+            pack(files[ARCHIVE], names)
+            megabytes = os.path.getsize(files[ARCHIVE]) / 2**20
+            print(
+                f"packed {len(names)} files ({megabytes:.1f} MiB) into {files[ARCHIVE]}", flush=True
+            )
+        if plan.startup_script is not None:
+            # Kept after the launch, for reading: the VM has its own copy.
+            script = pathlib.Path(tempfile.gettempdir()) / "bertjax-launch" / f"{name}-startup.sh"
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(plan.startup_script)
+            files[STARTUP_SCRIPT] = str(script)
+            print(f"startup script: {script}", flush=True)
+        for command in plan.commands:
+            for placeholder, path in files.items():
+                command = [arg.replace(placeholder, path) for arg in command]
+            print(f"+ {shlex.join(command)}", flush=True)
+            returncode = subprocess.run(command).returncode
+            if returncode != 0:
+                raise CommandFailed(f"{_short(command)} exited with status {returncode}")
+
+
+def _short(command: list[str]) -> str:
+    """The command up to its first option: `gcloud compute tpus tpu-vm ssh NAME`."""
+    words = []
+    for arg in command:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+    return shlex.join(words)
+
+
+def main(argv):
+    subcommand = parse_subcommand(argv[1:])
+    launch = plan(subcommand, FLAGS)
+    if FLAGS.dry_run:
+        print(launch.dry_run_text())
+        return
+    try:
+        execute(launch, FLAGS.name, FLAGS.config)
+    except KeyboardInterrupt:  # how `logs --follow` ends
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli.run(main, define_flags, positional_args=True)

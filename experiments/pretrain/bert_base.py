@@ -7,15 +7,16 @@ Hardware: a Cloud TPU v4-32 slice (16 chips, 4 hosts), the paper's 16 TPU chips;
 any TPU or GPU setup whose device count divides the batch of 256 runs it unchanged
 (`--distributed` only on multi-host setups).
 
-Time: not measured with bertjax. The paper trained BERT-Base on 4 Cloud TPUs in
+Time: not measured on a TPU. The paper trained BERT-Base on 4 Cloud TPUs in
 Pod configuration (16 TPU chips) in 4 days for all 1,000,000 steps (paper,
-Appendix A.2); phase 1 is 90% of those steps. A lower bound from compute:
-17.9 TFLOP per step (bertjax.benchmark's analytic matmul count), 1.6e19 for
-900,000 steps, is 1 hour at the peak of a v4-32 (16 chips x 275 bf16 TFLOP/s);
-real runs reach a fraction of peak, and 900,000 sequential steps of 16
-sequences per chip may be bound by step latency instead. Measure your hardware
-with `python -m bertjax.benchmark --config experiments/pretrain/bert_base.py`
-(model) and `python -m data_pipeline.benchmark` (host pipeline).
+Appendix A.2); phase 1 is 90% of those steps. `python -m bertjax.aot --config
+experiments/pretrain/bert_base.py --topology v5p-8` compiles this step for a
+TPU slice on any host (README, "Will it fit?"): on a v5p-8 (4 chips, 64
+sequences each) it needs 4.0 GiB of a chip's 95 and its roofline is 16 ms per
+step (XLA's own estimate: 25 ms), so 900,000 steps take at least 4 to 6 hours
+there; on a v4-8, 49 ms, 12 hours. 17.9 TFLOP per step (the analytic matmul
+count). These are bounds: real steps also wait on collectives and on the host
+pipeline (`python -m data_pipeline.benchmark` measures it).
 
 Expected result: the published numbers (docs/reference.md#published-numbers) describe
 the finished model, i.e. after phase 2 (experiments/pretrain/bert_base_phase2.py): held-out

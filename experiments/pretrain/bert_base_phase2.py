@@ -7,14 +7,15 @@
 Hardware: as phase 1 (experiments/pretrain/bert_base.py), a Cloud TPU v4-32 slice
 (16 chips, 4 hosts), the paper's 16 TPU chips; the device count must divide 256.
 
-Time: not measured with bertjax. The paper's 4 days on 16 TPU chips (Appendix
+Time: not measured on a TPU. The paper's 4 days on 16 TPU chips (Appendix
 A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
 and attention grows with the square of the length: 77.2 TFLOP per step by
-bertjax.benchmark's analytic count, 4.3x phase 1's, so these 100,000 steps weigh
-as much as about 430,000 of phase 1's. 7.7e18 FLOP in all is 30 minutes at a
-v4-32's peak (16 chips x 275 bf16 TFLOP/s), a lower bound only. `python -m
-bertjax.benchmark --config experiments/pretrain/bert_base_phase2.py` measures a
-step on your hardware.
+the analytic count, 4.3x phase 1's. `python -m bertjax.aot --config
+experiments/pretrain/bert_base_phase2.py --topology v5p-8`: on a v5p-8 (64
+sequences per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
+55 ms (XLA's estimate: 91 ms), so these 100,000 steps take at least 1.5 to 2.5
+hours there; on a v5e-8 (32 per chip, 9.7 of 16 GiB), 119 ms, 3.3 hours. A
+bound: real steps also wait on collectives and the host.
 
 Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): held-out MLM loss about 1.4 nats

@@ -38,9 +38,7 @@ def our_lines(stderr: str) -> list[str]:
 
 
 def test_tiny_config_on_a_v5e_slice():
-    result = run_aot("--topology", "v5e-8", "--json")
-    assert result.returncode == 0, result.stderr[-3000:]
-    r = json.loads(result.stdout.strip().splitlines()[-1])
+    r = aot.compile_report(tiny_config(), tpu.parse("v5e-8"))
     assert (r["accelerator_type"], r["chips"], r["hosts"]) == ("v5litepod-8", 8, 1)
     assert r["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
     assert r["fits"] and r["eval_fits"]
@@ -66,9 +64,13 @@ def test_multislice_report():
 
 def test_a_step_that_does_not_fit_names_the_keys_to_change():
     # 65,536 sequences of 128 per v5e chip: far more than its 16 GiB.
-    result = run_aot("--topology", "v5e-8", "--noeval", "--config.train_batch_size=524288")
+    result = run_aot(
+        "--topology", "v5e-8", "--noeval", "--json", "--config.train_batch_size=524288"
+    )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "does not fit"
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not report["fits"]
+    assert "RESOURCE_EXHAUSTED: Ran out of memory" in report["compiler_error"]
     (error,) = our_lines(result.stderr)
     assert "does not fit in the HBM of a v5e chip" in error
     assert "config.train_batch_size" in error and "config.optimizer.num_microbatches" in error

@@ -15,6 +15,10 @@ from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, squad
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
+# What a task computes is tested here, not sharding (sharding_test.py and the two-process
+# tests in multihost_test.py fine-tune on meshes): one device keeps these runs clear of
+# the 8 fake devices' collectives on 2 cores.
+ONE_DEVICE = jax.devices()[:1]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +30,7 @@ def pretrained(tmp_path_factory, make_small_config):
     config.log_every_steps = 2
     config.model.scan_layers = True
     workdir = str(tmp_path_factory.mktemp("pretrained"))
-    train.train_and_evaluate(config, workdir)
+    train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     return workdir
 
 
@@ -50,7 +54,9 @@ def _mrpc_config(init_checkpoint):
 @pytest.fixture(scope="module")
 def mrpc_run(pretrained, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mrpc")
-    return workdir, train.train_and_evaluate(_mrpc_config(pretrained), str(workdir))
+    return workdir, train.train_and_evaluate(
+        _mrpc_config(pretrained), str(workdir), devices=ONE_DEVICE
+    )
 
 
 def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
@@ -116,9 +122,9 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
 
 def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
     config = _mrpc_config(pretrained)
-    straight = train.train_and_evaluate(config, str(tmp_path / "straight"))
-    train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1)
-    resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"))
+    straight = train.train_and_evaluate(config, str(tmp_path / "straight"), devices=ONE_DEVICE)
+    train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1, devices=ONE_DEVICE)
+    resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"), devices=ONE_DEVICE)
     assert resumed["eval"] == straight["eval"]
 
 
@@ -133,7 +139,7 @@ def ner_run(pretrained, tmp_path_factory):
     config.data.train_file = str(TESTDATA / "ner_train.txt")
     config.data.eval_file = str(TESTDATA / "ner_dev.txt")
     config.data.max_seq_length = 32
-    return tmp_path, train.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
 
 
 def test_tagging_runs_and_scores_entities(ner_run):
@@ -201,7 +207,7 @@ def squad_run(pretrained, tmp_path_factory):
     config.data.max_seq_length = 64
     config.data.doc_stride = 24
     config.data.max_query_length = 16
-    return tmp_path, train.train_and_evaluate(config, str(tmp_path))
+    return tmp_path, train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
 
 
 def test_squad_runs_decodes_and_writes_the_official_predictions(squad_run):
@@ -303,7 +309,7 @@ def test_glue_from_tfds_end_to_end(pretrained, tmp_path):
     config.num_train_epochs = 1.0
     config.data.max_seq_length = 32
     with tfds.testing.mock_data(num_examples=16):
-        results = train.train_and_evaluate(config, str(tmp_path))
+        results = train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     assert set(results["eval"]) == {"step", "pearson", "spearman"}
     lines = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
     scores = [json.loads(line)["score"] for line in lines]

@@ -7,13 +7,14 @@ Hardware: a Cloud TPU v4-128 slice (64 chips, 16 hosts), the paper's 64 TPU
 chips; a v3-128 (64 chips, 128 cores) works too. The device count must divide
 the batch of 256.
 
-Time: not measured with bertjax. The paper trained BERT-Large on 16 Cloud TPUs
+Time: not measured on a TPU. The paper trained BERT-Large on 16 Cloud TPUs
 (64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
-is 90% of those steps. A lower bound from compute: 61.6 TFLOP per step
-(bertjax.benchmark's analytic matmul count), 5.5e19 for 900,000 steps, is 53
-minutes at the peak of a v4-128 (64 chips x 275 bf16 TFLOP/s); real runs reach
-a fraction of peak. `python -m bertjax.benchmark --config
-experiments/pretrain/bert_large.py` measures a step on your hardware.
+is 90% of those steps. 61.6 TFLOP per step (the analytic matmul count).
+`python -m bertjax.aot --config experiments/pretrain/bert_large.py --topology
+v5p-8` (README, "Will it fit?"): on a v5p-8 (64 sequences per chip) the step
+needs 10.6 GiB of a chip's 95 and its roofline is 37 ms (XLA's estimate: 69
+ms), so 900,000 steps take at least 9 to 17 hours there; on a v4-8 (10.8 of 32
+GiB), 107 ms, 27 hours. Bounds: real steps also wait on collectives and the host.
 
 Expected result: the published numbers describe the finished model, after
 phase 2 (experiments/pretrain/bert_large_phase2.py): SQuAD 1.1 dev F1 90.9 after

@@ -248,7 +248,16 @@ def analyse(run, tpu_slice: tpu.Slice, step: Compiled) -> dict:
         "roofline_bound": "compute" if flops_time >= memory_time else "HBM bandwidth",
         "roofline_tokens_per_s": batch * seq_len / roofline,
         "roofline_mfu": analytic / (roofline * chips * chip.peak_flops),
+        "largest_batch_estimate": largest_batch_estimate(step, batch / chips, chip.hbm_bytes),
     }
+
+
+def largest_batch_estimate(step: Compiled, per_chip: float, capacity: int) -> int:
+    """The per-chip batch at which the temporaries, scaled linearly with the batch, would fill
+    the chip. Conservative: part of the temporaries (the gradients) does not grow with the
+    batch. --find_batch compiles to find the real limit."""
+    fixed = step.peak_bytes - step.temp_bytes
+    return int((capacity - fixed) / (step.temp_bytes / per_chip))
 
 
 def _microbatches(run) -> int:
@@ -358,6 +367,11 @@ def format_report(r: dict) -> str:
             lines.append(f"eval step      peak {r['eval_hbm_peak_bytes'] / gib:.2f} GiB per chip")
         else:
             lines.append("eval step      does not fit: lower config.eval_batch_size")
+    if "largest_batch_estimate" in r:
+        lines.append(
+            f"largest batch  about {r['largest_batch_estimate']} per chip by a linear estimate "
+            "(conservative; --find_batch compiles to find it)"
+        )
     if "largest_batch_per_chip" in r:
         lines.append(
             f"largest batch  {r['largest_batch_per_chip']} per chip "

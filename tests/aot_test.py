@@ -51,6 +51,8 @@ def test_tiny_config_on_a_v5e_slice():
     assert r["xla_flops_per_step"] == pytest.approx(8 * r["xla_flops_per_chip"])
     assert r["roofline_step_s"] > 0 and 0 < r["roofline_mfu"] < 1
     assert r["roofline_tokens_per_s"] == pytest.approx(32 * 128 / r["roofline_step_s"])
+    # 4 sequences per chip fit, so the estimate of the most that fit is at least that.
+    assert r["largest_batch_estimate"] >= 4
 
 
 def test_multislice_report():

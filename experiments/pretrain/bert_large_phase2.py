@@ -7,10 +7,20 @@
 Hardware: as phase 1 (experiments/pretrain/bert_large.py), a Cloud TPU v4-128
 slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 
-Time: not measured with bertjax. The paper's 4 days on 64 TPU chips (Appendix
-A.2) cover both phases. 261 TFLOP per step by bertjax.benchmark's analytic
-count, 4.2x a phase-1 step, 2.6e19 in all: 25 minutes at a v4-128's peak (64
-chips x 275 bf16 TFLOP/s), a lower bound only.
+Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
+A.2) cover both phases. 261 TFLOP per step by the analytic count, 4.2x a
+phase-1 step. `python -m bertjax.aot --config
+experiments/pretrain/bert_large_phase2.py --topology v5p-8` (README, "Will it
+fit?"): on a v5p-8 (64 sequences per chip) the step needs 56.9 GiB of a chip's
+95 and its roofline is 152 ms (XLA's estimate: 273 ms), so these 100,000 steps
+take at least 4 to 8 hours there. A bound: real steps also wait on collectives
+and the host.
+
+Memory: at 64 sequences of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
+not fit in a v4 or v5e chip as written; add `--config.model.remat_policy=full`
+(activations recomputed in the backward pass, 1.44x the FLOPs), with which a
+v5e chip holds it in 6.5 GiB, or `--config.optimizer.num_microbatches=N`. The
+v4-128 above puts 4 sequences on a chip.
 
 Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): masked-LM accuracy >= 0.720 on held-out

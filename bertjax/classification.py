@@ -119,4 +119,5 @@ TASK = Task(
     ),
     predict_file=predict_file,
     report=finetune.report,
+    check_config=finetune.config_checker(classification_data.from_config),
 )

@@ -64,6 +64,18 @@ def check_config(config) -> None:
         )
 
 
+def config_checker(data_from_config):
+    """A fine-tuning task's check_config: its keys, its data options (`data_from_config`,
+    which reads no data) and the init checkpoint's architecture."""
+
+    def check(config) -> None:
+        check_config(config)
+        data_from_config(config.data)
+        workdir_lib.require_model_config(config.init_checkpoint, what="config.init_checkpoint")
+
+    return check
+
+
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
     """What a fine-tuning run takes from its init checkpoint besides the parameters."""

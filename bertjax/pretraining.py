@@ -14,7 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bertjax import losses, scores
+from bertjax import losses, optim, scores
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
@@ -33,6 +33,10 @@ BEST_METRIC = scores.Metric("loss", None, higher_is_better=False)
 
 def check_config(config) -> None:
     check_keys(config, CONFIG_KEYS, optional=("task",), positive=("num_train_steps",))
+    data = data_config_lib.from_config(config.data)
+    model_config = model_lib.from_config(config.model)
+    data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
+    optim.learning_rate_schedule(config.optimizer, config.num_train_steps)  # warmup fits
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise ConfigError(f"config.{key}={config[key]}: must be >= 0")
@@ -158,4 +162,5 @@ TASK = Task(
     setup=setup,
     make_model=lambda model_config, description: BertForPreTraining(model_config),
     report=_report,
+    check_config=check_config,
 )

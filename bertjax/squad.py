@@ -355,4 +355,5 @@ TASK = Task(
     make_model=lambda model_config, description: BertForQuestionAnswering(model_config),
     predict_file=predict_file,
     report=finetune.report,
+    check_config=finetune.config_checker(squad_data.from_config),
 )

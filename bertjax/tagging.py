@@ -120,4 +120,5 @@ TASK = Task(
     ),
     predict_file=predict_file,
     report=finetune.report,
+    check_config=finetune.config_checker(tagging_data.from_config),
 )

@@ -6,6 +6,9 @@ listed in `bertjax.tasks.TASKS` under the name `config.task` gives it.
 
     task.setup(config, workdir) -> Setup   checks the config and reads the data
                                            for one run; compiles nothing
+    task.check_config(config)              checks every option it can without
+                                           reading data (a sweep checks its
+                                           trials with it before any starts)
     task.make_model(model_config, description) -> nn.Module
                                            the model of a workdir, from the
                                            description its run wrote to task.json
@@ -94,6 +97,8 @@ class Task:
     predict_file: Callable[..., str] | None = None
     # (workdir, config, results, *, out, fill_mask_examples): lines for a person at the end
     report: Callable[..., None] | None = None
+    # (config) -> None: raises ConfigError for a bad option, reading no data; None: setup checks
+    check_config: Callable[[Any], None] | None = None
 
 
 # The top-level config keys the training loop reads, in every task's configs.

@@ -153,6 +153,15 @@ def task_of(config: ml_collections.ConfigDict) -> Task:
     return tasks.TASKS[name]
 
 
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError for a bad option that shows without reading data or devices:
+    the task's own checks (Task.check_config) and the optimizer's."""
+    task = task_of(config)
+    if task.check_config is not None:
+        task.check_config(config)
+    optim.from_config(config.optimizer)
+
+
 def build_run(
     config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None, devices=None
 ) -> Run:
@@ -331,8 +340,8 @@ def train_and_evaluate(
     preempted or time-sliced job would; running again continues the same run.
     `devices` (default: all) are the ones the mesh spans. Returns what
     results.json holds: {"eval": the last evaluation, "best": the best by the
-    task's metric, "task", "init_checkpoint"} (no "eval" when the run never
-    evaluates). Raises `Preempted` after saving when asked to stop.
+    task's metric, "best_metric": that metric's name and direction, "task",
+    "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted` after saving when asked to stop.
     """
     task = task or task_of(config)
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
@@ -392,7 +401,15 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
     rng = jax.random.key(config.seed)
     train_batches = _train_stream(run, start_step, positions)
     results = workdir_lib.read_results(workdir)
-    results.update(task=setup.description["kind"], init_checkpoint=setup.init_checkpoint)
+    results.update(
+        task=setup.description["kind"],
+        init_checkpoint=setup.init_checkpoint,
+        # What "best" follows, for tools that compare runs (bertjax.sweep).
+        best_metric={
+            "name": setup.best_metric.name,
+            "higher_is_better": setup.best_metric.higher_is_better,
+        },
+    )
     position = None  # where this host's stream stands after the last batch trained on
 
     def evaluate_and_record(step: int) -> None:

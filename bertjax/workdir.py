@@ -205,6 +205,27 @@ def claim(workdir: str):
             holder.release()
 
 
+def wait_until_free(workdir: str, timeout_s: float) -> bool:
+    """Waits up to `timeout_s` for the run holding a local `workdir` to end (a run told
+    to stop takes a while to save); True once no run holds it. Remote workdirs: True."""
+    lock = os.path.join(workdir, LOCK_FILE)
+    if "://" in workdir or not os.path.exists(lock):
+        return True
+    deadline = time.time() + timeout_s
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True  # closing the file drops the lock again
+            except BlockingIOError:
+                if time.time() >= deadline:
+                    return False
+                time.sleep(0.5)
+    finally:
+        os.close(fd)
+
+
 def _owner() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
 

@@ -44,3 +44,15 @@ def get_config(task: str = "mrpc") -> ml_collections.ConfigDict:
     # and ran several random restarts, keeping the best on dev; this config is one run
     # (config.seed). docs/reference.md#glue.
     return config
+
+
+def get_sweep(h, task: str = "mrpc"):
+    """The paper's GLUE protocol (§4.1): batch 32, 3 epochs, the learning rate chosen on dev
+    among four. One sweep per task; `bertjax.sweep report` on all their directories ends
+    with each task's best rate.
+
+    python -m bertjax.sweep run --config experiments/finetune/glue.py:mrpc --sweep_dir runs/mrpc \
+        --config.init_checkpoint=runs/bert_base_converted
+    """
+    del task  # the same grid for every task
+    return h.sweep("optimizer.learning_rate", [5e-5, 4e-5, 3e-5, 2e-5])

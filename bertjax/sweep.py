@@ -1,0 +1,332 @@
+r"""Hyperparameter sweeps: the trials an experiment config's `get_sweep(h)` defines, run and
+reported.
+
+    python -m bertjax.sweep run --config FILE[:ARG] --sweep_dir DIR [--parallel N] \
+        [--search tpe|random --num_trials K] [--prune] [--metric NAME --mode max|min] \
+        [--max_retries R] [--storage URL] [--dry_run] [--config.KEY=VALUE ...]
+    python -m bertjax.sweep worker --storage URL --study_name NAME [--parallel N]
+    python -m bertjax.sweep report DIR [DIR ...] [--metric NAME --mode max|min]
+
+run: checks every trial's overrides against the config (an unknown key, a
+    wrong type or a bad value is one line naming the trial and the key) before
+    any trial starts, records the sweep in its queue (Optuna, bertjax.sweep_queue:
+    DIR/sweep.db, or --storage), queues the trials not yet done and works
+    through them, --parallel at a time (bertjax.sweep_worker). Each trial is a
+    `bertjax.main` run in DIR/trials/NNN-NAME. Running the same command again
+    skips the trials that are done, resumes interrupted ones from their
+    checkpoints and gives failed ones --max_retries more attempts; a different
+    sweep (another config, overrides, trials or metric) in the same DIR is
+    refused. Ctrl-C or SIGTERM stops every trial in progress with a checkpoint
+    (exit status 75). --search tpe|random draws --num_trials trials from the
+    sweep's space (hyper.py) instead of running its list; --prune stops trials
+    whose evaluations fall below the median of the others' at the same step.
+    --dry_run prints the trials' commands and runs nothing.
+worker: takes trials from a sweep that `run` started, until none is left:
+    more machines for one sweep, sharing a database server (--storage) and, for
+    the trials' workdirs, a bucket (`run --sweep_dir gs://...`).
+report: the table of every trial (bertjax.sweep_report), written with plots to
+    DIR/report/.
+
+The metric is each run's eval value of --metric (default: the metric its task
+ranks checkpoints by, such as accuracy for classification and loss for
+pretraining) at the end of the run.
+"""
+
+import copy
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+import ml_collections
+from absl import flags
+from ml_collections import config_flags
+
+from bertjax import hyper
+from bertjax import sweep_queue as queue
+from bertjax import sweep_worker as worker_lib
+from data_pipeline import cli
+from data_pipeline import config as config_lib
+from data_pipeline.errors import UserError
+
+FLAGS = flags.FLAGS
+SUBCOMMANDS = ("run", "worker", "report")
+# What may differ when the same sweep is run again.
+MAY_CHANGE = ("max_retries", "prune", "sweep_dir")
+
+
+class SweepError(UserError):
+    """A sweep that cannot run as asked."""
+
+
+def define_flags() -> None:
+    config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+    flags.DEFINE_string("sweep_dir", None, "Directory of the sweep: its trials' workdirs.")
+    flags.DEFINE_integer("parallel", 1, "Trials at once on this machine.")
+    flags.DEFINE_string("storage", "", "Database URL of the queue (default: DIR/sweep.db).")
+    flags.DEFINE_string("study_name", "sweep", "The sweep's name in the database.")
+    flags.DEFINE_enum("search", "", ["", "tpe", "random"], "Search the space instead.")
+    flags.DEFINE_integer("num_trials", 0, "Trials of a --search.")
+    flags.DEFINE_bool("prune", False, "Stop trials whose evaluations trail the median.")
+    flags.DEFINE_string("metric", "", "Eval metric (default: the task's own).")
+    flags.DEFINE_enum("mode", "", ["", "max", "min"], "Whether higher metric is better.")
+    flags.DEFINE_integer("max_retries", 2, "Attempts after a trial's first failure.")
+    flags.DEFINE_integer("heartbeat_s", 30, "Seconds between a worker's heartbeats.")
+    flags.DEFINE_bool("dry_run", False, "Print the trials' commands; run nothing.")
+
+
+def load_sweep(config_file: str, config_arg: str | None) -> hyper.Sweep:
+    """The Sweep that `get_sweep(h[, arg])` in `config_file` returns."""
+    spec = importlib.util.spec_from_file_location("bertjax_sweep_config", config_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    get_sweep = getattr(module, "get_sweep", None)
+    if get_sweep is None:
+        raise SweepError(f"{config_file}: defines no get_sweep(h) beside get_config()")
+    takes_arg = len(inspect.signature(get_sweep).parameters) > 1
+    if config_arg is not None and not takes_arg:
+        value = get_sweep(hyper)
+    else:
+        value = get_sweep(hyper, config_arg) if config_arg is not None else get_sweep(hyper)
+    return hyper.as_sweep(value, f"{config_file}: get_sweep")
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict, where: str):
+    """A copy of `config` with each dotted key set; SweepError names `where` and the key."""
+    config = copy.deepcopy(config)
+    for key, value in overrides.items():
+        node, path = config, key.split(".")
+        for depth, part in enumerate(path):
+            prefix = ".".join(["config", *path[:depth]])
+            if not isinstance(node, ml_collections.ConfigDict):
+                raise SweepError(f"{where}: config.{key}: {prefix} is a value, not a group")
+            try:
+                config_lib.check_known_keys([part], node.keys(), prefix)
+            except config_lib.ConfigError as error:
+                raise SweepError(f"{where}: {error}") from None
+            if depth < len(path) - 1:
+                node = node[part]
+        try:
+            node[path[-1]] = value
+        except (TypeError, ValueError) as error:
+            raise SweepError(f"{where}: config.{key}={value!r}: {error}") from None
+    return config
+
+
+def check_trials(config, sweep: hyper.Sweep) -> None:
+    """Every trial's config, checked as a run would check it before reading data."""
+    from bertjax import train
+
+    for index, overrides in enumerate(sweep.trials):
+        where = f"trial {index} ({worker_lib.trial_name(index, overrides)})"
+        trial_config = apply_overrides(config, overrides, where)
+        try:
+            train.check_config(trial_config.copy_and_resolve_references())
+        except UserError as error:
+            raise SweepError(f"{where}: {error}") from None
+
+
+def space_json(space: dict) -> dict:
+    out = {}
+    for key, part in space.items():
+        if isinstance(part, hyper.Choice):
+            out[key] = {"choice": list(part.values)}
+        else:
+            out[key] = {"low": part.low, "high": part.high, "log": part.log}
+    return out
+
+
+def definition_from_flags() -> dict:
+    """The sweep as `run` is asked for it, every trial checked."""
+    config_flag = FLAGS["config"]
+    config_file, _, arg = config_flag.config_filename.partition(":")
+    config_arg = arg if _ else None
+    sweep = load_sweep(config_file, config_arg)
+    if not sweep.trials:
+        raise SweepError(f"{config_file}: get_sweep returned no trials")
+    if FLAGS.search and FLAGS.num_trials < 1:
+        raise SweepError(f"--search={FLAGS.search} needs --num_trials of 1 or more")
+    if FLAGS.parallel < 1:
+        raise SweepError(f"--parallel={FLAGS.parallel}: must be at least 1")
+    if FLAGS.max_retries < 0:
+        raise SweepError(f"--max_retries={FLAGS.max_retries}: must be at least 0")
+    config = FLAGS.config
+    check_trials(config, sweep)
+    overrides = dict(config_flags.get_override_values(config_flag))
+    return {
+        "config": config_file,
+        "config_arg": config_arg,
+        "overrides": overrides,
+        "trials": [dict(t) for t in sweep.trials],
+        "space": space_json(sweep.space),
+        "search": FLAGS.search,
+        "num_trials": FLAGS.num_trials if FLAGS.search else len(sweep.trials),
+        "metric": FLAGS.metric,
+        "mode": FLAGS.mode or default_mode(config),
+        "prune": FLAGS.prune,
+        "max_retries": FLAGS.max_retries,
+        "sweep_dir": FLAGS.sweep_dir,
+        # The whole resolved config: a config file edited between two runs of one sweep.
+        "config_values": json.loads(config.to_json_best_effort()),
+    }
+
+
+def default_mode(config) -> str:
+    """Without --metric: pretraining ranks by the lowest loss, fine-tuning by its score."""
+    if FLAGS.metric:
+        raise SweepError(f"--metric={FLAGS.metric} needs --mode=max or --mode=min")
+    return "min" if config.get("task", "pretraining") == "pretraining" else "max"
+
+
+def check_same_sweep(recorded: dict, asked: dict, sweep_dir: str) -> None:
+    for key in asked:
+        if key in MAY_CHANGE or recorded.get(key) == asked[key]:
+            continue
+        before, now = _short(recorded.get(key)), _short(asked[key])
+        raise SweepError(
+            f"{sweep_dir}: holds another sweep: its {key} was {before}, now {now}; "
+            "use another --sweep_dir (or the same command as before)"
+        )
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def open_sweep(definition: dict, storage_url: str, *, create: bool):
+    storage = queue.open_storage(storage_url, heartbeat_s=FLAGS.heartbeat_s)
+    study = queue.open_study(
+        storage,
+        FLAGS.study_name,
+        direction="maximize" if definition["mode"] == "max" else "minimize",
+        create=create,
+        sampler=make_sampler(definition["search"]),
+        pruner=make_pruner(definition["prune"]),
+    )
+    return study
+
+
+def make_sampler(search: str):
+    import optuna
+
+    if search == "tpe":
+        return optuna.samplers.TPESampler(seed=0)
+    return optuna.samplers.RandomSampler(seed=0)  # a grid: every value is queued
+
+
+def make_pruner(prune: bool):
+    import optuna
+
+    if not prune:
+        return optuna.pruners.NopPruner()
+    # The median of the other trials' evaluations at the same step, once two have some.
+    return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+
+
+def queue_unfinished(study, definition: dict) -> int:
+    """Queues each grid trial that is not done, queued or running; how many it queued."""
+    queue.fail_gone_workers(study)
+    if definition["search"]:
+        return 0
+    busy = {
+        r.index for r in queue.records(study) if r.status in ("done", "pruned", "queued", "running")
+    }
+    queued = 0
+    for index, overrides in enumerate(definition["trials"]):
+        if index not in busy:
+            queue.enqueue(study, index, overrides, attempt=1)
+            queued += 1
+    return queued
+
+
+def run_command(definition: dict) -> int | None:
+    sweep_dir = definition["sweep_dir"]
+    if FLAGS.dry_run:
+        for index, overrides in enumerate(definition["trials"]):
+            workdir = os.path.join(sweep_dir, "trials", worker_lib.trial_name(index, overrides))
+            print(" ".join(worker_lib.trial_command(definition, workdir, overrides)))
+        return None
+    if "://" not in sweep_dir:
+        os.makedirs(sweep_dir, exist_ok=True)
+    study = open_sweep(definition, queue.storage_url(sweep_dir, FLAGS.storage), create=True)
+    recorded = study.user_attrs.get(queue.SWEEP_ATTR)
+    if recorded is not None:
+        check_same_sweep(recorded, definition, sweep_dir)
+    study.set_user_attr(queue.SWEEP_ATTR, definition)
+    queued = queue_unfinished(study, definition)
+    print(f"sweep {sweep_dir}: {len(definition['trials'])} trial(s), {queued} queued now")
+    return work(study, definition)
+
+
+def work(study, definition: dict) -> int | None:
+    from bertjax import sweep_report
+
+    worker = worker_lib.Worker(
+        study, definition, parallel=FLAGS.parallel, heartbeat_s=FLAGS.heartbeat_s
+    )
+    worker.run()
+    rows = sweep_report.rows(study, definition)
+    print(sweep_report.table(rows, definition))
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        print(
+            f"error: {len(failed)} trial(s) failed after every attempt; see their logs in "
+            f"{os.path.join(definition['sweep_dir'], 'trials')} and run the same command "
+            "to try them again",
+            file=sys.stderr,
+        )
+        return 1
+    return None
+
+
+def worker_command() -> int | None:
+    if not FLAGS.storage:
+        raise SweepError("worker: --storage is required (the URL the sweep's `run` used)")
+    storage = queue.open_storage(FLAGS.storage, heartbeat_s=FLAGS.heartbeat_s)
+    study = queue.open_study(storage, FLAGS.study_name, direction="maximize", create=False)
+    definition = study.user_attrs.get(queue.SWEEP_ATTR)
+    if definition is None:
+        raise SweepError(f"sweep {FLAGS.study_name!r}: not started; run `bertjax.sweep run` first")
+    if not os.path.isfile(definition["config"]):
+        raise SweepError(
+            f"{definition['config']}: no such file here; start the worker in a checkout of "
+            "the same code as the sweep's"
+        )
+    study = open_sweep(definition, FLAGS.storage, create=False)
+    return work(study, definition)
+
+
+def report_command(sweep_dirs: list[str]) -> int | None:
+    from bertjax import sweep_report
+
+    if not sweep_dirs:
+        raise SweepError("report: name one or more sweep directories")
+    for sweep_dir in sweep_dirs:
+        url = queue.storage_url(sweep_dir, FLAGS.storage)
+        if not FLAGS.storage and not os.path.isfile(url[len("sqlite:///") :]):
+            raise SweepError(f"{sweep_dir}: not a sweep directory (no sweep.db)")
+    print(
+        sweep_report.report(sweep_dirs, FLAGS.storage, FLAGS.study_name, FLAGS.metric, FLAGS.mode)
+    )
+    return None
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in SUBCOMMANDS:
+        raise SweepError(f"name a subcommand: {', '.join(SUBCOMMANDS)}")
+    subcommand, rest = argv[1], argv[2:]
+    if subcommand == "report":
+        return report_command(rest)
+    if rest:
+        raise SweepError(f"{subcommand}: unexpected arguments: {' '.join(rest)}")
+    if subcommand == "worker":
+        return worker_command()
+    if FLAGS["config"].value is None or not FLAGS.sweep_dir:
+        raise SweepError("run: --config and --sweep_dir are required")
+    return run_command(definition_from_flags())
+
+
+if __name__ == "__main__":
+    cli.run(main, define_flags, positional_args=True)

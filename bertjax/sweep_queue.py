@@ -1,0 +1,238 @@
+"""A sweep's queue and record of trials: an Optuna study in a relational database.
+
+The database is a SQLite file in the sweep directory unless a server URL
+(`postgresql://...`) is given, as it must be when workers on several machines
+share one sweep. Optuna's storage makes taking a trial atomic, so any number
+of workers can draw from one queue.
+
+The study's user attribute "sweep" holds the definition (bertjax.sweep). Each
+Optuna trial is one attempt at one trial of the sweep, with user attributes:
+    index      the sweep trial it runs (its workdir's number)
+    keys       the config keys it sets (its parameters)
+    attempt    1 for the first attempt, 2 after one failure, ...
+    worker     {"host", "pid", "started"} of the worker that took it
+    error      why an attempt failed; interrupted: stopped before the end, to go on
+States: WAITING (queued), RUNNING (a worker has it and records heartbeats),
+then COMPLETE (its value is the metric), FAIL or PRUNED. A failed attempt is
+queued again while attempts are left; an interrupted one (stopped on request,
+or its worker gone) is queued again with the same attempt number, and its run
+resumes from its checkpoint. A worker is gone when its process on this host
+has ended, or, anywhere, when its heartbeats stop for `grace` seconds.
+"""
+
+import dataclasses
+import os
+import socket
+import warnings
+
+import optuna
+import psutil
+
+from data_pipeline.errors import UserError
+
+SWEEP_ATTR = "sweep"
+WAITING, RUNNING = optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING
+COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
+PRUNED = optuna.trial.TrialState.PRUNED
+
+
+class QueueError(UserError):
+    """A sweep's storage that cannot be used as asked."""
+
+
+def storage_url(sweep_dir: str, storage: str) -> str:
+    """`storage`, or the SQLite file SWEEP_DIR/sweep.db."""
+    if storage:
+        return storage
+    if "://" in sweep_dir:
+        raise QueueError(
+            f"--sweep_dir={sweep_dir}: a sweep directory in a bucket needs --storage, a "
+            "database every worker reaches (postgresql://USER:PASSWORD@HOST/DB)"
+        )
+    return "sqlite:///" + os.path.join(os.path.abspath(sweep_dir), "sweep.db")
+
+
+def open_storage(url: str, *, heartbeat_s: int) -> optuna.storages.RDBStorage:
+    engine_kwargs = {}
+    if url.startswith("sqlite"):
+        # Several workers and their threads write one file: wait for its lock.
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            # Heartbeats are marked experimental; they are what finds a worker gone.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_s,
+                grace_period=4 * heartbeat_s,
+                heartbeat_stale_trial_callback=lambda study, trial: requeue(
+                    study, trial, failed=True
+                ),
+            )
+    except Exception as error:  # sqlalchemy's errors: a bad URL, a server not answering
+        raise QueueError(f"--storage={_redacted(url)}: {str(error).splitlines()[0]}") from None
+
+
+def open_study(storage, name: str, *, direction: str, create: bool, sampler=None, pruner=None):
+    if not create:
+        names = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
+        if name not in names:
+            raise QueueError(
+                f"{_redacted(storage.url)} holds no sweep named {name!r} "
+                f"(it holds {', '.join(names) or 'none'}); start it with `bertjax.sweep run`"
+            )
+    return optuna.create_study(
+        storage=storage,
+        study_name=name,
+        direction=direction,
+        sampler=sampler,
+        pruner=pruner,
+        load_if_exists=True,
+    )
+
+
+def enqueue(study, index: int, params: dict, *, attempt: int) -> None:
+    study.enqueue_trial(
+        params, user_attrs={"index": index, "keys": list(params), "attempt": attempt}
+    )
+
+
+def claim(study) -> optuna.Trial | None:
+    """The first queued trial, now RUNNING and this worker's; None when none is queued."""
+    storage = study._storage  # the study's own storage: Optuna gives no other handle
+    for frozen in study.get_trials(deepcopy=False, states=(WAITING,)):
+        try:
+            if storage.set_trial_state_values(frozen._trial_id, state=RUNNING):
+                return take(study, frozen._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker took and ended it meanwhile
+    return None
+
+
+def take(study, trial_id: int) -> optuna.Trial:
+    """A RUNNING trial marked as this worker's, with a first heartbeat."""
+    trial = optuna.Trial(study, trial_id)
+    me = psutil.Process()
+    trial.set_user_attr(
+        "worker", {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+    )
+    study._storage.record_heartbeat(trial_id)
+    return trial
+
+
+def requeue(study, frozen, *, failed: bool) -> bool:
+    """Queues `frozen`'s sweep trial again after a failure (`failed`: while attempts are
+    left) or an interruption (the same attempt); False when none is left."""
+    attrs = frozen.user_attrs
+    attempt = attrs.get("attempt", 1) + int(failed)
+    if failed and attempt > max_attempts(study):
+        return False
+    enqueue(study, attrs["index"], params_of(frozen), attempt=attempt)
+    return True
+
+
+def params_of(frozen) -> dict:
+    """An attempt's config overrides: its parameters, or the queued values not yet taken."""
+    values = {**frozen.system_attrs.get("fixed_params", {}), **frozen.params}
+    return {k: values[k] for k in frozen.user_attrs.get("keys", values) if k in values}
+
+
+def max_attempts(study) -> int:
+    return 1 + study.user_attrs[SWEEP_ATTR]["max_retries"]
+
+
+def end_interrupted(study, trial: optuna.Trial, why: str) -> None:
+    """Ends an attempt stopped before its end and queues its trial again, to resume."""
+    trial.set_user_attr("error", why)
+    trial.set_user_attr("interrupted", True)
+    study.tell(trial, state=FAIL)
+    requeue(study, study._storage.get_trial(trial._trial_id), failed=False)
+
+
+def fail_gone_workers(study) -> None:
+    """Fails and queues again the RUNNING attempts whose worker is gone: on this host, a
+    process that has ended; anywhere, heartbeats older than the grace period."""
+    here = socket.gethostname()
+    for frozen in study.get_trials(deepcopy=False, states=(RUNNING,)):
+        worker = frozen.user_attrs.get("worker") or {}
+        if worker.get("host") == here and not _alive(worker):
+            storage, trial_id = study._storage, frozen._trial_id
+            try:
+                storage.set_trial_user_attr(
+                    trial_id, "error", f"its worker (process {worker.get('pid')}) ended"
+                )
+                storage.set_trial_user_attr(trial_id, "interrupted", True)
+                if not storage.set_trial_state_values(trial_id, state=FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker did it first
+            requeue(study, storage.get_trial(trial_id), failed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def _alive(worker: dict) -> bool:
+    try:
+        process = psutil.Process(worker["pid"])
+        return abs(process.create_time() - worker.get("started", 0)) < 1.0
+    except (psutil.NoSuchProcess, KeyError, TypeError):
+        return False
+
+
+@dataclasses.dataclass
+class TrialRecord:
+    """A sweep trial as its attempts leave it."""
+
+    index: int
+    params: dict
+    status: str  # done, pruned, running, queued, failed
+    attempts: list  # FrozenTrials, oldest first
+
+    @property
+    def last(self):
+        return self.attempts[-1]
+
+    @property
+    def seconds(self) -> float:
+        total = 0.0
+        for t in self.attempts:
+            if t.datetime_start is not None:
+                end = t.datetime_complete or t.datetime_start
+                total += (end - t.datetime_start).total_seconds()
+        return total
+
+
+def records(study) -> list[TrialRecord]:
+    by_index: dict[int, list] = {}
+    for frozen in study.get_trials(deepcopy=False):
+        if "index" in frozen.user_attrs:
+            by_index.setdefault(frozen.user_attrs["index"], []).append(frozen)
+    out = []
+    for index, attempts in sorted(by_index.items()):
+        attempts.sort(key=lambda t: t.number)
+        states = {t.state for t in attempts}
+        status = (
+            "done"
+            if COMPLETE in states
+            else "pruned"
+            if PRUNED in states
+            else "running"
+            if RUNNING in states
+            else "queued"
+            if WAITING in states
+            else "failed"
+        )
+        out.append(TrialRecord(index, params_of(attempts[-1]), status, attempts))
+    return out
+
+
+def _redacted(url: str) -> str:
+    """A database URL without its password."""
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, credentials = head.partition("//")
+    return f"{scheme}//{credentials.split(':', 1)[0]}:***@{tail}"

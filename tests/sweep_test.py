@@ -1,0 +1,329 @@
+"""bertjax.sweep: trials checked before any runs, the Optuna queue, and a real sweep killed and
+resumed by two workers, with its report."""
+
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import ml_collections
+import pytest
+
+from bertjax import hyper, sweep, sweep_queue, sweep_worker
+from experiments.pretrain import tiny_cpu
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def sweep_cli(*args, timeout=600, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "bertjax.sweep", *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def write_config(directory: pathlib.Path, sweep_body: str, name="experiment.py") -> pathlib.Path:
+    path = directory / name
+    path.write_text(
+        textwrap.dedent(
+            """\
+            from experiments.pretrain import tiny_cpu
+
+
+            def get_config():
+                config = tiny_cpu.get_config()
+                config.num_train_steps = 40
+                config.optimizer.warmup_steps = 5
+                config.eval_every_steps = 20
+                config.num_eval_steps = 2
+                config.checkpoint_every_steps = 10
+                config.log_every_steps = 10
+                config.train_batch_size = 16
+                config.eval_batch_size = 16
+                return config
+
+            """
+        )
+        + textwrap.dedent(sweep_body)
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            'def get_sweep(h):\n    return h.sweep("optimizer.learning_rat", [1e-3])\n',
+            "error: trial 0 (000-learning_rat=0.001): unknown config key: "
+            "config.optimizer.learning_rat",
+        ),
+        ("X = 1\n", "defines no get_sweep(h) beside get_config()"),
+    ],
+)
+def test_a_bad_sweep_fails_before_any_trial_runs(tmp_path, body, message):
+    config = write_config(tmp_path, body)
+    result = sweep_cli("run", "--config", str(config), "--sweep_dir", str(tmp_path / "sweep"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = error_lines(result.stderr)
+    assert message in line
+    assert not (tmp_path / "sweep").exists()
+
+
+def tiny_config():
+    config = tiny_cpu.get_config()
+    config.num_train_steps = 40
+    config.optimizer.warmup_steps = 5
+    return config
+
+
+@pytest.mark.parametrize(
+    "trials, message",
+    [
+        ([{"optimizer.warmup": 3}], r"trial 0 \(000-warmup=3\): unknown config key: "),
+        ([{"seed": 1}, {"optimizer.learning_rate": "fast"}], r"trial 1 \(.*learning_rate=fast"),
+        ([{"optimizer.learning_rate": -1.0}], r"learning_rate=-1.0: must be above 0"),
+        ([{"optimizer.warmup_steps": 100}], r"warmup_steps=100 is above num_train_steps=40"),
+        ([{"seed.value": 1}], r"config.seed is a value, not a group"),
+        ([{"model.num_hidden_layers": 2.5}], r"model.num_hidden_layers=2.5"),
+        ([{"data.max_seq_length": 1024}], r"max_seq_length"),
+    ],
+)
+def test_every_trial_is_checked_as_a_run_would(trials, message):
+    with pytest.raises(sweep.SweepError, match=message):
+        sweep.check_trials(tiny_config(), hyper.as_sweep(trials, "test"))
+
+
+def test_overrides_keep_the_configs_references():
+    config = sweep.apply_overrides(tiny_config(), {"data.vocab_size": 2048}, "trial 0")
+    assert config.model.vocab_size == 2048  # model.vocab_size follows data.vocab_size
+    assert tiny_config().model.vocab_size == 4096
+
+
+def test_values_on_the_command_line_parse_back_to_themselves():
+    assert sweep_worker.override_args({"a": True, "b": 3e-05, "c": 2, "d": "gelu"}) == [
+        "--config.a=true",
+        "--config.b=3e-05",
+        "--config.c=2",
+        "--config.d=gelu",
+    ]
+    assert sweep_worker.trial_name(7, {"optimizer.learning_rate": 3e-5, "data.source": "a/b"}) == (
+        "007-learning_rate=3e-05,source=a_b"
+    )
+
+
+def make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}), max_retries=1):
+    definition = {
+        "config": "experiment.py",
+        "config_arg": None,
+        "overrides": {},
+        "trials": list(trials),
+        "space": {"seed": {"choice": [0, 1]}},
+        "search": "",
+        "num_trials": len(trials),
+        "metric": "",
+        "mode": "min",
+        "prune": False,
+        "max_retries": max_retries,
+        "sweep_dir": str(tmp_path),
+        "config_values": {},
+    }
+    storage = sweep_queue.open_storage(sweep_queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
+    study = sweep_queue.open_study(storage, "sweep", direction="minimize", create=True)
+    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    for index, overrides in enumerate(trials):
+        sweep_queue.enqueue(study, index, overrides, attempt=1)
+    return study, definition
+
+
+def test_the_queue_gives_each_trial_once_and_retries_failures_up_to_the_limit(tmp_path):
+    study, definition = make_study(tmp_path, max_retries=1)
+    first, second = sweep_queue.claim(study), sweep_queue.claim(study)
+    assert sweep_queue.claim(study) is None
+    assert {first.user_attrs["index"], second.user_attrs["index"]} == {0, 1}
+    for trial in (first, second):
+        sweep_worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+    study.tell(first, 1.5)
+    study.tell(second, state=sweep_queue.FAIL)
+    frozen = study._storage.get_trial(second._trial_id)
+    assert sweep_queue.requeue(study, frozen, failed=True)  # attempt 2 of 2
+    retry = sweep_queue.claim(study)
+    assert retry.user_attrs["attempt"] == 2 and retry.user_attrs["index"] == 1
+    assert sweep_worker.suggest(retry, ["seed"], definition["space"]) == {"seed": 1}
+    study.tell(retry, state=sweep_queue.FAIL)
+    assert not sweep_queue.requeue(study, study._storage.get_trial(retry._trial_id), failed=True)
+    statuses = [(r.index, r.status, len(r.attempts)) for r in sweep_queue.records(study)]
+    assert statuses == [(0, "done", 1), (1, "failed", 2)]
+
+
+def test_a_trial_whose_worker_died_is_queued_again_to_resume(tmp_path):
+    study, _ = make_study(tmp_path, trials=({"seed": 0},))
+    trial = sweep_queue.claim(study)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    trial.set_user_attr(
+        "worker", {"host": os.uname().nodename, "pid": gone.pid, "started": time.time()}
+    )
+    sweep_queue.fail_gone_workers(study)
+    again = sweep_queue.claim(study)
+    assert again is not None and again.user_attrs["attempt"] == 1  # not counted as a failure
+    old = study._storage.get_trial(trial._trial_id)
+    assert old.state == sweep_queue.FAIL and old.user_attrs["interrupted"]
+    sweep_queue.fail_gone_workers(study)  # this worker is alive: its trial stays
+    assert study._storage.get_trial(again._trial_id).state == sweep_queue.RUNNING
+
+
+def test_another_sweep_in_the_same_directory_is_refused():
+    recorded = {"config": "a.py", "trials": [{"seed": 0}], "max_retries": 2}
+    sweep.check_same_sweep(recorded, {**recorded, "max_retries": 5}, "d")
+    with pytest.raises(sweep.SweepError, match=r"d: holds another sweep: its trials was"):
+        sweep.check_same_sweep(recorded, {**recorded, "trials": [{"seed": 1}]}, "d")
+
+
+def test_devices_are_split_between_trials():
+    assert sweep_worker.cpu_shares([0, 1, 2, 3], 2) == [{"cpus": {0, 1}}, {"cpus": {2, 3}}]
+    assert sweep_worker.cpu_shares([0, 1], 3) == [{"cpus": {0}}, {"cpus": {1}}, {"cpus": {0}}]
+    assert sweep_worker.gpu_shares(4, 2)[1] == {"env": {"CUDA_VISIBLE_DEVICES": "2,3"}}
+    second = sweep_worker.tpu_shares(8, 4)[1]["env"]
+    assert second["TPU_VISIBLE_CHIPS"] == "2,3"
+    assert second["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,2,1"
+    with pytest.raises(sweep_queue.QueueError, match="do not split evenly"):
+        sweep_worker.gpu_shares(3, 2)
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_path):
+    config = write_config(
+        tmp_path,
+        """\
+        def get_sweep(h):
+            return h.product(
+                h.sweep("optimizer.learning_rate", [1e-3, 4e-3]), h.sweep("seed", [0, 1])
+            )
+        """,
+    )
+    sweep_dir = tmp_path / "sweep"
+    args = ["run", "--config", str(config), "--sweep_dir", str(sweep_dir), "--heartbeat_s", "5"]
+    trials_dir = sweep_dir / "trials"
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "bertjax.sweep", *args, "--parallel", "2"],
+            cwd=REPO,
+            env=ENV,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    saved = []  # trials with a checkpoint when the first worker is killed
+
+    def a_trial_done_and_another_checkpointed():
+        done = (tmp_path / "first.log").read_text().count(": done in")
+        unfinished = [
+            d
+            for d in trials_dir.glob("*")
+            if d.is_dir() and not (d / "results.json").exists() and (d / "checkpoints").exists()
+        ]
+        saved[:] = [d.name for d in unfinished if any((d / "checkpoints").glob("[0-9]*"))]
+        return done >= 1 and saved
+
+    try:
+        wait_for(a_trial_done_and_another_checkpointed, 400, "a trial done, another saved")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+    # The rest: `run` again and a worker on the same queue, side by side.
+    storage = f"sqlite:///{sweep_dir / 'sweep.db'}"
+    with open(tmp_path / "worker.log", "w") as log:
+        second_worker = subprocess.Popen(
+            [sys.executable, "-m", "bertjax.sweep", "worker", "--storage", storage],
+            cwd=REPO,
+            env=ENV,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    resumed = sweep_cli(*args)
+    assert second_worker.wait(timeout=600) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+    assert resumed.returncode == 0, resumed.stderr[-3000:] + resumed.stdout[-3000:]
+    assert "4 trial(s), 0 queued now" in resumed.stdout  # the killed ones were queued already
+
+    storage_ = sweep_queue.open_storage(storage, heartbeat_s=30)
+    study = sweep_queue.open_study(storage_, "sweep", direction="minimize", create=False)
+    records = sweep_queue.records(study)
+    assert [r.status for r in records] == ["done"] * 4
+    for r in records:
+        assert [t.state for t in r.attempts].count(sweep_queue.COMPLETE) == 1
+    interrupted = [r for r in records if any(t.user_attrs.get("interrupted") for t in r.attempts)]
+    assert interrupted, "the kill interrupted no trial"
+    for name in saved:
+        # Resumed from its checkpoint: the second run logged no step before the first save.
+        log = (trials_dir / (name + ".log")).read_text()
+        runs = log.split("\n$ ")
+        assert len(runs) >= 3, log[-2000:]
+        assert "step     10/40" not in runs[-1]
+    both = (tmp_path / "worker.log").read_text() + resumed.stdout
+    assert both.count(": done in") == 4 - (tmp_path / "first.log").read_text().count(": done in")
+
+    report = sweep_cli("report", str(sweep_dir))
+    assert report.returncode == 0, report.stderr[-3000:]
+    finals = {}
+    for workdir in trials_dir.iterdir():
+        if workdir.is_dir():
+            finals[workdir] = json.loads((workdir / "results.json").read_text())["eval"]["loss"]
+    best = min(finals, key=finals.get)
+    (best_line,) = [line for line in report.stdout.splitlines() if line.startswith("best: ")]
+    assert best_line.endswith(str(best)) and f"loss {finals[best]:.4f}" in best_line
+    written = sweep_dir / "report"
+    with open(written / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["status"] for row in rows] == ["done"] * 4
+    assert {round(float(row["final"]), 6) for row in rows} == {round(v, 6) for v in finals.values()}
+    for name in ("metric_vs_optimizer_learning_rate.png", "metric_vs_seed.png", "curves.png"):
+        assert (written / name).read_bytes()[:4] == b"\x89PNG"
+
+    # The same command again: everything is done, nothing runs.
+    again = sweep_cli(*args)
+    assert again.returncode == 0 and "0 queued now" in again.stdout
+    assert "started" not in again.stdout
+    # A different sweep in this directory is refused, before anything runs.
+    other = sweep_cli(*args, "--config.seed=3")
+    assert other.returncode == 2
+    (line,) = error_lines(other.stderr)
+    assert "holds another sweep: its overrides was {}" in line
+
+
+def test_the_experiment_configs_sweeps_are_valid():
+    from experiments.finetune import classify, glue
+
+    for module, arg in ((tiny_cpu, None), (glue, "mrpc"), (classify, None)):
+        config = module.get_config(*([arg] if arg else []))
+        with config.unlocked():
+            if "init_checkpoint" in config and not config.init_checkpoint:
+                config.init_checkpoint = "unused"
+        assert isinstance(config, ml_collections.ConfigDict)
+        s = sweep.load_sweep(module.__file__, arg)
+        assert len(s) >= 2
+        for overrides in s:
+            sweep.apply_overrides(config, overrides, "test")

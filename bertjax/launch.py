@@ -39,6 +39,12 @@ run: on every worker, stops the training left from before (SIGTERM, SIGKILL
     (a local workdir is relative to ~/bertjax). --config is a file of this
     checkout, shipped by setup. Running `run` again resumes from the workdir's
     latest checkpoint.
+sweep: on every worker, stops what ran before and starts `bertjax.sweep worker
+    --storage URL` detached (logs in ~/bertjax/logs/sweep-HOSTNAME.log): it takes
+    trials of a sweep that `python -m bertjax.sweep run --storage URL --sweep_dir
+    gs://...` started until none is left, --parallel at a time. Single-host
+    slices only; a queued resource with --num_slices N gives N workers. stop,
+    status and logs cover sweep workers too.
 status: the TPU's state, then on every worker the training process and the
     last lines of its log.
 logs: the last --lines of every worker's log; --follow follows worker 0's.
@@ -88,7 +94,7 @@ from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
 
-SUBCOMMANDS = ("create", "setup", "run", "status", "logs", "stop", "delete")
+SUBCOMMANDS = ("create", "setup", "run", "sweep", "status", "logs", "stop", "delete")
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Files the launcher makes; dry runs show these names instead of temporary paths.
 ARCHIVE = "<bertjax.tar.gz>"
@@ -98,9 +104,9 @@ STARTUP_SCRIPT = "<startup.sh>"
 HOME_DIR = "~/bertjax"
 BOOT_DIR = "/opt/bertjax"
 LOGS = f"{HOME_DIR}/logs/*.log {BOOT_DIR}/logs/*.log"
-# What pkill and pgrep look for. The brackets keep the pattern from matching the
-# remote shell whose command line holds it.
-TRAINING = '"[b]ertjax.main"'
+# What pkill and pgrep look for: training, and sweep workers with their trials. The
+# brackets keep the pattern from matching the remote shell whose command line holds it.
+TRAINING = '"[b]ertjax[.](main|sweep)"'
 XPK_CONTAINER = "jax-tpu"  # xpk's default --docker-name
 INSTALL = {
     "gcloud": "install the Google Cloud CLI: https://cloud.google.com/sdk/docs/install",
@@ -139,6 +145,9 @@ def define_flags() -> None:
         "run, create --startup_script: bertjax.main's --workdir; gs://... but on one host.",
     )
     flags.DEFINE_multi_string("override", [], "run: KEY=VALUE, passed on as --config.KEY=VALUE")
+    flags.DEFINE_string("storage", None, "sweep: the sweep's database (postgresql://...).")
+    flags.DEFINE_string("study_name", "sweep", "sweep: the sweep's name in the database.")
+    flags.DEFINE_integer("parallel", 1, "sweep: trials at once on each worker.")
     flags.DEFINE_integer("lines", 100, "logs: lines of each log to show.")
     flags.DEFINE_bool("follow", False, "logs: follow worker 0's log.")
     flags.DEFINE_integer("stop_timeout_s", 60, "Seconds a stopped run gets to save and exit.")
@@ -394,6 +403,50 @@ def run(target: Target, training: Training, stop_timeout_s: int) -> Plan:
     )
 
 
+def sweep_workers(target: Target, options) -> Plan:
+    """On every worker: what ran before stopped, then `bertjax.sweep worker` detached."""
+    log = f"{HOME_DIR}/logs/sweep-$(hostname).log"
+    worker = f"{HOME_DIR}/.venv/bin/python " + shlex.join(
+        [
+            *("-m", "bertjax.sweep", "worker", f"--storage={options.storage}"),
+            f"--study_name={options.study_name}",
+            f"--parallel={options.parallel}",
+        ]
+    )
+    start = [
+        f"test -x {HOME_DIR}/.venv/bin/python || "
+        f'{{ echo "$(hostname): no {HOME_DIR}/.venv; run setup first" >&2; exit 1; }}',
+        f"mkdir -p {HOME_DIR}/logs",
+        f"cd {HOME_DIR}",
+        f"setsid nohup {worker} "
+        f'>>{log} 2>&1 </dev/null & echo "$(hostname): sweep worker started, logging to {log}"',
+    ]
+    return Plan(
+        [
+            target.ssh("; ".join(free_tpu_steps(options.stop_timeout_s))),
+            target.ssh("; ".join(start)),
+        ]
+    )
+
+
+def check_sweep(options, tpu_slice: tpu.Slice | None) -> None:
+    if not options.storage:
+        raise LaunchError("--storage: required for sweep (the database URL the sweep's `run` used)")
+    if not re.match(r"[a-z0-9+]+://", options.storage) or options.storage.startswith("sqlite"):
+        raise LaunchError(
+            f"--storage={options.storage}: workers on TPU VMs need a database server they "
+            "all reach (postgresql://USER:PASSWORD@HOST/DB), not a file"
+        )
+    if tpu_slice is not None and tpu_slice.hosts_per_slice > 1:
+        raise LaunchError(
+            f"--accelerator_type={options.accelerator_type}: a sweep worker runs its trials "
+            "on one host; use single-host slices (a queued resource with --num_slices N "
+            "gives N workers)"
+        )
+    if options.parallel < 1:
+        raise LaunchError(f"--parallel={options.parallel}: must be at least 1")
+
+
 def status(target: Target) -> Plan:
     describe = [*target.group, "describe", target.name, *target.where()]
     describe += ["--format=yaml(state)" if target.queued else "--format=yaml(state,health)"]
@@ -554,7 +607,7 @@ def plan(subcommand: str, options) -> Plan:
     tpu_slice = check_slice(subcommand, options)
     training = None
     if options.xpk_cluster:
-        if subcommand in ("create", "setup"):
+        if subcommand in ("create", "setup", "sweep"):
             raise LaunchError(
                 f"--xpk_cluster: no {subcommand} for xpk; make the cluster with "
                 "`xpk cluster create`, and ship the code in --docker_image"
@@ -583,6 +636,9 @@ def plan(subcommand: str, options) -> Plan:
         why = gcs_reason(subcommand, options, tpu_slice)
         training = check_training(options, tpu_slice, why, "for run")
         return run(target, training, options.stop_timeout_s)
+    if subcommand == "sweep":
+        check_sweep(options, tpu_slice)
+        return sweep_workers(target, options)
     if subcommand == "status":
         return status(target)
     if subcommand == "logs":

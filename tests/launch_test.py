@@ -57,6 +57,13 @@ GOLDEN = {
     ],
     # The example of the issue.
     "run_multi_host": ["run", *BASE, "--accelerator_type", "v5p-32", *BERT_BASE],
+    # Sweep workers on the two v5e-8 nodes of a queued resource, sharing a PostgreSQL queue.
+    "sweep_workers": [
+        "sweep",
+        *TINY,
+        *["--accelerator_type", "v5e-8", "--num_slices", "2", "--parallel", "2"],
+        *["--storage", "postgresql://bertjax:PASSWORD@10.128.0.2/sweeps", "--study_name", "mrpc"],
+    ],
     "status": ["status", *BASE],
     "status_queued": ["status", *BASE, "--queued"],
     "logs": ["logs", *BASE],
@@ -304,6 +311,11 @@ RUN = ["run", *BASE, "--accelerator_type", "v5p-32"]
          "--workdir=runs/mini"),
         ([*RUN, *BERT_BASE, *XPK], "--docker_image"),
         (["setup", *BASE, *XPK], "--xpk_cluster"),
+        (["sweep", *TINY], "--storage: required for sweep"),
+        (["sweep", *TINY, "--storage", "sqlite:///sweep.db"], "--storage=sqlite:///sweep.db"),
+        (["sweep", *BASE, "--accelerator_type", "v5p-32", "--storage", "postgresql://h/d"],
+         "--accelerator_type=v5p-32: a sweep worker runs its trials on one host"),
+        (["sweep", *TINY, *XPK, "--storage", "postgresql://h/d"], "--xpk_cluster"),
         (["launch", *BASE], "unknown subcommand 'launch'"),
         (["status", "now", *BASE], "unexpected argument 'now'"),
         ([*BASE], "no subcommand"),

@@ -327,3 +327,43 @@ def test_the_experiment_configs_sweeps_are_valid():
         assert len(s) >= 2
         for overrides in s:
             sweep.apply_overrides(config, overrides, "test")
+
+
+def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
+    import postgres_server
+
+    with postgres_server.start() as (url, why):
+        if url is None:
+            pytest.skip(f"no PostgreSQL server here: {why}")
+        config = write_config(tmp_path, 'def get_sweep(h):\n    return h.sweep("seed", [0, 1])\n')
+        args = ["--storage", url, "--study_name", "two"]
+        short = ["--config.num_train_steps=10", "--config.eval_every_steps=10"]
+        sweep_dir = tmp_path / "sweep"
+        with open(tmp_path / "run.log", "w") as run_log:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "bertjax.sweep", "run", "--config", str(config)]
+                + ["--sweep_dir", str(sweep_dir), *args, *short],
+                cwd=REPO,
+                env=ENV,
+                stdout=run_log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: "queued now" in (tmp_path / "run.log").read_text(), 300, "the queue")
+        with open(tmp_path / "worker.log", "w") as worker_log:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "bertjax.sweep", "worker", *args],
+                cwd=REPO,
+                env=ENV,
+                stdout=worker_log,
+                stderr=subprocess.STDOUT,
+            )
+        for name, process in (("run", run), ("worker", worker)):
+            log = (tmp_path / f"{name}.log").read_text()
+            assert process.wait(timeout=600) == 0, log[-3000:]
+        for name in ("run", "worker"):  # each worker ran one of the two
+            assert ": done in" in (tmp_path / f"{name}.log").read_text()
+        storage = sweep_queue.open_storage(url, heartbeat_s=30)
+        study = sweep_queue.open_study(storage, "two", direction="minimize", create=False)
+        assert [r.status for r in sweep_queue.records(study)] == ["done", "done"]
+        assert all(len(r.attempts) == 1 for r in sweep_queue.records(study))
+        assert sweep_cli("report", str(sweep_dir), *args).returncode == 0

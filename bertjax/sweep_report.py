@@ -11,6 +11,7 @@ import csv
 import io
 import math
 import os
+import sys
 
 from bertjax import sweep_queue as queue
 from bertjax import sweep_worker as worker_lib
@@ -144,14 +145,20 @@ def csv_text(table_rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def plot_metric_vs_keys(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
-    """One PNG per swept key: each finished trial's final metric against its value."""
+def _pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "ipykernel" not in sys.modules:  # files from the command line, inline in a notebook
+        matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    written = []
+    return plt
+
+
+def metric_figures(table_rows: list[dict], definition: dict) -> dict:
+    """{key: figure} for each swept key: every finished trial's final metric against its value."""
+    plt = _pyplot()
+    figures = {}
     done = [r for r in table_rows if _finite(r["final"])]
     for key in _keys(table_rows):
         points = [(r["params"][key], r["final"]) for r in done if key in r["params"]]
@@ -173,20 +180,14 @@ def plot_metric_vs_keys(table_rows: list[dict], definition: dict, out_dir: str) 
         ax.set_ylabel(f"final {done[0]['metric']}")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        path = os.path.join(out_dir, f"metric_vs_{key.replace('.', '_')}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written
+        figures[key] = fig
+    return figures
 
 
-def plot_curves(table_rows: list[dict], out_dir: str) -> str | None:
-    """Train loss and the eval metric against the step, one line per trial."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+def curves_figure(table_rows: list[dict]):
+    """Train loss and the eval metric against the step, one line per trial; None if no
+    trial has logged yet."""
+    plt = _pyplot()
     curves = []
     for r in table_rows:
         metrics = worker_lib.read_metrics(r["workdir"])
@@ -216,10 +217,7 @@ def plot_curves(table_rows: list[dict], out_dir: str) -> str | None:
         ax.grid(alpha=0.3)
     eval_ax.legend(title="trial", fontsize="small", ncol=2)
     fig.tight_layout()
-    path = os.path.join(out_dir, "curves.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def write(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
@@ -228,9 +226,18 @@ def write(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
     md, csv_file = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.csv")
     files.atomic_write(md, markdown(table_rows, definition))
     files.atomic_write(csv_file, csv_text(table_rows))
-    written = [md, csv_file, *plot_metric_vs_keys(table_rows, definition, out_dir)]
-    curves = plot_curves(table_rows, out_dir)
-    return written + ([curves] if curves else [])
+    written = [md, csv_file]
+    figures = {
+        f"metric_vs_{k.replace('.', '_')}": f
+        for k, f in metric_figures(table_rows, definition).items()
+    }
+    figures["curves"] = curves_figure(table_rows)
+    for name, fig in figures.items():
+        if fig is not None:
+            written.append(os.path.join(out_dir, f"{name}.png"))
+            fig.savefig(written[-1], dpi=100)
+            _pyplot().close(fig)
+    return written
 
 
 def load(sweep_dir: str, storage: str, study_name: str):

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import optuna
 
@@ -226,7 +227,9 @@ class Worker:
             indices = {r.index for r in queue.records(self.study)}
             if len(indices) >= self.definition["num_trials"]:
                 return None
-            trial = self.study.ask()
+            with warnings.catch_warnings():  # the heartbeats are this worker's own
+                warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+                trial = self.study.ask()
             trial.set_user_attr("index", trial.number)
             trial.set_user_attr("keys", list(self.definition["space"]))
             trial.set_user_attr("attempt", 1)

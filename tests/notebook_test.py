@@ -49,3 +49,56 @@ def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch)
     ]
     assert len(images) == 3  # similarity heatmap, attention map, training curves
     assert os.path.exists(tiny_workdir / "metrics.jsonl")
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory, make_small_config):
+    """A sweep of two learning rates, its trials trained in this process through the queue."""
+    from bertjax import sweep, sweep_queue, sweep_worker
+
+    sweep_dir = tmp_path_factory.mktemp("sweep")
+    trials = [{"optimizer.learning_rate": 1e-3}, {"optimizer.learning_rate": 3e-3}]
+    space = {"optimizer.learning_rate": {"choice": [1e-3, 3e-3]}}
+    definition = {"config": "tiny.py", "config_arg": None, "trials": trials, "space": space}
+    definition.update(metric="", mode="min", sweep_dir=str(sweep_dir), max_retries=0)
+    storage = sweep_queue.open_storage(sweep_queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
+    study = sweep_queue.open_study(storage, "sweep", direction="minimize", create=True)
+    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    for index, overrides in enumerate(trials):
+        sweep_queue.enqueue(study, index, overrides, attempt=1)
+    while (trial := sweep_queue.claim(study)) is not None:
+        params = sweep_worker.suggest(trial, trial.user_attrs["keys"], space)
+        name = sweep_worker.trial_name(trial.user_attrs["index"], params)
+        workdir = sweep_dir / "trials" / name
+        trial.set_user_attr("workdir", str(workdir))
+        config = sweep.apply_overrides(make_small_config(), params, name)
+        results = train.train_and_evaluate(config, str(workdir))
+        study.tell(trial, results["eval"]["loss"])
+    return sweep_dir
+
+
+def test_sweep_report_runs_and_shows_the_trials(tiny_sweep, monkeypatch):
+    monkeypatch.setenv("BERTJAX_SWEEP_DIR", str(tiny_sweep))
+    monkeypatch.setenv("XLA_FLAGS", "")
+    path = NOTEBOOKS / "sweep_report.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
+    ).execute()
+    text = "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+    assert "tiny.py: 2 trials" in text
+    assert text.count(" done ") == 2
+    assert "best: trial " in text and "final eval: {'loss'" in text
+    images = [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if "image/png" in output.get("data", {})
+    ]
+    assert len(images) == 2  # the metric against the learning rate, the training curves

@@ -53,8 +53,13 @@ def write_config(directory: pathlib.Path, sweep_body: str, name="experiment.py")
                 config.num_eval_steps = 2
                 config.checkpoint_every_steps = 10
                 config.log_every_steps = 10
-                config.train_batch_size = 16
-                config.eval_batch_size = 16
+                config.train_batch_size = 8
+                config.eval_batch_size = 8
+                config.data.max_seq_length = 64
+                config.data.max_predictions_per_seq = 10
+                config.model.hidden_size = 64
+                config.model.num_attention_heads = 2
+                config.model.intermediate_size = 128
                 return config
 
             """
@@ -358,8 +363,8 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
                 stderr=subprocess.STDOUT,
             )
         for name, process in (("run", run), ("worker", worker)):
-            log = (tmp_path / f"{name}.log").read_text()
-            assert process.wait(timeout=600) == 0, log[-3000:]
+            status = process.wait(timeout=600)
+            assert status == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
         for name in ("run", "worker"):  # each worker ran one of the two
             assert ": done in" in (tmp_path / f"{name}.log").read_text()
         storage = sweep_queue.open_storage(url, heartbeat_s=30)
@@ -367,3 +372,45 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
         assert [r.status for r in sweep_queue.records(study)] == ["done", "done"]
         assert all(len(r.attempts) == 1 for r in sweep_queue.records(study))
         assert sweep_cli("report", str(sweep_dir), *args).returncode == 0
+
+
+def test_a_search_draws_its_trials_from_the_space(tmp_path):
+    study, definition = make_study(tmp_path, trials=())
+    definition.update(
+        search="random",
+        num_trials=3,
+        space={"optimizer.learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}},
+    )
+    study.sampler = sweep.make_sampler("random")
+    worker = sweep_worker.Worker(study, definition, parallel=1, heartbeat_s=30)
+    drawn = []
+    while (trial := worker._new_search_trial()) is not None:
+        params = sweep_worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+        drawn.append(params["optimizer.learning_rate"])
+        study.tell(trial, 1.0)
+    assert len(drawn) == 3 and len(set(drawn)) == 3
+    assert all(1e-5 <= lr <= 1e-3 for lr in drawn)
+
+
+def test_pruning_stops_a_trial_that_trails_the_median(tmp_path):
+    study, definition = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}, {"seed": 2}))
+    definition.update(prune=True, metric="accuracy", mode="max")
+    study = sweep_queue.open_study(
+        study._storage, "pruned", direction="maximize", create=True, pruner=sweep.make_pruner(True)
+    )
+    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    for index in range(3):
+        sweep_queue.enqueue(study, index, {"seed": index}, attempt=1)
+    for accuracy in (0.8, 0.9, 0.5):  # the third trails the others at every step
+        trial = sweep_queue.claim(study)
+        workdir = tmp_path / f"trial{trial.number}"
+        workdir.mkdir()
+        lines = [{"step": s, "split": "eval", "accuracy": accuracy} for s in (10, 20)]
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        assert sweep_worker.report_evals(trial, definition, str(workdir), 0) == 2
+        if trial.should_prune():
+            study.tell(trial, state=sweep_queue.PRUNED)
+        else:
+            study.tell(trial, accuracy)
+    statuses = [r.status for r in sweep_queue.records(study)]
+    assert statuses == ["done", "done", "pruned"]

@@ -100,9 +100,11 @@ def enqueue(study, index: int, params: dict, *, attempt: int) -> None:
 
 
 def claim(study) -> optuna.Trial | None:
-    """The first queued trial, now RUNNING and this worker's; None when none is queued."""
+    """The queued trial of the lowest index (an interrupted one goes on before the trials
+    after it start), now RUNNING and this worker's; None when none is queued."""
     storage = study._storage  # the study's own storage: Optuna gives no other handle
-    for frozen in study.get_trials(deepcopy=False, states=(WAITING,)):
+    waiting = study.get_trials(deepcopy=False, states=(WAITING,))
+    for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("index", 0), t.number)):
         try:
             if storage.set_trial_state_values(frozen._trial_id, state=RUNNING):
                 return take(study, frozen._trial_id)

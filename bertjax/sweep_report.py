@@ -78,7 +78,7 @@ def _cells(row: dict, keys: list[str]) -> list[str]:
     return [
         str(row["index"]),
         *(worker_lib.format_value(row["params"][k]) if k in row["params"] else "" for k in keys),
-        row["status"] + (f" ({row['attempts']} attempts)" if row["attempts"] > 1 else ""),
+        row["status"] + (f" ({row['attempts']} runs)" if row["attempts"] > 1 else ""),
         number(row["final"]),
         best,
         f"{row['minutes']:.1f}",

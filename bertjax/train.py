@@ -154,12 +154,11 @@ def task_of(config: ml_collections.ConfigDict) -> Task:
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError for a bad option that shows without reading data or devices:
-    the task's own checks (Task.check_config) and the optimizer's."""
+    """Raises ConfigError for a bad option that shows without reading data or devices: the
+    task's own checks (Task.check_config), when it has them."""
     task = task_of(config)
     if task.check_config is not None:
         task.check_config(config)
-    optim.from_config(config.optimizer)
 
 
 def build_run(

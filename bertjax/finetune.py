@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from bertjax import losses, optim, scores
+from bertjax import losses, scores
 from bertjax import workdir as workdir_lib
 from bertjax.model import SHAPE_FIELDS, BertConfig
 from bertjax.task import Setup, check_keys, host_share, weighted_mean_loss
@@ -69,6 +69,8 @@ def config_checker(data_from_config):
     which reads no data) and the init checkpoint's architecture."""
 
     def check(config) -> None:
+        from bertjax import optim  # here: restore() imports no trainer code
+
         check_config(config)
         optim.from_config(optimizer_values(config, num_train_steps=1))
         data_from_config(config.data)

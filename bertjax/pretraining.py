@@ -14,7 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bertjax import losses, optim, scores
+from bertjax import losses, scores
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
@@ -36,6 +36,8 @@ def check_config(config) -> None:
     data = data_config_lib.from_config(config.data)
     model_config = model_lib.from_config(config.model)
     data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
+    from bertjax import optim  # here: restore() reads task modules and imports no trainer code
+
     optim.learning_rate_schedule(config.optimizer, config.num_train_steps)  # warmup fits
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:

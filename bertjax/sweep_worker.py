@@ -6,7 +6,8 @@ A trial runs as
     python -m bertjax.main --config FILE[:ARG] --workdir SWEEP_DIR/trials/NNN-NAME \
         [the sweep's --config overrides] [the trial's --config overrides]
 
-with its output appended to SWEEP_DIR/trials/NNN-NAME.log and its overrides and
+with its output appended to SWEEP_DIR/trials/NNN-NAME.log (on this machine, in
+~/bertjax-sweep-logs/, when SWEEP_DIR is in a bucket) and its overrides and
 command in SWEEP_DIR/trials/NNN-NAME.json. Its share of the devices: on a CPU
 host, its share of the cores (CPU affinity, which XLA's and TensorFlow's
 thread pools follow); GPUs by CUDA_VISIBLE_DEVICES; TPU chips by
@@ -255,7 +256,8 @@ class Worker:
         workdir_lib.wait_until_free(workdir, STOP_GRACE_S)
         self._say(f"trial {name}: started (attempt {attempt})")
         started = time.time()
-        status, pruned = self._watch(trial, command, workdir, share, trials_dir, name)
+        log_file = os.path.join(log_dir(trials_dir), name + ".log")
+        status, pruned = self._watch(trial, command, workdir, share, log_file)
         minutes = (time.time() - started) / 60
         results = workdir_lib.read_results(workdir)
         for key in ("eval", "best", "best_metric"):
@@ -270,7 +272,7 @@ class Worker:
             queue.end_interrupted(self.study, trial, f"stopped (exit status {status})")
             self._say(f"trial {name}: stopped after {minutes:.1f} min; queued to resume")
         else:
-            why = last_error(os.path.join(trials_dir, name + ".log"), status)
+            why = last_error(log_file, status)
             trial.set_user_attr("error", why)
             self.study.tell(trial, state=queue.FAIL)
             # Status 2 is a user error (a bad option, a missing file): the same again.
@@ -297,12 +299,12 @@ class Worker:
         self.study.tell(trial, float(value))
         self._say(f"trial {name}: done in {minutes:.1f} min, {metric} {value:.4f}")
 
-    def _watch(self, trial, command, workdir, share, trials_dir, name) -> tuple[int, bool]:
+    def _watch(self, trial, command, workdir, share, log_file) -> tuple[int, bool]:
         """Runs the trial's process to its end: (exit status, whether it was pruned)."""
         env = {**os.environ, **share.get("env", {})}
         cpus = ",".join(map(str, sorted(share.get("cpus", ()))))
         launch = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), cpus, *command[1:]]
-        with open(os.path.join(trials_dir, name + ".log"), "a") as log:
+        with open(log_file, "a") as log:
             log.write(f"\n$ {' '.join(command)}\n")
             log.flush()
             child = subprocess.Popen(
@@ -346,6 +348,17 @@ class Worker:
     def _say(self, line: str) -> None:
         with self._lock:
             print(line, file=self.out, flush=True)
+
+
+def log_dir(trials_dir: str) -> str:
+    """Where trial logs go: beside the workdirs, or on this machine for a bucket's."""
+    if "://" not in trials_dir:
+        return trials_dir
+    local = os.path.join(
+        os.path.expanduser("~/bertjax-sweep-logs"), re.sub(r"\W+", "_", trials_dir)
+    )
+    os.makedirs(local, exist_ok=True)
+    return local
 
 
 def suggest(trial: optuna.Trial, keys, space: dict) -> dict:

@@ -38,6 +38,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # finish together instead of one running them alone at the end.
 _LONGEST_FIRST = (
     "finetune_learning_test.py",
+    "sweep_test.py",
     "multihost_test.py",
     "faults_test.py",
     "gcs_test.py",

@@ -12,6 +12,19 @@ from bertjax import train
 NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "experiments" / "notebooks"
 
 
+def run_notebook(name: str, monkeypatch) -> tuple[str, int]:
+    """Executes experiments/notebooks/NAME: (the text its cells printed, how many images)."""
+    # The kernel sees one CPU device, as a notebook on a laptop would.
+    monkeypatch.setenv("XLA_FLAGS", "")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    text = "".join(output.get("text", "") for output in outputs)
+    return text, sum("image/png" in output.get("data", {}) for output in outputs)
+
+
 @pytest.fixture(scope="module")
 def tiny_workdir(tmp_path_factory, make_small_config):
     config = make_small_config()
@@ -24,30 +37,11 @@ def tiny_workdir(tmp_path_factory, make_small_config):
 
 def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch):
     monkeypatch.setenv("BERTJAX_WORKDIR", str(tiny_workdir))
-    # The kernel sees one CPU device, as a notebook on a laptop would.
-    monkeypatch.setenv("XLA_FLAGS", "")
-    path = NOTEBOOKS / "restore_and_probe.ipynb"
-    notebook = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
-    ).execute()
-    text = "".join(
-        output.get("text", "")
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.outputs
-    )
+    text, images = run_notebook("restore_and_probe.ipynb", monkeypatch)
     assert "step 4: 2 layers, hidden 64" in text
     assert text.count(" -> ") == 3
     assert "does not exist" not in text
-    images = [
-        output
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.outputs
-        if "image/png" in output.get("data", {})
-    ]
-    assert len(images) == 3  # similarity heatmap, attention map, training curves
+    assert images == 3  # similarity heatmap, attention map, training curves
     assert os.path.exists(tiny_workdir / "metrics.jsonl")
 
 
@@ -79,26 +73,8 @@ def tiny_sweep(tmp_path_factory, make_small_config):
 
 def test_sweep_report_runs_and_shows_the_trials(tiny_sweep, monkeypatch):
     monkeypatch.setenv("BERTJAX_SWEEP_DIR", str(tiny_sweep))
-    monkeypatch.setenv("XLA_FLAGS", "")
-    path = NOTEBOOKS / "sweep_report.ipynb"
-    notebook = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
-    ).execute()
-    text = "".join(
-        output.get("text", "")
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.outputs
-    )
+    text, images = run_notebook("sweep_report.ipynb", monkeypatch)
     assert "tiny.py: 2 trials" in text
     assert text.count(" done ") == 2
     assert "best: trial " in text and "final eval: {'loss'" in text
-    images = [
-        output
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.outputs
-        if "image/png" in output.get("data", {})
-    ]
-    assert len(images) == 2  # the metric against the learning rate, the training curves
+    assert images == 2  # the metric against the learning rate, the training curves

@@ -47,16 +47,18 @@ def write_config(directory: pathlib.Path, sweep_body: str, name="experiment.py")
 
             def get_config():
                 config = tiny_cpu.get_config()
-                config.num_train_steps = 40
+                config.num_train_steps = 20
                 config.optimizer.warmup_steps = 5
                 config.eval_every_steps = 20
-                config.num_eval_steps = 2
-                config.checkpoint_every_steps = 10
-                config.log_every_steps = 10
+                config.num_eval_steps = 1
+                config.checkpoint_every_steps = 5
+                config.log_every_steps = 5
                 config.train_batch_size = 8
                 config.eval_batch_size = 8
                 config.data.max_seq_length = 64
                 config.data.max_predictions_per_seq = 10
+                config.data.document_buffer_size = 32
+                config.data.shuffle_buffer_size = 64
                 config.model.hidden_size = 64
                 config.model.num_attention_heads = 2
                 config.model.intermediate_size = 128
@@ -287,7 +289,7 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
         log = (trials_dir / (name + ".log")).read_text()
         runs = log.split("\n$ ")
         assert len(runs) >= 3, log[-2000:]
-        assert "step     10/40" not in runs[-1]
+        assert "step      5/20" not in runs[-1]
     both = (tmp_path / "worker.log").read_text() + resumed.stdout
     assert both.count(": done in") == 4 - (tmp_path / "first.log").read_text().count(": done in")
 
@@ -342,7 +344,7 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
             pytest.skip(f"no PostgreSQL server here: {why}")
         config = write_config(tmp_path, 'def get_sweep(h):\n    return h.sweep("seed", [0, 1])\n')
         args = ["--storage", url, "--study_name", "two"]
-        short = ["--config.num_train_steps=10", "--config.eval_every_steps=10"]
+        short = ["--config.num_train_steps=5", "--config.eval_every_steps=5"]
         sweep_dir = tmp_path / "sweep"
         with open(tmp_path / "run.log", "w") as run_log:
             run = subprocess.Popen(

@@ -90,7 +90,7 @@ def check_libtpu() -> None:
     if importlib.util.find_spec("libtpu") is None:
         raise UserError(
             "bertjax.aot needs the TPU compiler, which comes with libtpu: "
-            "pip install -e '.[tpu]' (or `make tpu-compiler` for this checkout's .venv)"
+            "pip install -e '.[tpu]' (`make install` puts it in this checkout's .venv)"
         )
 
 

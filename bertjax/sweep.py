@@ -195,17 +195,17 @@ def _short(value) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def open_sweep(definition: dict, storage_url: str, *, create: bool):
+def open_sweep(definition: dict, storage_url: str):
+    """The sweep's study, created if new, with its sampler and pruner."""
     storage = queue.open_storage(storage_url, heartbeat_s=FLAGS.heartbeat_s)
-    study = queue.open_study(
+    return queue.open_study(
         storage,
         FLAGS.study_name,
         direction="maximize" if definition["mode"] == "max" else "minimize",
-        create=create,
+        create=True,
         sampler=make_sampler(definition["search"]),
         pruner=make_pruner(definition["prune"]),
     )
-    return study
 
 
 def make_sampler(search: str):
@@ -250,7 +250,7 @@ def run_command(definition: dict) -> int | None:
         return None
     if "://" not in sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
-    study = open_sweep(definition, queue.storage_url(sweep_dir, FLAGS.storage), create=True)
+    study = open_sweep(definition, queue.storage_url(sweep_dir, FLAGS.storage))
     recorded = study.user_attrs.get(queue.SWEEP_ATTR)
     if recorded is not None:
         check_same_sweep(recorded, definition, sweep_dir)
@@ -284,17 +284,14 @@ def work(study, definition: dict) -> int | None:
 def worker_command() -> int | None:
     if not FLAGS.storage:
         raise SweepError("worker: --storage is required (the URL the sweep's `run` used)")
-    storage = queue.open_storage(FLAGS.storage, heartbeat_s=FLAGS.heartbeat_s)
-    study = queue.open_study(storage, FLAGS.study_name, direction="maximize", create=False)
-    definition = study.user_attrs.get(queue.SWEEP_ATTR)
-    if definition is None:
-        raise SweepError(f"sweep {FLAGS.study_name!r}: not started; run `bertjax.sweep run` first")
+    study, definition = queue.load(FLAGS.storage, FLAGS.study_name, heartbeat_s=FLAGS.heartbeat_s)
     if not os.path.isfile(definition["config"]):
         raise SweepError(
             f"{definition['config']}: no such file here; start the worker in a checkout of "
             "the same code as the sweep's"
         )
-    study = open_sweep(definition, FLAGS.storage, create=False)
+    study.sampler = make_sampler(definition["search"])
+    study.pruner = make_pruner(definition["prune"])
     return work(study, definition)
 
 

@@ -93,6 +93,17 @@ def open_study(storage, name: str, *, direction: str, create: bool, sampler=None
     )
 
 
+def load(url: str, name: str, *, heartbeat_s: int):
+    """(study, definition) of the sweep `name` that `bertjax.sweep run` started at `url`."""
+    study = open_study(
+        open_storage(url, heartbeat_s=heartbeat_s), name, direction="maximize", create=False
+    )  # the direction is the recorded one: Optuna reads it from the storage
+    definition = study.user_attrs.get(SWEEP_ATTR)
+    if definition is None:
+        raise QueueError(f"sweep {name!r} in {_redacted(url)}: never started by `run`")
+    return study, definition
+
+
 def enqueue(study, index: int, params: dict, *, attempt: int) -> None:
     study.enqueue_trial(
         params, user_attrs={"index": index, "keys": list(params), "attempt": attempt}

@@ -190,7 +190,7 @@ def curves_figure(table_rows: list[dict]):
     plt = _pyplot()
     curves = []
     for r in table_rows:
-        metrics = worker_lib.read_metrics(r["workdir"])
+        metrics = workdir_lib.read_metrics(r["workdir"])
         if metrics:
             curves.append((r, metrics))
     if not curves:
@@ -242,12 +242,7 @@ def write(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
 
 def load(sweep_dir: str, storage: str, study_name: str):
     """(study, definition) of the sweep in `sweep_dir` (or `storage`)."""
-    store = queue.open_storage(queue.storage_url(sweep_dir, storage), heartbeat_s=60)
-    study = queue.open_study(store, study_name, direction="maximize", create=False)
-    definition = study.user_attrs.get(queue.SWEEP_ATTR)
-    if definition is None:
-        raise queue.QueueError(f"{sweep_dir}: the sweep was never started")
-    return study, definition
+    return queue.load(queue.storage_url(sweep_dir, storage), study_name, heartbeat_s=60)
 
 
 def report(sweep_dirs: list[str], storage: str, study_name: str, metric: str, mode: str) -> str:

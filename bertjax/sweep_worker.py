@@ -21,9 +21,7 @@ reports each evaluation of the metric to the pruner, which may stop the trial
 a checkpoint to resume from.
 """
 
-import contextlib
 import glob
-import json
 import math
 import os
 import re
@@ -259,6 +257,16 @@ class Worker:
         log_file = os.path.join(log_dir(trials_dir), name + ".log")
         status, pruned = self._watch(trial, command, workdir, share, log_file)
         minutes = (time.time() - started) / 60
+        try:
+            self._record(trial, name, status, pruned, workdir, log_file, minutes)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker found this one silent for the grace period (a database too
+            # busy for its heartbeats) and queued the trial again. That attempt resumes the
+            # same workdir, and finds the run finished if it is.
+            self._say(f"trial {name}: given up as stale meanwhile; its queued copy goes on")
+
+    def _record(self, trial, name, status, pruned, workdir, log_file, minutes) -> None:
+        """Ends the attempt by the run's exit: done, pruned, interrupted or failed."""
         results = workdir_lib.read_results(workdir)
         for key in ("eval", "best", "best_metric"):
             if key in results:
@@ -380,7 +388,7 @@ def metric_name(definition: dict, results: dict) -> str:
 
 def report_evals(trial: optuna.Trial, definition: dict, workdir: str, reported: int) -> int:
     """Reports the evaluations in metrics.jsonl after the first `reported` to the pruner."""
-    evals = [r for r in read_metrics(workdir) if r.get("split") == "eval"]
+    evals = [r for r in workdir_lib.read_metrics(workdir) if r.get("split") == "eval"]
     metric = metric_name(definition, workdir_lib.read_results(workdir))
     for record in evals[reported:]:
         value = record.get(metric)
@@ -402,17 +410,3 @@ def last_error(log_file: str, status: int) -> str:
     if status < 0:
         return f"killed by {signal.Signals(-status).name}"
     return f"exit status {status}; see {log_file}"
-
-
-def read_metrics(workdir: str) -> list[dict]:
-    """The records of a workdir's metrics.jsonl, as far as it is written."""
-    path = os.path.join(workdir, workdir_lib.METRICS_FILE)
-    try:
-        text = files.read_bytes(path).decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    records = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):  # the last line may be half written
-            records.append(json.loads(line))
-    return records

@@ -131,6 +131,20 @@ def read_tokenizer_data(workdir: str) -> dict:
     return config["data"]
 
 
+def read_metrics(workdir: str) -> list[dict]:
+    """The records of metrics.jsonl as far as they are written ([] before the first): a
+    live run may be writing its last line."""
+    try:
+        text = files.read_bytes(os.path.join(workdir, METRICS_FILE)).decode("utf-8", "replace")
+    except OSError:
+        return []
+    records = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):  # half written
+            records.append(json.loads(line))
+    return records
+
+
 def read_results(workdir: str) -> dict:
     return read_json(os.path.join(workdir, RESULTS_FILE)) or {}
 

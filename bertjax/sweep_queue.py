@@ -12,6 +12,7 @@ Optuna trial is one attempt at one trial of the sweep, with user attributes:
     attempt    1 for the first attempt, 2 after one failure, ...
     worker     {"host", "pid", "started"} of the worker that took it
     error      why an attempt failed; interrupted: stopped before the end, to go on
+    duplicate  a second copy of a queued attempt, dropped when taken (see claim)
 States: WAITING (queued), RUNNING (a worker has it and records heartbeats),
 then COMPLETE (its value is the metric), FAIL or PRUNED. A failed attempt is
 queued again while attempts are left; an interrupted one (stopped on request,
@@ -34,6 +35,7 @@ SWEEP_ATTR = "sweep"
 WAITING, RUNNING = optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING
 COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 PRUNED = optuna.trial.TrialState.PRUNED
+DUPLICATE_ATTR = "duplicate"  # a second copy of a queued attempt, dropped unrun
 
 
 class QueueError(UserError):
@@ -112,16 +114,41 @@ def enqueue(study, index: int, params: dict, *, attempt: int) -> None:
 
 def claim(study) -> optuna.Trial | None:
     """The queued trial of the lowest index (an interrupted one goes on before the trials
-    after it start), now RUNNING and this worker's; None when none is queued."""
+    after it start), now RUNNING and this worker's; None when none is queued.
+
+    Two processes can queue one trial twice: `run` queues each trial it finds neither
+    queued nor running while another process is between failing a gone worker's attempt
+    and queueing it again. The copy taken second is dropped here, so a trial runs once."""
     storage = study._storage  # the study's own storage: Optuna gives no other handle
     waiting = study.get_trials(deepcopy=False, states=(WAITING,))
     for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("index", 0), t.number)):
         try:
-            if storage.set_trial_state_values(frozen._trial_id, state=RUNNING):
-                return take(study, frozen._trial_id)
+            if not storage.set_trial_state_values(frozen._trial_id, state=RUNNING):
+                continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another worker took and ended it meanwhile
+        if _superseded(study, frozen):
+            storage.set_trial_user_attr(frozen._trial_id, DUPLICATE_ATTR, True)
+            storage.set_trial_state_values(frozen._trial_id, state=FAIL)
+            continue
+        return take(study, frozen._trial_id)
     return None
+
+
+def _superseded(study, frozen) -> bool:
+    """Whether another attempt of `frozen`'s trial has ended it (done or pruned), or is
+    queued or running and came first."""
+    index = frozen.user_attrs.get("index")
+    for other in study.get_trials(deepcopy=False):
+        if other.number == frozen.number or other.user_attrs.get("index") != index:
+            continue
+        if other.user_attrs.get(DUPLICATE_ATTR):
+            continue
+        if other.state in (COMPLETE, PRUNED):
+            return True
+        if other.state in (WAITING, RUNNING) and other.number < frozen.number:
+            return True
+    return False
 
 
 def take(study, trial_id: int) -> optuna.Trial:
@@ -221,7 +248,7 @@ class TrialRecord:
 def records(study) -> list[TrialRecord]:
     by_index: dict[int, list] = {}
     for frozen in study.get_trials(deepcopy=False):
-        if "index" in frozen.user_attrs:
+        if "index" in frozen.user_attrs and not frozen.user_attrs.get(DUPLICATE_ATTR):
             by_index.setdefault(frozen.user_attrs["index"], []).append(frozen)
     out = []
     for index, attempts in sorted(by_index.items()):

@@ -23,6 +23,7 @@ keys to change; --find_batch adds the largest per-chip batch that fits.
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import sys
 import tempfile
@@ -140,8 +141,14 @@ def abstract_batch(run, split: str, batch_size: int) -> dict:
     else:
         make = setup.train_dataset if split == "train" else setup.eval_dataset
         element = make(batch_size=batch_size, process_index=0, process_count=1, seed=0)
+        # Packed batches have their own row count; rounded up to split over the slice's
+        # devices as its hosts' own devices would have it (finetune.PackedShapes).
+        shards = math.prod(run.mesh.shape[axis] for axis in sharding.BATCH_AXES)
         specs = {
-            name: ((batch_size, *spec.shape[1:]), np.dtype(spec.dtype.as_numpy_dtype))
+            name: (
+                (-(-spec.shape[0] // shards) * shards, *spec.shape[1:]),
+                np.dtype(spec.dtype.as_numpy_dtype),
+            )
             for name, spec in element.element_spec.items()
         }
     if split == "train":
@@ -197,15 +204,12 @@ def compile_step(run, split: str) -> Compiled:
 
 def analyse(run, tpu_slice: tpu.Slice, step: Compiled) -> dict:
     """The figures of a compiled train step: memory, FLOPs, roofline time, tokens/s, MFU."""
-    from bertjax import benchmark
+    from bertjax import flops
 
     config, setup, chip = run.config, run.setup, tpu_slice.chip
     seq_len = max(setup.model_inputs.values())
-    predictions = setup.model_inputs.get("masked_lm_positions", 0)
     batch = config.train_batch_size
-    analytic = benchmark.analytic_flops_per_step(
-        setup.model_config, batch_size=batch, seq_len=seq_len, predictions=predictions
-    )
+    analytic = flops.flops_per_step(setup, batch)
     chips = tpu_slice.devices_count
     result = {
         "topology": tpu_slice.name,

@@ -3,11 +3,27 @@
     python -m bertjax.benchmark --config experiments/pretrain/tiny_cpu.py \
         [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax]
 
-Prints compile time, median step time, tokens/s, the analytic model FLOPs per
+Prints compile time, median step time, tokens/s, model FLOPs utilisation
+(MFU), the peak FLOP/s it divides by and where that figure comes from, the
+share of the step spent outside the matmuls, the analytic model FLOPs per
 step, XLA's cost-analysis FLOPs, and the compiled memory. With --json the last
 line is one JSON object with the same figures. Batches are synthetic (random
 ids of the configured shapes), so the data pipeline is not measured here
 (data_pipeline.benchmark does that).
+
+MFU is the analytic matmul FLOPs of a step (bertjax.flops: 3x the forward
+pass, attention included, the MLM head at the masked positions only) over
+the median step time, divided by the devices' peak FLOP/s (bertjax.flops:
+vendor figures on TPU and GPU, a measured matmul on CPU).
+
+The share outside the matmuls is an estimate: before the timed steps, a large
+matmul in the model's dtype is timed on one of the devices (on CPU this is the
+cached peak probe); the step's analytic FLOPs at that rate is the time its
+matmuls would take, and the rest of the median step time is taken to be
+outside them (LayerNorm, activations, softmax, dropout, the optimizer,
+transfers), 1 - matmul time / step time. It is an upper bound: the step's
+smaller matmuls also run below the large one's rate, and that shortfall
+counts as outside too.
 
 --compare_hf_flax also times Hugging Face's FlaxBertForPreTraining on the same
 batch, loss and optimizer. It needs transformers 4.x (5.x has no Flax models),
@@ -25,7 +41,7 @@ from absl import flags, logging
 from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import hf_flax_baseline, sharding, train
+from bertjax import flops, hf_flax_baseline, sharding, train
 from bertjax import model as model_lib
 from data_pipeline import cli
 
@@ -43,21 +59,6 @@ def define_flags() -> None:
         "(transformers 4.x: make bench-hf).",
     )
     flags.mark_flags_as_required(["config"])
-
-
-def analytic_flops_per_step(
-    model_config, *, batch_size: int, seq_len: int, predictions: int
-) -> float:
-    """Matmul FLOPs of one training step: 3x the forward pass (backward is 2x)."""
-    h, i, v = model_config.hidden_size, model_config.intermediate_size, model_config.vocab_size
-    per_layer = (
-        4 * 2 * seq_len * h * h  # query, key, value, output projections
-        + 2 * 2 * seq_len * seq_len * h  # scores and the weighted sum of values
-        + 2 * 2 * seq_len * h * i  # the feed-forward block
-    )
-    heads = 2 * h * h + 2 * h * 2 + predictions * (2 * h * h + 2 * h * v)
-    forward = batch_size * (model_config.num_hidden_layers * per_layer + heads)
-    return 3.0 * forward
 
 
 def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0):
@@ -91,6 +92,12 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
     run = train.build_run(config, os.path.join(workdir, "run"))
     batch_size, seq_len = config.train_batch_size, run.setup.data.max_seq_length
     predictions = run.setup.data.max_predictions_per_seq
+    m = run.setup.model_config
+    analytic = flops.flops_per_step(run.setup, batch_size)
+    # Both before anything is timed: the peak MFU divides by, and the matmul rate.
+    devices = list(run.mesh.devices.flat)
+    peak, peak_source = flops.peak_flops(devices, m.dtype)
+    matmul_flops_per_s = flops.measured_matmul_flops(devices, m.dtype)
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         state = train.create_state(run)
         p_train_step, _ = train.jit_steps(run)
@@ -110,7 +117,6 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
             hf_step, hf_state, hf_compile_s = hf_flax_baseline.compile_hf_flax(run, batch)
             runs.append((hf_step, hf_state))
         step_times = hf_flax_baseline.median_step_times(runs, batch, rng, steps)
-    m = run.setup.model_config
     memory_bytes = (
         memory.temp_size_in_bytes
         + memory.argument_size_in_bytes
@@ -126,9 +132,14 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
         "compile_s": compile_s,
         "step_time_s": step_times[0],
         "tokens_per_s": batch_size * seq_len / step_times[0],
-        "analytic_flops_per_step": analytic_flops_per_step(
-            m, batch_size=batch_size, seq_len=seq_len, predictions=predictions
-        ),
+        "model_flops_per_s": analytic / step_times[0],
+        "mfu": analytic / step_times[0] / peak if peak else None,
+        "peak_flops": peak,
+        "peak_source": peak_source,
+        "matmul_flops_per_s": matmul_flops_per_s,
+        "matmul_time_s": analytic / matmul_flops_per_s,
+        "outside_matmul_share": 1.0 - analytic / matmul_flops_per_s / step_times[0],
+        "analytic_flops_per_step": analytic,
         "xla_flops_per_step": float(cost.get("flops", float("nan"))),
         "memory_bytes": int(memory_bytes),
     }
@@ -154,7 +165,18 @@ def main(argv):
         f"{r['max_predictions_per_seq']} predictions; {jax.device_count()} {jax.devices()[0].platform} device(s)"
     )
     print(f"compile        {r['compile_s']:.1f} s")
-    print(f"step (median)  {r['step_time_s'] * 1000:.1f} ms   {r['tokens_per_s']:,.0f} tokens/s")
+    mfu = f"MFU {r['mfu']:.1%}" if r["mfu"] is not None else "MFU n/a"
+    print(
+        f"step (median)  {r['step_time_s'] * 1000:.1f} ms   {r['tokens_per_s']:,.0f} tokens/s   "
+        f"{mfu} ({r['model_flops_per_s']:.3e} model FLOP/s)"
+    )
+    peak = f"{r['peak_flops']:.3e} FLOP/s: " if r["peak_flops"] else ""
+    print(f"peak           {peak}{r['peak_source']}")
+    print(
+        f"matmuls        {r['matmul_time_s'] * 1000:.1f} ms of the step at the measured "
+        f"{r['matmul_flops_per_s']:.3e} FLOP/s: {r['outside_matmul_share']:.0%} of step time "
+        "outside the matmuls"
+    )
     print(
         f"FLOPs/step     analytic {r['analytic_flops_per_step']:.3e}   XLA {r['xla_flops_per_step']:.3e} "
         f"({r['xla_flops_per_step'] / r['analytic_flops_per_step']:.2f}x)"

@@ -10,6 +10,7 @@ workdir answers `classify(restore(workdir), texts, pairs)` and predicts a file
 with `python -m bertjax.predict`.
 """
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -20,17 +21,25 @@ import tensorflow as tf
 from bertjax import finetune, losses, scores
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForSequenceClassification
-from bertjax.task import Setup, Task
+from bertjax.task import Setup, Task, host_share
 from data_pipeline import classification as classification_data
 
 
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
     data = classification_data.load_classification_task(config.data.to_dict())
+    packed_shape = finetune.PackedShapes(
+        functools.partial(classification_data.packed_shape, data, pretrained.tokenizer),
+        config.optimizer.num_microbatches,
+    )
 
-    def make_dataset(split, **kwargs):
+    def make_dataset(split, position=None, **kwargs):
+        packed = None
+        if data.config.pack_examples:
+            host = {k: kwargs[k] for k in ("batch_size", "process_count", "seed", "num_epochs")}
+            packed = packed_shape(split, **host)
         dataset, info = classification_data.make_classification_dataset(
-            data, pretrained.tokenizer, split=split, **kwargs
+            data, pretrained.tokenizer, split=split, position=position, packed=packed, **kwargs
         )
         return dataset, info.num_batches
 
@@ -42,6 +51,18 @@ def setup(config, workdir: str) -> Setup:
             name: float(scores.get_metric(name).fn(labels, predictions)) for name in data.metrics
         }
         return values, predictions
+
+    packed_slots = 0  # the model's init only needs some: the train split's, else eval's
+    if data.config.pack_examples:
+        split, key = ("train", "train_batch_size") if data.train else ("eval", "eval_batch_size")
+        host = host_share(config, key)
+        packed_slots = packed_shape(
+            split,
+            batch_size=host["batch_size"],
+            process_count=host["process_count"],
+            seed=host["seed"],
+            num_epochs=config.num_train_epochs if split == "train" else 1,
+        ).slots
 
     def write_predictions(predictions, workdir: str) -> None:
         # Each example's predicted label, or its score for regression.
@@ -64,6 +85,7 @@ def setup(config, workdir: str) -> Setup:
         score=score,
         write_predictions=write_predictions,
         data=data,
+        packed_slots=packed_slots,
     )
 
 

@@ -13,6 +13,7 @@ evaluates with the task's official metrics after every epoch and at the end.
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +43,11 @@ MODEL_OVERRIDES = (
     "remat_policy",
     "attention_implementation",
 )
-# The inputs of every fine-tuning head, in the order it takes them.
+# The inputs of every fine-tuning head, in the order it takes them; a head that reads
+# one output per example of a packed row also takes where each starts.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+PACKED_INPUT = "cls_positions"
+PACKED_SLOT = "example_slot"  # where each example of a packed batch went (not a model input)
 
 
 def check_config(config) -> None:
@@ -96,7 +100,8 @@ def load_pretrained(config, workdir: str) -> Pretrained:
     init = config.init_checkpoint
     saved = workdir_lib.require_model_config(init, what="config.init_checkpoint")
     overrides = {k: v for k, v in config.model.to_dict().items() if v is not None}
-    model_config = dataclasses.replace(saved, **overrides)
+    # The attention kernel is a run's choice, not the checkpoint's: XLA's unless set.
+    model_config = dataclasses.replace(saved, **{"attention_implementation": "xla", **overrides})
     vocab_file = workdir_lib.require_vocab_file(init, what="config.init_checkpoint")
     _check_same_vocab(workdir, vocab_file)
     vocab_size = len(load_vocab(vocab_file))
@@ -142,6 +147,34 @@ def optimizer_values(config, num_train_steps: int) -> dict:
     return {**values, "warmup_steps": int(num_train_steps * proportion)}
 
 
+class PackedShapes:
+    """The packed shape of each split's batches, planned once per (split, batch) and kept:
+    `plan(*, split, batch_size, process_count, seed, num_epochs, rows_multiple)` packs the
+    split's whole plan of batches (data_pipeline/packing.py)."""
+
+    def __init__(self, plan: Callable, num_microbatches: int):
+        self._plan, self._num_microbatches = plan, num_microbatches
+        self._shapes = {}
+
+    def __call__(self, split: str, *, batch_size: int, process_count: int, seed: int, num_epochs):
+        key = (split, batch_size, process_count, seed, num_epochs)
+        if key not in self._shapes:
+            microbatches = self._num_microbatches if split == "train" else 1
+            # A host's batch shards divide its examples and its devices (the mesh and
+            # sharding.check_batch_size see to it), so they divide this many rows too.
+            per_microbatch = batch_size // microbatches
+            multiple = math.gcd(per_microbatch, jax.local_device_count()) * microbatches
+            self._shapes[key] = self._plan(
+                split=split,
+                batch_size=batch_size,
+                process_count=process_count,
+                seed=seed,
+                num_epochs=num_epochs,
+                rows_multiple=multiple,
+            )
+        return self._shapes[key]
+
+
 def example_weight(batch):
     return jnp.sum(batch["example_weight"].astype(jnp.float32))
 
@@ -162,6 +195,7 @@ def make_setup(
     score: Callable[[Any, dict], tuple[dict, Any]],
     write_predictions: Callable[[Any, str], None],
     data: Any,
+    packed_slots: int = 0,
 ) -> Setup:
     """The Setup of a fine-tuning run: `num_train_epochs` over the training split, an
     evaluation (and a checkpoint) after every epoch, the loss a weighted mean.
@@ -169,6 +203,7 @@ def make_setup(
     `make_dataset(split, *, batch_size, process_index, process_count, seed, num_epochs)`
     gives (dataset, number of batches); `score(outputs, passed)` scores the model's
     outputs over the whole eval split, `passed` the eval batches' other columns.
+    `packed_slots` > 0: the batches are packed, the model takes PACKED_INPUT too.
     """
     host = host_share(config, "train_batch_size")
     try:
@@ -205,8 +240,16 @@ def make_setup(
         eval_every_steps=max(1, round(num_train_steps / config.num_train_epochs)),
         num_eval_steps=0,
         checkpoint_at_eval=True,
-        model_inputs=dict.fromkeys(MODEL_INPUTS, length),
-        train_features=(*MODEL_INPUTS, "example_weight", *label_features),
+        model_inputs={
+            **dict.fromkeys(MODEL_INPUTS, length),
+            **({PACKED_INPUT: packed_slots} if packed_slots else {}),
+        },
+        train_features=(
+            *MODEL_INPUTS,
+            *((PACKED_INPUT,) if packed_slots else ()),
+            "example_weight",
+            *label_features,
+        ),
         sums=sums,
         denominators=weight,
         loss=weighted_mean_loss,
@@ -230,8 +273,19 @@ def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):
 
 
 def _outputs_and_bookkeeping(outputs, batch):
-    """The model's outputs with the batch's other columns (example ids, weights) passed through."""
-    return outputs, {k: v for k, v in batch.items() if k not in MODEL_INPUTS}
+    """The model's outputs with the batch's other columns (example ids, weights) passed
+    through; of a packed batch, taken out of their slots, in the batch's example order."""
+    if PACKED_INPUT in batch:
+        slots = batch[PACKED_INPUT].shape
+        where = batch[PACKED_SLOT]
+
+        def unpack(x):
+            return x.reshape(-1, *x.shape[2:])[where]
+
+        outputs = jax.tree.map(unpack, outputs)
+        batch = {k: unpack(v) for k, v in batch.items() if v.shape[:2] == slots}
+    inputs = (*MODEL_INPUTS, PACKED_INPUT)
+    return outputs, {k: v for k, v in batch.items() if k not in inputs}
 
 
 def report(workdir: str, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:

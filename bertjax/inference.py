@@ -110,7 +110,10 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
         shardings,
     )
     params = checkpoint.restore_params(path, abstract, step)
-    config = dataclasses.replace(saved_config, scan_layers=False, remat_policy="none")
+    # The attention kernel is the run's choice, not the model's: XLA's runs anywhere.
+    config = dataclasses.replace(
+        saved_config, scan_layers=False, remat_policy="none", attention_implementation="xla"
+    )
     params = {**params, "bert": unstack_layers(params["bert"], config.num_hidden_layers)}
     return Restored(
         model=make_model(config, task),

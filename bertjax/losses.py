@@ -73,9 +73,10 @@ def classification_sums(logits, batch) -> dict[str, jax.Array]:
 
 
 def regression_sums(logits, batch) -> dict[str, jax.Array]:
-    """Squared error of the one output [B, 1] against the float `label` (STS-B)."""
+    """Squared error of the one output [B, 1] (packed: [R, K, 1]) against the float `label`
+    (STS-B)."""
     weights = batch["example_weight"].astype(jnp.float32)
-    error = logits[:, 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
+    error = logits[..., 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
     return {
         "loss_sum": jnp.sum(weights * error**2),
         "correct": jnp.zeros((), jnp.float32),

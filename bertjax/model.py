@@ -32,6 +32,13 @@ parameters and activations, so a rules table must list 'batch' before any
 name that shares its mesh axes (flax assigns each mesh axis once per array, in
 rule order). Without rules the constraints are no-ops.
 
+Attention (attention.py) reads `input_mask` as example ids: 0 on padding, k on
+the tokens of the k-th example packed into a row, so that no token attends to
+padding or to another example. It runs as `attention_implementation` says:
+'xla' (any platform; the only one with dropout on the attention
+probabilities), 'cudnn' (GPU) or 'splash' (TPU), the last two only with
+attention_probs_dropout_prob=0.
+
 Mixed precision: parameters are stored, and the three embeddings summed, in
 `param_dtype`; matmuls and activations run in `dtype`; LayerNorm statistics,
 the attention softmax and both heads' logits are float32.
@@ -44,14 +51,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
 
+from bertjax import attention
 from data_pipeline.config import ConfigError
 
 HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
 DTYPES = ("float32", "bfloat16")
-ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn")
+ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn", "splash")
 # jax.checkpoint_policies that are policies themselves (the others build one from arguments).
 REMAT_POLICIES = (
     "none",
@@ -108,7 +115,8 @@ class BertConfig:
     scan_layers: bool = False
     # 'none', 'full' (recompute everything) or one of REMAT_POLICIES.
     remat_policy: str = "none"
-    # `implementation` of jax.nn.dot_product_attention; 'cudnn' needs bfloat16.
+    # 'xla', 'cudnn' (GPU, bfloat16) or 'splash' (TPU); the fused kernels need
+    # attention_probs_dropout_prob=0 (attention.py).
     attention_implementation: str = "xla"
 
     def __post_init__(self):
@@ -213,6 +221,12 @@ def _check(c: BertConfig) -> None:
         _fail("attention_implementation", c.attention_implementation, why)
     if c.attention_implementation == "cudnn" and c.dtype != "bfloat16":
         _fail("attention_implementation", "cudnn", "cuDNN attention needs dtype='bfloat16'")
+    if c.attention_implementation != "xla" and c.attention_probs_dropout_prob > 0.0:
+        why = (
+            f"the kernel cannot drop attention probabilities, but attention_probs_dropout_prob="
+            f"{c.attention_probs_dropout_prob}; set attention_probs_dropout_prob=0 to use the kernel"
+        )
+        _fail("attention_implementation", c.attention_implementation, why)
 
 
 # The original's tf.truncated_normal_initializer(stddev): N(0, stddev^2) cut at
@@ -257,24 +271,6 @@ _ACTIVATIONS = {
 
 def _remat_policy(name: str):
     return None if name == "full" else getattr(jax.checkpoint_policies, name)
-
-
-def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: jax.Array):
-    """Softmax attention with dropout on the probabilities, as the original trains.
-
-    jax.nn.dot_product_attention (and cuDNN through it) has no dropout, so the
-    model uses it whenever probabilities are not dropped, and this explicit form
-    only while training with attention_probs_dropout_prob > 0. Same layouts:
-    query/key/value [B, T|S, A, D], boolean mask broadcastable to [B, A, T, S].
-    """
-    logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=jnp.float32)
-    logits = logits / np.sqrt(query.shape[-1]).astype(np.float32)
-    # finfo.min rather than -inf: a row with every key masked stays finite (uniform).
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
-    probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
-    return jnp.einsum("bnts,bsnh->btnh", probs.astype(value.dtype), value)
 
 
 class Dense(nn.Module):
@@ -327,7 +323,7 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = _layer_norm(c)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
-    def __call__(self, input_ids, segment_ids, *, deterministic: bool):
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         length = input_ids.shape[1]
         if length > self.config.max_position_embeddings:
             # An out-of-range jnp.take would silently read NaNs.
@@ -337,11 +333,26 @@ class BertEmbeddings(nn.Module):
             )
         x = (
             self.word_embeddings(input_ids)
-            + self.position_embeddings(jnp.arange(length))[None]
+            + self.position_embeddings(position_ids(input_mask))
             + self.token_type_embeddings(segment_ids)
         )
         x = self.dropout(self.LayerNorm(x), deterministic=deterministic)
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+def position_ids(input_mask):
+    """int [B, L] positions that restart at 0 on the first token of each packed example.
+
+    `input_mask` numbers a row's examples (1, 2, ... on their tokens, 0 on padding;
+    data_pipeline/packing.py), so a row of one example gets 0, 1, 2, ... as unpacked,
+    padding included.
+    """
+    index = jnp.arange(input_mask.shape[1])[None]
+    first = jnp.concatenate(
+        [jnp.ones_like(input_mask[:, :1], bool), input_mask[:, 1:] != input_mask[:, :-1]], axis=1
+    )
+    start = jax.lax.cummax(jnp.where(first, index, 0), axis=1)
+    return jnp.where(input_mask > 0, index - start, index)
 
 
 class BertSelfAttention(nn.Module):
@@ -350,7 +361,7 @@ class BertSelfAttention(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, mask, deterministic: bool):
+    def __call__(self, x, example_ids, deterministic: bool):
         c = self.config
         heads = (c.num_attention_heads, c.hidden_size // c.num_attention_heads)
 
@@ -359,13 +370,18 @@ class BertSelfAttention(nn.Module):
             return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
         query, key, value = project("query"), project("key"), project("value")
-        if deterministic or c.attention_probs_dropout_prob == 0.0:
-            y = jax.nn.dot_product_attention(
-                query, key, value, mask=mask, implementation=c.attention_implementation
-            )
-        else:
-            rate, rng = c.attention_probs_dropout_prob, self.make_rng("dropout")
-            y = attention_with_probs_dropout(query, key, value, mask, rate=rate, rng=rng)
+        rate = c.attention_probs_dropout_prob
+        dropping = not deterministic and rate > 0.0
+        y = attention.attend(
+            query,
+            key,
+            value,
+            example_ids,
+            implementation=c.attention_implementation,
+            dropout_rate=rate,
+            dropout_rng=self.make_rng("dropout") if dropping else None,
+            deterministic=deterministic,
+        )
         y = nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
         return Dense(c, c.hidden_size, ("heads", "kv", "embed"), name="output")(y)
 
@@ -379,9 +395,9 @@ class BertLayer(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, mask, deterministic: bool):
+    def __call__(self, x, example_ids, deterministic: bool):
         c = self.config
-        y = BertSelfAttention(c, name="attention")(x, mask, deterministic)
+        y = BertSelfAttention(c, name="attention")(x, example_ids, deterministic)
         y = nn.Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
         x = _layer_norm(c, "attention_LayerNorm")(x + y)
         y = Dense(c, c.intermediate_size, ("embed", "mlp"), name="intermediate")(x)
@@ -400,8 +416,7 @@ class BertEncoder(nn.Module):
     @nn.compact
     def __call__(self, x, input_mask, *, deterministic: bool):
         c = self.config
-        # [B, 1, 1, S]: every query attends to every real key, never to padding.
-        mask = input_mask[:, None, None, :].astype(bool)
+        # input_mask holds example ids (attention.py): 0 padding, k the k-th packed example.
         layer = BertLayer
         if c.remat_policy != "none":
             layer = nn.remat(
@@ -420,22 +435,27 @@ class BertEncoder(nn.Module):
                 length=c.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = layers(c, name="layer")(x, mask, deterministic)
+            x, _ = layers(c, name="layer")(x, input_mask, deterministic)
         else:
             for i in range(c.num_hidden_layers):
-                x, _ = layer(c, name=f"layer_{i}")(x, mask, deterministic)
+                x, _ = layer(c, name=f"layer_{i}")(x, input_mask, deterministic)
         return x
 
 
 class BertPooler(nn.Module):
-    """dense(H, tanh) on the [CLS] position."""
+    """dense(H, tanh) on the [CLS] position: [B, H], or [B, K, H] at `cls_positions` [B, K]
+    (the first token of each example packed in a row)."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, sequence_output):
+    def __call__(self, sequence_output, cls_positions=None):
         c = self.config
-        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(sequence_output[:, 0])
+        if cls_positions is None:
+            first = sequence_output[:, 0]
+        else:
+            first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
+        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(first)
         return jnp.tanh(x)
 
 
@@ -449,11 +469,14 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(self.config)
         self.pooler = BertPooler(self.config)
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
-        """int [B, L] inputs -> ([B, L, H], [B, H]) in config.dtype."""
-        x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    def __call__(
+        self, input_ids, input_mask, segment_ids, cls_positions=None, *, deterministic: bool
+    ):
+        """int [B, L] inputs -> ([B, L, H], [B, H]) in config.dtype; with int [B, K]
+        `cls_positions` of packed rows the pooled output is [B, K, H], one per example."""
+        x = self.embeddings(input_ids, input_mask, segment_ids, deterministic=deterministic)
         x = self.encoder(x, input_mask, deterministic=deterministic)
-        return x, self.pooler(x)
+        return x, self.pooler(x, cls_positions)
 
 
 class BertMLMHead(nn.Module):
@@ -532,16 +555,19 @@ def stack_layers(bert_params, num_layers: int):
 
 
 class BertForSequenceClassification(nn.Module):
-    """`num_labels` logits from the pooled [CLS] output (1 for regression); float32 [B, K]."""
+    """`num_labels` logits from the pooled [CLS] output (1 for regression): float32 [B, C],
+    or [B, K, C] for the K examples packed in each row at `cls_positions` [B, K]."""
 
     config: BertConfig
     num_labels: int
 
     @nn.compact
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+    def __call__(
+        self, input_ids, input_mask, segment_ids, cls_positions=None, *, deterministic: bool
+    ):
         c = self.config
         _, pooled_output = BertModel(c, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
+            input_ids, input_mask, segment_ids, cls_positions, deterministic=deterministic
         )
         x = nn.Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
         return Dense(c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier")(

@@ -29,7 +29,7 @@ from absl import logging
 from flax import linen as nn
 from jax.experimental import multihost_utils
 
-from bertjax import checkpoint, metrics, optim, preemption, sharding, tasks
+from bertjax import checkpoint, flops, metrics, optim, preemption, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.task import Setup, Task, apply_model, host_share
@@ -471,12 +471,19 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
             "command to resume"
         )
 
-    tokens_per_step = config.train_batch_size * setup.model_inputs["input_ids"]
+    # Before the timed steps: on CPU the peak is a matmul probe (once per host, cached).
+    peak_flops, peak_source = flops.peak_flops(run.mesh.devices.flat, setup.model_config.dtype)
+    if peak_flops:
+        logging.info("MFU against a peak of %.3e FLOP/s: %s", peak_flops, peak_source)
+    else:
+        logging.warning("%s", peak_source)
     window, window_start, window_step = None, time.perf_counter(), start_step
+    window_tokens = 0  # this host's real (not padding) tokens since the last log line
     started = time.perf_counter()
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     for step in range(start_step + 1, last_step + 1):
         host_batch = next(train_batches)
+        window_tokens += _real_tokens(host_batch)
         if "stream_position" in host_batch:
             position = host_batch["stream_position"][-1]
         batch = sharding.make_global_batch(
@@ -494,18 +501,27 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
             steps_per_s = (step - window_step) / max(time.perf_counter() - window_start, 1e-9)
             summary["learning_rate"] = float(schedule(step - 1))
             summary["steps_per_second"] = steps_per_s
-            summary["tokens_per_second"] = steps_per_s * tokens_per_step
+            # Every host reads as many tokens as this one, give or take its padding.
+            tokens = window_tokens * jax.process_count()
+            summary["tokens_per_second"] = tokens / max(time.perf_counter() - window_start, 1e-9)
+            rows = batch["input_ids"].shape[0]
+            summary["model_flops_per_second"] = steps_per_s * flops.flops_per_step(setup, rows)
+            if peak_flops:
+                summary["mfu"] = summary["model_flops_per_second"] / peak_flops
             if optimizer.skip_non_finite_steps:
                 summary["skipped_steps"] = int(state.opt_state.total_notfinite)
             writer.write(step, "train", summary)
             eta = (num_steps - step) / max(steps_per_s, 1e-9)
             shown = "  ".join(f"{label} {summary[name]:.3f}" for name, label in setup.console)
+            mfu = f"  mfu {summary['mfu']:.1%}" if peak_flops else ""
             writer.console(
                 f"step {step:>6}/{num_steps}  loss {summary['loss']:.4f}  {shown}  "
                 f"lr {summary['learning_rate']:.2e}  {steps_per_s:.2f} steps/s  "
-                f"{summary['tokens_per_second']:,.0f} tokens/s  eta {metrics.format_duration(eta)}"
+                f"{summary['tokens_per_second']:,.0f} tokens/s{mfu}  "
+                f"eta {metrics.format_duration(eta)}"
             )
             window, window_start, window_step = None, time.perf_counter(), step
+            window_tokens = 0
 
         if stop.requested(step):
             save_and_stop(step, saved=False)
@@ -528,6 +544,13 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
     checkpoint.wait(manager)
     writer.close()
     return results
+
+
+def _real_tokens(host_batch) -> int:
+    """The tokens of a batch that are text, not padding (packed or not: input_mask > 0)."""
+    if "input_mask" in host_batch:
+        return int(np.count_nonzero(host_batch["input_mask"]))
+    return int(host_batch["input_ids"].size)
 
 
 def _train_stream(run: Run, start_step: int, positions):

@@ -31,6 +31,13 @@ L = `max_seq_length`:
 | stream_position | int64   | [B, 1] | training only: global batches consumed after it      |
 
 Batches are drawn by finetune_data.batch_indices (the eval padding repeats example 0).
+
+With `pack_examples` (the default) a run packs each batch's examples into
+fewer rows (data_pipeline/packing.py): input_mask then numbers the examples of
+a row, `cls_positions` [R, K] says where each starts, label and
+example_weight are [R, K], and `example_slot` [B] where each example went. The
+examples and their losses are the same; the batch costs the model R rows
+instead of B. `packed_shape` plans R and K.
 """
 
 import dataclasses
@@ -43,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
+from data_pipeline import packing
 from data_pipeline.finetune_data import (
     FILE_FORMATS,
     OPTION_PREFIX,
@@ -57,6 +65,7 @@ from data_pipeline.finetune_data import (
     task_split,
     tfds_builder,
     tfds_dataset,
+    tokenize_texts,
 )
 
 SOURCES = ("files", "glue")
@@ -119,6 +128,9 @@ class ClassificationConfig:
     metrics: tuple[str, ...] = ()
     # both
     max_seq_length: int = 128
+    # Several short examples per row of max_seq_length (data_pipeline/packing.py): the
+    # same examples, losses and scores in fewer rows.
+    pack_examples: bool = True
 
     def __post_init__(self):
         _check(self)
@@ -390,11 +402,13 @@ def make_classification_dataset(
     seed: int = 0,
     num_epochs: float = 1.0,
     position=None,
+    packed: packing.PackShape | None = None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
     `tokenizer` is a data_pipeline.tokenizer tokenizer (make_tokenizer). `seed`
-    and `num_epochs` apply to training only.
+    and `num_epochs` apply to training only. `packed` (from packed_shape, with the
+    same arguments) packs every batch into that shape.
     """
     examples = task_split(task, split)
     indices, info = batch_indices(
@@ -423,16 +437,70 @@ def make_classification_dataset(
             sep_id=vocab.sep_id,
             pad_id=vocab.pad_id,
         )
-        features["label"] = tf.gather(labels, index)
-        features["example_weight"] = weight
+        per_example = {"label": tf.gather(labels, index), "example_weight": weight}
+        if packed:
+            first_row = process_index * packed.rows
+            features = packing.pack(
+                features, per_example, packed, pad_id=vocab.pad_id, first_row=first_row
+            )
+            for name, value in features.items():
+                rows = batch_size if name == "example_slot" else packed.rows
+                value.set_shape([rows, *value.shape[1:]])
+        else:
+            features.update(per_example)
+            for value in features.values():
+                value.set_shape([batch_size, *value.shape[1:]])
         if position:  # training
             features["stream_position"] = position[0]
-        for value in features.values():
-            value.set_shape([batch_size, *value.shape[1:]])
+            features["stream_position"].set_shape([batch_size, 1])
         return features
 
     dataset = indices.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+def packed_shape(
+    task: ClassificationTask,
+    tokenizer,
+    *,
+    split: str,
+    batch_size: int,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+    rows_multiple: int = 1,
+) -> packing.PackShape:
+    """The packed shape that holds every batch of `split` on every process (packing.py)."""
+    examples = task_split(task, split)
+    lengths = example_lengths(examples, tokenizer, task.config.max_seq_length)
+    plan, _ = batch_indices(
+        len(examples),
+        training=split == "train",
+        batch_size=batch_size * process_count,  # the global batches, then each host's share
+        process_index=0,
+        process_count=1,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    shares = (
+        share
+        for element in plan.as_numpy_iterator()
+        for share in np.split(element[0], process_count)
+    )
+    return packing.pack_shape(lengths, shares, task.config.max_seq_length, rows_multiple)
+
+
+def example_lengths(examples: Examples, tokenizer, max_seq_length: int) -> np.ndarray:
+    """Each example's tokens as encode_texts lays it out (specials included, truncated)."""
+    _, splits_a = tokenize_texts(tokenizer, list(examples.text_a))
+    _, splits_b = tokenize_texts(tokenizer, list(examples.text_b))
+    has_b = np.asarray([bool(text) for text in examples.text_b])
+    keep_a, keep_b = truncated_lengths(
+        tf.constant(np.diff(splits_a), tf.int32),
+        tf.constant(np.diff(splits_b), tf.int32),
+        tf.constant(np.where(has_b, max_seq_length - 3, max_seq_length - 2), tf.int32),
+    )
+    return 2 + keep_a.numpy() + np.where(has_b, keep_b.numpy() + 1, 0)
 
 
 def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor, max_tokens: tf.Tensor):

@@ -117,3 +117,32 @@ def test_largest_fitting_finds_the_limit(limit, start):
 def test_largest_fitting_keeps_to_multiples_of_the_microbatches():
     found = aot.largest_fitting(lambda b: b <= 22, step=4, start=8, start_fits=True)
     assert found == 20
+
+
+def test_splash_attention_compiles_for_a_tpu_slice(tmp_path):
+    # The mesh's TPU devices make attention.py build the Mosaic kernel here, not the
+    # interpreted one it runs on this CPU; in shard_map over batch (data) and heads (tensor).
+    import jax
+    from flax import linen as nn
+
+    from bertjax import sharding, train
+
+    config = tiny_config()
+    config.model.attention_implementation = "splash"
+    config.model.attention_probs_dropout_prob = 0.0  # the kernel has no attention dropout
+    config.mesh.tensor = 2
+    assert config.data.max_seq_length % 128 == 0
+    tpu_slice = tpu.parse("v5e-8")
+    config, task = aot.prepare(config, str(tmp_path))
+    run = aot.build(config, task, tpu_slice, tpu_slice.compile_devices(), str(tmp_path))
+    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+        train_step, _ = train.jit_steps(run)
+        rng = jax.eval_shape(lambda: jax.random.key(0))
+        rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=sharding.replicated(run.mesh))
+        batch = aot.abstract_batch(run, "train", config.train_batch_size)
+        hlo = train_step.lower(run.abstract_state, batch, rng).as_text()
+    # The forward, dq and dkv kernels (the layers share their lowered functions).
+    assert hlo.count("tpu_custom_call") >= 3 and "interpret" not in hlo
+    r = aot.compile_report(config, tpu_slice)
+    assert r["mesh"] == {"data": 4, "fsdp": 1, "tensor": 2}
+    assert r["fits"] and r["eval_fits"]

@@ -20,6 +20,7 @@ TINY = "experiments/pretrain/tiny_cpu.py"
 TOOLS = (
     "bertjax.main",
     "bertjax.benchmark",
+    "bertjax.packing_benchmark",
     "bertjax.aot",
     "bertjax.launch",
     "bertjax.convert",

@@ -9,7 +9,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import bertjax
-from bertjax import checkpoint, predict, train
+from bertjax import checkpoint, packing_benchmark, predict, train
 from bertjax import workdir as workdir_lib
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, squad
@@ -126,6 +126,51 @@ def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
     train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1, devices=ONE_DEVICE)
     resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"), devices=ONE_DEVICE)
     assert resumed["eval"] == straight["eval"]
+
+
+def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path):
+    # Without dropout a packed run computes what the unpacked one does, in fewer rows.
+    losses = {}
+    for packed in (False, True):
+        config = _mrpc_config(pretrained)
+        config.data.max_seq_length = 64  # room for two pairs a row
+        config.data.pack_examples = packed
+        # 16 examples a batch, 2 steps: packed rows are a multiple of the 8 (fake) devices.
+        config.train_batch_size = 16
+        config.num_train_epochs = 8.0
+        config.model.hidden_dropout_prob = 0.0
+        config.model.attention_probs_dropout_prob = 0.0
+        workdir = tmp_path / f"packed_{packed}"
+        run = train.build_run(config, str(workdir), devices=ONE_DEVICE)
+        batch = next(
+            run.setup.train_dataset(
+                batch_size=16, process_index=0, process_count=1, seed=0
+            ).as_numpy_iterator()
+        )
+        assert batch["input_ids"].shape[0] == (8 if packed else 16)
+        train.train_and_evaluate(config, str(workdir), devices=ONE_DEVICE)
+        lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+        losses[packed] = [(r["step"], r["loss"]) for r in lines if r["split"] == "train"]
+        losses[packed, "predictions"] = (workdir / "eval_predictions.jsonl").read_text()
+    assert losses[True, "predictions"] == losses[False, "predictions"]
+    assert len(losses[True]) == 2
+    for (step, packed), (_, plain) in zip(losses[True], losses[False], strict=True):
+        assert packed == pytest.approx(plain, rel=1e-4), step
+
+
+def test_the_packing_benchmark_times_both_layouts(pretrained, tmp_path):
+    config = _mrpc_config(pretrained)
+    config.data.max_seq_length = 64
+    config.train_batch_size = 16
+    config.num_train_epochs = 8.0
+    result = packing_benchmark.measure(config, str(tmp_path), steps=1)
+    packed, unpacked = result["packed"], result["unpacked"]
+    assert (packed["rows"], unpacked["rows"]) == (8, 16)
+    # The same text in half the rows: half the padding share's complement.
+    assert 1 - packed["padding_share"] == pytest.approx(2 * (1 - unpacked["padding_share"]))
+    assert result["speedup"] == pytest.approx(
+        packed["useful_tokens_per_s"] / unpacked["useful_tokens_per_s"]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -269,18 +269,6 @@ def test_bfloat16_compute_is_close_to_float32():
     np.testing.assert_allclose(nsp16, nsp32, atol=0.02)
 
 
-def test_attention_with_probs_dropout_at_rate_zero_is_dot_product_attention():
-    rng = np.random.default_rng(0)
-    query, key, value = (rng.normal(size=(2, 6, 3, 8)).astype(np.float32) for _ in range(3))
-    mask = np.ones((2, 1, 1, 6), bool)
-    mask[1, ..., 4:] = False
-    want = jax.nn.dot_product_attention(query, key, value, mask=mask)
-    got = model_lib.attention_with_probs_dropout(
-        query, key, value, mask, rate=0.0, rng=jax.random.key(0)
-    )
-    np.testing.assert_allclose(got, want, atol=1e-6)
-
-
 def test_mlm_logits_are_the_full_sequence_logits_at_the_masked_positions():
     config = small_config()
     batch = make_batch(config)

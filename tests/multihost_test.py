@@ -28,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "tests", "multihost_worker.py")
 # Both processes together; a hang (a collective one process never joins) fails here.
 TIMEOUT_S = 300
-TIMING_KEYS = ("steps_per_second", "tokens_per_second")
+TIMING_KEYS = ("steps_per_second", "tokens_per_second", "model_flops_per_second", "mfu")
 
 
 def free_port() -> int:

@@ -21,7 +21,9 @@ def get_model_config() -> ml_collections.ConfigDict:
         ("dtype", str),  # compute dtype: float32 or bfloat16
         ("scan_layers", bool),  # any checkpoint layout is converted
         ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
-        ("attention_implementation", str),  # xla, or cudnn on GPU
+        # xla (the default, whatever the checkpoint trained with), cudnn on GPU or splash
+        # on TPU; the kernels need attention_probs_dropout_prob=0 (bertjax/attention.py).
+        ("attention_implementation", str),
     ):
         model[field] = ml_collections.FieldReference(None, field_type=field_type)
     return model

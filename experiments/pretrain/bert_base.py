@@ -110,6 +110,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.model = tiny_cpu.get_model_config("base", data.get_ref("vocab_size"))
     # Matmuls in bfloat16 on TPU; parameters, LayerNorm, softmax and logits stay float32.
     config.model.dtype = "bfloat16"
+    # The paper's attention dropout (0.1) needs XLA attention with [B, A, L, L] probabilities;
+    # attention_probs_dropout_prob=0 with attention_implementation='splash' uses the TPU kernel.
 
     # The original optimization.py's values; b1, b2, eps, weight decay and
     # clipping are tiny_cpu's already.

@@ -43,7 +43,7 @@ def get_model_config(preset: str, vocab_size) -> ml_collections.ConfigDict:
         ("param_dtype", str),
         ("scan_layers", bool),  # one nn.scan over the layers: faster compiles
         ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
-        ("attention_implementation", str),  # xla, or cudnn on GPU
+        ("attention_implementation", str),  # xla; cudnn (GPU) or splash (TPU): no attention dropout
     ):
         model[field] = ml_collections.FieldReference(None, field_type=field_type)
     return model

@@ -1,0 +1,190 @@
+"""Attention: which keys each query sees, and the kernels that compute it.
+
+`attend` is the model's one entry point. Its `example_ids` are the model's
+`input_mask` input, int [B, L]: 0 on padding and k >= 1 on the tokens of the
+k-th example packed into the row, so a row holding one example has the
+familiar 0/1 mask. Key s is visible to query t iff
+
+    example_ids[s] > 0 and (example_ids[t] == example_ids[s] or example_ids[t] == 0)
+
+Each example sees only itself, never padding; padding queries, whose outputs
+no real token reads, see every real key (as BERT always masked: keys only).
+
+BertConfig.attention_implementation picks the computation:
+
+    xla     jax.nn.dot_product_attention(implementation='xla') with the
+            boolean mask [B, 1, L, L] of the rule above; while training with
+            attention_probs_dropout_prob > 0, `attention_with_probs_dropout`
+            instead, which materialises float32 [B, A, L, L] probabilities.
+            Every platform.
+    cudnn   jax.nn.dot_product_attention(implementation='cudnn'): GPU only,
+            bfloat16, the same boolean mask. jax turns it into an additive bias
+            for cuDNN; its query_seq_lengths/key_value_seq_lengths would only
+            describe padding at the end of a row, not packed examples.
+    splash  TPU splash attention (a Pallas kernel; no [L, L] array in HBM)
+            with example_ids as the segment ids of queries and keys. Padding is
+            then segment 0 and attends to padding only: it differs from the rule
+            above only at padding queries, whose outputs are unused. Lengths
+            must be multiples of 128. On CPU it runs in Pallas interpret mode
+            (slow; it lets the tests check it against 'xla').
+
+Fused kernels have no dropout on the attention probabilities, so BertConfig
+accepts 'cudnn' and 'splash' only with attention_probs_dropout_prob=0: the
+paper's 0.1 costs the [B, A, L, L] probabilities in memory and time.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from jax.experimental.pallas.ops.tpu import splash_attention
+from jax.sharding import PartitionSpec
+
+from data_pipeline.config import ConfigError
+
+# Where each implementation runs; splash on CPU in interpret mode.
+PLATFORMS = {"xla": ("cpu", "gpu", "tpu"), "cudnn": ("gpu",), "splash": ("tpu", "cpu")}
+# Splash tiles both sequence axes in blocks of (a multiple of) 128.
+SPLASH_BLOCK = 128
+# The logical names of query, key and value, as the model constrains them.
+QKV_AXES = ("batch", "length", "heads", "kv")
+
+
+def attend(
+    query,
+    key,
+    value,
+    example_ids,
+    *,
+    implementation: str,
+    dropout_rate: float,
+    dropout_rng: jax.Array | None,
+    deterministic: bool,
+):
+    """query/key/value [B, L, A, D], int example_ids [B, L] -> [B, L, A, D].
+
+    Drops attention probabilities at `dropout_rate` (with `dropout_rng`) unless
+    `deterministic`; only 'xla' can.
+    """
+    example_ids = jnp.asarray(example_ids, jnp.int32)
+    dropping = not deterministic and dropout_rate > 0.0
+    if dropping and implementation != "xla":
+        raise ConfigError(
+            f"attention_implementation={implementation!r} cannot drop attention "
+            f"probabilities (attention_probs_dropout_prob={dropout_rate}); set "
+            "attention_probs_dropout_prob=0 to use the kernel"
+        )
+    platform = target_platform()
+    if platform not in PLATFORMS[implementation]:
+        raise ConfigError(
+            f"attention_implementation={implementation!r} runs on "
+            f"{' or '.join(PLATFORMS[implementation])}, but this step is built for {platform}; "
+            "use attention_implementation='xla'"
+        )
+    if implementation == "splash":
+        return splash(query, key, value, example_ids, interpret=platform == "cpu")
+    mask = visible(example_ids)[:, None]
+    if dropping:
+        return attention_with_probs_dropout(
+            query, key, value, mask, rate=dropout_rate, rng=dropout_rng
+        )
+    return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation=implementation)
+
+
+def visible(example_ids):
+    """int [B, L] -> bool [B, T, S]: whether query t may attend to key s (module docstring)."""
+    queries, keys = example_ids[:, :, None], example_ids[:, None, :]
+    return (keys > 0) & ((queries == keys) | (queries == 0))
+
+
+def target_platform() -> str:
+    """The platform of the computation being traced: that of the mesh in context
+    (bertjax.aot builds TPU steps on a CPU host), else the default backend."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    return jax.default_backend() if device is None else device.platform
+
+
+def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: jax.Array):
+    """Softmax attention with dropout on the probabilities, as the original trains.
+
+    Same layouts as jax.nn.dot_product_attention: query/key/value [B, T|S, A, D],
+    boolean mask broadcastable to [B, A, T, S].
+    """
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=jnp.float32)
+    logits = logits / np.sqrt(query.shape[-1]).astype(np.float32)
+    # finfo.min rather than -inf: a row with every key masked stays finite (uniform).
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
+    return jnp.einsum("bnts,bsnh->btnh", probs.astype(value.dtype), value)
+
+
+def splash(query, key, value, example_ids, *, interpret: bool):
+    """Splash attention with example_ids as segment ids; [B, L, A, D] in and out.
+
+    Under a mesh (jax.set_mesh) the kernel runs in shard_map over the mesh axes
+    that the logical rules in context give 'batch' and 'heads' (data, fsdp and
+    tensor with sharding.RULES): a Pallas call is opaque to XLA's partitioner,
+    which would otherwise gather the whole batch onto every device. Rules that
+    split 'length' or 'kv' are refused.
+    """
+    length, head_dim = query.shape[1], query.shape[3]
+    if length % SPLASH_BLOCK:
+        raise ConfigError(
+            f"attention_implementation='splash' needs a sequence length that is a multiple "
+            f"of {SPLASH_BLOCK}, not {length}: change max_seq_length or use 'xla'"
+        )
+    # Splash does not scale the logits by 1/sqrt(D).
+    query = query * jnp.asarray(1.0 / np.sqrt(head_dim), query.dtype)
+    run = functools.partial(_splash_local, interpret=interpret)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return run(query, key, value, example_ids)
+    batch, split_length, heads, split_kv = nn.logical_to_mesh_axes(QKV_AXES)
+    if split_length is not None or split_kv is not None:
+        raise ConfigError(
+            "attention_implementation='splash' splits only 'batch' and 'heads' over the "
+            f"mesh, but the logical axis rules split {QKV_AXES} as "
+            f"{(batch, split_length, heads, split_kv)}"
+        )
+    qkv = PartitionSpec(batch, None, heads, None)
+    return jax.shard_map(
+        run,
+        in_specs=(qkv, qkv, qkv, PartitionSpec(batch, None)),
+        out_specs=qkv,
+        # Splash's pallas_calls do not declare how their outputs vary over the mesh.
+        check_vma=False,
+    )(query, key, value, example_ids)
+
+
+def _splash_local(query, key, value, example_ids, *, interpret: bool):
+    """The kernel on one device's rows and heads: vmapped over examples of [A, L, D]."""
+    length, heads = query.shape[1], query.shape[2]
+    block = next(b for b in (512, 256, SPLASH_BLOCK) if length % b == 0)
+    sizes = splash_attention.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    # Full attention within a segment; the segment ids do all the masking.
+    mask = splash_attention.MultiHeadMask([splash_attention.FullMask((length, length))] * heads)
+    kernel = splash_attention.make_splash_mha(
+        mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
+
+    def one_example(q, k, v, ids):
+        return kernel(q, k, v, segment_ids=splash_attention.SegmentIds(q=ids, kv=ids))
+
+    def heads_first(x):
+        return jnp.swapaxes(x, 1, 2)
+
+    y = jax.vmap(one_example)(heads_first(query), heads_first(key), heads_first(value), example_ids)
+    return heads_first(y)

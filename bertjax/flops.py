@@ -1,0 +1,332 @@
+"""Model FLOPs utilisation (MFU): the model's FLOPs per train step and the devices' peak.
+
+    MFU = analytic FLOPs per train step x steps/s / peak FLOP/s of all the devices
+
+The FLOPs are the matmuls of the model, counted from its config and input
+lengths, 2 per multiply-add: the four attention projections, attention's
+scores and weighted sum (dense [L, L], padding included), the feed-forward
+block and the task's head (below). A train step is 3x the forward pass (the
+backward pass computes two matmuls for each forward one). Not counted:
+LayerNorm, activations, softmax, dropout and the optimizer (XLA's count is
+1-3% higher for the BERT presets, more for toy widths; tests/flops_test.py
+compares the two), nor what remat recomputes: MFU counts the model's FLOPs,
+not the hardware's.
+
+Heads, per sequence, by task.json's `kind`: pretraining's masked-LM head at
+the `max_predictions_per_seq` masked positions only (dense + tied-embedding
+logits, as the model computes it) and the next-sentence pooler and
+classifier; classification's pooler and classifier (once per packed example
+with `cls_positions`); tagging's and squad's per-token classifier. A task
+defined outside bertjax counts its encoder only.
+
+The peak of one device, by `device.device_kind`, for the model's
+`config.model.dtype`:
+  TPU  the chip's bf16 figure (bertjax.tpu.CHIPS, from Cloud TPU's
+       documentation; a v4 or v5p device is one megacore chip). float32
+       models get the same figure: at JAX's default precision a TPU computes
+       float32 matmuls in one bfloat16 pass.
+  GPU  the dense (no sparsity) tensor-core figures of NVIDIA's datasheets:
+       bf16 for bfloat16 models; TF32 for float32 ones, which is what JAX's
+       default precision runs float32 matmuls in on A100 and later, or FP32
+       when jax_default_matmul_precision asks for full float32 ('highest',
+       'float32').
+  CPU  no vendor figure: the FLOP/s of a jitted float32 matmul measured on
+       this host (best of a few runs, under a second), kept in
+       $XDG_CACHE_HOME/bertjax/cpu_peak_flops.json (~/.cache/...) per CPU
+       model, core count and jax version. Fake CPU devices
+       (--xla_force_host_platform_device_count) share the host's cores, so
+       the peak of a CPU mesh is the measured figure once per host
+       (process), never once per device (processes sharing one machine, as
+       in the multi-process tests, count it once each). A corrupt cache file is measured
+       again; delete the file to measure again on purpose (a figure taken
+       while other work shared the cores is low, and MFU then high).
+Other device kinds have no known peak: `peak_flops` returns None and says so,
+and MFU is not reported.
+"""
+
+import dataclasses
+import fcntl
+import json
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from bertjax import tpu
+
+# ------------------------------------------------------------------------------ FLOPs
+
+
+def _pooler(c) -> float:
+    return 2 * c.hidden_size * c.hidden_size
+
+
+# Forward FLOPs of each task's head per sequence, by task.json's "kind":
+# (model config, sequence length, masked positions, pooled outputs, labels) -> FLOPs.
+_HEADS = {
+    "pretraining": lambda c, length, predictions, pooled, labels: (
+        _pooler(c)
+        + 2 * c.hidden_size * 2  # next-sentence classifier
+        + predictions * (2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * c.vocab_size)
+    ),
+    "classification": lambda c, length, predictions, pooled, labels: (
+        pooled * (_pooler(c) + 2 * c.hidden_size * labels)
+    ),
+    "tagging": lambda c, length, predictions, pooled, labels: length * 2 * c.hidden_size * labels,
+    "squad": lambda c, length, predictions, pooled, labels: length * 2 * c.hidden_size * 2,
+}
+
+
+def analytic_flops_per_step(
+    model_config,
+    *,
+    batch_size: int,
+    seq_len: int,
+    predictions: int = 0,
+    kind: str = "pretraining",
+    num_labels: int = 0,
+    pooled: int = 1,
+) -> float:
+    """Matmul FLOPs of one training step of `batch_size` sequences: 3x the forward pass.
+
+    `predictions` are pretraining's masked positions per sequence, `pooled` the
+    pooled outputs per sequence of a classification head (packed examples).
+    """
+    c, length = model_config, seq_len
+    h, i = c.hidden_size, c.intermediate_size
+    per_layer = (
+        4 * 2 * length * h * h  # query, key, value, output projections
+        + 2 * 2 * length * length * h  # scores and the weighted sum of values
+        + 2 * 2 * length * h * i  # the feed-forward block
+    )
+    head = _HEADS.get(kind, lambda *_: 0)(c, length, predictions, pooled, num_labels)
+    forward = batch_size * (c.num_hidden_layers * per_layer + head)
+    return 3.0 * forward
+
+
+def flops_per_step(setup, batch_size: int) -> float:
+    """`analytic_flops_per_step` of a task's Setup (task.py), for `batch_size` rows."""
+    inputs, description = setup.model_inputs, setup.description
+    return analytic_flops_per_step(
+        setup.model_config,
+        batch_size=batch_size,
+        seq_len=inputs["input_ids"],
+        predictions=inputs.get("masked_lm_positions", 0),
+        kind=description["kind"],
+        num_labels=description.get("num_labels", 0),
+        pooled=inputs.get("cls_positions", 1),
+    )
+
+
+# ------------------------------------------------------------------------------- peaks
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPeak:
+    """Dense tensor-core FLOP/s of one GPU (datasheets give TF32 and bf16 with sparsity:
+    twice these)."""
+
+    bfloat16: float
+    tensorfloat32: float
+    float32: float  # without tensor cores
+    source: str
+
+
+# NVIDIA A100 Tensor Core GPU datasheet: the same figures for SXM4 and PCIe.
+_A100 = GpuPeak(312e12, 156e12, 19.5e12, "NVIDIA A100 Tensor Core GPU datasheet")
+# NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / TF32 989 TFLOP/s with sparsity).
+_H100_SXM = GpuPeak(989.5e12, 494.5e12, 67e12, "NVIDIA H100 Tensor Core GPU datasheet, SXM")
+# Same datasheet, PCIe column (BF16 1,513 / TF32 756 with sparsity).
+_H100_PCIE = GpuPeak(756.5e12, 378e12, 51e12, "NVIDIA H100 Tensor Core GPU datasheet, PCIe")
+# Same datasheet, NVL column (BF16 1,671 / TF32 835 with sparsity).
+_H100_NVL = GpuPeak(835.5e12, 417.5e12, 60e12, "NVIDIA H100 Tensor Core GPU datasheet, NVL")
+# NVIDIA H200 Tensor Core GPU datasheet: the H100 SXM's compute, SXM and NVL columns.
+_H200 = GpuPeak(989.5e12, 494.5e12, 67e12, "NVIDIA H200 Tensor Core GPU datasheet, SXM")
+_H200_NVL = GpuPeak(835.5e12, 417.5e12, 60e12, "NVIDIA H200 Tensor Core GPU datasheet, NVL")
+
+# By device.device_kind: the CUDA device name, as nvidia-smi shows it.
+GPU_PEAKS = {
+    "NVIDIA A100-SXM4-40GB": _A100,
+    "NVIDIA A100-SXM4-80GB": _A100,
+    "NVIDIA A100-PCIE-40GB": _A100,
+    "NVIDIA A100 80GB PCIe": _A100,
+    "NVIDIA H100 80GB HBM3": _H100_SXM,
+    "NVIDIA H100 PCIe": _H100_PCIE,
+    "NVIDIA H100 NVL": _H100_NVL,
+    "NVIDIA H200": _H200,
+    "NVIDIA H200 NVL": _H200_NVL,
+}
+
+# jax_default_matmul_precision values that make a GPU compute float32 matmuls in float32.
+_FULL_FLOAT32 = ("highest", "float32", "f32_f32_f32")
+
+
+def device_peak_flops(device_kind: str, dtype: str) -> tuple[float, str] | None:
+    """(peak FLOP/s of one device of this kind for `dtype` matmuls, its source), or None for
+    a kind without a vendor figure (CPUs included)."""
+    chip = tpu.CHIPS.get(tpu.DEVICE_KINDS.get(device_kind, ""))
+    if chip is not None:
+        where = f"Cloud TPU documentation, TPU {chip.generation} system architecture"
+        return chip.peak_flops, f"{device_kind}: bf16 per chip, {where}"
+    gpu = GPU_PEAKS.get(device_kind)
+    if gpu is None:
+        return None
+    if dtype == "bfloat16":
+        return gpu.bfloat16, f"{device_kind}: dense bf16, {gpu.source}"
+    if str(jax.config.jax_default_matmul_precision).lower() in _FULL_FLOAT32:
+        return gpu.float32, f"{device_kind}: FP32, {gpu.source}"
+    return gpu.tensorfloat32, f"{device_kind}: dense TF32, {gpu.source}"
+
+
+def peak_flops(devices, dtype: str) -> tuple[float | None, str]:
+    """(peak FLOP/s of `devices` together for a model computing in `dtype`, where the figure
+    comes from); (None, why) when the device kind has no known peak."""
+    devices = list(devices)
+    first = devices[0]
+    if first.platform == "cpu":
+        hosts = len({d.process_index for d in devices})
+        measured = measured_matmul_flops(devices, "float32")
+        where = f"{cpu_name()}, {cpu_cores()} cores"
+        return measured, (
+            f"measured: float32 matmul on this host ({where}) x {hosts} host(s), "
+            f"cached in {cpu_peak_cache_file()}"
+        )
+    known = device_peak_flops(first.device_kind, dtype)
+    if known is None:
+        return None, (
+            f"no peak FLOP/s known for device kind {first.device_kind!r} "
+            f"({first.platform}); MFU not reported"
+        )
+    flops, source = known
+    return flops * len(devices), f"{source} x {len(devices)} device(s)"
+
+
+# ------------------------------------------------------------------------ matmul probe
+
+# Measured FLOP/s of one device (CPU: of its host) by (platform, device kind, dtype).
+_measured: dict[tuple[str, str, str], float] = {}
+# A probe run shorter than this is dominated by dispatch: the probe doubles its size.
+_MIN_RUN_S = 0.02
+_MAX_SIZE = 16384
+
+
+def measured_matmul_flops(devices, dtype: str) -> float:
+    """FLOP/s of a square `dtype` matmul measured on one of this process's `devices`, for
+    all of them: times the devices, or on CPU times the hosts (a host's fake devices share
+    its cores). Measured once per process; on CPU once per host, in the cache file."""
+    devices = list(devices)
+    local = [d for d in devices if d.process_index == jax.process_index()] or devices
+    device = local[0]
+    key = (device.platform, device.device_kind, dtype)
+    if key not in _measured:
+        if device.platform == "cpu":
+            _measured[key] = _cached_cpu_probe(device, dtype)
+        else:
+            _measured[key] = probe_matmul_flops(device, dtype)
+    if device.platform == "cpu":
+        return _measured[key] * len({d.process_index for d in devices})
+    return _measured[key] * len(devices)
+
+
+def probe_matmul_flops(device, dtype: str, *, runs: int = 3) -> float:
+    """The best FLOP/s of `runs` timed runs of a jitted [n, n] x [n, n] `dtype` matmul on
+    `device`, n doubled from 1024 until one run takes at least _MIN_RUN_S."""
+    with jax.set_mesh(jax.sharding.Mesh(np.array([device]), ("probe",))):  # the caller's aside
+        return _probe(device, dtype, runs)
+
+
+def _probe(device, dtype: str, runs: int) -> float:
+    matmul = jax.jit(lambda a, b: a @ b)
+    size = 1024
+    while True:
+        x = jax.device_put(np.ones((size, size), dtype=jnp.dtype(dtype)), device)
+        matmul(x, x).block_until_ready()  # compile
+        start = time.perf_counter()
+        matmul(x, x).block_until_ready()
+        once = time.perf_counter() - start
+        if once >= _MIN_RUN_S or size >= _MAX_SIZE:
+            break
+        size *= 2
+    # Enough back-to-back calls that each timed run takes _MIN_RUN_S.
+    calls = max(1, int(np.ceil(_MIN_RUN_S / max(once, 1e-9))))
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            y = matmul(x, x)
+        y.block_until_ready()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return 2.0 * size**3 / best
+
+
+def cpu_peak_cache_file() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "bertjax", "cpu_peak_flops.json")
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (XLA's CPU thread pool is as large)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _cached_cpu_probe(device, dtype: str) -> float:
+    """The cache file's figure for this host, or a new probe written to it. Processes take
+    turns (a lock file), so that probes on the same cores do not slow each other down."""
+    path = cpu_peak_cache_file()
+    key = f"{cpu_name()} | {cpu_cores()} cores | jax {jax.__version__} | {dtype}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = open(path + ".lock", "a")  # noqa: SIM115 - held for the block below
+    except OSError as error:
+        logging.warning("cannot keep the CPU peak in %s (%s); measuring it anew", path, error)
+        return probe_matmul_flops(device, dtype)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = _read_cache(path)
+        entry = cache.get(key)
+        known = entry.get("flops_per_second") if isinstance(entry, dict) else None
+        if isinstance(known, int | float) and known > 0:
+            return float(known)
+        flops = probe_matmul_flops(device, dtype)
+        cache[key] = {"flops_per_second": flops, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(cache, f, indent=2, sort_keys=True)
+            os.replace(path + ".tmp", path)
+        except OSError as error:
+            logging.warning("could not write %s: %s", path, error)
+    logging.info("CPU peak: %.3g FLOP/s (%s), kept in %s", flops, key, path)
+    return flops
+
+
+def _read_cache(path: str) -> dict:
+    """The cache file's entries; {} when there is none, or it is not a JSON object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            cache = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except ValueError as error:  # not JSON, or not UTF-8
+        logging.warning("%s is corrupt (%s); measuring the CPU peak again", path, error)
+        return {}
+    if not isinstance(cache, dict):
+        logging.warning("%s is not a JSON object; measuring the CPU peak again", path)
+        return {}
+    return cache

@@ -1,0 +1,196 @@
+"""Sequence packing: the layout, the planned shapes, and a packed batch computing what the
+unpacked one does (the same examples, logits and loss)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax import losses
+from bertjax.model import BertConfig, BertForSequenceClassification, position_ids
+from data_pipeline import classification, packing
+from data_pipeline import config as config_lib
+from data_pipeline.classification import ClassificationConfig
+from data_pipeline.tokenizer import make_tokenizer
+
+CLS, SEP, PAD = 101, 102, 0
+PAIRS = [
+    ("The train to the coast left late.", "It arrived at noon."),
+    ("A short one.", ""),
+    ("Packing keeps each example's attention to itself.", "And its positions."),
+    ("Yes.", "No."),
+    ("The longest sentence here has quite a few more words than the others do.", ""),
+    ("Tokens of one example never see another's.", ""),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bert_tokenizer_json):
+    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
+
+
+def encoded(tokenizer, pairs, max_seq_length=32):
+    return classification.encode_texts(
+        tokenizer,
+        tf.constant([a for a, _ in pairs]),
+        tf.constant([b for _, b in pairs]),
+        max_seq_length=max_seq_length,
+        cls_id=CLS,
+        sep_id=SEP,
+        pad_id=PAD,
+    )
+
+
+def test_first_fit_decreasing_places_the_longest_first():
+    rows, slots = packing.first_fit_decreasing(np.array([3, 4, 2, 5, 8, 1]), 8)
+    # 8 | 5 3 | 4 2 1
+    assert rows.tolist() == [1, 2, 2, 1, 0, 2]
+    assert slots.tolist() == [1, 0, 1, 0, 0, 2]
+    shape = packing.pack_shape(np.array([3, 4, 2, 5, 8, 1]), [[0, 1, 2], [3, 4, 5]], 8, 1)
+    assert shape == packing.PackShape(rows=2, slots=2)
+    assert packing.pack_shape(np.array([3, 4]), [[0, 1]], 8, 4) == packing.PackShape(4, 2)
+
+
+def test_a_packed_batch_holds_each_example_whole_where_it_says(tokenizer):
+    tokens = encoded(tokenizer, PAIRS)
+    lengths = tokens["input_mask"].numpy().sum(1)
+    shape = packing.pack_shape(lengths, [np.arange(len(PAIRS))], 32, 1)
+    assert shape.rows < len(PAIRS)
+    labels = tf.constant(np.arange(len(PAIRS), dtype=np.int32) + 10)
+    packed = packing.pack(tokens, {"label": labels}, shape, pad_id=PAD, first_row=3)
+    packed = {k: v.numpy() for k, v in packed.items()}
+    ids, mask, segments = (tokens[k].numpy() for k in ("input_ids", "input_mask", "segment_ids"))
+    # The same placement as the plan's.
+    rows, slots = packing.first_fit_decreasing(lengths, 32)
+    np.testing.assert_array_equal(packed["example_slot"], (3 + rows) * shape.slots + slots)
+    for n in range(len(PAIRS)):
+        row, slot = rows[n], slots[n]
+        tokens_of = packed["input_mask"][row] == slot + 1
+        assert np.flatnonzero(tokens_of)[0] == packed["cls_positions"][row, slot]
+        assert np.all(np.diff(np.flatnonzero(tokens_of)) == 1)  # one piece
+        np.testing.assert_array_equal(packed["input_ids"][row, tokens_of], ids[n, mask[n] > 0])
+        np.testing.assert_array_equal(
+            packed["segment_ids"][row, tokens_of], segments[n, : lengths[n]]
+        )
+        assert packed["label"][row, slot] == 10 + n
+    assert (packed["label"] > 0).sum() == len(PAIRS)  # the empty slots are 0
+    assert (packed["input_ids"][packed["input_mask"] == 0] == PAD).all()
+    assert packed["input_mask"].astype(bool).sum() == mask.sum()  # no token lost or doubled
+
+
+def test_a_batch_larger_than_its_plan_fails_loudly(tokenizer):
+    tokens = encoded(tokenizer, PAIRS)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="more than the 1 packed rows"):
+        packing.pack(tokens, {}, packing.PackShape(rows=1, slots=8), pad_id=PAD)
+
+
+def test_positions_restart_at_each_packed_example():
+    mask = jnp.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+    assert position_ids(mask).tolist() == [[0, 1, 2, 0, 1, 0, 6, 7], list(range(8))]
+
+
+def test_the_plan_holds_every_batch_of_every_host(tokenizer, tmp_path):
+    train = tmp_path / "train.tsv"
+    rng = np.random.default_rng(0)
+    words = ["the", "a", "packing", "row", "example", "short", "long", "word", "text", "model"]
+    lines = ["text\tlabel"] + [
+        " ".join(rng.choice(words, rng.integers(1, 20))) + f"\t{i % 3}" for i in range(50)
+    ]
+    train.write_text("\n".join(lines) + "\n")
+    config = ClassificationConfig(train_file=str(train), eval_file=str(train), text_a="text")
+    task = classification.load_classification_task(config)
+    for split, epochs in (("train", 3.0), ("eval", 1.0)):
+        shape = classification.packed_shape(
+            task, tokenizer, split=split, batch_size=4, process_count=2, num_epochs=epochs
+        )
+        for host in range(2):
+            plain, _ = classification.make_classification_dataset(
+                task,
+                tokenizer,
+                split=split,
+                batch_size=4,
+                process_index=host,
+                process_count=2,
+                num_epochs=epochs,
+            )
+            packed, _ = classification.make_classification_dataset(
+                task,
+                tokenizer,
+                split=split,
+                batch_size=4,
+                process_index=host,
+                process_count=2,
+                num_epochs=epochs,
+                packed=shape,
+            )
+            for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):
+                assert b["input_ids"].shape == (shape.rows, 128)
+                # The same examples: their labels and weights, taken out of their slots.
+                first = host * shape.rows * shape.slots
+                where = b["example_slot"] - first
+                np.testing.assert_array_equal(b["label"].reshape(-1)[where], a["label"])
+                np.testing.assert_array_equal(
+                    b["example_weight"].reshape(-1)[where], a["example_weight"]
+                )
+                assert b["input_mask"].astype(bool).sum() == a["input_mask"].sum()
+                if split == "train":
+                    np.testing.assert_array_equal(b["stream_position"], a["stream_position"])
+
+
+TINY = BertConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
+
+def packed_and_plain(tokenizer):
+    tokens = encoded(tokenizer, PAIRS)
+    lengths = tokens["input_mask"].numpy().sum(1)
+    shape = packing.pack_shape(lengths, [np.arange(len(PAIRS))], 32, 1)
+    labels = tf.constant(np.arange(len(PAIRS), dtype=np.int32) % 3)
+    per_example = {"label": labels, "example_weight": tf.ones([len(PAIRS)], tf.float32)}
+    packed = packing.pack(tokens, per_example, shape, pad_id=PAD)
+    plain = {**tokens, **per_example}
+    as_np = lambda batch: {k: np.asarray(v) for k, v in batch.items()}  # noqa: E731
+    return as_np(plain), as_np(packed)
+
+
+def test_packed_rows_give_each_example_its_unpacked_logits_and_loss(tokenizer):
+    plain, packed = packed_and_plain(tokenizer)
+    model = BertForSequenceClassification(TINY, num_labels=3)
+    inputs = [plain[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    params = model.init(jax.random.key(0), *inputs, deterministic=True)["params"]
+    expected = model.apply({"params": params}, *inputs, deterministic=True)
+    got = model.apply(
+        {"params": params},
+        *(packed[k] for k in ("input_ids", "input_mask", "segment_ids", "cls_positions")),
+        deterministic=True,
+    )
+    assert got.shape == (*packed["label"].shape, 3)
+    np.testing.assert_allclose(got.reshape(-1, 3)[packed["example_slot"]], expected, atol=2e-5)
+    plain_sums = losses.classification_sums(expected, plain)
+    packed_sums = losses.classification_sums(got, packed)
+    for key in plain_sums:
+        np.testing.assert_allclose(packed_sums[key], plain_sums[key], rtol=1e-5)
+
+
+def test_no_token_attends_across_packed_examples(tokenizer):
+    _, packed = packed_and_plain(tokenizer)
+    model = BertForSequenceClassification(TINY, num_labels=3)
+    names = ("input_ids", "input_mask", "segment_ids", "cls_positions")
+    params = model.init(jax.random.key(0), *(packed[k] for k in names), deterministic=True)
+    before = model.apply(params, *(packed[k] for k in names), deterministic=True)
+    # Change every token of the second example of the first row with two.
+    row = int(np.flatnonzero(packed["input_mask"].max(axis=1) >= 2)[0])
+    changed = dict(packed)
+    changed["input_ids"] = packed["input_ids"].copy()
+    changed["input_ids"][row, packed["input_mask"][row] == 2] = 1000
+    after = model.apply(params, *(changed[k] for k in names), deterministic=True)
+    np.testing.assert_array_equal(after[row, 0], before[row, 0])
+    assert not np.allclose(after[row, 1], before[row, 1])

@@ -25,6 +25,7 @@ from flax import linen as nn
 from bertjax import losses, scores
 from bertjax import workdir as workdir_lib
 from bertjax.model import SHAPE_FIELDS, BertConfig
+from bertjax.sharding import BATCH_AXES
 from bertjax.task import Setup, check_keys, host_share, weighted_mean_loss
 from data_pipeline import config as data_config_lib
 from data_pipeline.config import ConfigError
@@ -160,10 +161,7 @@ class PackedShapes:
         key = (split, batch_size, process_count, seed, num_epochs)
         if key not in self._shapes:
             microbatches = self._num_microbatches if split == "train" else 1
-            # A host's batch shards divide its examples and its devices (the mesh and
-            # sharding.check_batch_size see to it), so they divide this many rows too.
-            per_microbatch = batch_size // microbatches
-            multiple = math.gcd(per_microbatch, jax.local_device_count()) * microbatches
+            multiple = math.gcd(batch_size // microbatches, batch_shards()) * microbatches
             self._shapes[key] = self._plan(
                 split=split,
                 batch_size=batch_size,
@@ -173,6 +171,15 @@ class PackedShapes:
                 rows_multiple=multiple,
             )
         return self._shapes[key]
+
+
+def batch_shards() -> int:
+    """The pieces a host's batch is split into: by the mesh of the run being built
+    (train.build_run sets it), else by this host's devices."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return jax.local_device_count()
+    return max(1, math.prod(mesh.shape[axis] for axis in BATCH_AXES) // jax.process_count())
 
 
 def example_weight(batch):

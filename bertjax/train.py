@@ -170,8 +170,9 @@ def build_run(
     task = task or task_of(config)
     devices = jax.devices() if devices is None else devices
     sharding.check_platform(config.platform, devices)
-    setup = task.setup(config, workdir)
     mesh = sharding.make_mesh(config.mesh, devices)
+    with jax.set_mesh(mesh):  # for a task that shapes its batches to it (packing)
+        setup = task.setup(config, workdir)
     for key in ("train_batch_size", "eval_batch_size"):
         sharding.check_batch_size(config[key], mesh, option=f"config.{key}")
     microbatches = optim.from_config(setup.optimizer).num_microbatches

@@ -1,17 +1,27 @@
 """Throughput of the host pipeline on the built-in corpus.
 
-    python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--skip_offline]
+    python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--threads 1,2]
+        [--skip_offline]
 
 Prints the time to build the built-in corpus and split_sentences' MB/s, then
-sequences/s and tokens/s of the online pipeline at lengths 128 and 512,
+sequences/s and tokens/s of the online pipeline at lengths 128 and 512 with
+each number of tf.data threads in --threads (the dataset's private thread pool,
+one op thread each; 0 is tf.data's default) and the speedup over the first,
 and instances/s of the offline writer against the original single-process
 create_pretraining_data.py (about 600 instances/s per core on this machine).
+
+Last, what a TPU host must supply: the sequences/s of --need_batch every
+--need_step_ms (by default BERT-Large phase 1 on a v5p-8, one host, at the
+roofline step time `bertjax.aot` prints for it), against the measured rate per
+thread at length 128 times --host_cpus (a v5p TPU VM's 208 vCPUs, from the
+Cloud TPU documentation's v5p page), a linear extrapolation.
 """
 
 import os
 import tempfile
 import time
 
+import tensorflow as tf
 from absl import flags
 
 from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining
@@ -28,12 +38,21 @@ def define_flags() -> None:
     flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Offline writer processes.")
     flags.DEFINE_bool("skip_offline", False, "Only measure the online pipeline.")
+    flags.DEFINE_list("threads", ["1", "2"], "tf.data thread counts to measure (0: default).")
+    flags.DEFINE_integer("need_batch", 256, "Sequences per step of the run to supply.")
+    flags.DEFINE_float("need_step_ms", 37.0, "Its step time (ms).")
+    flags.DEFINE_integer("host_cpus", 208, "CPUs of the host that must supply it.")
 
 
-def online(data, *, batch_size, seconds, warmup_batches=20):
+def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
     dataset = pretraining.make_pretraining_dataset(
         data, split="train", batch_size=batch_size, seed=0
     )
+    if threads:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = threads
+        options.threading.max_intra_op_parallelism = 1
+        dataset = dataset.with_options(options)
     batches = dataset.as_numpy_iterator()
     # The first batches pay for filling the document and shuffle buffers.
     for _ in range(warmup_batches):
@@ -74,11 +93,31 @@ def main(argv):
     resolve_vocab_file(base)  # learn and cache the vocab before timing anything
     print(f"cpu cores: {os.cpu_count()}")
     corpus_and_sentences()
+    threads = [int(n) for n in FLAGS.threads]
+    per_thread_128 = None
     for length, predictions in ((128, 20), (512, 80)):
         data = base.replace(max_seq_length=length, max_predictions_per_seq=predictions)
-        per_second, tokens = online(data, batch_size=FLAGS.batch_size, seconds=FLAGS.seconds)
+        first = None
+        for n in threads:
+            per_second, tokens = online(
+                data, batch_size=FLAGS.batch_size, seconds=FLAGS.seconds, threads=n
+            )
+            first = first or per_second
+            print(
+                f"online  length {length:3d}, {n or 'default'} thread(s): "
+                f"{per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s  "
+                f"{per_second / first:.2f}x the first"
+            )
+            if length == 128 and n == 1:
+                per_thread_128 = per_second
+    if per_thread_128:
+        need = FLAGS.need_batch / (FLAGS.need_step_ms / 1000)
+        supply = per_thread_128 * FLAGS.host_cpus
         print(
-            f"online  length {length:3d}: {per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s"
+            f"to supply {FLAGS.need_batch} sequences of 128 every {FLAGS.need_step_ms:g} ms: "
+            f"{need:,.0f} sequences/s; at {per_thread_128:,.0f} per thread, "
+            f"{need / per_thread_128:.0f} threads, {FLAGS.host_cpus} CPUs give {supply:,.0f} "
+            f"({supply / need:.1f}x what is needed)"
         )
     if FLAGS.skip_offline:
         return

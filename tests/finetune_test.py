@@ -135,7 +135,7 @@ def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path):
         config = _mrpc_config(pretrained)
         config.data.max_seq_length = 64  # room for two pairs a row
         config.data.pack_examples = packed
-        # 16 examples a batch, 2 steps: packed rows are a multiple of the 8 (fake) devices.
+        # 16 examples a batch, 2 steps.
         config.train_batch_size = 16
         config.num_train_epochs = 8.0
         config.model.hidden_dropout_prob = 0.0
@@ -147,7 +147,7 @@ def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path):
                 batch_size=16, process_index=0, process_count=1, seed=0
             ).as_numpy_iterator()
         )
-        assert batch["input_ids"].shape[0] == (8 if packed else 16)
+        assert (batch["input_ids"].shape[0] < 16) == packed
         train.train_and_evaluate(config, str(workdir), devices=ONE_DEVICE)
         lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
         losses[packed] = [(r["step"], r["loss"]) for r in lines if r["split"] == "train"]
@@ -165,9 +165,10 @@ def test_the_packing_benchmark_times_both_layouts(pretrained, tmp_path):
     config.num_train_epochs = 8.0
     result = packing_benchmark.measure(config, str(tmp_path), steps=1)
     packed, unpacked = result["packed"], result["unpacked"]
-    assert (packed["rows"], unpacked["rows"]) == (8, 16)
-    # The same text in half the rows: half the padding share's complement.
-    assert 1 - packed["padding_share"] == pytest.approx(2 * (1 - unpacked["padding_share"]))
+    assert packed["rows"] < unpacked["rows"] == 16
+    # The same text in fewer rows.
+    text = 1 - unpacked["padding_share"]
+    assert 1 - packed["padding_share"] == pytest.approx(text * 16 / packed["rows"])
     assert result["speedup"] == pytest.approx(
         packed["useful_tokens_per_s"] / unpacked["useful_tokens_per_s"]
     )

@@ -271,3 +271,13 @@ def test_megabyte_line_without_spaces_is_one_unknown_word(tmp_path, bert_config,
         found_unk |= bool((ids == vocab.unk_id).any())
         assert batch["input_mask"].sum(1).max() <= 128
     assert found_unk
+
+
+def test_the_benchmark_reads_batches_on_a_fixed_number_of_threads(bert_config):
+    from data_pipeline import benchmark
+
+    for threads in (1, 2):
+        sequences, tokens = benchmark.online(
+            bert_config, batch_size=8, seconds=0.2, threads=threads, warmup_batches=1
+        )
+        assert sequences > 0 and tokens > sequences

@@ -52,11 +52,10 @@ def setup(config, workdir: str) -> Setup:
         }
         return values, predictions
 
-    packed_slots = 0  # the model's init only needs some: the train split's, else eval's
-    if data.config.pack_examples:
+    def packed_slots() -> int:  # the model's init only needs some: train's, else eval's
         split, key = ("train", "train_batch_size") if data.train else ("eval", "eval_batch_size")
         host = host_share(config, key)
-        packed_slots = packed_shape(
+        return packed_shape(
             split,
             batch_size=host["batch_size"],
             process_count=host["process_count"],
@@ -85,7 +84,7 @@ def setup(config, workdir: str) -> Setup:
         score=score,
         write_predictions=write_predictions,
         data=data,
-        packed_slots=packed_slots,
+        packed_slots=packed_slots if data.config.pack_examples else None,
     )
 
 

@@ -202,7 +202,7 @@ def make_setup(
     score: Callable[[Any, dict], tuple[dict, Any]],
     write_predictions: Callable[[Any, str], None],
     data: Any,
-    packed_slots: int = 0,
+    packed_slots: Callable[[], int] | None = None,
 ) -> Setup:
     """The Setup of a fine-tuning run: `num_train_epochs` over the training split, an
     evaluation (and a checkpoint) after every epoch, the loss a weighted mean.
@@ -210,7 +210,8 @@ def make_setup(
     `make_dataset(split, *, batch_size, process_index, process_count, seed, num_epochs)`
     gives (dataset, number of batches); `score(outputs, passed)` scores the model's
     outputs over the whole eval split, `passed` the eval batches' other columns.
-    `packed_slots` > 0: the batches are packed, the model takes PACKED_INPUT too.
+    `packed_slots`: the batches are packed and the model takes PACKED_INPUT too; it gives
+    the examples a row may hold (for init), once the training split is checked.
     """
     host = host_share(config, "train_batch_size")
     try:
@@ -223,6 +224,7 @@ def make_setup(
             f"config.train_batch_size={config.train_batch_size}: {error}"
         ) from error
     length = config.data.max_seq_length
+    slots = packed_slots() if packed_slots else 0
 
     def collect(outputs: list):
         stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
@@ -249,11 +251,11 @@ def make_setup(
         checkpoint_at_eval=True,
         model_inputs={
             **dict.fromkeys(MODEL_INPUTS, length),
-            **({PACKED_INPUT: packed_slots} if packed_slots else {}),
+            **({PACKED_INPUT: slots} if slots else {}),
         },
         train_features=(
             *MODEL_INPUTS,
-            *((PACKED_INPUT,) if packed_slots else ()),
+            *((PACKED_INPUT,) if slots else ()),
             "example_weight",
             *label_features,
         ),

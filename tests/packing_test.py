@@ -105,24 +105,11 @@ def test_the_plan_holds_every_batch_of_every_host(tokenizer, tmp_path):
             task, tokenizer, split=split, batch_size=4, process_count=2, num_epochs=epochs
         )
         for host in range(2):
-            plain, _ = classification.make_classification_dataset(
-                task,
-                tokenizer,
-                split=split,
-                batch_size=4,
-                process_index=host,
-                process_count=2,
-                num_epochs=epochs,
-            )
+            share = dict(split=split, batch_size=4, process_index=host, process_count=2)
+            share["num_epochs"] = epochs
+            plain, _ = classification.make_classification_dataset(task, tokenizer, **share)
             packed, _ = classification.make_classification_dataset(
-                task,
-                tokenizer,
-                split=split,
-                batch_size=4,
-                process_index=host,
-                process_count=2,
-                num_epochs=epochs,
-                packed=shape,
+                task, tokenizer, **share, packed=shape
             )
             for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):
                 assert b["input_ids"].shape == (shape.rows, 128)

@@ -23,7 +23,6 @@ keys to change; --find_batch adds the largest per-chip batch that fits.
 import dataclasses
 import importlib.util
 import json
-import math
 import os
 import sys
 import tempfile
@@ -140,13 +139,11 @@ def abstract_batch(run, split: str, batch_size: int) -> dict:
         specs = {name: ((batch_size, *shapes[name]), schema.feature_dtype(name)) for name in shapes}
     else:
         make = setup.train_dataset if split == "train" else setup.eval_dataset
-        element = make(batch_size=batch_size, process_index=0, process_count=1, seed=0)
-        # Packed batches have their own row count; rounded up to split over the slice's
-        # devices as its hosts' own devices would have it (finetune.PackedShapes).
-        shards = math.prod(run.mesh.shape[axis] for axis in sharding.BATCH_AXES)
+        with jax.set_mesh(run.mesh):  # packed rows are planned to split over the slice
+            element = make(batch_size=batch_size, process_index=0, process_count=1, seed=0)
         specs = {
             name: (
-                (-(-spec.shape[0] // shards) * shards, *spec.shape[1:]),
+                (spec.shape[0] or batch_size, *spec.shape[1:]),
                 np.dtype(spec.dtype.as_numpy_dtype),
             )
             for name, spec in element.element_spec.items()

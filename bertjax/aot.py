@@ -135,7 +135,8 @@ def abstract_batch(run, split: str, batch_size: int) -> dict:
     setup = run.setup
     if run.config.get("task", "pretraining") == "pretraining":
         data = setup.data
-        shapes = schema.feature_shapes(data.max_seq_length, data.max_predictions_per_seq)
+        slots = data.max_sequences_per_row if data.pack_examples else 0
+        shapes = schema.feature_shapes(data.max_seq_length, data.max_predictions_per_seq, slots)
         specs = {name: ((batch_size, *shapes[name]), schema.feature_dtype(name)) for name in shapes}
     else:
         make = setup.train_dataset if split == "train" else setup.eval_dataset

@@ -42,6 +42,7 @@ from flax import linen as nn
 from jax.experimental.pallas.ops.tpu import splash_attention
 from jax.sharding import PartitionSpec
 
+from bertjax import dropout
 from data_pipeline.config import ConfigError
 
 # Where each implementation runs; splash on CPU in interpret mode.
@@ -58,12 +59,17 @@ def attend(
     value,
     example_ids,
     *,
+    query_ids=None,
     implementation: str,
     dropout_rate: float,
     dropout_rng: jax.Array | None,
     deterministic: bool,
 ):
     """query/key/value [B, L, A, D], int example_ids [B, L] -> [B, L, A, D].
+
+    With fewer queries than keys, query [B, Q, A, D], `query_ids` int [B, Q] are
+    their example ids (key s is visible to query t as above, with query_ids[t]
+    for example_ids[t]) and the result is [B, Q, A, D]; 'splash' needs every query.
 
     Drops attention probabilities at `dropout_rate` (with `dropout_rng`) unless
     `deterministic`; only 'xla' can.
@@ -84,8 +90,10 @@ def attend(
             "use attention_implementation='xla'"
         )
     if implementation == "splash":
+        if query_ids is not None:
+            raise ValueError("splash attention computes every query: query_ids must be None")
         return splash(query, key, value, example_ids, interpret=platform == "cpu")
-    mask = visible(example_ids)[:, None]
+    mask = visible(example_ids, query_ids)[:, None]
     if dropping:
         return attention_with_probs_dropout(
             query, key, value, mask, rate=dropout_rate, rng=dropout_rng
@@ -93,9 +101,11 @@ def attend(
     return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation=implementation)
 
 
-def visible(example_ids):
-    """int [B, L] -> bool [B, T, S]: whether query t may attend to key s (module docstring)."""
-    queries, keys = example_ids[:, :, None], example_ids[:, None, :]
+def visible(example_ids, query_ids=None):
+    """int [B, L] -> bool [B, T, S]: whether query t may attend to key s (module docstring);
+    the queries' ids are `query_ids` [B, T] where given, else example_ids."""
+    queries = (example_ids if query_ids is None else query_ids)[:, :, None]
+    keys = example_ids[:, None, :]
     return (keys > 0) & ((queries == keys) | (queries == 0))
 
 
@@ -116,9 +126,7 @@ def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: j
     logits = logits / np.sqrt(query.shape[-1]).astype(np.float32)
     # finfo.min rather than -inf: a row with every key masked stays finite (uniform).
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
-    probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
+    probs = dropout.dropout(jax.nn.softmax(logits, axis=-1), rate, rng)
     return jnp.einsum("bnts,bsnh->btnh", probs.astype(value.dtype), value)
 
 

@@ -61,19 +61,32 @@ def define_flags() -> None:
     flags.mark_flags_as_required(["config"])
 
 
-def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0):
+def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0, sequences_per_row=0):
+    """Random pretraining rows of full length; with `sequences_per_row` K, packed rows of K
+    sequences of seq_len / K tokens each (data_pipeline/schema.py's packed columns)."""
     rng = np.random.default_rng(seed)
-    second_half = np.arange(seq_len) >= seq_len // 2
     positions = np.sort(rng.integers(1, seq_len - 1, (batch_size, predictions)), axis=1)
-    return {
+    batch = {
         "input_ids": rng.integers(5, vocab_size, (batch_size, seq_len)).astype(np.int32),
         "input_mask": np.ones((batch_size, seq_len), np.int32),
-        "segment_ids": np.tile(second_half, (batch_size, 1)).astype(np.int32),
+        "segment_ids": np.tile(np.arange(seq_len) >= seq_len // 2, (batch_size, 1)),
         "masked_lm_positions": positions.astype(np.int32),
         "masked_lm_ids": rng.integers(5, vocab_size, (batch_size, predictions)).astype(np.int32),
         "masked_lm_weights": np.ones((batch_size, predictions), np.float32),
         "next_sentence_labels": rng.integers(0, 2, (batch_size,)).astype(np.int32),
     }
+    if sequences_per_row:
+        slots, length = sequences_per_row, seq_len // sequences_per_row
+        starts = np.arange(slots) * length
+        sequence = np.minimum(np.arange(seq_len) // length, slots - 1)  # the rest joins the last
+        batch["input_mask"] = np.tile(sequence + 1, (batch_size, 1)).astype(np.int32)
+        second_half = (np.arange(seq_len) - starts[sequence]) >= length // 2
+        batch["segment_ids"] = np.tile(second_half, (batch_size, 1))
+        batch["cls_positions"] = np.tile(starts, (batch_size, 1)).astype(np.int32)
+        batch["next_sentence_labels"] = rng.integers(0, 2, (batch_size, slots)).astype(np.int32)
+        batch["next_sentence_weights"] = np.ones((batch_size, slots), np.float32)
+    batch["segment_ids"] = batch["segment_ids"].astype(np.int32)
+    return batch
 
 
 def synthetic_vocab(path: str, size: int) -> str:
@@ -101,9 +114,15 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         state = train.create_state(run)
         p_train_step, _ = train.jit_steps(run)
+        host_batch = synthetic_batch(
+            batch_size,
+            seq_len,
+            predictions,
+            run.setup.model_config.vocab_size,
+            sequences_per_row=run.setup.model_inputs.get("cls_positions", 0),
+        )
         batch = sharding.make_global_batch(
-            synthetic_batch(batch_size, seq_len, predictions, run.setup.model_config.vocab_size),
-            run.mesh,
+            {name: host_batch[name] for name in run.setup.train_features}, run.mesh
         )
         rng = jax.random.key(0)
         start = time.perf_counter()

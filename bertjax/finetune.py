@@ -203,6 +203,7 @@ def make_setup(
     write_predictions: Callable[[Any, str], None],
     data: Any,
     packed_slots: Callable[[], int] | None = None,
+    token_padding: dict[str, Any] | None = None,
 ) -> Setup:
     """The Setup of a fine-tuning run: `num_train_epochs` over the training split, an
     evaluation (and a checkpoint) after every epoch, the loss a weighted mean.
@@ -211,7 +212,10 @@ def make_setup(
     gives (dataset, number of batches); `score(outputs, passed)` scores the model's
     outputs over the whole eval split, `passed` the eval batches' other columns.
     `packed_slots`: the batches are packed and the model takes PACKED_INPUT too; it gives
-    the examples a row may hold (for init), once the training split is checked.
+    the examples a row may hold (for init), once the training split is checked. A head
+    with one output per token needs no PACKED_INPUT; its packed eval batches are unpacked
+    all the same, a per-token column taking `token_padding[name]` (else 0) past its
+    example's tokens.
     """
     host = host_share(config, "train_batch_size")
     try:
@@ -266,7 +270,7 @@ def make_setup(
         console=(("accuracy", "acc"),),
         train_dataset=functools.partial(_dataset, make_dataset, "train", config.num_train_epochs),
         eval_dataset=functools.partial(_dataset, make_dataset, "eval", 1),
-        eval_outputs=_outputs_and_bookkeeping,
+        eval_outputs=functools.partial(_outputs_and_bookkeeping, token_padding=token_padding),
         score=collect,
         best_metric=scores.get_metric(metric_names[0]),
         write_predictions=write_predictions,
@@ -281,19 +285,38 @@ def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):
     return make_dataset(split, num_epochs=num_epochs, position=position, **host)[0]
 
 
-def _outputs_and_bookkeeping(outputs, batch):
+def _outputs_and_bookkeeping(outputs, batch, token_padding=None):
     """The model's outputs with the batch's other columns (example ids, weights) passed
-    through; of a packed batch, taken out of their slots, in the batch's example order."""
+    through; of a packed batch, in the batch's example order, taken out of their slots
+    (per-example values [R, K, ...]) or out of their rows (per-token values [R, L, ...]:
+    each example's own tokens from its first on, as unpacked, then `token_padding[name]`,
+    else 0)."""
+    inputs = (*MODEL_INPUTS, PACKED_INPUT)
     if PACKED_INPUT in batch:
+        tokens = batch["input_ids"].shape
         slots = batch[PACKED_INPUT].shape
         where = batch[PACKED_SLOT]
+        row, slot = where // slots[1], where % slots[1]
+        start = batch[PACKED_INPUT][row, slot]
+        size = jnp.sum(batch["input_mask"][row] == slot[:, None] + 1, axis=1)
+        position = jnp.arange(tokens[1])
+        index = jnp.minimum(start[:, None] + position, tokens[1] - 1)
+        inside = position < size[:, None]
 
-        def unpack(x):
-            return x.reshape(-1, *x.shape[2:])[where]
+        def unpack(x, blank=0):
+            # K < L (an example has [CLS] and [SEP] at least), so the shape tells which.
+            if x.shape[:2] == slots:
+                return x.reshape(-1, *x.shape[2:])[where]
+            keep = inside.reshape(*inside.shape, *[1] * (x.ndim - 2))
+            return jnp.where(keep, x[row[:, None], index], jnp.asarray(blank, x.dtype))
 
         outputs = jax.tree.map(unpack, outputs)
-        batch = {k: unpack(v) for k, v in batch.items() if v.shape[:2] == slots}
-    inputs = (*MODEL_INPUTS, PACKED_INPUT)
+        token_padding = token_padding or {}
+        batch = {
+            k: unpack(v, token_padding.get(k, 0))
+            for k, v in batch.items()
+            if k not in inputs and v.shape[:2] in (slots, tokens)
+        }
     return outputs, {k: v for k, v in batch.items() if k not in inputs}
 
 

@@ -10,12 +10,15 @@ backward pass computes two matmuls for each forward one). Not counted:
 LayerNorm, activations, softmax, dropout and the optimizer (XLA's count is
 1-3% higher for the BERT presets, more for toy widths; tests/flops_test.py
 compares the two), nor what remat recomputes: MFU counts the model's FLOPs,
-not the hardware's.
+not the hardware's. Pretraining's last layer counts what it computes: keys and
+values at every position, the rest at the [CLS] and masked positions alone
+(model.BertEncoder), except where model.queries_in_last_layer says it cannot.
 
-Heads, per sequence, by task.json's `kind`: pretraining's masked-LM head at
+Heads, per row, by task.json's `kind`: pretraining's masked-LM head at
 the `max_predictions_per_seq` masked positions only (dense + tied-embedding
-logits, as the model computes it) and the next-sentence pooler and
-classifier; classification's pooler and classifier (once per packed example
+logits, as the model computes it; a packed row has as many) and the
+next-sentence pooler and classifier (once per packed sequence slot with
+`cls_positions`); classification's pooler and classifier (once per packed example
 with `cls_positions`); tagging's and squad's per-token classifier. A task
 defined outside bertjax counts its encoder only.
 
@@ -56,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax import tpu
+from bertjax import model, tpu
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -69,8 +72,7 @@ def _pooler(c) -> float:
 # (model config, sequence length, masked positions, pooled outputs, labels) -> FLOPs.
 _HEADS = {
     "pretraining": lambda c, length, predictions, pooled, labels: (
-        _pooler(c)
-        + 2 * c.hidden_size * 2  # next-sentence classifier
+        pooled * (_pooler(c) + 2 * c.hidden_size * 2)  # next-sentence pooler and classifier
         + predictions * (2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * c.vocab_size)
     ),
     "classification": lambda c, length, predictions, pooled, labels: (
@@ -91,20 +93,29 @@ def analytic_flops_per_step(
     num_labels: int = 0,
     pooled: int = 1,
 ) -> float:
-    """Matmul FLOPs of one training step of `batch_size` sequences: 3x the forward pass.
+    """Matmul FLOPs of one training step of `batch_size` rows (a sequence each, or packed):
+    3x the forward pass.
 
-    `predictions` are pretraining's masked positions per sequence, `pooled` the
-    pooled outputs per sequence of a classification head (packed examples).
+    `predictions` are pretraining's masked positions per row, `pooled` the pooled
+    outputs per row of a pretraining or classification head (packed examples).
     """
     c, length = model_config, seq_len
     h, i = c.hidden_size, c.intermediate_size
-    per_layer = (
-        4 * 2 * length * h * h  # query, key, value, output projections
-        + 2 * 2 * length * length * h  # scores and the weighted sum of values
-        + 2 * 2 * length * h * i  # the feed-forward block
+
+    def layer(queries: int) -> float:
+        return (
+            2 * 2 * length * h * h  # key and value projections, at every position
+            + 2 * 2 * queries * h * h  # query and output projections
+            + 2 * 2 * queries * length * h  # scores and the weighted sum of values
+            + 2 * 2 * queries * h * i  # the feed-forward block
+        )
+
+    # Pretraining's last layer computes only the positions its heads read (model.BertEncoder).
+    last = (
+        pooled + predictions if kind == "pretraining" and model.queries_in_last_layer(c) else length
     )
     head = _HEADS.get(kind, lambda *_: 0)(c, length, predictions, pooled, num_labels)
-    forward = batch_size * (c.num_hidden_layers * per_layer + head)
+    forward = batch_size * ((c.num_hidden_layers - 1) * layer(length) + layer(last) + head)
     return 3.0 * forward
 
 

@@ -24,17 +24,26 @@ def _weighted_nll(logits, labels, weights):
 
 
 def pretraining_sums(mlm_logits, nsp_logits, batch) -> dict[str, jax.Array]:
-    """MLM over the weighted masked positions and NSP over the examples, in float32."""
+    """MLM over the weighted masked positions and NSP over the examples, in float32; of
+    packed rows, NSP over the sequences that `next_sentence_weights` [R, K] marks."""
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     mlm = _weighted_nll(mlm_logits, batch["masked_lm_ids"], weights)
     labels = batch["next_sentence_labels"]
-    nsp = _weighted_nll(nsp_logits, labels, jnp.ones(labels.shape, jnp.float32))
+    nsp = _weighted_nll(nsp_logits, labels, nsp_weights(batch))
     return {
         **{f"mlm_{key}": value for key, value in mlm.items()},
         "nsp_loss_sum": nsp["loss_sum"],
         "nsp_correct": nsp["correct"],
         "nsp_count": nsp["weight"],
     }
+
+
+def nsp_weights(batch) -> jax.Array:
+    """float32, 1 per example's NSP label: [B] of ones, or a packed batch's
+    `next_sentence_weights` [R, K] (0 in empty slots)."""
+    if "next_sentence_weights" in batch:
+        return batch["next_sentence_weights"].astype(jnp.float32)
+    return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
 
 
 def total_loss(sums, *, mlm_weight, nsp_count):
@@ -84,22 +93,48 @@ def regression_sums(logits, batch) -> dict[str, jax.Array]:
     }
 
 
+def token_weights(batch) -> jax.Array:
+    """float32 [B, L]: `label_weights` times the example weight of each token's example
+    (`example_weight` [B], or [R, K] packed, where input_mask numbers a row's examples)."""
+    example_weight = batch["example_weight"].astype(jnp.float32)
+    if example_weight.ndim == 1:
+        example_weight = example_weight[:, None]
+    else:
+        ids = batch["input_mask"]
+        slot = jnp.maximum(ids - 1, 0)
+        example_weight = jnp.take_along_axis(example_weight, slot, axis=1) * (ids > 0)
+    return batch["label_weights"].astype(jnp.float32) * example_weight
+
+
 def tagging_sums(logits, batch) -> dict[str, jax.Array]:
     """Cross-entropy per labelled token ([B, L, K] against `label_ids` where `label_weights`)."""
-    weights = batch["label_weights"].astype(jnp.float32)
-    weights = weights * batch["example_weight"].astype(jnp.float32)[:, None]
-    return _weighted_nll(logits, batch["label_ids"], weights)
+    return _weighted_nll(logits, batch["label_ids"], token_weights(batch))
 
 
 def span_sums(logits, batch) -> dict[str, jax.Array]:
-    """The mean of the start and end cross-entropies (run_squad.py); `correct`: both right."""
-    start_logits, end_logits = logits
+    """The mean of the start and end cross-entropies (run_squad.py); `correct`: both right.
+
+    Each softmax runs over the example's own tokens (input_mask), not over padding or the
+    other examples packed in its row: then a packed row's losses are the unpacked ones.
+    Positions and example_weight are [B], or [R, K] for the K examples packed in a row,
+    positions then counted from the start of the row.
+    """
     weights = batch["example_weight"].astype(jnp.float32)
-    start = _weighted_nll(start_logits, batch["start_positions"], weights)
-    end = _weighted_nll(end_logits, batch["end_positions"], weights)
-    both = (jnp.argmax(start_logits, -1) == batch["start_positions"]) & (
-        jnp.argmax(end_logits, -1) == batch["end_positions"]
-    )
+    starts, ends = batch["start_positions"], batch["end_positions"]
+    if weights.ndim == 1:  # one example a row: its slot 0, input_mask 1 on its tokens
+        weights, starts, ends = weights[:, None], starts[:, None], ends[:, None]
+    slots = jnp.arange(1, weights.shape[1] + 1)
+    own = batch["input_mask"][:, None, :] == slots[None, :, None]  # [R, K, L]
+    # The lowest float, not -inf: a slot without tokens (an empty one) stays finite.
+    lowest = jnp.finfo(jnp.float32).min
+
+    def per_example(logits):
+        return jnp.where(own, logits.astype(jnp.float32)[:, None, :], lowest)
+
+    start_logits, end_logits = (per_example(x) for x in logits)
+    start = _weighted_nll(start_logits, starts, weights)
+    end = _weighted_nll(end_logits, ends, weights)
+    both = (jnp.argmax(start_logits, -1) == starts) & (jnp.argmax(end_logits, -1) == ends)
     return {
         "loss_sum": (start["loss_sum"] + end["loss_sum"]) / 2,
         "correct": jnp.sum(weights * both.astype(jnp.float32)),

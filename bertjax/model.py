@@ -54,6 +54,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from bertjax import attention
+from bertjax.dropout import Dropout
 from data_pipeline.config import ConfigError
 
 HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
@@ -321,7 +322,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = _embed(c, c.max_position_embeddings, "position")
         self.token_type_embeddings = _embed(c, c.type_vocab_size, "token_type")
         self.LayerNorm = _layer_norm(c)
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.dropout = Dropout(c.hidden_dropout_prob)
 
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         length = input_ids.shape[1]
@@ -361,15 +362,23 @@ class BertSelfAttention(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, example_ids, deterministic: bool):
+    def __call__(self, x, example_ids, deterministic: bool, queries=None):
+        """x [B, L, H] -> [B, L, H]; with int [B, Q] `queries`, only the queries at those
+        positions are computed (keys and values everywhere): [B, Q, H]."""
         c = self.config
         heads = (c.num_attention_heads, c.hidden_size // c.num_attention_heads)
 
-        def project(name):
-            y = Dense(c, heads, ("embed", "heads", "kv"), name=name)(x)
+        def project(name, inputs):
+            y = Dense(c, heads, ("embed", "heads", "kv"), name=name)(inputs)
             return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
-        query, key, value = project("query"), project("key"), project("value")
+        query_ids = None
+        if queries is None:
+            query = project("query", x)
+        else:
+            query = project("query", _gather(x, queries))
+            query_ids = jnp.take_along_axis(example_ids, queries, axis=1)
+        key, value = project("key", x), project("value", x)
         rate = c.attention_probs_dropout_prob
         dropping = not deterministic and rate > 0.0
         y = attention.attend(
@@ -377,6 +386,7 @@ class BertSelfAttention(nn.Module):
             key,
             value,
             example_ids,
+            query_ids=query_ids,
             implementation=c.attention_implementation,
             dropout_rate=rate,
             dropout_rng=self.make_rng("dropout") if dropping else None,
@@ -390,31 +400,54 @@ class BertLayer(nn.Module):
     """One post-LayerNorm transformer block.
 
     Returns (hidden, None), the body signature nn.scan needs, in both encoder layouts.
+    With int [B, Q] `queries` it computes the outputs at those positions only, [B, Q, H]
+    (every position still serves as a key and value).
     """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, example_ids, deterministic: bool):
+    def __call__(self, x, example_ids, deterministic: bool, queries=None):
         c = self.config
-        y = BertSelfAttention(c, name="attention")(x, example_ids, deterministic)
-        y = nn.Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+        y = BertSelfAttention(c, name="attention")(x, example_ids, deterministic, queries)
+        if queries is not None:
+            x = _gather(x, queries)
+        y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
         x = _layer_norm(c, "attention_LayerNorm")(x + y)
         y = Dense(c, c.intermediate_size, ("embed", "mlp"), name="intermediate")(x)
         y = nn.with_logical_constraint(_ACTIVATIONS[c.hidden_act](y), ("batch", "length", "mlp"))
         y = Dense(c, c.hidden_size, ("mlp", "embed"), name="output")(y)
-        y = nn.Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+        y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
         x = _layer_norm(c, "output_LayerNorm")(x + y)
         return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
 
 
+def _gather(x, positions):
+    """x [B, L, ...] at int [B, Q] positions -> [B, Q, ...]."""
+    return jnp.take_along_axis(x, positions.reshape(*positions.shape, *[1] * (x.ndim - 2)), axis=1)
+
+
+def queries_in_last_layer(config: BertConfig) -> bool:
+    """Whether BertEncoder computes its last layer at the queried positions alone: not with
+    scan_layers (one body for every layer) nor splash (whole blocks of 128 queries)."""
+    return not config.scan_layers and config.attention_implementation != "splash"
+
+
 class BertEncoder(nn.Module):
-    """num_hidden_layers BertLayers: `layer_0`, `layer_1`, ... or one scanned `layer`."""
+    """num_hidden_layers BertLayers: `layer_0`, `layer_1`, ... or one scanned `layer`.
+
+    With int [B, Q] `queries` it returns the final hidden states at those positions
+    only, [B, Q, H]. A position's last-layer output depends on the others only as
+    keys and values, so where queries_in_last_layer(config), the last layer computes
+    its queries, attention output and feed-forward block at those Q positions alone:
+    pretraining reads 1 + max_predictions_per_seq of L positions (21 of 128), and
+    skips about 5/6 of the last layer's FLOPs (1/6 are the key and value projections).
+    """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, input_mask, *, deterministic: bool):
+    def __call__(self, x, input_mask, *, deterministic: bool, queries=None):
         c = self.config
         # input_mask holds example ids (attention.py): 0 padding, k the k-th packed example.
         layer = BertLayer
@@ -437,9 +470,13 @@ class BertEncoder(nn.Module):
             )
             x, _ = layers(c, name="layer")(x, input_mask, deterministic)
         else:
+            last = c.num_hidden_layers - 1
             for i in range(c.num_hidden_layers):
-                x, _ = layer(c, name=f"layer_{i}")(x, input_mask, deterministic)
-        return x
+                at = queries if i == last and queries_in_last_layer(c) else None
+                x, _ = layer(c, name=f"layer_{i}")(x, input_mask, deterministic, at)
+        if queries is None or queries_in_last_layer(c):
+            return x
+        return _gather(x, queries)
 
 
 class BertPooler(nn.Module):
@@ -477,6 +514,13 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, input_mask, segment_ids, deterministic=deterministic)
         x = self.encoder(x, input_mask, deterministic=deterministic)
         return x, self.pooler(x, cls_positions)
+
+    def hidden_states_at(
+        self, input_ids, input_mask, segment_ids, positions, *, deterministic: bool
+    ):
+        """The final hidden states at int [B, Q] `positions` only: [B, Q, H] (BertEncoder)."""
+        x = self.embeddings(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        return self.encoder(x, input_mask, deterministic=deterministic, queries=positions)
 
 
 class BertMLMHead(nn.Module):
@@ -516,14 +560,38 @@ class BertForPreTraining(nn.Module):
         self.seq_relationship = Dense(c, 2, ("embed", "classes"), dtype="float32")
 
     def __call__(
-        self, input_ids, input_mask, segment_ids, masked_lm_positions, *, deterministic: bool
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        masked_lm_positions,
+        cls_positions=None,
+        *,
+        deterministic: bool,
     ):
-        """Batch features as in data_pipeline/schema.py -> (mlm [B, P, V], nsp [B, 2]) float32."""
-        sequence_output, pooled_output = self.bert(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
+        """Batch features as in data_pipeline/schema.py -> (mlm [B, P, V], nsp [B, 2]) float32;
+        of packed rows with `cls_positions` [B, K], nsp [B, K, 2]: one per sequence."""
+        # Only the [CLS] and masked positions reach a head: the encoder's last layer
+        # computes those alone (BertEncoder), [CLS] first.
+        first = (
+            jnp.zeros_like(masked_lm_positions[:, :1]) if cls_positions is None else cls_positions
+        )
+        slots, predictions = first.shape[1], masked_lm_positions.shape[1]
+        hidden = self.bert.hidden_states_at(
+            input_ids,
+            input_mask,
+            segment_ids,
+            jnp.concatenate([first, masked_lm_positions], axis=1),
+            deterministic=deterministic,
+        )
+        batch = hidden.shape[0]
+        pooled_output = self.bert.pooler(
+            hidden,
+            None if cls_positions is None else jnp.broadcast_to(jnp.arange(slots), (batch, slots)),
         )
         word_embeddings = self.bert.embeddings.word_embeddings.embedding
-        mlm_logits = self.predictions(sequence_output, masked_lm_positions, word_embeddings)
+        at_masked = jnp.broadcast_to(jnp.arange(slots, slots + predictions), (batch, predictions))
+        mlm_logits = self.predictions(hidden, at_masked, word_embeddings)
         return mlm_logits, self.seq_relationship(pooled_output)
 
 
@@ -569,7 +637,7 @@ class BertForSequenceClassification(nn.Module):
         _, pooled_output = BertModel(c, name="bert")(
             input_ids, input_mask, segment_ids, cls_positions, deterministic=deterministic
         )
-        x = nn.Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
+        x = Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
         return Dense(c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier")(
             x
         )
@@ -587,7 +655,7 @@ class BertForTokenClassification(nn.Module):
         sequence_output, _ = BertModel(c, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        x = nn.Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
+        x = Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
         logits = Dense(
             c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier"
         )(x)

@@ -1,15 +1,20 @@
-"""Useful tokens per second of a fine-tuning run's train step, with and without packing.
+"""Useful tokens per second of a run's train step, with and without packing.
 
     python -m bertjax.packing_benchmark --config experiments/finetune/builtin_topics.py \
         --config.init_checkpoint=runs/minilm [--steps 20] [--json]
+    python -m bertjax.packing_benchmark --config experiments/pretrain/tiny_cpu.py \
+        --config.data.max_seq_length=512 --config.data.max_predictions_per_seq=80
 
 Builds the run twice, with config.data.pack_examples off and on, takes the
 first `steps` + 1 batches of its real training stream, and times the compiled
 train step on them, the two runs taking turns step by step (so load from other
 processes falls on both alike; the first step of each is not timed). A
 useful token is a text token, not padding: the figure that packing raises
-(data_pipeline/packing.py). Printed: rows per batch, the share of padding,
-median step time, useful tokens/s and the ratio packed / unpacked.
+(data_pipeline/packing.py). Printed: rows and examples (sentence pairs, for
+pretraining) per batch, the share of padding, median step time, useful tokens/s
+and the ratio packed / unpacked. A fine-tuning batch holds the same examples
+either way, in fewer rows packed; a pretraining batch is train_batch_size rows
+either way, holding more pairs packed (data_pipeline/pretraining.py).
 """
 
 import json
@@ -32,14 +37,26 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    config_flags.DEFINE_config_file("config", None, "Fine-tuning config file.", lock_config=True)
+    config_flags.DEFINE_config_file(
+        "config", None, "Fine-tuning or pretraining config file.", lock_config=True
+    )
     flags.DEFINE_integer("steps", 20, "Timed steps of each run after the first.")
     flags.DEFINE_bool("json", False, "Also print the figures as one JSON object.")
     flags.mark_flags_as_required(["config"])
 
 
+def _examples(batch) -> int:
+    """The examples a batch holds: its sentence pairs, or its fine-tuning examples."""
+    if "next_sentence_weights" in batch:
+        return int(np.count_nonzero(batch["next_sentence_weights"]))
+    if "example_weight" in batch:
+        return int(np.count_nonzero(batch["example_weight"]))
+    return len(batch["input_ids"])
+
+
 def _prepared(config, workdir: str, packed: bool, steps: int):
-    """(jitted step, state, device batches, real tokens per batch, rows) of one run."""
+    """(run, jitted step, state, device batches, real tokens per batch, rows, examples per
+    batch) of one run."""
     config = config.copy_and_resolve_references()
     with config.unlocked():
         config.data.pack_examples = packed
@@ -51,6 +68,7 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
             f"--steps={steps}: the run has only {len(batches)} train batches; lower --steps"
         )
     real = [int(np.count_nonzero(b["input_mask"])) for b in batches]
+    examples = [_examples(b) for b in batches]
     rows = batches[0]["input_ids"].shape[0]
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         state = train.create_state(run)
@@ -59,7 +77,7 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
             sharding.make_global_batch({k: b[k] for k in run.setup.train_features}, run.mesh)
             for b in batches
         ]
-    return run, step, state, device_batches, real, rows
+    return run, step, state, device_batches, real, rows, examples
 
 
 def measure(config, workdir: str, steps: int) -> dict:
@@ -71,7 +89,7 @@ def measure(config, workdir: str, steps: int) -> dict:
     times = {packed: [] for packed in runs}
     states = {packed: run[2] for packed, run in runs.items()}
     for i in range(steps + 1):
-        for packed, (run, step, _, batches, _, _) in runs.items():
+        for packed, (run, step, _, batches, *_) in runs.items():
             with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
                 start = time.perf_counter()
                 states[packed], sums = step(states[packed], batches[i], rng)
@@ -79,12 +97,13 @@ def measure(config, workdir: str, steps: int) -> dict:
             if i > 0:
                 times[packed].append(time.perf_counter() - start)
     result = {"batch_size": config.train_batch_size, "max_seq_length": config.data.max_seq_length}
-    for packed, (_, _, _, _, real, rows) in runs.items():
+    for packed, (*_, real, rows, examples) in runs.items():
         name = "packed" if packed else "unpacked"
         step_s = statistics.median(times[packed])
         tokens = statistics.mean(real[1:])
         result[name] = {
             "rows": rows,
+            "examples_per_batch": statistics.mean(examples[1:]),
             "padding_share": 1.0 - tokens / (rows * config.data.max_seq_length),
             "step_time_s": step_s,
             "useful_tokens_per_s": tokens / step_s,
@@ -101,14 +120,15 @@ def main(argv):
     with tempfile.TemporaryDirectory() as workdir:
         r = measure(FLAGS.config, workdir, FLAGS.steps)
     print(
-        f"batch {r['batch_size']} examples x {r['max_seq_length']} tokens; "
+        f"train_batch_size {r['batch_size']} x {r['max_seq_length']} tokens; "
         f"{jax.device_count()} {jax.devices()[0].platform} device(s); "
         f"median of {FLAGS.steps} steps each, in turns"
     )
     for name in ("unpacked", "packed"):
         x = r[name]
         print(
-            f"{name:<9} {x['rows']:>4} rows  {x['padding_share']:>4.0%} padding  "
+            f"{name:<9} {x['rows']:>4} rows  {x['examples_per_batch']:>6.1f} examples  "
+            f"{x['padding_share']:>4.0%} padding  "
             f"{x['step_time_s'] * 1000:>8.1f} ms/step  {x['useful_tokens_per_s']:>9,.0f} "
             "useful tokens/s"
         )

@@ -4,7 +4,10 @@
 
 The input is data_pipeline's pretraining stream (make_pretraining_dataset);
 the loss is the mean MLM loss over the masked positions plus the mean NSP
-loss over the examples (losses.py). `config.init_checkpoint` starts from
+loss over the examples (losses.py). With `config.data.pack_examples` a batch is
+rows of several sequences each (data_pipeline/schema.py); the model reads each
+sequence's NSP logits at its [CLS] (`cls_positions`) and the losses are those
+of the sequences, as unpacked. `config.init_checkpoint` starts from
 another pretraining run's parameters (phase 2 at length 512 from phase 1).
 """
 
@@ -109,8 +112,10 @@ def setup(config, workdir: str) -> Setup:
             "input_mask": data.max_seq_length,
             "segment_ids": data.max_seq_length,
             "masked_lm_positions": data.max_predictions_per_seq,
+            # Packed rows: the [CLS] of each of a row's sequences, for its NSP logits.
+            **({"cls_positions": data.max_sequences_per_row} if data.pack_examples else {}),
         },
-        train_features=tuple(schema.FEATURES),
+        train_features=schema.features(data.pack_examples),
         sums=_sums,
         denominators=_denominators,
         loss=_loss,
@@ -135,10 +140,10 @@ def _sums(outputs, batch):
 
 
 def _denominators(batch):
-    """The whole batch's masked positions and examples: what microbatch losses divide by."""
+    """The whole batch's masked positions and examples (sequences, packed or not): what
+    microbatch losses divide by."""
     mlm_weight = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
-    nsp_count = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
-    return mlm_weight, nsp_count
+    return mlm_weight, jnp.sum(losses.nsp_weights(batch))
 
 
 def _loss(sums, denominators):

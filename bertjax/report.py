@@ -26,7 +26,10 @@ def baselines(data_config, *, batch_size: int, num_batches: int) -> dict:
     for batch in dataset.as_numpy_iterator():
         weights = batch["masked_lm_weights"] > 0
         tokens.update(batch["masked_lm_ids"][weights].tolist())
-        nsp.update(batch["next_sentence_labels"].tolist())
+        labels = batch["next_sentence_labels"]
+        if "next_sentence_weights" in batch:  # packed rows: the labels of their sequences
+            labels = labels[batch["next_sentence_weights"] > 0]
+        nsp.update(labels.tolist())
     token, token_count = tokens.most_common(1)[0]
     label, label_count = nsp.most_common(1)[0]
     return {

@@ -10,6 +10,7 @@ SQuAD 2.0, null_odds.json, as run_squad.py does.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -63,6 +64,10 @@ def predict_answers(
     """
     config = features.config
     start_logits, end_logits = _scatter(features, feature_index, start_logits, end_logits)
+    # Padding is never a candidate: the loss leaves its logits untrained (losses.span_sums),
+    # and a packed row has none of the unpacked row's, so it must not take an n-best place.
+    padding = features.input_mask == 0
+    start_logits[padding] = end_logits[padding] = -np.inf
     basic = _basic_words(features.documents, tokenizer)
     vocab_tokens = tokenizer.vocab.tokens
     detokenize = _sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text
@@ -271,9 +276,18 @@ def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
     data = squad_data.load_squad_task(config.data.to_dict(), pretrained.tokenizer)
     version = "v2.0" if data.config.version_2_with_negative else "v1.1"
+    packed_shape = finetune.PackedShapes(
+        functools.partial(squad_data.packed_shape, data), config.optimizer.num_microbatches
+    )
 
-    def make_dataset(split, **kwargs):
-        return squad_data.make_task_dataset(data, split=split, **kwargs)
+    def make_dataset(split, position=None, **kwargs):
+        packed = None
+        if data.config.pack_examples:
+            host = {k: kwargs[k] for k in ("batch_size", "process_count", "seed", "num_epochs")}
+            packed = packed_shape(split, **host)
+        return squad_data.make_task_dataset(
+            data, split=split, position=position, packed=packed, **kwargs
+        )
 
     def score(outputs, passed):
         start_logits, end_logits = outputs

@@ -9,6 +9,7 @@ entity-level precision, recall and F1 (scores.py). A fine-tuned workdir
 answers `tag(restore(workdir), "Anna moved to Berlin")`.
 """
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -29,10 +30,18 @@ def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
     data = tagging_data.load_tagging_task(config.data.to_dict())
     num_labels = len(data.label_names)
+    packed_shape = finetune.PackedShapes(
+        functools.partial(tagging_data.packed_shape, data, pretrained.tokenizer),
+        config.optimizer.num_microbatches,
+    )
 
-    def make_dataset(split, **kwargs):
+    def make_dataset(split, position=None, **kwargs):
+        packed = None
+        if data.config.pack_examples:
+            host = {k: kwargs[k] for k in ("batch_size", "process_count", "seed", "num_epochs")}
+            packed = packed_shape(split, **host)
         dataset, info = tagging_data.make_tagging_dataset(
-            data, pretrained.tokenizer, split=split, **kwargs
+            data, pretrained.tokenizer, split=split, position=position, packed=packed, **kwargs
         )
         return dataset, info.num_batches
 
@@ -69,13 +78,13 @@ def setup(config, workdir: str) -> Setup:
         score=score,
         write_predictions=write_predictions,
         data=data,
+        token_padding=tagging_data.TOKEN_PADDING,
     )
 
 
 def _token_weight(batch):
-    """The labelled tokens of the batch's real rows: what the loss averages over."""
-    weights = batch["label_weights"] * batch["example_weight"][:, None]
-    return jnp.sum(weights.astype(jnp.float32))
+    """The labelled tokens of the batch's real examples: what the loss averages over."""
+    return jnp.sum(losses.token_weights(batch))
 
 
 def tag(restored, text: str | Sequence[str]) -> list[tuple[str, str]]:

@@ -21,6 +21,7 @@ import os
 import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import flags
 
@@ -61,8 +62,12 @@ def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         batch = next(batches)
-        sequences += batch["input_mask"].shape[0]
-        tokens += int(batch["input_mask"].sum())
+        # A packed row (pack_examples) holds several sequences; input_mask numbers them.
+        packed = "next_sentence_weights" in batch
+        sequences += (
+            int(batch["next_sentence_weights"].sum()) if packed else len(batch["input_mask"])
+        )
+        tokens += int(np.count_nonzero(batch["input_mask"]))
     elapsed = time.perf_counter() - start
     return sequences / elapsed, tokens / elapsed
 

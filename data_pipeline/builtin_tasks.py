@@ -1,4 +1,4 @@
-"""Two small fine-tuning tasks made from the built-in corpus, so fine-tuning can be shown here.
+"""Three small fine-tuning tasks made from the built-in corpus, so fine-tuning can be shown here.
 
     python -m data_pipeline.builtin_tasks --out_dir DIR
 
@@ -14,8 +14,13 @@ writes, in the formats the fine-tuning readers take:
       and the answer is that word in the context. Held-out questions come from
       held-out documents (corpus.is_eval_document), so they are about text the
       model never fine-tuned on.
+  code_train.txt, code_eval.txt
+      token tagging in CoNLL format (IOB2): which words of a reference-manual
+      sentence are code? The manual puts code in double quotes ("x.name",
+      "__getattr__()"); the quotes are taken out and their words tagged B-CODE,
+      I-CODE, the others O. Held-out sentences come from held-out documents.
 
-Both are deterministic for a Python version (the corpus is its documentation).
+All are deterministic for a Python version (the corpus is its documentation).
 """
 
 import json
@@ -100,6 +105,29 @@ def _question(window: list[str], rng: random.Random, *, qid: str) -> dict | None
     }
 
 
+def code_sentences(
+    documents: Sequence[tuple[str, Sequence[str]]],
+) -> dict[str, list[list[tuple[str, str]]]]:
+    """{'train', 'eval'} -> sentences as [(word, tag)], for every sentence whose quotes pair up."""
+    splits = {"train": [], "eval": []}
+    for _, sentences in documents:
+        split = "eval" if is_eval_document(sentences, EVAL_FRACTION) else "train"
+        for sentence in sentences:
+            parts = _one_line(sentence).split('"')
+            if len(parts) % 2 == 0:  # an unpaired quote: no telling what is code
+                continue
+            tagged = []
+            for n, part in enumerate(parts):
+                words = part.split()
+                if n % 2:  # inside quotes
+                    tagged += [(w, "I-CODE" if i else "B-CODE") for i, w in enumerate(words)]
+                else:
+                    tagged += [(w, "O") for w in words]
+            if tagged:
+                splits[split].append(tagged)
+    return splits
+
+
 def write_tasks(out_dir: str) -> dict[str, int]:
     """Writes both tasks into `out_dir`; returns the number of examples per file."""
     documents = builtin_corpus.documents()
@@ -115,6 +143,11 @@ def write_tasks(out_dir: str) -> dict[str, int]:
         path = os.path.join(out_dir, f"cloze_{split}.json")
         files.atomic_write(path, json.dumps({"version": "1.1", "data": articles}, indent=1))
         counts[os.path.basename(path)] = sum(len(a["paragraphs"]) for a in articles)
+    for split, sentences in code_sentences(documents).items():
+        path = os.path.join(out_dir, f"code_{split}.txt")
+        lines = ("".join(f"{word} {tag}\n" for word, tag in tagged) for tagged in sentences)
+        files.atomic_write(path, "\n".join(lines))
+        counts[os.path.basename(path)] = len(sentences)
     return counts
 
 

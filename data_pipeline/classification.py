@@ -50,7 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import packing
+from data_pipeline import finetune_data, packing
 from data_pipeline.finetune_data import (
     FILE_FORMATS,
     OPTION_PREFIX,
@@ -472,22 +472,16 @@ def packed_shape(
 ) -> packing.PackShape:
     """The packed shape that holds every batch of `split` on every process (packing.py)."""
     examples = task_split(task, split)
-    lengths = example_lengths(examples, tokenizer, task.config.max_seq_length)
-    plan, _ = batch_indices(
-        len(examples),
+    return finetune_data.packed_shape(
+        example_lengths(examples, tokenizer, task.config.max_seq_length),
         training=split == "train",
-        batch_size=batch_size * process_count,  # the global batches, then each host's share
-        process_index=0,
-        process_count=1,
+        batch_size=batch_size,
+        process_count=process_count,
         seed=seed,
         num_epochs=num_epochs,
+        max_seq_length=task.config.max_seq_length,
+        rows_multiple=rows_multiple,
     )
-    shares = (
-        share
-        for element in plan.as_numpy_iterator()
-        for share in np.split(element[0], process_count)
-    )
-    return packing.pack_shape(lengths, shares, task.config.max_seq_length, rows_multiple)
 
 
 def example_lengths(examples: Examples, tokenizer, max_seq_length: int) -> np.ndarray:

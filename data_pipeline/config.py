@@ -82,6 +82,13 @@ class DataConfig:
     dupe_factor: int = 10
     # Seed of the fixed evaluation masking, so an eval set is identical across runs.
     eval_seed: int = 1234
+    # Several sentence pairs share each row of max_seq_length tokens, each attending and
+    # predicted on its own (pretraining.py, tfrecords.py; Krell et al. 2021). Batch sizes
+    # then count rows, and max_predictions_per_seq bounds a row's masked positions (its
+    # pairs' together).
+    pack_examples: bool = False
+    # pack_examples: the most pairs one row holds (Krell et al. pack BERT's at most 3 deep).
+    max_sequences_per_row: int = 3
 
     def __post_init__(self):
         _check(self)
@@ -228,3 +235,5 @@ def _check(c: DataConfig) -> None:
         _fail("shuffle_buffer_size", c.shuffle_buffer_size, "must be at least 1")
     if c.dupe_factor < 1:
         _fail("dupe_factor", c.dupe_factor, "must be at least 1")
+    if c.max_sequences_per_row < 1:
+        _fail("max_sequences_per_row", c.max_sequences_per_row, "must be at least 1")

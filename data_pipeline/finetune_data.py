@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import numpy as np
 import tensorflow as tf
 
-from data_pipeline import files
+from data_pipeline import files, packing
 from data_pipeline.config import ConfigError, check_known_keys
 from data_pipeline.errors import UserError
 from data_pipeline.tfrecords import PositionError, check_position
@@ -301,3 +301,33 @@ def batch_indices(
         )
     )
     return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+
+def packed_shape(
+    lengths: np.ndarray,
+    *,
+    training: bool,
+    batch_size: int,
+    process_count: int,
+    seed: int,
+    num_epochs: float,
+    max_seq_length: int,
+    rows_multiple: int,
+) -> packing.PackShape:
+    """The packed shape (data_pipeline/packing.py) that holds every batch that batch_indices
+    draws, with these arguments, from examples of `lengths` tokens, on every process."""
+    plan, _ = batch_indices(
+        len(lengths),
+        training=training,
+        batch_size=batch_size * process_count,  # the global batches, then each host's share
+        process_index=0,
+        process_count=1,
+        seed=seed,
+        num_epochs=num_epochs,
+    )
+    shares = (
+        share
+        for element in plan.as_numpy_iterator()
+        for share in np.split(element[0], process_count)
+    )
+    return packing.pack_shape(lengths, shares, max_seq_length, rows_multiple)

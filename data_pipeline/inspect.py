@@ -40,6 +40,11 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
         f"vocabulary  {vocab_file}\n            {len(vocab):,} tokens, {data.tokenizer}, {origin}",
         file=out,
     )
+    if data.pack_examples:
+        # A packed row holds these same pairs, each masked by the same rules: the statistics
+        # and examples are the pairs'.
+        print("pack_examples: the sentence pairs are shown unpacked, one a row", file=out)
+        data = data.replace(pack_examples=False)
     dataset = pretraining.make_pretraining_dataset(
         data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
     )

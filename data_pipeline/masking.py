@@ -17,6 +17,8 @@ import dataclasses
 
 import numpy as np
 
+from data_pipeline import packing
+
 
 @dataclasses.dataclass(frozen=True)
 class MaskingSpec:
@@ -59,6 +61,45 @@ def mask_batch(
     else:
         chosen, groups = _choose_tokens(candidates, wanted, spec, rng)
     return _apply(input_ids, chosen, groups, spec, rng)
+
+
+def mask_packed_batch(
+    input_ids: np.ndarray, input_mask: np.ndarray, spec: MaskingSpec, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """`mask_batch` of packed rows (input_mask k on the row's k-th sequence): each sequence is
+    masked as `mask_batch` masks it alone, and its positions are moved to where it sits in
+    the row. A row's predictions, its sequences' in order, must fit max_predictions_per_seq
+    (the packer keeps to it: data_pipeline/pretraining.py); a row they overflow raises."""
+    input_ids = np.asarray(input_ids, np.int32)
+    input_mask = np.asarray(input_mask, np.int32)
+    rows, length = input_ids.shape
+    row, column = np.nonzero(input_mask)
+    # One key per (row, sequence), in row order and within a row in order of position.
+    keys, first, sequence = np.unique(
+        row * (length + 1) + input_mask[row, column], return_index=True, return_inverse=True
+    )
+    start = column[first]
+    at = (sequence, column - start[sequence])  # each token in its sequence, alone
+    alone_ids = np.zeros((len(keys), length), np.int32)
+    alone_mask = np.zeros((len(keys), length), np.int32)
+    alone_ids[at] = input_ids[row, column]
+    alone_mask[at] = 1
+    alone = mask_batch(alone_ids, alone_mask, spec, rng)
+    masked = input_ids.copy()
+    masked[row, column] = alone["input_ids"][at]
+
+    # Sequence n of the batch sits in its row at slot (its id - 1) from `start`.
+    placement = (keys // (length + 1), keys % (length + 1) - 1, start)
+    moved = packing.move_predictions(
+        alone["masked_lm_positions"],
+        alone["masked_lm_ids"],
+        alone["masked_lm_weights"],
+        placement,
+        rows,
+        spec.max_predictions_per_seq,
+    )
+    names = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    return {"input_ids": masked, **dict(zip(names, moved, strict=True))}
 
 
 def _choose_tokens(candidates, wanted, spec, rng):

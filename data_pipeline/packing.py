@@ -18,7 +18,9 @@ first fit decreasing: longest first, each in the first row with room for it
     example_slot            [N]     where the batch's n-th example went: row * K + slot,
                                     rows counted from `first_row` (the host's first)
     and every per-example column (label, example_weight, ...) as [R, K, ...], 0 in the empty
-    slots, whose example_weight 0 keeps them out of losses and scores.
+    slots, whose example_weight 0 keeps them out of losses and scores;
+    and every per-token column (a tag per token, ...) as [R, L], each value moved with its
+    token, and on padding the column's own padding value (`token_padding`, else 0).
 
 A row of one example is exactly the unpacked row (input_mask 1 on its tokens).
 R and K are fixed for a run, so steps compile once: `pack_shape` packs every
@@ -81,11 +83,15 @@ def pack(
     *,
     pad_id: int,
     first_row: int = 0,
+    per_token: dict[str, tf.Tensor] | None = None,
+    token_padding: dict[str, int | float] | None = None,
 ) -> dict[str, tf.Tensor]:
     """A batch of N unpacked examples -> the packed batch (module docstring), in graph.
 
     `tokens`: input_ids, input_mask (1 on tokens, 0 on padding, tokens first) and
-    segment_ids, int32 [N, L]; `per_example`: columns [N, ...] to put in slots.
+    segment_ids, int32 [N, L]; `per_example`: columns [N, ...] to put in slots;
+    `per_token`: columns [N, L] to move with the tokens, `token_padding` their values on
+    padding (0 unless named).
     """
     input_mask = tokens["input_mask"]
     max_seq_length = input_mask.shape[1]
@@ -138,6 +144,11 @@ def pack(
         ),
         "input_mask": tf.scatter_nd(target, tf.gather(slot, example) + 1, rows_shape),
     }
+    for name, values in (per_token or {}).items():
+        blank = tf.cast((token_padding or {}).get(name, 0), values.dtype)
+        packed[name] = tf.tensor_scatter_nd_update(
+            tf.fill(rows_shape, blank), target, tf.gather_nd(values, where)
+        )
     slots = tf.stack([row, slot], axis=1)
     packed["cls_positions"] = tf.scatter_nd(slots, offset, [shape.rows, shape.slots])
     packed["example_slot"] = (first_row + row) * shape.slots + slot
@@ -145,4 +156,163 @@ def pack(
         packed[name] = tf.scatter_nd(
             slots, values, tf.concat([[shape.rows, shape.slots], tf.shape(values)[1:]], 0)
         )
+    return packed
+
+
+# ------------------------------------------------------------ in NumPy, with budgets
+# Pretraining packs sentence pairs as the stream makes them (a chunk of documents
+# online, a window of records offline: data_pipeline/pretraining.py, tfrecords.py): no
+# plan ahead, so the number of rows follows the pairs, and a row also has a budget of
+# masked positions to keep.
+
+
+def first_fit_decreasing_within(
+    lengths: np.ndarray,
+    costs: np.ndarray,
+    *,
+    max_seq_length: int,
+    max_slots: int,
+    budget: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, slot, offset) of each sequence: first fit decreasing as `first_fit_decreasing`,
+    where a row also holds at most `max_slots` sequences and `costs` adding up to `budget`.
+
+    Rows are numbered as they open, and a row's slots follow one another from offset 0.
+    """
+    lengths, costs = np.asarray(lengths, np.int64), np.asarray(costs, np.int64)
+    too_long = (lengths > max_seq_length) | (costs > budget)
+    if too_long.any():
+        i = int(np.flatnonzero(too_long)[0])
+        raise ValueError(
+            f"sequence {i} ({lengths[i]} tokens, cost {costs[i]}) does not fit a row "
+            f"of {max_seq_length} tokens and budget {budget}"
+        )
+    count = len(lengths)
+    used, filled, spent = (np.zeros(count, np.int64) for _ in range(3))
+    rows, slots, offsets = (np.zeros(count, np.int64) for _ in range(3))
+    opened = 0
+    for i in np.argsort(-lengths, kind="stable").tolist():
+        fits = (
+            (used[:opened] + lengths[i] <= max_seq_length)
+            & (filled[:opened] < max_slots)
+            & (spent[:opened] + costs[i] <= budget)
+        )
+        found = np.flatnonzero(fits)
+        row = int(found[0]) if found.size else opened
+        opened += not found.size
+        rows[i], slots[i], offsets[i] = row, filled[row], used[row]
+        used[row] += lengths[i]
+        filled[row] += 1
+        spent[row] += costs[i]
+    return rows, slots, offsets
+
+
+def pack_numpy(
+    tokens: dict[str, np.ndarray],
+    per_example: dict[str, np.ndarray],
+    placement: tuple[np.ndarray, np.ndarray, np.ndarray],
+    shape: PackShape,
+    *,
+    pad_id: int,
+) -> dict[str, np.ndarray]:
+    """`pack` in NumPy, at a given (row, slot, offset) placement of each example
+    (`first_fit_decreasing_within`); the same columns, `example_slot` counted from row 0."""
+    rows, slots, offsets = (np.asarray(x, np.int64) for x in placement)
+    input_mask = np.asarray(tokens["input_mask"])
+    example, column = np.nonzero(input_mask)  # tokens first: a column is the token's index
+    target = (rows[example], offsets[example] + column)
+    length = input_mask.shape[1]
+    packed = {
+        "input_ids": np.full((shape.rows, length), pad_id, np.int32),
+        "segment_ids": np.zeros((shape.rows, length), np.int32),
+        "input_mask": np.zeros((shape.rows, length), np.int32),
+    }
+    packed["input_ids"][target] = np.asarray(tokens["input_ids"])[example, column]
+    packed["segment_ids"][target] = np.asarray(tokens["segment_ids"])[example, column]
+    packed["input_mask"][target] = slots[example] + 1
+    packed["cls_positions"] = np.zeros((shape.rows, shape.slots), np.int32)
+    packed["cls_positions"][rows, slots] = offsets
+    packed["example_slot"] = rows * shape.slots + slots
+    for name, values in per_example.items():
+        values = np.asarray(values)
+        packed[name] = np.zeros((shape.rows, shape.slots, *values.shape[1:]), values.dtype)
+        packed[name][rows, slots] = values
+    return packed
+
+
+def move_predictions(
+    positions: np.ndarray,
+    ids: np.ndarray,
+    weights: np.ndarray,
+    placement: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rows: int,
+    budget: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each example's masked positions [N, P] (where `weights` > 0; positions from its own
+    start) moved into its row at its (row, slot, offset): masked_lm_positions, _ids and
+    _weights [rows, budget], a row's examples in slot order. More than `budget` in a row
+    raises: a packer keeps to the budget, and a prediction is never dropped."""
+    row, slot, offset = (np.asarray(x, np.int64) for x in placement)
+    order = np.lexsort((slot, row))  # by row, then slot
+    example, column = np.nonzero(np.asarray(weights)[order] > 0)
+    which = order[example]
+    row_of = row[which]
+    # Each prediction's index among its row's: a row's predictions are one run of `row_of`.
+    index = np.arange(len(which)) - np.searchsorted(row_of, row_of)
+    if len(index) and index.max() >= budget:
+        raise ValueError(f"a packed row holds more than {budget} masked positions")
+    out_positions = np.zeros((rows, budget), np.int32)
+    out_ids = np.zeros((rows, budget), np.int32)
+    out_weights = np.zeros((rows, budget), np.float32)
+    out_positions[row_of, index] = np.asarray(positions)[which, column] + offset[which]
+    out_ids[row_of, index] = np.asarray(ids)[which, column]
+    out_weights[row_of, index] = 1.0
+    return out_positions, out_ids, out_weights
+
+
+def pack_pairs(
+    pairs: dict[str, np.ndarray],
+    costs: np.ndarray,
+    *,
+    max_slots: int,
+    budget: int,
+    pad_id: int,
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """Pretraining sentence pairs [N, ...] (data_pipeline/schema.py's FEATURES, masked or
+    not yet) -> packed rows [R, ...] (schema.py's packed features).
+
+    First fit decreasing, a row taking at most `max_slots` pairs and `budget` masked
+    positions (`costs`: each pair's). The rows come in an order drawn from `rng`: first
+    fit decreasing opens them longest pair first. The masked_lm features, when `pairs`
+    has them, move with their pairs (`move_predictions`).
+    """
+    lengths = np.asarray(pairs["input_mask"]).sum(axis=1)
+    placement = first_fit_decreasing_within(
+        lengths,
+        costs,
+        max_seq_length=np.asarray(pairs["input_mask"]).shape[1],
+        max_slots=max_slots,
+        budget=budget,
+    )
+    rows = int(placement[0].max()) + 1 if len(lengths) else 0
+    placement = (rng.permutation(rows)[placement[0]], *placement[1:])
+    tokens = {name: pairs[name] for name in ("input_ids", "input_mask", "segment_ids")}
+    per_pair = {
+        "next_sentence_labels": np.asarray(pairs["next_sentence_labels"]).reshape(-1),
+        "next_sentence_weights": np.ones(len(lengths), np.float32),
+    }
+    packed = pack_numpy(tokens, per_pair, placement, PackShape(rows, max_slots), pad_id=pad_id)
+    del packed["example_slot"]
+    if "masked_lm_weights" in pairs:
+        moved = move_predictions(
+            pairs["masked_lm_positions"],
+            pairs["masked_lm_ids"],
+            pairs["masked_lm_weights"],
+            placement,
+            rows,
+            budget,
+        )
+        names = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+        packed.update(zip(names, moved, strict=True))
     return packed

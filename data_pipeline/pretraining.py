@@ -4,6 +4,8 @@
       in chunks of `config.document_buffer_size`
       -> tokenize in graph (tf-text, a chunk per call, parallel map)
       -> sentence pairs for NSP, shuffled within the chunk (instances.py)
+      [-> with `pack_examples`: rows of up to max_sequences_per_row pairs, packed
+          within the chunk (_pack_rows)]
       -> batch -> mask (masking.py; redrawn every pass) -> prefetch
 
 Training streams forever, each pass (epoch) over the corpus in a new file
@@ -18,7 +20,8 @@ every row of a batch carries them, as they stand after it, in
 `stream_position` (POSITION_FIELDS):
 
     batches so far, epoch, chunk, where the reader stood at the chunk's start
-    (corpus.ReaderPosition: 4 integers), the chunk's instances so far
+    (corpus.ReaderPosition: 4 integers), the chunk's instances so far (its
+    packed rows so far, with `pack_examples`)
 
 `position=` one of them (the last row of the last batch trained on) seeks the
 reader to the chunk's start, rebuilds that one chunk, drops the instances
@@ -26,6 +29,17 @@ already taken and masks on from the same batch index: the batches that follow
 are those of the uninterrupted stream, and starting late costs what starting
 at step 0 does. A chunk holds `document_buffer_size` documents; an epoch's last
 one holds one more rather than leave a document alone, with no other to pair.
+
+Packing (`pack_examples`, Krell et al. 2021, arXiv 2107.02027). At length 512
+a sentence pair is often far shorter than its row (on the built-in corpus 43%
+of the rows' tokens are padding). Packing puts several pairs one after the
+other in a row (schema.py's packed features): attention stays within each
+pair, positions restart at each (bertjax/model.py), masked positions point into
+the row and each pair keeps its own NSP label, read at its [CLS]. A chunk's
+pairs are packed together, so a row's content, like an instance's, is fixed by
+the chunk and resuming is unchanged. A batch is then a number of rows, holding
+as many pairs as fit; each pair is masked by the rules of an unpacked one, on
+its own (masking.mask_packed_batch).
 
 Exit. Our Python code runs in tf.data's threads. CPython ends a thread that
 waits for the GIL once the interpreter finalizes, so a tf.data thread caught
@@ -47,7 +61,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, instances, masking, schema, tfrecords
+from data_pipeline import corpus, instances, masking, packing, schema, tfrecords
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
@@ -101,6 +115,7 @@ def make_pretraining_dataset(
             process_count=process_count,
             seed=seed,
             position=position,
+            wrap=_python_calls.wrap,
         )
 
     corpus.check_sources(config)
@@ -125,7 +140,8 @@ def make_pretraining_dataset(
     dataset = _instances(config, dataset, tokenizer.vocab, pair_seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     # Eval batches carry the schema's features only: an eval pass is never resumed.
-    features = schema.FEATURES if split == "eval" else (*schema.FEATURES, "stream_position")
+    features = schema.features(config.pack_examples)
+    features = features if split == "eval" else (*features, "stream_position")
     dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size, start[0], features)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
@@ -207,11 +223,15 @@ def _tokenize(tokenizer):
 
 
 def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.data.Dataset:
-    """Packed, unmasked sentence pairs with their stream positions, one element per instance."""
+    """Unmasked sentence pairs with their stream positions, one element per instance: a pair,
+    or with `pack_examples` a row of pairs (`_pack_rows`)."""
     length = config.max_seq_length
     names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
-
+    if config.pack_examples:
+        names += schema.PACKED_FEATURES
+    dtypes = [tf.as_dtype(schema.feature_dtype(name)) for name in names]
     shapes = _shapes(config)
+    spec = masking_spec(config, vocab)
 
     def chunk_instances(doc_ids, counts, values, lengths, header, drop):
         if _python_calls.stopping:
@@ -224,21 +244,22 @@ def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.d
             short_seq_prob=config.short_seq_prob,
             random_next_prob=config.random_next_prob,
             rng=random.Random(f"{seed}:{epoch}:{chunk}"),
-        )[drop:]
-        packed = instances.pack_instances(
+        )
+        laid = instances.pack_instances(
             found, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
         )
-        positions = np.zeros((len(found), len(POSITION_FIELDS)), np.int64)
+        if config.pack_examples:
+            laid = _pack_rows(laid, config, spec, np.random.default_rng([seed, epoch, chunk]))
+        laid = {name: laid[name][drop:] for name in names}
+        count = len(laid["input_ids"])
+        positions = np.zeros((count, len(POSITION_FIELDS)), np.int64)
         positions[:, 1:-1] = header
-        positions[:, -1] = np.arange(drop + 1, drop + 1 + len(found))
-        return (*(packed[name] for name in names), positions)
+        positions[:, -1] = np.arange(drop + 1, drop + 1 + count)
+        return (*(laid[name] for name in names), positions)
 
     def make(*chunk):
         values = tf.numpy_function(
-            _python_calls.wrap(chunk_instances),
-            chunk,
-            [tf.int32] * len(names) + [tf.int64],
-            stateful=False,
+            _python_calls.wrap(chunk_instances), chunk, [*dtypes, tf.int64], stateful=False
         )
         features = dict(zip((*names, "stream_position"), values, strict=True))
         for name, value in features.items():
@@ -248,8 +269,26 @@ def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.d
     return chunks.map(make, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
+def _pack_rows(laid: dict, config, spec: masking.MaskingSpec, rng: np.random.Generator) -> dict:
+    """A chunk's laid-out pairs [N, L] -> rows of pairs [R, L] (packing.pack_pairs).
+
+    A row takes at most max_predictions_per_seq masked positions, each pair's count
+    being the one `masking.mask_packed_batch` will draw (`masking.num_to_predict` of its
+    length): no pair ever loses a prediction to its row's budget.
+    """
+    return packing.pack_pairs(
+        laid,
+        masking.num_to_predict(laid["input_mask"].sum(axis=1), spec),
+        max_slots=config.max_sequences_per_row,
+        budget=config.max_predictions_per_seq,
+        pad_id=spec.pad_id,
+        rng=rng,
+    )
+
+
 def _shapes(config) -> dict[str, tuple]:
-    shapes = schema.feature_shapes(config.max_seq_length, config.max_predictions_per_seq)
+    slots = config.max_sequences_per_row if config.pack_examples else 0
+    shapes = schema.feature_shapes(config.max_seq_length, config.max_predictions_per_seq, slots)
     return {**shapes, "stream_position": (len(POSITION_FIELDS),)}
 
 
@@ -314,12 +353,13 @@ def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int, first: int,
     spec = masking_spec(config, vocab)
     shapes = _shapes(config)
     masked = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    mask_batch = masking.mask_packed_batch if config.pack_examples else masking.mask_batch
 
     def mask_numpy(index, input_ids, input_mask):
         # A batch's masks depend only on the seed and the batch's position in
         # the stream, so parallel masking stays deterministic.
         rng = np.random.default_rng([seed, int(index)])
-        out = masking.mask_batch(input_ids, input_mask, spec, rng)
+        out = mask_batch(input_ids, input_mask, spec, rng)
         return tuple(out[name] for name in masked)
 
     def mask(index, batch):

@@ -17,6 +17,20 @@ L = max_seq_length, P = max_predictions_per_seq. On disk (tf.Example) the
 names are the same as the original BERT's, every feature int64 except
 masked_lm_weights (float), and next_sentence_labels has shape [1].
 
+Packed batches (`pack_examples`: pretraining.py, tfrecords.py) hold R rows, each of up
+to K = max_sequences_per_row sentence pairs one after the other; the pairs attend and
+are predicted each on its own:
+
+| feature               | dtype   | shape    | meaning                                          |
+|-----------------------|---------|----------|--------------------------------------------------|
+| input_mask            | int32   | [R, L]   | k on the tokens of the row's k-th pair (1, 2, ...), 0 on padding |
+| masked_lm_positions   | int32   | [R, P]   | positions in the row: the row's pairs' predictions, in order |
+| next_sentence_labels  | int32   | [R, K]   | each pair's label, 0 in empty slots               |
+| next_sentence_weights | float32 | [R, K]   | 1.0 for a pair, 0.0 for an empty slot             |
+| cls_positions         | int32   | [R, K]   | each pair's [CLS] in the row, 0 in empty slots    |
+
+and the other features as above, with R for B. P bounds the predictions of a whole row.
+
 Train batches (not eval batches, and not in FEATURES: no model reads it) also
 carry `stream_position`, int64 [B, S]: where the stream stands after each row.
 Passing a row back as `position=` to the dataset function that made it
@@ -39,9 +53,19 @@ FEATURES = (
 )
 
 
-def feature_shapes(max_seq_length: int, max_predictions_per_seq: int) -> dict[str, tuple]:
-    """Per-example shapes (no batch axis)."""
-    return {
+# What a packed batch holds besides FEATURES.
+PACKED_FEATURES = ("next_sentence_weights", "cls_positions")
+
+
+def features(packed: bool) -> tuple[str, ...]:
+    return (*FEATURES, *PACKED_FEATURES) if packed else FEATURES
+
+
+def feature_shapes(
+    max_seq_length: int, max_predictions_per_seq: int, slots: int = 0
+) -> dict[str, tuple]:
+    """Per-row shapes (no batch axis); of packed rows of `slots` pairs when `slots` > 0."""
+    shapes = {
         "input_ids": (max_seq_length,),
         "input_mask": (max_seq_length,),
         "segment_ids": (max_seq_length,),
@@ -50,7 +74,11 @@ def feature_shapes(max_seq_length: int, max_predictions_per_seq: int) -> dict[st
         "masked_lm_weights": (max_predictions_per_seq,),
         "next_sentence_labels": (),
     }
+    if slots:
+        shapes.update({name: (slots,) for name in ("next_sentence_labels", *PACKED_FEATURES)})
+    return shapes
 
 
 def feature_dtype(name: str) -> np.dtype:
-    return np.dtype(np.float32 if name == "masked_lm_weights" else np.int32)
+    weights = ("masked_lm_weights", "next_sentence_weights")
+    return np.dtype(np.float32 if name in weights else np.int32)

@@ -41,6 +41,15 @@ L = max_seq_length. Rows are features, drawn by finetune_data.batch_indices:
 training batches are shuffled anew each epoch and full; evaluation yields every
 feature once over all processes, in order.
 
+With `pack_examples` (the default) a run packs each batch's windows into fewer
+rows (data_pipeline/packing.py): input_mask then numbers the windows of a row,
+`cls_positions` [R, K] says where each starts and `example_slot` [B] where each
+went; start_positions, end_positions, example_weight and feature_index are
+[R, K], the positions counted from the start of the row (the window's [CLS]
+plus its own position). The eval padding windows are then copies of feature 0
+(weight 0, feature_index -1), as planned by `packed_shape`. The span loss is a
+softmax over each window's own tokens (bertjax/losses.py), packed or not.
+
 Every problem in the data is a `SquadError` (a TaskDataError) naming the file
 (or TFDS dataset and split) and the question, raised while reading, before any
 training; a bad option is a ConfigError naming `config.data.<option>`.
@@ -58,7 +67,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import files
+from data_pipeline import files, finetune_data, packing
 from data_pipeline.finetune_data import (
     SPLITS,
     SplitInfo,
@@ -287,6 +296,9 @@ class SquadConfig:
     max_answer_length: int = 30
     # SQuAD 2.0: answer "" when the null score beats the best span's by more than this.
     null_score_diff_threshold: float = 0.0
+    # Several windows per row of max_seq_length (data_pipeline/packing.py): the same
+    # windows, losses and answers in fewer rows; at 384 most windows are long.
+    pack_examples: bool = True
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -560,6 +572,30 @@ def make_task_dataset(task: SquadTask, *, split: str, **kwargs) -> tuple[tf.data
     return dataset, info.num_batches
 
 
+def packed_shape(
+    task: SquadTask,
+    *,
+    split: str,
+    batch_size: int,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+    rows_multiple: int = 1,
+) -> packing.PackShape:
+    """The packed shape that holds every batch of `split` on every process (packing.py)."""
+    features = task_split(task, split)
+    return finetune_data.packed_shape(
+        features.input_mask.sum(axis=1),
+        training=split == "train",
+        batch_size=batch_size,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+        max_seq_length=features.config.max_seq_length,
+        rows_multiple=rows_multiple,
+    )
+
+
 def make_dataset(
     features: SquadFeatures,
     *,
@@ -570,11 +606,13 @@ def make_dataset(
     seed: int = 0,
     num_epochs: float = 1.0,
     position=None,
+    packed: packing.PackShape | None = None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
     Rows are drawn as finetune_data.batch_indices draws examples; the eval
-    padding rows have weight 0 and feature_index -1.
+    padding rows have weight 0 and feature_index -1. `packed` (from packed_shape, with
+    the same arguments) packs every batch into that shape.
     """
     indices, info = batch_indices(
         features.num_features,
@@ -598,13 +636,29 @@ def make_dataset(
             values = tf.cast(tf.gather(column, index), tf.int32)
             blank = features.pad_id if name == "input_ids" else 0
             keep = tf.reshape(real, [-1] + [1] * (len(column.shape) - 1))
-            batch[name] = tf.where(keep, values, blank)
+            # Packed, padding keeps feature 0's tokens: packed_shape planned room for them.
+            batch[name] = values if packed else tf.where(keep, values, blank)
         batch["example_weight"] = weight
+        batch["feature_index"] = tf.where(real, index, -1)
+        rows = batch_size
+        if packed:
+            tokens = {k: batch.pop(k) for k in ("input_ids", "input_mask", "segment_ids")}
+            batch = packing.pack(
+                tokens,
+                batch,
+                packed,
+                pad_id=features.pad_id,
+                first_row=process_index * packed.rows,
+            )
+            # Positions in the row: each window's tokens start at its [CLS].
+            for name in ("start_positions", "end_positions"):
+                batch[name] += batch["cls_positions"]
+            rows = packed.rows
+        for name, value in batch.items():
+            value.set_shape([batch_size if name == "example_slot" else rows, *value.shape[1:]])
         if position:  # training
             batch["stream_position"] = position[0]
-        batch["feature_index"] = tf.where(real, index, -1)
-        for value in batch.values():
-            value.set_shape([batch_size, *value.shape[1:]])
+            batch["stream_position"].set_shape([batch_size, 1])
         return batch
 
     dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)

@@ -42,6 +42,13 @@ L = `max_seq_length`; one example is one window:
 Batches are drawn by finetune_data.batch_indices, one window being one
 example. The eval padding rows have label_weights 0, word_index -1 and
 sentence_id -1, so they count nowhere even when example_weight is ignored.
+
+With `pack_examples` (the default) a run packs each batch's windows into fewer
+rows (data_pipeline/packing.py): input_mask then numbers the windows of a row,
+label_ids, label_weights and word_index move with their tokens (word_index -1
+on padding: TOKEN_PADDING), sentence_id and example_weight are [R, K],
+`cls_positions` [R, K] says where each window starts and `example_slot` [B]
+where each window went. `packed_shape` plans R and K.
 """
 
 import dataclasses
@@ -55,6 +62,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_pipeline import config as config_lib
+from data_pipeline import finetune_data, packing
 from data_pipeline.finetune_data import (
     OPTION_PREFIX,
     SplitInfo,
@@ -75,6 +83,10 @@ SOURCES = ("files", "tfds")
 # How tags spell entities, for entity-level scoring (bertjax/scores.py reads them).
 TAGGING_SCHEMES = ("iob1", "iob2", "iobes", "bilou")
 DOCSTART = "-DOCSTART-"
+# The per-token columns, moved with their tokens when windows are packed, and their
+# value on padding where it is not 0.
+TOKEN_COLUMNS = ("label_ids", "label_weights", "word_index")
+TOKEN_PADDING = {"word_index": -1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +108,9 @@ class TaggingConfig:
     # both
     tagging_scheme: str = "iob2"  # how tags spell entities: one of TAGGING_SCHEMES
     max_seq_length: int = 128
+    # Several short windows per row of max_seq_length (data_pipeline/packing.py): the
+    # same windows, losses and scores in fewer rows.
+    pack_examples: bool = True
 
     def __post_init__(self):
         _check(self)
@@ -344,10 +359,12 @@ def make_tagging_dataset(
     seed: int = 0,
     num_epochs: float = 1.0,
     position=None,
+    packed: packing.PackShape | None = None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
     SplitInfo counts windows, not sentences. `seed` and `num_epochs` apply to training only.
+    `packed` (from packed_shape, with the same arguments) packs every batch into that shape.
     """
     sentences = task_split(task, split)
     features, stats = encode_sentences(
@@ -371,6 +388,7 @@ def make_tagging_dataset(
         position=position,
     )
     constants = {name: tf.constant(value) for name, value in features.items()}
+    pad_id = tokenizer.vocab.pad_id
 
     def gather(index, weight, *position):
         batch = {name: tf.gather(value, index) for name, value in constants.items()}
@@ -379,14 +397,56 @@ def make_tagging_dataset(
         batch["word_index"] = tf.where(real[:, None], batch["word_index"], -1)
         batch["sentence_id"] = tf.where(real, batch["sentence_id"], -1)
         batch["example_weight"] = weight
+        rows = batch_size
+        if packed:
+            tokens = {k: batch.pop(k) for k in ("input_ids", "input_mask", "segment_ids")}
+            per_token = {k: batch.pop(k) for k in TOKEN_COLUMNS}
+            batch = packing.pack(
+                tokens,
+                batch,
+                packed,
+                pad_id=pad_id,
+                first_row=process_index * packed.rows,
+                per_token=per_token,
+                token_padding=TOKEN_PADDING,
+            )
+            rows = packed.rows
+        for name, value in batch.items():
+            value.set_shape([batch_size if name == "example_slot" else rows, *value.shape[1:]])
         if position:  # training
             batch["stream_position"] = position[0]
-        for value in batch.values():
-            value.set_shape([batch_size, *value.shape[1:]])
+            batch["stream_position"].set_shape([batch_size, 1])
         return batch
 
     dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+def packed_shape(
+    task: TaggingTask,
+    tokenizer,
+    *,
+    split: str,
+    batch_size: int,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+    rows_multiple: int = 1,
+) -> packing.PackShape:
+    """The packed shape that holds every batch of `split` on every process (packing.py)."""
+    features, _ = encode_sentences(
+        task_split(task, split), tokenizer, max_seq_length=task.config.max_seq_length
+    )
+    return finetune_data.packed_shape(
+        features["input_mask"].sum(axis=1),
+        training=split == "train",
+        batch_size=batch_size,
+        process_count=process_count,
+        seed=seed,
+        num_epochs=num_epochs,
+        max_seq_length=task.config.max_seq_length,
+        rows_multiple=rows_multiple,
+    )
 
 
 def tags_from_predictions(

@@ -18,14 +18,14 @@ training batches also carry their `stream_position`, to resume from.
 import concurrent.futures
 import functools
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import schema
+from data_pipeline import packing, schema
 from data_pipeline.errors import UserError
 
 SPLITS = ("train", "eval")
@@ -319,6 +319,7 @@ def read_pretraining_dataset(
     process_count: int = 1,
     seed: int,
     position: Any = None,
+    wrap: Callable[[Callable], Callable] = lambda function: function,
 ) -> tf.data.Dataset:
     """Batches of this process's share of the offline instances, in the schema of schema.py.
 
@@ -337,10 +338,18 @@ def read_pretraining_dataset(
     what parsing and batching it does: on 2 cores, 400,000 records of length 128
     skip in 0.3 s, where the pipeline yields some 150,000 rows a second.
     eval: one pass in sorted file order; batches carry the schema's features only.
+
+    `pack_examples`: each window's records, once shuffled, are packed into rows
+    (`pack_records`; eval's windows in file order), and a batch is `batch_size`
+    rows. A train row's `stream_position` is then (epoch, window of the epoch,
+    rows of the window so far): a resume reads the window again, packs it the
+    same way and goes on after that row. `wrap` wraps the Python function that
+    packs (the online pipeline's, to end it at exit).
     """
     config = config_lib.from_config(data_config)
     check_dataset_args(split, batch_size, process_index, process_count)
-    start = check_position(position, 2)
+    packed = config.pack_examples
+    start = check_position(position, 3 if packed else 2)
     if start is not None and split == "eval":
         raise PositionError(f"stream position {list(start)}: the eval split is read from its start")
     files = split_files(config, split)
@@ -371,37 +380,84 @@ def read_pretraining_dataset(
         batch = parse_examples(serialized, length, predictions)
         return {**batch, "stream_position": positions[0]} if positions else batch
 
+    def with_position(rows, *positions):
+        return {**rows, "stream_position": positions[0]} if positions else rows
+
+    window = config.shuffle_buffer_size
+    pack = pack_records(config, wrap) if packed else None
     if split == "eval":
         records = share(tf.data.TFRecordDataset(mine))  # file after file
-        batches = records.batch(batch_size, drop_remainder=True)
+        if packed:
+            rows = records.batch(window).enumerate().map(lambda i, w: pack(w, tf.stack([i, i])))
+            rows = rows.unbatch()
+        else:
+            rows = records
     else:
-        start = start or (0, 0)
-        # Bytes only, so cheap: the record the position follows must be in the share.
-        last = share(tf.data.TFRecordDataset(mine)).skip(max(start[1] - 1, 0)).take(1)
+        start = start or (0,) * (3 if packed else 2)
+        # Bytes only, so cheap: the record the position follows (packed: the first record
+        # of the window it is in) must be in the share.
+        first = start[1] * window if packed else max(start[1] - 1, 0)
+        last = share(tf.data.TFRecordDataset(mine)).skip(first).take(1)
         if not list(last):
             if start[1]:
                 raise PositionError(
                     f"stream position {list(start)}: this process's share of "
-                    f"config.data.tfrecord_train_files has fewer than {start[1]} records"
+                    f"config.data.tfrecord_train_files has fewer than {first + 1} records"
                 )
             raise TFRecordError(
                 f"config.data.tfrecord_train_files: process {process_index} of {process_count} "
                 "gets no records (fewer records than processes)"
             )
-        rows = _train_rows(
-            interleaved, mine, by_record, config.shuffle_buffer_size, seed, process_index, start
+        rows = _train_rows(interleaved, mine, by_record, window, seed, process_index, start, pack)
+    batches = rows.batch(batch_size, drop_remainder=True)
+    batches = batches.map(with_position if packed else parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def pack_records(config: config_lib.DataConfig, wrap: Callable[[Callable], Callable]):
+    """(serialized records [n], int64 seed [2]) -> the records' packed rows
+    (packing.pack_pairs, the rows' order drawn from the seed), each pair with the masks it
+    was written with: a row takes at most max_predictions_per_seq of them."""
+    length, predictions = config.max_seq_length, config.max_predictions_per_seq
+    names = schema.features(packed=True)
+    shapes = schema.feature_shapes(length, predictions, config.max_sequences_per_row)
+
+    def pack_numpy(seed, *values):
+        pairs = dict(zip(schema.FEATURES, values, strict=True))
+        packed = packing.pack_pairs(
+            pairs,
+            (pairs["masked_lm_weights"] > 0).sum(axis=1),
+            max_slots=config.max_sequences_per_row,
+            budget=predictions,
+            pad_id=0,  # the records' padding
+            rng=np.random.default_rng(np.asarray(seed, np.int64).view(np.uint64)),
         )
-        batches = rows.batch(batch_size, drop_remainder=True)
-    return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return tuple(packed[name].astype(schema.feature_dtype(name)) for name in names)
+
+    def pack(serialized, seed):
+        batch = parse_examples(serialized, length, predictions)
+        values = tf.numpy_function(
+            wrap(pack_numpy),
+            [seed, *(batch[name] for name in schema.FEATURES)],
+            [tf.as_dtype(schema.feature_dtype(name)) for name in names],
+            stateful=False,
+        )
+        rows = dict(zip(names, values, strict=True))
+        for name, value in rows.items():
+            value.set_shape([None, *shapes[name]])
+        return rows
+
+    return pack
 
 
-def _train_rows(interleaved, files, by_record, window, seed, process_index, start):
-    """(record, its position) of the training epochs from `start` on; see read_pretraining_dataset."""
+def _train_rows(interleaved, files, by_record, window, seed, process_index, start, pack=None):
+    """(record, its position) of the training epochs from `start` on; with `pack`
+    (pack_records), (packed row, its position); see read_pretraining_dataset."""
     seeds = np.random.SeedSequence([seed, process_index]).generate_state(2)
     file_seed, record_seed = (tf.constant(int(s), tf.int64) for s in seeds)
-    first_epoch, first_record = start
+    first_epoch, first_record = start[:2]
     # The window of the last record consumed is read again, to shuffle it as before.
-    first_window = max(first_record - 1, 0) // window
+    first_window = first_record if pack else max(first_record - 1, 0) // window
     names = tf.constant(files)
 
     def epoch_rows(epoch):
@@ -418,12 +474,18 @@ def _train_rows(interleaved, files, by_record, window, seed, process_index, star
                 tf.stack([record_seed, epoch]), begin // window + index
             )
             shuffled = tf.random.experimental.stateless_shuffle(tf.range(count), seed)
+            records = tf.gather(records, shuffled)
+            if pack is not None:
+                rows = pack(records, seed)
+                count = tf.shape(rows["input_ids"], out_type=tf.int64)[0]
+                at = tf.fill([count], begin // window + index)
+                return rows, tf.stack([tf.fill([count], epoch), at, tf.range(1, count + 1)], 1)
             done = begin + index * window + tf.range(1, count + 1)
-            return tf.gather(records, shuffled), tf.stack([tf.fill([count], epoch), done], 1)
+            return records, tf.stack([tf.fill([count], epoch), done], 1)
 
         # Read the next window while this one is consumed.
         rows = windows.prefetch(1).enumerate().map(shuffle).unbatch()
-        return rows.skip(resumed * first_record - begin)
+        return rows.skip(resumed * (start[2] if pack else first_record - begin))
 
     return tf.data.Dataset.counter(first_epoch).flat_map(epoch_rows)
 

@@ -128,32 +128,65 @@ def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
     assert resumed["eval"] == straight["eval"]
 
 
-def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path):
-    # Without dropout a packed run computes what the unpacked one does, in fewer rows.
-    losses = {}
-    for packed in (False, True):
-        config = _mrpc_config(pretrained)
+def _packing_config(task, init_checkpoint):
+    """A small run of `task` whose batches pack into fewer rows, without dropout."""
+    if task == "classification":
+        config = _mrpc_config(init_checkpoint)
         config.data.max_seq_length = 64  # room for two pairs a row
-        config.data.pack_examples = packed
         # 16 examples a batch, 2 steps.
         config.train_batch_size = 16
         config.num_train_epochs = 8.0
-        config.model.hidden_dropout_prob = 0.0
-        config.model.attention_probs_dropout_prob = 0.0
+    elif task == "tagging":
+        config = _ner_config(init_checkpoint)  # 3 steps of 8 short sentences
+    else:
+        # 10 one-sentence contexts, 3 windows a row; 2 steps of 8.
+        config = squad.get_config("v1.1")
+        config.init_checkpoint = init_checkpoint
+        config.train_batch_size = 8
+        config.eval_batch_size = 8
+        config.num_train_epochs = 1.6
+        config.data.train_file = str(TESTDATA / "squad_short.json")
+        config.data.eval_file = str(TESTDATA / "squad_short.json")
+        config.data.max_seq_length = 64
+        config.data.doc_stride = 16
+        config.data.max_query_length = 16
+    config.log_every_steps = 1  # every step's loss is compared
+    config.model.hidden_dropout_prob = 0.0
+    config.model.attention_probs_dropout_prob = 0.0
+    return config
+
+
+# What each task writes of its eval predictions.
+PREDICTIONS = {
+    "classification": "eval_predictions.jsonl",
+    "tagging": "eval_predictions.jsonl",
+    "squad": "predictions.json",
+}
+
+
+@pytest.mark.parametrize("task", ["classification", "tagging", "squad"])
+def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path, task):
+    # Without dropout a packed run computes what the unpacked one does, in fewer rows.
+    losses, results = {}, {}
+    for packed in (False, True):
+        config = _packing_config(task, pretrained)
+        config.data.pack_examples = packed
         workdir = tmp_path / f"packed_{packed}"
         run = train.build_run(config, str(workdir), devices=ONE_DEVICE)
+        batch_size = config.train_batch_size
         batch = next(
             run.setup.train_dataset(
-                batch_size=16, process_index=0, process_count=1, seed=0
+                batch_size=batch_size, process_index=0, process_count=1, seed=0
             ).as_numpy_iterator()
         )
-        assert (batch["input_ids"].shape[0] < 16) == packed
-        train.train_and_evaluate(config, str(workdir), devices=ONE_DEVICE)
+        assert (batch["input_ids"].shape[0] < batch_size) == packed
+        results[packed] = train.train_and_evaluate(config, str(workdir), devices=ONE_DEVICE)
         lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
         losses[packed] = [(r["step"], r["loss"]) for r in lines if r["split"] == "train"]
-        losses[packed, "predictions"] = (workdir / "eval_predictions.jsonl").read_text()
+        losses[packed, "predictions"] = (workdir / PREDICTIONS[task]).read_text()
     assert losses[True, "predictions"] == losses[False, "predictions"]
-    assert len(losses[True]) == 2
+    assert results[True]["eval"] == pytest.approx(results[False]["eval"], rel=1e-5)
+    assert len(losses[True]) == run.setup.num_train_steps >= 2
     for (step, packed), (_, plain) in zip(losses[True], losses[False], strict=True):
         assert packed == pytest.approx(plain, rel=1e-4), step
 
@@ -174,18 +207,24 @@ def test_the_packing_benchmark_times_both_layouts(pretrained, tmp_path):
     )
 
 
-@pytest.fixture(scope="module")
-def ner_run(pretrained, tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("ner")
+def _ner_config(init_checkpoint):
     config = ner.get_config()
-    config.init_checkpoint = pretrained
+    config.init_checkpoint = init_checkpoint
     config.train_batch_size = 8
     config.eval_batch_size = 8
     config.num_train_epochs = 8.0
     config.data.train_file = str(TESTDATA / "ner_train.txt")
     config.data.eval_file = str(TESTDATA / "ner_dev.txt")
     config.data.max_seq_length = 32
-    return tmp_path, train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
+    return config
+
+
+@pytest.fixture(scope="module")
+def ner_run(pretrained, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("ner")
+    return tmp_path, train.train_and_evaluate(
+        _ner_config(pretrained), str(tmp_path), devices=ONE_DEVICE
+    )
 
 
 def test_tagging_runs_and_scores_entities(ner_run):

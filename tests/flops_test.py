@@ -1,6 +1,7 @@
 """bertjax.flops: the analytic FLOPs count, the peak table, the CPU probe's cache, and MFU
 in a real training run's metrics."""
 
+import dataclasses
 import json
 import os
 import re
@@ -49,27 +50,61 @@ def hand_count(matmuls, batch_size: int) -> float:
     return 3 * batch_size * sum(2 * m * k * n * times for m, k, n, times in matmuls)
 
 
-def encoder_matmuls(length: int):
-    layers = 2
+def layer_matmuls(length: int, queries: int):
     return [
-        (length, 8, 8, 4 * layers),  # query, key, value and output projections
-        (length, 4, length, 2 * layers),  # scores, per head
-        (length, length, 4, 2 * layers),  # probabilities x values, per head
-        (length, 8, 16, layers),  # intermediate
-        (length, 16, 8, layers),  # output
+        (length, 8, 8, 2),  # key and value projections
+        (queries, 8, 8, 2),  # query and output projections
+        (queries, 4, length, 2),  # scores, per head
+        (queries, length, 4, 2),  # probabilities x values, per head
+        (queries, 8, 16, 1),  # intermediate
+        (queries, 16, 8, 1),  # output
     ]
+
+
+def encoder_matmuls(length: int, last_queries: int | None = None):
+    """Two layers; the last computes `last_queries` positions (pretraining's heads' ones)."""
+    last = length if last_queries is None else last_queries
+    return layer_matmuls(length, length) + layer_matmuls(length, last)
+
+
+PRETRAINING_HEADS = [
+    (1, 8, 8, 1),  # pooler on [CLS]
+    (1, 8, 2, 1),  # next-sentence classifier
+    (2, 8, 8, 1),  # MLM dense at the masked positions only
+    (2, 8, 32, 1),  # MLM logits against the tied embeddings
+]
 
 
 def test_pretraining_count_is_the_hand_count():
-    # Sequences of 4 with 2 masked positions each, 3 of them.
-    matmuls = encoder_matmuls(4) + [
-        (1, 8, 8, 1),  # pooler on [CLS]
-        (1, 8, 2, 1),  # next-sentence classifier
-        (2, 8, 8, 1),  # MLM dense at the masked positions only
-        (2, 8, 32, 1),  # MLM logits against the tied embeddings
-    ]
+    # Sequences of 4 with 2 masked positions each, 3 of them: the last layer's queries
+    # are [CLS] and the 2 masked positions.
+    matmuls = encoder_matmuls(4, last_queries=3) + PRETRAINING_HEADS
     counted = flops.analytic_flops_per_step(TINY, batch_size=3, seq_len=4, predictions=2)
     assert counted == hand_count(matmuls, 3)
+
+
+def test_a_scanned_encoder_counts_its_whole_last_layer():
+    scanned = dataclasses.replace(TINY, scan_layers=True)
+    matmuls = encoder_matmuls(4) + PRETRAINING_HEADS
+    counted = flops.analytic_flops_per_step(scanned, batch_size=3, seq_len=4, predictions=2)
+    assert counted == hand_count(matmuls, 3)
+
+
+def test_a_packed_pretraining_row_counts_the_next_sentence_head_per_slot():
+    # Rows of 4 tokens holding up to 3 sentence pairs, 2 masked positions a row.
+    inputs = dict.fromkeys(("input_ids", "input_mask", "segment_ids"), 4)
+    setup = types.SimpleNamespace(
+        model_config=TINY,
+        model_inputs={**inputs, "masked_lm_positions": 2, "cls_positions": 3},
+        description={"kind": "pretraining"},
+    )
+    matmuls = encoder_matmuls(4, last_queries=3 + 2) + [
+        (3, 8, 8, 1),  # pooler on each pair's [CLS]
+        (3, 8, 2, 1),  # next-sentence classifier, per pair
+        (2, 8, 8, 1),  # MLM dense at the row's masked positions
+        (2, 8, 32, 1),
+    ]
+    assert flops.flops_per_step(setup, 3) == hand_count(matmuls, 3)
 
 
 @pytest.mark.parametrize(
@@ -274,12 +309,15 @@ def test_training_logs_mfu(make_small_config, tmp_path, cache_home, capsys):
     assert all(re.search(r" tokens/s  mfu \d+\.\d%  eta ", line) for line in shown), shown
 
 
-def test_benchmark_reports_mfu_and_the_share_outside_the_matmuls(tmp_path, cache_home):
+@pytest.mark.parametrize("packed", [False, True], ids=["pairs", "packed_rows"])
+def test_benchmark_reports_mfu_and_the_share_outside_the_matmuls(tmp_path, cache_home, packed):
     from bertjax import benchmark
     from experiments.pretrain import tiny_cpu
 
     config = tiny_cpu.get_config()
     config.train_batch_size = 8
+    config.data.pack_examples = packed
+    # The synthetic batch has the run's columns (packed: cls_positions, NSP per slot).
     r = benchmark.measure(config, str(tmp_path), steps=2)
     assert r["peak_flops"] == flops.peak_flops(jax.devices(), "float32")[0]
     assert "measured" in r["peak_source"]

@@ -286,6 +286,57 @@ def test_mlm_logits_are_the_full_sequence_logits_at_the_masked_positions():
     np.testing.assert_allclose(mlm, gathered, atol=1e-5)
 
 
+def full_encoder_heads(module, input_ids, input_mask, segment_ids, positions, cls_positions):
+    """BertForPreTraining's heads on the whole encoder's output (every position computed)."""
+    sequence_output, pooled = module.bert(
+        input_ids, input_mask, segment_ids, cls_positions, deterministic=True
+    )
+    embeddings = module.bert.embeddings.word_embeddings.embedding
+    return module.predictions(sequence_output, positions, embeddings), module.seq_relationship(
+        pooled
+    )
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["one_pair_a_row", "packed"])
+def test_the_last_layer_at_the_heads_positions_is_the_whole_encoder_there(packed):
+    config = small_config()
+    batch = make_batch(config)
+    cls_positions = None
+    if packed:  # row 2 holds a second sequence from position 10, then padding
+        batch["input_mask"][2, 10:16] = 2
+        cls_positions = jnp.asarray([[0, 0], [0, 0], [0, 10]], jnp.int32)
+    module = BertForPreTraining(config)
+    params = nn.unbox(init(module, batch))["params"]
+    inputs = [jnp.asarray(batch[k]) for k in ("input_ids", "input_mask", "segment_ids")]
+    positions = jnp.asarray(batch["masked_lm_positions"])
+    assert model_lib.queries_in_last_layer(config)
+
+    def heads(p, method):
+        return module.apply({"params": p}, *inputs, positions, cls_positions, method=method)
+
+    def fast(p):  # the model's own path: last layer at [CLS] and the masked positions only
+        return heads(p, lambda m, *a: m(*a, deterministic=True))
+
+    def full(p):
+        return heads(p, full_encoder_heads)
+
+    for got, want in zip(fast(params), full(params), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+    def compiled_flops(f):
+        cost = jax.jit(f).lower(params).compile().cost_analysis()
+        return (cost[0] if isinstance(cost, list | tuple) else cost)["flops"]
+
+    # 7 (or 8) of 24 positions in the last of 3 layers: well under the whole encoder's FLOPs.
+    assert compiled_flops(fast) < 0.85 * compiled_flops(full)
+
+    def loss(outputs):
+        return lambda p: sum(jnp.sum(jnp.sin(x)) for x in outputs(p))
+
+    got, want = jax.grad(loss(fast))(params), jax.grad(loss(full))(params)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, atol=1e-5), got, want)
+
+
 def test_sequence_longer_than_the_position_table_fails():
     config = small_config(max_position_embeddings=16)
     with pytest.raises(ValueError, match="max_position_embeddings=16"):

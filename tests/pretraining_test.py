@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, pretraining, schema, statistics
+from data_pipeline import corpus, masking, pretraining, schema, statistics
 from data_pipeline.vocab import load_vocab
 
 YEARS = [str(year) for year in range(1901, 1961)]
@@ -210,6 +210,7 @@ def test_empty_eval_split_is_refused(year_corpus, bert_config):
         ("max_predictions_per_seq", 0, "max_predictions_per_seq"),
         ("masked_lm_prob", 1.5, "masked_lm_prob"),
         ("source", "s3", "source"),
+        ("max_sequences_per_row", 0, "max_sequences_per_row"),
     ],
 )
 def test_bad_options_name_the_option(bert_config, option, value, match):
@@ -281,3 +282,68 @@ def test_the_benchmark_reads_batches_on_a_fixed_number_of_threads(bert_config):
             bert_config, batch_size=8, seconds=0.2, threads=threads, warmup_batches=1
         )
         assert sequences > 0 and tokens > sequences
+
+
+def unpacked_sequences(batch):
+    """Each sentence pair of a batch, packed or not, with its masked tokens put back:
+    {(epoch, chunk): [(ids, segment ids, NSP label), ...]}, and each pair's (length,
+    masked positions); every masked position must fall inside a pair, on a token of it."""
+    ids = batch["input_ids"].copy()
+    weights = batch["masked_lm_weights"] > 0
+    rows = np.nonzero(weights)[0]
+    ids[rows, batch["masked_lm_positions"][weights]] = batch["masked_lm_ids"][weights]
+    packed = "cls_positions" in batch
+    found, counts = {}, []
+    for r in range(len(ids)):
+        chunk = tuple(batch["stream_position"][r][[1, 2]].tolist())
+        slots = np.flatnonzero(batch["next_sentence_weights"][r]) if packed else [0]
+        for k in slots:
+            where = np.flatnonzero(batch["input_mask"][r] == k + 1)
+            start, end = where[0], where[-1] + 1
+            assert where.size == end - start  # one contiguous span
+            labels = batch["next_sentence_labels"][r]
+            if packed:
+                assert batch["cls_positions"][r, k] == start
+                labels = labels[k]
+            pair = (tuple(ids[r, start:end]), tuple(batch["segment_ids"][r, start:end]), labels)
+            found.setdefault(chunk, []).append(pair)
+            positions = batch["masked_lm_positions"][r][weights[r]]
+            counts.append((end - start, ((positions >= start) & (positions < end)).sum()))
+        assert (batch["input_mask"][r][batch["masked_lm_positions"][r][weights[r]]] > 0).all()
+    return found, counts
+
+
+def test_packed_rows_hold_each_chunks_pairs_whole_with_their_masks(year_corpus, bert_config):
+    glob, vocab = year_corpus
+    bert_config.update(source="text", text_files=glob, document_buffer_size=20, eval_fraction=0.0)
+    spec = pretraining.masking_spec(config_lib.from_config(bert_config), vocab)
+
+    def epoch_zero(pack):
+        bert_config.pack_examples = pack
+        dataset = pretraining.make_pretraining_dataset(
+            bert_config, split="train", batch_size=4, seed=3
+        )
+        found, counts, rows = {}, [], 0
+        for batch in dataset.as_numpy_iterator():
+            if batch["stream_position"][0][1] > 0:
+                return found, counts, rows
+            pairs, batch_counts = unpacked_sequences(batch)
+            for chunk, chunk_pairs in pairs.items():
+                found.setdefault(chunk, []).extend(chunk_pairs)
+            counts += batch_counts
+            rows += len(batch["input_ids"])
+
+    packed, packed_counts, packed_rows = epoch_zero(True)
+    plain, plain_counts, plain_rows = epoch_zero(False)
+
+    # The same pairs of each chunk (the tokens under each mask restored), labels and all.
+    def whole_epoch(pairs):  # the batch that crosses into epoch 1 holds a part of its chunk
+        return {chunk: sorted(p) for chunk, p in pairs.items() if chunk[0] == 0}
+
+    assert set(whole_epoch(plain)) == {(0, 0), (0, 1), (0, 2)}
+    assert whole_epoch(packed) == whole_epoch(plain)
+    # In about half the rows; each pair has all the predictions it would have alone.
+    assert packed_rows < 0.6 * plain_rows
+    for counts in (packed_counts, plain_counts):
+        lengths, masked = np.array(counts).T
+        np.testing.assert_array_equal(masked, masking.num_to_predict(lengths, spec))

@@ -73,6 +73,47 @@ def tfrecord_reader(config, **share):
     return read
 
 
+def write_packable_corpus(folder, count=RECORDS):
+    """`count` records of 2 to LENGTH tokens in 2 files, one masked position each;
+    input_ids[:, 0] is the record's id."""
+    rng = np.random.default_rng(0)
+    real = np.arange(LENGTH)[None, :] < rng.integers(2, LENGTH + 1, count)[:, None]
+    instances = {
+        "input_ids": np.where(real, rng.integers(5, 100, (count, LENGTH)), 0),
+        "input_mask": real.astype(np.int32),
+        "segment_ids": np.zeros((count, LENGTH), np.int32),
+        "masked_lm_positions": np.tile([1, 0], (count, 1)),
+        "masked_lm_ids": np.tile([7, 0], (count, 1)),
+        "masked_lm_weights": np.tile([1.0, 0.0], (count, 1)).astype(np.float32),
+        "next_sentence_labels": rng.integers(0, 2, count),
+    }
+    instances["input_ids"][:, 0] = np.arange(count)
+    records = tfrecords.encode_examples(instances)
+    for i in range(2):
+        tfrecords.write_records(str(folder / f"part-{i}.tfrecord"), records[i::2])
+    return str(folder / "part-*.tfrecord")
+
+
+def test_a_packed_tfrecord_stream_resumes_at_every_batch(tmp_path):
+    config = tfrecord_config(write_packable_corpus(tmp_path))
+    config.pack_examples = True  # rows of up to 3 records, each window's packed alone
+    full = check_resumes(tfrecord_reader(config), 14)
+    epoch, window, rows = np.concatenate([b["stream_position"] for b in full]).T
+    assert epoch.max() >= 1 and window.max() == RECORDS // WINDOW
+    pairs = np.concatenate([b["next_sentence_weights"].sum(axis=1) for b in full])
+    # One masked position a record and PREDICTIONS = 2 a row: the budget, not the 3 slots,
+    # bounds a row.
+    assert pairs.max() == PREDICTIONS and pairs.mean() > 1.2, pairs.mean()
+    # Each record of epoch 0 once, whole: its id at the start of its pair.
+    ids = [
+        b["input_ids"][r, b["cls_positions"][r, k]]
+        for b in full
+        for r, k in zip(*np.nonzero(b["next_sentence_weights"]), strict=True)
+        if b["stream_position"][r, 0] == 0
+    ]
+    assert sorted(ids) == list(range(RECORDS))
+
+
 @pytest.mark.parametrize(
     "num_files,process_count", [(3, 1), (4, 2), (1, 2)], ids=["one", "by-file", "by-record"]
 )

@@ -10,11 +10,14 @@ import dataclasses
 import json
 import pathlib
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax import scores
+from bertjax import finetune, losses, scores
+from bertjax.model import BertConfig, BertForQuestionAnswering
 from bertjax.squad import final_text, predict_answers, write_predictions
 from data_pipeline import squad
 from data_pipeline.config import ConfigError
@@ -25,6 +28,7 @@ from data_pipeline.vocab import load_vocab
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
 V1 = TESTDATA / "squad_v1.1.json"
 V2 = TESTDATA / "squad_v2.0.json"
+SHORT = TESTDATA / "squad_short.json"  # one-sentence contexts: several windows fit a row
 V1_CONFIG = squad.SquadConfig()
 V2_CONFIG = squad.SquadConfig(version_2_with_negative=True)
 # Windows of 28 - 12 - 3 = 13 pieces or more, 10 apart: several per context.
@@ -481,6 +485,102 @@ def test_dataset_arguments(small_features):
         squad.make_dataset(
             small_features, training=False, batch_size=2, process_index=2, process_count=2
         )
+
+
+# ----------------------------------------------------------------------------- packing
+
+
+def test_the_span_loss_is_a_softmax_over_each_examples_own_tokens():
+    rng = np.random.default_rng(0)
+    start, end = rng.normal(size=(2, 10)).astype(np.float32)
+    # One row: example 1 on tokens 0-3, example 2 on 4-8, padding at 9.
+    packed = {
+        "input_mask": np.array([[1, 1, 1, 1, 2, 2, 2, 2, 2, 0]]),
+        "start_positions": np.array([[1, 6]]),
+        "end_positions": np.array([[2, 8]]),
+        "example_weight": np.ones((1, 2), np.float32),
+    }
+
+    def nll(logits, position):
+        return np.log(np.exp(logits).sum()) - logits[position]
+
+    expected = (nll(start[:4], 1) + nll(start[4:9], 2) + nll(end[:4], 2) + nll(end[4:9], 4)) / 2
+    sums = losses.span_sums((start[None], end[None]), packed)
+    assert sums["loss_sum"] == pytest.approx(expected, rel=1e-5)
+    assert sums["weight"] == 2
+    # Each example alone in its row, padding scored high: padding counts no more than
+    # another example's tokens.
+    plain_start, plain_end = np.full((2, 2, 10), 50.0, np.float32)
+    plain_start[0, :4], plain_start[1, :5] = start[:4], start[4:9]
+    plain_end[0, :4], plain_end[1, :5] = end[:4], end[4:9]
+    plain = {
+        "input_mask": (np.arange(10) < np.array([[4], [5]])).astype(np.int32),
+        "start_positions": np.array([1, 2]),
+        "end_positions": np.array([2, 4]),
+        "example_weight": np.ones(2, np.float32),
+    }
+    plain_sums = losses.span_sums((plain_start, plain_end), plain)
+    for key in sums:
+        np.testing.assert_allclose(plain_sums[key], sums[key], rtol=1e-6)
+
+
+TINY = BertConfig(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+def test_packed_windows_give_their_unpacked_logits_loss_and_answers(tokenizer):
+    config = squad.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
+    features = squad.make_features(squad.read_squad_json(SHORT), tokenizer, config)
+    task = squad.SquadTask(config, features, features)
+    shape = squad.packed_shape(task, split="eval", batch_size=8)
+    assert shape.rows < 8 and shape.slots > 1
+    plain, _ = squad.make_dataset(features, training=False, batch_size=8)
+    packed, _ = squad.make_dataset(features, training=False, batch_size=8, packed=shape)
+    model = BertForQuestionAnswering(TINY)
+    params = model.init(jax.random.key(0), *(np.zeros((1, 64), np.int32),) * 3, deterministic=True)
+    logits = {False: [], True: []}
+    indices = []
+    for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):
+        assert b["input_ids"].shape == (shape.rows, 64)
+        expected = model.apply(params, *(a[k] for k in INPUTS), deterministic=True)
+        got = model.apply(params, *(b[k] for k in INPUTS), deterministic=True)
+        unpacked, passed = finetune._outputs_and_bookkeeping(got, jax.tree.map(jnp.asarray, b))
+        np.testing.assert_array_equal(passed["feature_index"], a["feature_index"])
+        real = a["input_mask"] > 0
+        for x, y in zip(unpacked, expected, strict=True):
+            np.testing.assert_allclose(np.asarray(x)[real], np.asarray(y)[real], atol=2e-5)
+        # The positions in the row point at the tokens the unpacked positions do.
+        row, slot = np.divmod(b["example_slot"], shape.slots)
+        for name in ("start_positions", "end_positions"):
+            in_row = b["input_ids"][row, b[name][row, slot]]
+            in_plain = a["input_ids"][np.arange(8), a[name]]
+            np.testing.assert_array_equal(in_row[real[:, 0]], in_plain[real[:, 0]])
+        plain_sums = losses.span_sums(expected, a)
+        packed_sums = losses.span_sums(got, b)
+        for key in plain_sums:
+            np.testing.assert_allclose(packed_sums[key], plain_sums[key], rtol=1e-5)
+        logits[False].append(expected)
+        logits[True].append(unpacked)
+        indices.append(a["feature_index"])
+    answers = {
+        packed: predict_answers(
+            features,
+            np.concatenate(indices),
+            *(np.concatenate([np.asarray(x[i]) for x in logits[packed]]) for i in (0, 1)),
+            tokenizer,
+        )
+        for packed in (False, True)
+    }
+    assert answers[True].answers == answers[False].answers
+    for qid, best in answers[False].nbest.items():
+        assert [e["text"] for e in answers[True].nbest[qid]] == [e["text"] for e in best]
 
 
 # ----------------------------------------------------------------------------- the task

@@ -106,6 +106,23 @@ def test_builtin_corpus_resumes_batch_for_batch(small_config, process_index, pro
     check_resumes(small_config, 60, epochs=False, batch_size=1, **shard)
 
 
+def test_a_packed_stream_resumes_batch_for_batch(tmp_path, small_config):
+    # Rows of up to 3 pairs, packed within each chunk: a position counts the chunk's rows.
+    corpus_files = write_corpus(tmp_path, 2, 30)
+    small_config.update(
+        source="text",
+        text_files=corpus_files,
+        max_seq_length=64,
+        max_predictions_per_seq=10,
+        short_seq_prob=1.0,
+        pack_examples=True,
+    )
+    full = check_resumes(small_config, 40, batch_size=4)
+    pairs = np.array([b["next_sentence_weights"].sum(axis=1) for b in full])
+    assert pairs.max() == 3 and pairs.mean() > 1.5
+    assert [b["stream_position"][0][0] for b in full] == list(range(1, 41))
+
+
 def test_a_late_start_reads_about_one_chunk(tmp_path, small_config):
     small_config.update(
         source="text", text_files=write_corpus(tmp_path, 4, 100), document_buffer_size=16

@@ -2,11 +2,15 @@
 
 import pathlib
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from bertjax import finetune, losses
+from bertjax.model import BertConfig, BertForTokenClassification
 from data_pipeline import config as config_lib
 from data_pipeline import tagging
 from data_pipeline.config import ConfigError
@@ -175,6 +179,86 @@ def test_train_and_eval_batches(tokenizer):
         batch["label_ids"], batch["word_index"], batch["sentence_id"], task.eval, task.label_names
     )
     assert tags == [["B-PER", "O", "B-ORG", "O", "B-LOC", "O"], ["B-PER", "O", "O", "O"]]
+
+
+# ----------------------------------------------------------------------------- packing
+
+TOKEN_COLUMNS = ("input_ids", "segment_ids", "label_ids", "label_weights", "word_index")
+
+
+def test_packed_batches_hold_the_same_windows_token_for_token(tokenizer):
+    task = load(max_seq_length=32)
+    for split, epochs in (("train", 4.0), ("eval", 1.0)):
+        args = dict(split=split, batch_size=4, num_epochs=epochs)
+        shape = tagging.packed_shape(task, tokenizer, **args)
+        assert shape.rows < 4 and shape.slots > 1
+        plain, _ = tagging.make_tagging_dataset(task, tokenizer, **args)
+        packed, _ = tagging.make_tagging_dataset(task, tokenizer, **args, packed=shape)
+        for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):
+            assert b["input_ids"].shape == (shape.rows, 32)
+            row, slot = np.divmod(b["example_slot"], shape.slots)
+            for n in range(4):
+                own = b["input_mask"][row[n]] == slot[n] + 1
+                length = a["input_mask"][n].sum()
+                for name in TOKEN_COLUMNS:
+                    np.testing.assert_array_equal(b[name][row[n], own], a[name][n, :length])
+                for name in ("sentence_id", "example_weight"):
+                    assert b[name][row[n], slot[n]] == a[name][n]
+            assert (b["word_index"][b["input_mask"] == 0] == -1).all()
+            assert b["label_weights"].sum() == a["label_weights"].sum()
+            if split == "train":
+                np.testing.assert_array_equal(b["stream_position"], a["stream_position"])
+
+
+TINY = BertConfig(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+def test_packed_windows_give_their_unpacked_logits_loss_and_tags(tokenizer):
+    task = load(max_seq_length=32)
+    args = dict(split="eval", batch_size=4)
+    shape = tagging.packed_shape(task, tokenizer, **args)
+    (a,) = tagging.make_tagging_dataset(task, tokenizer, **args)[0].as_numpy_iterator()
+    (b,) = tagging.make_tagging_dataset(task, tokenizer, **args, packed=shape)[
+        0
+    ].as_numpy_iterator()
+    model = BertForTokenClassification(TINY, num_labels=len(NER_LABELS))
+    params = model.init(jax.random.key(0), *(a[k] for k in INPUTS), deterministic=True)
+    expected = model.apply(params, *(a[k] for k in INPUTS), deterministic=True)
+    got = model.apply(params, *(b[k] for k in INPUTS), deterministic=True)
+    # Back to each window's own tokens, in the batch's order.
+    unpacked, passed = finetune._outputs_and_bookkeeping(
+        got, jax.tree.map(jnp.asarray, b), tagging.TOKEN_PADDING
+    )
+    real = a["input_mask"] > 0
+    np.testing.assert_allclose(np.asarray(unpacked)[real], np.asarray(expected)[real], atol=2e-5)
+    for name in ("label_ids", "label_weights", "word_index", "sentence_id", "example_weight"):
+        np.testing.assert_array_equal(passed[name], a[name])
+    tags = {
+        packed: tagging.tags_from_predictions(
+            np.argmax(logits, axis=-1), a["word_index"], a["sentence_id"], task.eval, NER_LABELS
+        )
+        for packed, logits in ((False, expected), (True, unpacked))
+    }
+    assert tags[True] == tags[False]
+    plain_sums, packed_sums = losses.tagging_sums(expected, a), losses.tagging_sums(got, b)
+    for key in plain_sums:
+        np.testing.assert_allclose(packed_sums[key], plain_sums[key], rtol=1e-5)
+    assert plain_sums["weight"] == np.sum(losses.token_weights(b)) == 10  # the dev words
+    # Nothing attends across windows: another window's tokens change nothing here.
+    row = int(np.flatnonzero(b["input_mask"].max(axis=1) >= 2)[0])
+    changed = dict(b, input_ids=np.where(b["input_mask"] == 2, 1000, b["input_ids"]))
+    after = model.apply(params, *(changed[k] for k in INPUTS), deterministic=True)
+    first = b["input_mask"][row] == 1
+    np.testing.assert_array_equal(after[row, first], got[row, first])
+    assert not np.allclose(after[row, ~first], got[row, ~first])
 
 
 # ----------------------------------------------------------------------------- TFDS (mocked)

@@ -275,3 +275,44 @@ def test_masked_crc32c_matches_tfrecord_writer(tmp_path):
     assert data[12 : 12 + len(payload)] == payload
     assert int.from_bytes(data[8:12], "little") == tfrecords._masked_crc32c(data[:8])
     assert int.from_bytes(data[-4:], "little") == tfrecords._masked_crc32c(payload)
+
+
+def test_packed_records_keep_each_record_whole_with_its_masks(tmp_path, data_config):
+    instances = random_instances(48)
+    lengths = instances["input_mask"].sum(axis=1)
+    weights = instances["masked_lm_weights"] > 0
+    # Masked positions inside each record, so that each lands on a token of its own.
+    positions = np.minimum(instances["masked_lm_positions"], lengths[:, None] - 1)
+    instances["masked_lm_positions"] = np.where(weights, positions, 0).astype(np.int32)
+    glob = write_files(tmp_path, "eval", instances, num_files=2)
+    config = tfrecord_config(data_config, eval_files=glob, pack_examples=True)
+    dataset = tfrecords.read_pretraining_dataset(config, split="eval", batch_size=1, seed=0)
+    rows = list(dataset.as_numpy_iterator())
+    seen = []
+    for row in rows:
+        row = {name: value[0] for name, value in row.items()}
+        assert set(row) == set(schema.features(packed=True))
+        predicted = row["masked_lm_positions"][row["masked_lm_weights"] > 0]
+        assert len(predicted) <= PREDICTIONS
+        for k in np.flatnonzero(row["next_sentence_weights"]):
+            start, end = (
+                row["cls_positions"][k],
+                row["cls_positions"][k] + (row["input_mask"] == k + 1).sum(),
+            )
+            i = int(row["input_ids"][start + 1])  # the record's number
+            seen.append(i)
+            np.testing.assert_array_equal(
+                row["input_ids"][start:end], instances["input_ids"][i, : end - start]
+            )
+            np.testing.assert_array_equal(
+                row["segment_ids"][start:end], instances["segment_ids"][i, : end - start]
+            )
+            assert row["next_sentence_labels"][k] == instances["next_sentence_labels"][i]
+            mine = (predicted >= start) & (predicted < end)
+            np.testing.assert_array_equal(
+                predicted[mine] - start, instances["masked_lm_positions"][i][weights[i]]
+            )
+            ids = row["masked_lm_ids"][row["masked_lm_weights"] > 0][mine]
+            np.testing.assert_array_equal(ids, instances["masked_lm_ids"][i][weights[i]])
+    assert sorted(seen) == list(range(48))
+    assert len(rows) < 0.75 * 48

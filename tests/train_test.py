@@ -65,6 +65,25 @@ def test_resume_continues_exactly(tmp_path, config, caplog):
         assert os.path.exists(os.path.join(straight, name))
 
 
+def test_a_packed_run_resumes_exactly(tmp_path, config):
+    # Rows of up to 3 sentence pairs; the checkpoint's stream position counts rows.
+    config.data.pack_examples = True
+    config.data.short_seq_prob = 1.0  # pairs short enough to share rows
+    config.num_train_steps = 4
+    config.eval_every_steps = 0
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train.train_and_evaluate(config, straight)
+    train.train_and_evaluate(config, resumed, stop_after=2)
+    train.train_and_evaluate(config, resumed)
+    a, b = final_params(straight, config), final_params(resumed, config)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)
+    lines_a, lines_b = read_metrics(straight), read_metrics(resumed)
+    assert [(m["step"], m["split"], m["loss"]) for m in lines_a] == [
+        (m["step"], m["split"], m["loss"]) for m in lines_b
+    ]
+    assert [m["step"] for m in lines_a] == [2, 4]
+
+
 def test_loss_goes_down(tmp_path, config):
     config.num_train_steps = 40
     config.log_every_steps = 10

@@ -12,7 +12,7 @@ A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
 and attention grows with the square of the length: 77.2 TFLOP per step by
 the analytic count, 4.3x phase 1's. `python -m bertjax.aot --config
 experiments/pretrain/bert_base_phase2.py --topology v5p-8`: on a v5p-8 (64
-sequences per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
+rows of 512 per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
 55 ms (XLA's estimate: 91 ms), so these 100,000 steps take at least 1.5 to 2.5
 hours there; on a v5e-8 (32 per chip, 9.7 of 16 GiB), 119 ms, 3.3 hours. A
 bound: real steps also wait on collectives and the host.
@@ -33,6 +33,16 @@ start at zero) and positions 128-511 were never trained in phase 1, so the
 first updates at length 512 would otherwise be the least reliable ones at the
 full rate. With offline TFRecords (see bert_base.py), write a set at length 512
 with max_predictions_per_seq 80 and point data.tfrecord_*_files at it.
+
+Packing (our decision, after Krell et al. 2021, arXiv 2107.02027): the pipeline
+packs up to 3 sentence pairs into each row of 512 tokens, each pair
+attending, predicted and scored on its own, so the losses are those of the same
+pairs unpacked. Over half the tokens of Wikipedia at length 512 are padding
+(Krell et al.), so a batch of 256 rows, which costs what 256 unpacked
+sequences do, holds about twice the paper's 256 pairs: more text per step for
+the same compute. `--config.train_batch_size=128` keeps about the paper's pairs
+per step at half the cost instead; `--config.data.pack_examples=False` is the
+paper's layout.
 """
 
 from experiments.pretrain import bert_base
@@ -49,6 +59,9 @@ def phase2(config, *, init_checkpoint: str):
     config.data.max_seq_length = 512
     # docs/reference.md#masking: 76-80 at length 512; 80 keeps round(512 * 0.15) = 77 possible.
     config.data.max_predictions_per_seq = 80
+    # At 512 many sentence pairs are far shorter than a row: pack up to 3 into each
+    # (data_pipeline/pretraining.py). train_batch_size then counts rows of 512 tokens.
+    config.data.pack_examples = True
     # The paper's rate at step 900,000 of its 1M-step schedule: 1e-4 * (1 - 900k / 1M).
     config.optimizer.learning_rate = 1e-5
     config.optimizer.warmup_steps = 1_000

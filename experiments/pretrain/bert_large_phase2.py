@@ -11,12 +11,12 @@ Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
 A.2) cover both phases. 261 TFLOP per step by the analytic count, 4.2x a
 phase-1 step. `python -m bertjax.aot --config
 experiments/pretrain/bert_large_phase2.py --topology v5p-8` (README, "Will it
-fit?"): on a v5p-8 (64 sequences per chip) the step needs 56.9 GiB of a chip's
+fit?"): on a v5p-8 (64 rows per chip) the step needs 56.9 GiB of a chip's
 95 and its roofline is 152 ms (XLA's estimate: 273 ms), so these 100,000 steps
 take at least 4 to 8 hours there. A bound: real steps also wait on collectives
 and the host.
 
-Memory: at 64 sequences of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
+Memory: at 64 rows of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
 not fit in a v4 or v5e chip as written; add `--config.model.remat_policy=full`
 (activations recomputed in the backward pass, 1.44x the FLOPs), with which a
 v5e chip holds it in 6.5 GiB, or `--config.optimizer.num_microbatches=N`. The
@@ -27,8 +27,8 @@ this config trains on Wikipedia only): masked-LM accuracy >= 0.720 on held-out
 sequences of length 512 (MLPerf's BERT-Large target) and, after fine-tuning,
 SQuAD 1.1 dev F1 90.9.
 
-The schedule, the fresh optimizer state and the 1,000-step warmup are those of
-experiments/pretrain/bert_base_phase2.py, which explains them.
+The schedule, the fresh optimizer state, the 1,000-step warmup and packing are
+those of experiments/pretrain/bert_base_phase2.py, which explains them.
 """
 
 from experiments.pretrain import bert_base_phase2, bert_large

@@ -35,6 +35,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bertjax.model import SHAPE_FIELDS, BertConfig
+from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
 
@@ -121,14 +122,18 @@ def read_task(workdir: str) -> dict | None:
 
 
 def read_tokenizer_data(workdir: str) -> dict:
-    """The pretraining data config whose tokenizer settings the workdir's vocabulary goes with."""
+    """The pretraining data config whose tokenizer settings the workdir's vocabulary goes
+    with. Options added since the workdir was written (packing's, say) take their defaults,
+    which are not the tokenizer's: an older workdir restores and fine-tunes as it did."""
     task = read_task(workdir)
     if task is not None:
-        return task["tokenizer_data"]
-    config = read_json(os.path.join(workdir, CONFIG_FILE))
-    if config is None:
-        raise CheckpointError(f"{workdir}: no {CONFIG_FILE} or {TASK_FILE}")
-    return config["data"]
+        saved = task["tokenizer_data"]
+    else:
+        config = read_json(os.path.join(workdir, CONFIG_FILE))
+        if config is None:
+            raise CheckpointError(f"{workdir}: no {CONFIG_FILE} or {TASK_FILE}")
+        saved = config["data"]
+    return {**data_config_lib.default_config().to_dict(), **saved}
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -343,6 +348,11 @@ RESUMABLE_CHANGES = (
 )
 
 
+# Options added since older workdirs were written, and the value that runs as those did:
+# a saved config without one is taken to hold that value.
+ADDED_OPTIONS = {"data.pack_examples": False, "data.max_sequences_per_row": 3}
+
+
 def check_same_run(workdir: str, config) -> None:
     """Fails, with a one-line diff, when the run saved in `workdir` had another config
     in anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs)."""
@@ -350,6 +360,7 @@ def check_same_run(workdir: str, config) -> None:
     if saved is None:
         return
     before, now = _flat(saved), _flat(json.loads(config.to_json_best_effort()))
+    before = {**{k: v for k, v in ADDED_OPTIONS.items() if k in now}, **before}
     changed = [
         key
         for key in sorted(before.keys() | now.keys())

@@ -21,6 +21,7 @@ TOOLS = (
     "bertjax.main",
     "bertjax.benchmark",
     "bertjax.packing_benchmark",
+    "bertjax.attention_benchmark",
     "bertjax.aot",
     "bertjax.launch",
     "bertjax.convert",

@@ -1,6 +1,8 @@
 """The notebook API: restore (one device or a mesh, any training layout) and its helpers."""
 
+import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -134,3 +136,22 @@ def test_restore_imports_no_trainer_code():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_workdir_written_before_an_option_existed_still_restores(sharded_scan_run, tmp_path):
+    # Workdirs (and `bertjax.convert import` output) written before packing have no
+    # pack_examples or max_sequences_per_row among their saved tokenizer settings.
+    _, workdir = sharded_scan_run
+    older = tmp_path / "older"
+    shutil.copytree(workdir, older, ignore=shutil.ignore_patterns(".lock"))
+    task = json.loads((older / "task.json").read_text())
+    for key in ("pack_examples", "max_sequences_per_row"):
+        del task["tokenizer_data"][key]
+    (older / "task.json").write_text(json.dumps(task))
+    restored = bertjax.restore(str(older))
+    text = ["The pass statement does nothing."]
+    np.testing.assert_allclose(
+        inference.encode(restored, text)["pooled_output"],
+        inference.encode(bertjax.restore(workdir), text)["pooled_output"],
+        rtol=1e-5,
+    )

@@ -10,11 +10,17 @@ one op thread each; 0 is tf.data's default) and the speedup over the first,
 and instances/s of the offline writer against the original single-process
 create_pretraining_data.py (about 600 instances/s per core on this machine).
 
+Each online figure also says how many cores the process kept busy (its CPU
+time over the wall time: tf.data's threads and the loop reading the batches),
+and the sequences per core-second that gives. "1 thread" is more than one
+core's work, so on a 2-core machine 2 threads cannot reach 2x.
+
 Last, what a TPU host must supply: the sequences/s of --need_batch every
 --need_step_ms (by default BERT-Large phase 1 on a v5p-8, one host, at the
 roofline step time `bertjax.aot` prints for it), against the measured rate per
-thread at length 128 times --host_cpus (a v5p TPU VM's 208 vCPUs, from the
-Cloud TPU documentation's v5p page), a linear extrapolation.
+core-second at length 128 (with the most threads measured) times --host_cpus
+(a v5p TPU VM's 208 vCPUs, from the Cloud TPU documentation's v5p page), a
+linear extrapolation.
 """
 
 import os
@@ -59,7 +65,7 @@ def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
     for _ in range(warmup_batches):
         next(batches)
     sequences = tokens = 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         batch = next(batches)
         # A packed row (pack_examples) holds several sequences; input_mask numbers them.
@@ -69,7 +75,9 @@ def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
         )
         tokens += int(np.count_nonzero(batch["input_mask"]))
     elapsed = time.perf_counter() - start
-    return sequences / elapsed, tokens / elapsed
+    # Cores kept busy: tf.data's threads, and this loop, which reads the batches.
+    cores = (time.process_time() - cpu_start) / elapsed
+    return sequences / elapsed, tokens / elapsed, cores
 
 
 def corpus_and_sentences():
@@ -99,29 +107,30 @@ def main(argv):
     print(f"cpu cores: {os.cpu_count()}")
     corpus_and_sentences()
     threads = [int(n) for n in FLAGS.threads]
-    per_thread_128 = None
+    per_core_128 = None
     for length, predictions in ((128, 20), (512, 80)):
         data = base.replace(max_seq_length=length, max_predictions_per_seq=predictions)
         first = None
         for n in threads:
-            per_second, tokens = online(
+            per_second, tokens, cores = online(
                 data, batch_size=FLAGS.batch_size, seconds=FLAGS.seconds, threads=n
             )
             first = first or per_second
             print(
                 f"online  length {length:3d}, {n or 'default'} thread(s): "
                 f"{per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s  "
-                f"{per_second / first:.2f}x the first"
+                f"{per_second / first:.2f}x the first  ({cores:.2f} cores busy, "
+                f"{per_second / cores:,.0f} sequences per core-second)"
             )
-            if length == 128 and n == 1:
-                per_thread_128 = per_second
-    if per_thread_128:
+            if length == 128 and n == max(threads):
+                per_core_128 = per_second / cores
+    if per_core_128:
         need = FLAGS.need_batch / (FLAGS.need_step_ms / 1000)
-        supply = per_thread_128 * FLAGS.host_cpus
+        supply = per_core_128 * FLAGS.host_cpus
         print(
             f"to supply {FLAGS.need_batch} sequences of 128 every {FLAGS.need_step_ms:g} ms: "
-            f"{need:,.0f} sequences/s; at {per_thread_128:,.0f} per thread, "
-            f"{need / per_thread_128:.0f} threads, {FLAGS.host_cpus} CPUs give {supply:,.0f} "
+            f"{need:,.0f} sequences/s; at {per_core_128:,.0f} per core-second, "
+            f"{need / per_core_128:.1f} cores; {FLAGS.host_cpus} CPUs give {supply:,.0f} "
             f"({supply / need:.1f}x what is needed)"
         )
     if FLAGS.skip_offline:

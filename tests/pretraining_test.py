@@ -1,5 +1,7 @@
 """The online pipeline end to end: schema, statistics, determinism, shards, bad input."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -278,10 +280,11 @@ def test_the_benchmark_reads_batches_on_a_fixed_number_of_threads(bert_config):
     from data_pipeline import benchmark
 
     for threads in (1, 2):
-        sequences, tokens = benchmark.online(
+        sequences, tokens, cores = benchmark.online(
             bert_config, batch_size=8, seconds=0.2, threads=threads, warmup_batches=1
         )
         assert sequences > 0 and tokens > sequences
+        assert 0 < cores <= os.cpu_count() + 0.5  # CPU time over wall time, give or take
 
 
 def unpacked_sequences(batch):

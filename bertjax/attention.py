@@ -13,7 +13,8 @@ no real token reads, see every real key (as BERT always masked: keys only).
 BertConfig.attention_implementation picks the computation:
 
     xla     jax.nn.dot_product_attention(implementation='xla') with the
-            boolean mask [B, 1, L, L] of the rule above; while training with
+            boolean mask [B, 1, L, L] of the rule above ([B, 1, Q, L] for Q
+            queries with their own query_ids); while training with
             attention_probs_dropout_prob > 0, `attention_with_probs_dropout`
             instead, which materialises float32 [B, A, L, L] probabilities.
             Every platform.

@@ -440,8 +440,9 @@ class BertEncoder(nn.Module):
     only, [B, Q, H]. A position's last-layer output depends on the others only as
     keys and values, so where queries_in_last_layer(config), the last layer computes
     its queries, attention output and feed-forward block at those Q positions alone:
-    pretraining reads 1 + max_predictions_per_seq of L positions (21 of 128), and
-    skips about 5/6 of the last layer's FLOPs (1/6 are the key and value projections).
+    pretraining reads K + max_predictions_per_seq of L positions (K [CLS] tokens, one a
+    pair; 21 of 128 unpacked), and skips about 70% of the last layer's FLOPs there
+    (5/6 of a layer is not the key and value projections, and (128 - 21) / 128 of that).
     """
 
     config: BertConfig

@@ -129,7 +129,7 @@ def code_sentences(
 
 
 def write_tasks(out_dir: str) -> dict[str, int]:
-    """Writes both tasks into `out_dir`; returns the number of examples per file."""
+    """Writes the three tasks into `out_dir`; returns the number of examples per file."""
     documents = builtin_corpus.documents()
     counts = {}
     for split, rows in topic_examples(documents).items():

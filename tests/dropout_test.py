@@ -64,3 +64,11 @@ def test_the_module_is_the_identity_when_deterministic():
     np.testing.assert_array_equal(module.apply({}, x, deterministic=True), x)
     dropped = module.apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(7)})
     assert 0 < np.count_nonzero(dropped) < x.size
+
+
+def test_bfloat16_values_are_scaled_in_float32():
+    # 1 / (58982 / 65536) = 1.11112 rounds to 1.109375 as a bfloat16 factor: 1.3203125
+    # would become 1.4609375. Computed in float32 and rounded once: 1.46875.
+    x = jnp.full((4, 64), 1.3203125, jnp.bfloat16)
+    y = np.asarray(dropout.dropout(x, 0.1, jax.random.key(8)), np.float32)
+    np.testing.assert_array_equal(np.unique(y[y != 0]), [1.46875])

@@ -9,8 +9,9 @@ Hardware: as phase 1 (experiments/pretrain/bert_base.py), a Cloud TPU v4-32 slic
 
 Time: not measured on a TPU. The paper's 4 days on 16 TPU chips (Appendix
 A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
-and attention grows with the square of the length: 77.2 TFLOP per step by
-the analytic count, 4.3x phase 1's. `python -m bertjax.aot --config
+and attention grows with the square of the length: 72.8 TFLOP per step by
+the analytic count, 4.3x phase 1's (the aot figures below were compiled before
+packing and before the last layer was cut to the heads' positions). `python -m bertjax.aot --config
 experiments/pretrain/bert_base_phase2.py --topology v5p-8`: on a v5p-8 (64
 rows of 512 per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
 55 ms (XLA's estimate: 91 ms), so these 100,000 steps take at least 1.5 to 2.5

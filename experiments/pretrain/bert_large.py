@@ -9,7 +9,9 @@ the batch of 256.
 
 Time: not measured on a TPU. The paper trained BERT-Large on 16 Cloud TPUs
 (64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
-is 90% of those steps. 61.6 TFLOP per step (the analytic matmul count).
+is 90% of those steps. 59.8 TFLOP per step (the analytic matmul count; the aot
+figures below were compiled before pretraining's last layer was cut to the
+positions its heads read, 3% of the FLOPs, so they are slightly high).
 `python -m bertjax.aot --config experiments/pretrain/bert_large.py --topology
 v5p-8` (README, "Will it fit?"): on a v5p-8 (64 sequences per chip) the step
 needs 10.6 GiB of a chip's 95 and its roofline is 37 ms (XLA's estimate: 69

@@ -8,8 +8,9 @@ Hardware: as phase 1 (experiments/pretrain/bert_large.py), a Cloud TPU v4-128
 slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 
 Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
-A.2) cover both phases. 261 TFLOP per step by the analytic count, 4.2x a
-phase-1 step. `python -m bertjax.aot --config
+A.2) cover both phases. 254 TFLOP per step by the analytic count, 4.2x a
+phase-1 step (the aot figures below were compiled before packing and before the
+last layer was cut to the heads' positions). `python -m bertjax.aot --config
 experiments/pretrain/bert_large_phase2.py --topology v5p-8` (README, "Will it
 fit?"): on a v5p-8 (64 rows per chip) the step needs 56.9 GiB of a chip's
 95 and its roofline is 152 ms (XLA's estimate: 273 ms), so these 100,000 steps

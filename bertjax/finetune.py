@@ -172,6 +172,12 @@ class PackedShapes:
             )
         return self._shapes[key]
 
+    def for_dataset(self, split: str, dataset_kwargs: dict):
+        """The shape for a task dataset's arguments (batch_size, process_count, seed,
+        num_epochs among them)."""
+        names = ("batch_size", "process_count", "seed", "num_epochs")
+        return self(split, **{name: dataset_kwargs[name] for name in names})
+
 
 def batch_shards() -> int:
     """The pieces a host's batch is split into: by the mesh of the run being built

@@ -281,10 +281,7 @@ def setup(config, workdir: str) -> Setup:
     )
 
     def make_dataset(split, position=None, **kwargs):
-        packed = None
-        if data.config.pack_examples:
-            host = {k: kwargs[k] for k in ("batch_size", "process_count", "seed", "num_epochs")}
-            packed = packed_shape(split, **host)
+        packed = packed_shape.for_dataset(split, kwargs) if data.config.pack_examples else None
         return squad_data.make_task_dataset(
             data, split=split, position=position, packed=packed, **kwargs
         )

@@ -36,10 +36,7 @@ def setup(config, workdir: str) -> Setup:
     )
 
     def make_dataset(split, position=None, **kwargs):
-        packed = None
-        if data.config.pack_examples:
-            host = {k: kwargs[k] for k in ("batch_size", "process_count", "seed", "num_epochs")}
-            packed = packed_shape(split, **host)
+        packed = packed_shape.for_dataset(split, kwargs) if data.config.pack_examples else None
         dataset, info = tagging_data.make_tagging_dataset(
             data, pretrained.tokenizer, split=split, position=position, packed=packed, **kwargs
         )

@@ -330,8 +330,9 @@ class _Lease:
 
 
 # Config keys a resumed run may change: how often it logs, evaluates and saves,
-# how much it evaluates, its mesh, the save budget on a stop request, and
-# (only upwards) its length.
+# how much it evaluates, its mesh, the save budget on a stop request, the input
+# pipeline's worker processes (the same batches either way), and (only upwards)
+# its length.
 RESUMABLE_CHANGES = (
     "num_train_steps",
     "num_train_epochs",
@@ -345,6 +346,7 @@ RESUMABLE_CHANGES = (
     "platform",
     "compilation_cache_dir",
     "mesh.",
+    "data.num_workers",
 )
 
 

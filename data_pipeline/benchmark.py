@@ -1,35 +1,38 @@
 """Throughput of the host pipeline on the built-in corpus.
 
-    python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--threads 1,2]
+    python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--cores 1,2]
         [--skip_offline]
 
 Prints the time to build the built-in corpus and split_sentences' MB/s, then
-sequences/s and tokens/s of the online pipeline at lengths 128 and 512 with
-each number of tf.data threads in --threads (the dataset's private thread pool,
-one op thread each; 0 is tf.data's default) and the speedup over the first,
-and instances/s of the offline writer against the original single-process
-create_pretraining_data.py (about 600 instances/s per core on this machine).
+sequences/s and tokens/s of the online pipeline at lengths 128 and 512 on each
+number of cores in --cores, and instances/s of the offline writer against the
+original single-process create_pretraining_data.py (about 600 instances/s per
+core on this machine).
 
-Each online figure also says how many cores the process kept busy (its CPU
-time over the wall time: tf.data's threads and the loop reading the batches),
-and the sequences per core-second that gives. "1 thread" is more than one
-core's work, so on a 2-core machine 2 threads cannot reach 2x.
+On n cores means the process, every thread of it and the processes it starts
+are held to the machine's first n CPUs (Linux's sched_setaffinity), with a
+tf.data thread pool of n threads, in two ways: with the stream's Python steps
+in tf.data's threads (config.data.num_workers = 0) and in n worker processes
+(num_workers = n, data_pipeline/workers.py). Each line gives the speedup over
+the first core count of its way, the cores the process kept busy (its CPU
+time, workers' included, over the wall time) and the sequences per core-second.
 
 Last, what a TPU host must supply: the sequences/s of --need_batch every
 --need_step_ms (by default BERT-Large phase 1 on a v5p-8, one host, at the
 roofline step time `bertjax.aot` prints for it), against the measured rate per
-core-second at length 128 (with the most threads measured) times --host_cpus
-(a v5p TPU VM's 208 vCPUs, from the Cloud TPU documentation's v5p page), a
-linear extrapolation.
+core-second at length 128 (with workers on the most cores measured) times
+--host_cpus (a v5p TPU VM's 208 vCPUs, from the Cloud TPU documentation's v5p
+page), a linear extrapolation.
 """
 
+import contextlib
 import os
 import tempfile
 import time
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
+from absl import app, flags
 
 from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining
 from data_pipeline import config as config_lib
@@ -45,19 +48,31 @@ def define_flags() -> None:
     flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Offline writer processes.")
     flags.DEFINE_bool("skip_offline", False, "Only measure the online pipeline.")
-    flags.DEFINE_list("threads", ["1", "2"], "tf.data thread counts to measure (0: default).")
+    flags.DEFINE_list("cores", ["1", "2"], "Core counts to measure the online pipeline on.")
     flags.DEFINE_integer("need_batch", 256, "Sequences per step of the run to supply.")
     flags.DEFINE_float("need_step_ms", 37.0, "Its step time (ms).")
     flags.DEFINE_integer("host_cpus", 208, "CPUs of the host that must supply it.")
 
 
-def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
+def online(data, *, batch_size, seconds, cores=None, warmup_batches=20):
+    """(sequences/s, tokens/s, cores busy) of the training stream of `data`, on the first
+    `cores` CPUs with as many tf.data threads, or on every CPU with tf.data's defaults."""
+    everywhere = _cpus()
+    if cores:
+        _hold_to(set(sorted(everywhere)[:cores]))
+    try:
+        return _measure(data, batch_size, seconds, cores, warmup_batches)
+    finally:
+        _hold_to(everywhere)
+
+
+def _measure(data, batch_size, seconds, cores, warmup_batches):
     dataset = pretraining.make_pretraining_dataset(
         data, split="train", batch_size=batch_size, seed=0
     )
-    if threads:
+    if cores:
         options = tf.data.Options()
-        options.threading.private_threadpool_size = threads
+        options.threading.private_threadpool_size = cores
         options.threading.max_intra_op_parallelism = 1
         dataset = dataset.with_options(options)
     batches = dataset.as_numpy_iterator()
@@ -65,7 +80,7 @@ def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
     for _ in range(warmup_batches):
         next(batches)
     sequences = tokens = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     while time.perf_counter() - start < seconds:
         batch = next(batches)
         # A packed row (pack_examples) holds several sequences; input_mask numbers them.
@@ -75,9 +90,48 @@ def online(data, *, batch_size, seconds, threads=0, warmup_batches=20):
         )
         tokens += int(np.count_nonzero(batch["input_mask"]))
     elapsed = time.perf_counter() - start
-    # Cores kept busy: tf.data's threads, and this loop, which reads the batches.
-    cores = (time.process_time() - cpu_start) / elapsed
-    return sequences / elapsed, tokens / elapsed, cores
+    # Cores kept busy: tf.data's threads, this loop, which reads the batches, and workers.
+    busy = (_cpu_seconds() - cpu_start) / elapsed
+    return sequences / elapsed, tokens / elapsed, busy
+
+
+def _cpus() -> set[int]:
+    return os.sched_getaffinity(0)
+
+
+def _hold_to(cpus: set[int]) -> None:
+    """This process and its children (pipeline workers), every thread, on `cpus`; threads and
+    processes started later inherit it."""
+    for pid in (os.getpid(), *_children()):
+        with contextlib.suppress(OSError):  # a process that has just ended
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+                    os.sched_setaffinity(int(thread), cpus)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the children it has now (the pipeline's workers)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for fields in _children().values():
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def _children() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/pid/stat after the name (state, ppid, ...) of each child."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # a process that has just ended
+            continue
+        if int(fields[1]) == os.getpid():
+            children[int(entry)] = fields
+    return children
 
 
 def corpus_and_sentences():
@@ -106,24 +160,31 @@ def main(argv):
     resolve_vocab_file(base)  # learn and cache the vocab before timing anything
     print(f"cpu cores: {os.cpu_count()}")
     corpus_and_sentences()
-    threads = [int(n) for n in FLAGS.threads]
+    cores = [int(n) for n in FLAGS.cores]
+    available = len(_cpus())
+    if min(cores) < 1 or max(cores) > available:
+        raise app.UsageError(f"--cores={FLAGS.cores}: this process may run on {available} CPUs")
     per_core_128 = None
     for length, predictions in ((128, 20), (512, 80)):
         data = base.replace(max_seq_length=length, max_predictions_per_seq=predictions)
-        first = None
-        for n in threads:
-            per_second, tokens, cores = online(
-                data, batch_size=FLAGS.batch_size, seconds=FLAGS.seconds, threads=n
-            )
-            first = first or per_second
-            print(
-                f"online  length {length:3d}, {n or 'default'} thread(s): "
-                f"{per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s  "
-                f"{per_second / first:.2f}x the first  ({cores:.2f} cores busy, "
-                f"{per_second / cores:,.0f} sequences per core-second)"
-            )
-            if length == 128 and n == max(threads):
-                per_core_128 = per_second / cores
+        for way, workers in (("threads", False), ("workers", True)):
+            first = None
+            for n in cores:
+                per_second, tokens, busy = online(
+                    data.replace(num_workers=n if workers else 0),
+                    batch_size=FLAGS.batch_size,
+                    seconds=FLAGS.seconds,
+                    cores=n,
+                )
+                first = first or per_second
+                print(
+                    f"online  length {length:3d}, {n} core(s), {way:7s}: "
+                    f"{per_second:9,.0f} sequences/s  {tokens:11,.0f} tokens/s  "
+                    f"{per_second / first:.2f}x the first  ({busy:.2f} cores busy, "
+                    f"{per_second / busy:,.0f} sequences per core-second)"
+                )
+                if length == 128 and workers and n == max(cores):
+                    per_core_128 = per_second / busy
     if per_core_128:
         need = FLAGS.need_batch / (FLAGS.need_step_ms / 1000)
         supply = per_core_128 * FLAGS.host_cpus

@@ -89,6 +89,10 @@ class DataConfig:
     pack_examples: bool = False
     # pack_examples: the most pairs one row holds (Krell et al. pack BERT's at most 3 deep).
     max_sequences_per_row: int = 3
+    # Online sources: processes that make the stream's sentence pairs and masks (workers.py),
+    # so that they use more than one core; 0 makes them in tf.data's threads, in this
+    # process. The batches are the same either way.
+    num_workers: int = 0
 
     def __post_init__(self):
         _check(self)
@@ -235,5 +239,7 @@ def _check(c: DataConfig) -> None:
         _fail("shuffle_buffer_size", c.shuffle_buffer_size, "must be at least 1")
     if c.dupe_factor < 1:
         _fail("dupe_factor", c.dupe_factor, "must be at least 1")
+    if c.num_workers < 0:
+        _fail("num_workers", c.num_workers, "must be 0 (no worker processes) or more")
     if c.max_sequences_per_row < 1:
         _fail("max_sequences_per_row", c.max_sequences_per_row, "must be at least 1")

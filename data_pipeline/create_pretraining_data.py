@@ -51,8 +51,9 @@ from data_pipeline import config as config_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.errors import UserError
-from data_pipeline.pretraining import masking_spec, split_documents
+from data_pipeline.pretraining import masking_spec
 from data_pipeline.tokenizer import make_tokenizer
+from data_pipeline.workers import split_documents
 
 # Sentences tokenized per graph call, and calls queued ahead of the consumer.
 _SENTENCES_PER_CALL = 2048

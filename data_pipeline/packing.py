@@ -31,9 +31,12 @@ and the most examples any row holds.
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:  # imported in `pack` itself: workers.py's processes load no TensorFlow
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +80,15 @@ def pack_shape(
 
 
 def pack(
-    tokens: dict[str, tf.Tensor],
-    per_example: dict[str, tf.Tensor],
+    tokens: dict[str, "tf.Tensor"],
+    per_example: dict[str, "tf.Tensor"],
     shape: PackShape,
     *,
     pad_id: int,
     first_row: int = 0,
-    per_token: dict[str, tf.Tensor] | None = None,
+    per_token: dict[str, "tf.Tensor"] | None = None,
     token_padding: dict[str, int | float] | None = None,
-) -> dict[str, tf.Tensor]:
+) -> dict[str, "tf.Tensor"]:
     """A batch of N unpacked examples -> the packed batch (module docstring), in graph.
 
     `tokens`: input_ids, input_mask (1 on tokens, 0 on padding, tokens first) and
@@ -93,6 +96,8 @@ def pack(
     `per_token`: columns [N, L] to move with the tokens, `token_padding` their values on
     padding (0 unless named).
     """
+    import tensorflow as tf
+
     input_mask = tokens["input_mask"]
     max_seq_length = input_mask.shape[1]
     lengths = tf.reduce_sum(input_mask, axis=1)

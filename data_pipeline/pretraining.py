@@ -51,7 +51,6 @@ our calls runs.
 
 import atexit
 import contextlib
-import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -61,7 +60,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, instances, masking, packing, schema, tfrecords
+from data_pipeline import corpus, masking, schema, tfrecords, workers
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
@@ -137,12 +136,13 @@ def make_pretraining_dataset(
         start = _check_position(position, split, documents)
     dataset = _chunks(config, documents, start, once=split == "eval")
     dataset = dataset.map(_tokenize(tokenizer), num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = _instances(config, dataset, tokenizer.vocab, pair_seed)
+    run = _runner(_python_steps(config, tokenizer.vocab, pair_seed, mask_seed), config.num_workers)
+    dataset = _instances(config, dataset, run)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     # Eval batches carry the schema's features only: an eval pass is never resumed.
     features = schema.features(config.pack_examples)
     features = features if split == "eval" else (*features, "stream_position")
-    dataset = _mask(config, dataset, tokenizer.vocab, mask_seed, batch_size, start[0], features)
+    dataset = _mask(config, dataset, run, batch_size, start[0], features)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -222,44 +222,16 @@ def _tokenize(tokenizer):
     return tokenize
 
 
-def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.data.Dataset:
+def _instances(config, chunks: tf.data.Dataset, run) -> tf.data.Dataset:
     """Unmasked sentence pairs with their stream positions, one element per instance: a pair,
-    or with `pack_examples` a row of pairs (`_pack_rows`)."""
-    length = config.max_seq_length
-    names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
-    if config.pack_examples:
-        names += schema.PACKED_FEATURES
+    or with `pack_examples` a row of pairs (workers.ChunkInstances)."""
+    names = _instance_names(config)
     dtypes = [tf.as_dtype(schema.feature_dtype(name)) for name in names]
     shapes = _shapes(config)
-    spec = masking_spec(config, vocab)
-
-    def chunk_instances(doc_ids, counts, values, lengths, header, drop):
-        if _python_calls.stopping:
-            doc_ids = counts = []  # no more work: the interpreter is exiting
-        documents = split_documents([d.decode() for d in doc_ids], counts, values, lengths)
-        epoch, chunk = header[:2].tolist()
-        found = instances.instances_from_chunk(
-            list(documents),
-            max_seq_length=length,
-            short_seq_prob=config.short_seq_prob,
-            random_next_prob=config.random_next_prob,
-            rng=random.Random(f"{seed}:{epoch}:{chunk}"),
-        )
-        laid = instances.pack_instances(
-            found, max_seq_length=length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
-        )
-        if config.pack_examples:
-            laid = _pack_rows(laid, config, spec, np.random.default_rng([seed, epoch, chunk]))
-        laid = {name: laid[name][drop:] for name in names}
-        count = len(laid["input_ids"])
-        positions = np.zeros((count, len(POSITION_FIELDS)), np.int64)
-        positions[:, 1:-1] = header
-        positions[:, -1] = np.arange(drop + 1, drop + 1 + count)
-        return (*(laid[name] for name in names), positions)
 
     def make(*chunk):
         values = tf.numpy_function(
-            _python_calls.wrap(chunk_instances), chunk, [*dtypes, tf.int64], stateful=False
+            lambda *c: run("instances", *c), chunk, [*dtypes, tf.int64], stateful=False
         )
         features = dict(zip((*names, "stream_position"), values, strict=True))
         for name, value in features.items():
@@ -269,21 +241,45 @@ def _instances(config, chunks: tf.data.Dataset, vocab: Vocab, seed: int) -> tf.d
     return chunks.map(make, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
-def _pack_rows(laid: dict, config, spec: masking.MaskingSpec, rng: np.random.Generator) -> dict:
-    """A chunk's laid-out pairs [N, L] -> rows of pairs [R, L] (packing.pack_pairs).
+def _instance_names(config) -> tuple[str, ...]:
+    names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
+    return names + schema.PACKED_FEATURES if config.pack_examples else names
 
-    A row takes at most max_predictions_per_seq masked positions, each pair's count
-    being the one `masking.mask_packed_batch` will draw (`masking.num_to_predict` of its
-    length): no pair ever loses a prediction to its row's budget.
-    """
-    return packing.pack_pairs(
-        laid,
-        masking.num_to_predict(laid["input_mask"].sum(axis=1), spec),
-        max_slots=config.max_sequences_per_row,
-        budget=config.max_predictions_per_seq,
-        pad_id=spec.pad_id,
-        rng=rng,
-    )
+
+def _python_steps(config, vocab: Vocab, pair_seed: int, mask_seed: int) -> dict[str, Any]:
+    """The stream's Python steps (workers.py): a chunk's instances and a batch's masks."""
+    spec = masking_spec(config, vocab)
+    return {
+        "instances": workers.ChunkInstances(
+            max_seq_length=config.max_seq_length,
+            short_seq_prob=config.short_seq_prob,
+            random_next_prob=config.random_next_prob,
+            seed=pair_seed,
+            names=_instance_names(config),
+            spec=spec,
+            position_fields=len(POSITION_FIELDS),
+            max_sequences_per_row=config.max_sequences_per_row if config.pack_examples else None,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+        ),
+        "masks": workers.BatchMasks(seed=mask_seed, spec=spec, packed=config.pack_examples),
+    }
+
+
+def _runner(steps: dict[str, Any], num_workers: int):
+    """(name, *args) -> steps[name](*args), run in this thread or, with num_workers, in a
+    worker process (workers.shared_pool). Once the interpreter exits, a chunk makes nothing."""
+    pool = workers.shared_pool(num_workers) if num_workers else None
+    key = pool.register(steps) if pool else None
+
+    def run(name, *args):
+        with _python_calls.running():
+            if _python_calls.stopping:
+                if name == "instances":
+                    args = ([], [], *args[2:])  # no more work: the interpreter is exiting
+                return steps[name](*args)
+            return pool.run(key, name, *args) if pool else steps[name](*args)
+
+    return run
 
 
 def _shapes(config) -> dict[str, tuple]:
@@ -334,37 +330,14 @@ _python_calls = _PythonCalls()
 atexit.register(_python_calls.stop)
 
 
-def split_documents(
-    doc_ids: Sequence[str], sentence_counts: Sequence[int], values: np.ndarray, lengths: np.ndarray
-) -> Iterator[tuple[str, list[list[int]]]]:
-    """(doc_id, token ids per sentence) per document, from `values` (the tokens of all their
-    sentences, tokenized at once) and `lengths` (tokens per sentence); sentences of no tokens go."""
-    tokens, ends = values.tolist(), np.cumsum(lengths).tolist()
-    lengths = np.asarray(lengths).tolist()
-    sentence = 0
-    for doc_id, count in zip(doc_ids, np.asarray(sentence_counts).tolist(), strict=True):
-        sentences = range(sentence, sentence + count)
-        yield doc_id, [tokens[ends[i] - lengths[i] : ends[i]] for i in sentences if lengths[i]]
-        sentence += count
-
-
-def _mask(config, dataset, vocab: Vocab, seed: int, batch_size: int, first: int, features):
+def _mask(config, dataset, run, batch_size: int, first: int, features):
     """Masks batch after batch, numbering them from `first` (the batches before a resume)."""
-    spec = masking_spec(config, vocab)
     shapes = _shapes(config)
-    masked = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-    mask_batch = masking.mask_packed_batch if config.pack_examples else masking.mask_batch
-
-    def mask_numpy(index, input_ids, input_mask):
-        # A batch's masks depend only on the seed and the batch's position in
-        # the stream, so parallel masking stays deterministic.
-        rng = np.random.default_rng([seed, int(index)])
-        out = mask_batch(input_ids, input_mask, spec, rng)
-        return tuple(out[name] for name in masked)
+    masked = workers.BatchMasks.OUTPUTS
 
     def mask(index, batch):
         values = tf.numpy_function(
-            _python_calls.wrap(mask_numpy),
+            lambda *b: run("masks", *b),
             [index, batch["input_ids"], batch["input_mask"]],
             [tf.int32, tf.int32, tf.int32, tf.float32],
             stateful=False,

@@ -276,15 +276,22 @@ def test_megabyte_line_without_spaces_is_one_unknown_word(tmp_path, bert_config,
     assert found_unk
 
 
-def test_the_benchmark_reads_batches_on_a_fixed_number_of_threads(bert_config):
+def test_the_benchmark_holds_the_pipeline_to_the_cores_it_measures(bert_config):
     from data_pipeline import benchmark
+    from data_pipeline.workers import shared_pool
 
-    for threads in (1, 2):
+    everywhere = os.sched_getaffinity(0)
+    for workers in (0, 1):
+        bert_config.num_workers = workers
         sequences, tokens, cores = benchmark.online(
-            bert_config, batch_size=8, seconds=0.2, threads=threads, warmup_batches=1
+            bert_config, batch_size=8, seconds=0.2, cores=1, warmup_batches=1
         )
         assert sequences > 0 and tokens > sequences
-        assert 0 < cores <= os.cpu_count() + 0.5  # CPU time over wall time, give or take
+        # CPU time, the workers' included, over wall time, on one core (give or take).
+        assert 0 < cores <= 1.5
+        assert os.sched_getaffinity(0) == everywhere
+    for pid in shared_pool(1).pids:  # the workers are given every core back too
+        assert os.sched_getaffinity(pid) == everywhere
 
 
 def unpacked_sequences(batch):

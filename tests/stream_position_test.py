@@ -183,6 +183,7 @@ from data_pipeline import config, pretraining
 
 data = config.default_config()
 data.update(vocab_file={vocab!r}, max_seq_length=64, max_predictions_per_seq=10)
+data.num_workers = {workers}
 dataset = pretraining.make_pretraining_dataset(data, split="train", batch_size=64, seed=0)
 batches = dataset.as_numpy_iterator()
 for count, batch in enumerate(batches, 1):
@@ -195,10 +196,14 @@ print("read", count, "batches at", time.time(), flush=True)
 
 
 @pytest.mark.parametrize(
-    "count,delete", [(300, False), (3, False), (3, True)], ids=["300", "break", "del"]
+    "count,delete,workers",
+    [(300, False, 0), (3, False, 0), (3, True, 0), (3, False, 2)],
+    ids=["300", "break", "del", "break-workers"],
 )
-def test_an_abandoned_stream_does_not_hold_up_exit(bert_tokenizer_json, count, delete):
-    script = EXIT_SCRIPT.format(vocab=bert_tokenizer_json, count=count, delete=delete)
+def test_an_abandoned_stream_does_not_hold_up_exit(bert_tokenizer_json, count, delete, workers):
+    script = EXIT_SCRIPT.format(
+        vocab=bert_tokenizer_json, count=count, delete=delete, workers=workers
+    )
     # Before the fix the interpreter hung at exit in about half the runs, forever.
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120

@@ -13,8 +13,8 @@ label set is the training file's labels, sorted (numerically when all are
 integers), unless `label_names` fixes it; for GLUE it is the dataset's
 ClassLabel names. STS-B, and files with `is_regression`, have a float label instead.
 
-`make_classification_dataset` tokenizes in graph, a batch of texts per call, and
-lays each example out as `[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or
+`make_classification_dataset` tokenizes a split's texts once, up front (tf-text,
+thousands of texts per call), and lays each batch's examples out in graph as `[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or
 `[CLS] A [SEP]` when B is empty or absent. Too long, the longer text loses its
 last token, one at a time, B on ties: the rule of the original run_classifier.py.
 
@@ -421,17 +421,22 @@ def make_classification_dataset(
         num_epochs=num_epochs,
         position=position,
     )
-    text_a = tf.constant(examples.text_a, tf.string)
-    text_b = tf.constant(examples.text_b, tf.string)
+    # Tokenized once here: the batches only gather (a tokenizer traced into the map
+    # function would cost seconds per dataset, and tokenize every epoch again).
+    pieces_a, pieces_b = (
+        tf.RaggedTensor.from_row_splits(*tokenize_texts(tokenizer, list(texts)))
+        for texts in (examples.text_a, examples.text_b)
+    )
+    has_b = tf.constant([bool(text) for text in examples.text_b], tf.bool)
     labels = tf.constant(examples.labels)
     vocab = tokenizer.vocab
     length = task.config.max_seq_length
 
     def encode(index, weight, *position):
-        features = encode_texts(
-            tokenizer,
-            tf.gather(text_a, index),
-            tf.gather(text_b, index),
+        features = lay_out(
+            tf.gather(pieces_a, index),
+            tf.gather(pieces_b, index),
+            tf.gather(has_b, index),
             max_seq_length=length,
             cls_id=vocab.cls_id,
             sep_id=vocab.sep_id,
@@ -526,8 +531,31 @@ def encode_texts(
     """
     count = tf.shape(text_a)[0]
     ids = tokenizer.tokenize(tf.concat([text_a, text_b], 0))  # one call for both sides
-    ids_a, ids_b = ids[:count], ids[count:]
     has_b = tf.strings.length(text_b) > 0
+    return lay_out(
+        ids[:count],
+        ids[count:],
+        has_b,
+        max_seq_length=max_seq_length,
+        cls_id=cls_id,
+        sep_id=sep_id,
+        pad_id=pad_id,
+    )
+
+
+def lay_out(
+    ids_a: tf.RaggedTensor,
+    ids_b: tf.RaggedTensor,
+    has_b: tf.Tensor,
+    *,
+    max_seq_length: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+) -> dict[str, tf.Tensor]:
+    """Word-piece ids [N, (pieces)] of A and B -> the rows of encode_texts; `has_b` [N] says
+    which examples have a B (a non-empty text_b)."""
+    count = tf.shape(has_b)[0]
     budget = tf.where(has_b, max_seq_length - 3, max_seq_length - 2)
     keep_a, keep_b = truncated_lengths(
         tf.cast(ids_a.row_lengths(), tf.int32), tf.cast(ids_b.row_lengths(), tf.int32), budget
@@ -552,5 +580,7 @@ def encode_texts(
 
 def _prefix(tokens: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """The first lengths[i] tokens of each row i."""
-    positions = tf.ragged.range(tokens.row_lengths())
-    return tf.ragged.boolean_mask(tokens, positions < tf.cast(lengths, tf.int64)[:, None])
+    starts = tokens.row_starts()
+    return tf.gather(
+        tokens.flat_values, tf.ragged.range(starts, starts + tf.cast(lengths, tf.int64))
+    )

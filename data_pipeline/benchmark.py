@@ -72,7 +72,7 @@ def _measure(data, batch_size, seconds, cores, warmup_batches):
     )
     if cores:
         options = tf.data.Options()
-        options.threading.private_threadpool_size = cores
+        options.threading.private_threadpool_size = cores + data.num_workers
         options.threading.max_intra_op_parallelism = 1
         dataset = dataset.with_options(options)
     batches = dataset.as_numpy_iterator()

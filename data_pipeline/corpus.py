@@ -576,18 +576,26 @@ def _tfds_records(
 def _builtin_records(
     process_index: int, process_count: int, shuffle_seed: int | None, start: ReaderPosition
 ) -> Iterator[_Record]:
-    documents = list(builtin_corpus.documents())
+    records = list(_builtin_with_defects())
     if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(documents)
-    records = (
+        random.Random(shuffle_seed).shuffle(records)
+    return _shard_by_element(
+        _numbered(records[start.offset :], start), process_index, process_count
+    )
+
+
+@functools.cache
+def _builtin_with_defects() -> tuple[tuple[str, tuple[str, ...], CorpusStats], ...]:
+    """The built-in documents with their defects, counted once: the corpus is fixed, and a
+    stream goes over it several times a second."""
+    return tuple(
         (
             doc_id,
             sentences,
             CorpusStats(control_characters=_count_control_characters("\n".join(sentences))),
         )
-        for doc_id, sentences in documents[start.offset :]
+        for doc_id, sentences in builtin_corpus.documents()
     )
-    return _shard_by_element(_numbered(records, start), process_index, process_count)
 
 
 def _numbered(

@@ -5,8 +5,11 @@
       -> tokenize in graph (tf-text, a chunk per call, parallel map)
       -> sentence pairs for NSP, shuffled within the chunk (instances.py)
       [-> with `pack_examples`: rows of up to max_sequences_per_row pairs, packed
-          within the chunk (_pack_rows)]
+          within the chunk (packing.pack_pairs)]
       -> batch -> mask (masking.py; redrawn every pass) -> prefetch
+
+Pairs and masks are Python (workers.ChunkInstances, workers.BatchMasks): in
+tf.data's threads, or with `num_workers` in worker processes (workers.py).
 
 Training streams forever, each pass (epoch) over the corpus in a new file
 order with new pairs and new masks. Evaluation is one pass with pairs and
@@ -51,6 +54,7 @@ our calls runs.
 
 import atexit
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -143,7 +147,19 @@ def make_pretraining_dataset(
     features = schema.features(config.pack_examples)
     features = features if split == "eval" else (*features, "stream_position")
     dataset = _mask(config, dataset, run, batch_size, start[0], features)
+    if config.num_workers:
+        # A tf.data thread waiting on a worker holds no core: a thread more per worker.
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = usable_cores() + config.num_workers
+        dataset = dataset.with_options(options)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _check_position(position, split: str, documents) -> tuple[int, ...]:

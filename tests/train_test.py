@@ -226,8 +226,9 @@ def test_a_resume_must_be_the_same_run(tmp_path, config):
     with pytest.raises(checkpoint.CheckpointError, match=re.escape("pack_examples False -> True")):
         train.train_and_evaluate(_changed(config, "data.pack_examples", True), workdir)
 
-    # Longer, and logging at another cadence: the same run goes on.
+    # Longer, logging at another cadence, with worker processes: the same run goes on.
     longer = _changed(_changed(config, "num_train_steps", 10), "log_every_steps", 5)
+    longer = _changed(longer, "data.num_workers", 1)
     train.train_and_evaluate(longer, workdir)
     assert checkpoint.latest_step(workdir) == 10
     assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 5, 10]

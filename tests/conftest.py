@@ -23,11 +23,19 @@ os.environ["XLA_FLAGS"] = (
 
 import jax  # noqa: E402 - after XLA_FLAGS
 
-# Many tests compile the same small train step; a compilation cache of this test
-# process's own (one per xdist worker, new each session) compiles each once.
-# Subprocesses do not share it: two processes writing one entry could race.
-_CACHE = tempfile.mkdtemp(prefix="bertjax-test-jax-cache-")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# Many tests compile the same small steps, in this process and in the programs
+# they start (`python -m bertjax.main`, sweeps, notebooks): one compilation
+# cache for the whole run, made by the first process (pytest's, before it starts
+# the xdist workers, which inherit it) and removed when that one exits. Sharing
+# is safe: an entry read while another process writes it fails its checksum,
+# and JAX then warns and compiles. Tests of the workdir's own cache and of
+# multi-process runs set JAX_COMPILATION_CACHE_DIR themselves.
+_CACHE = os.environ.get("BERTJAX_TEST_JAX_CACHE")
+if not _CACHE:
+    _CACHE = os.environ["BERTJAX_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="bertjax-jax-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 

@@ -1,22 +1,21 @@
 """Fine-tuning learns: the real pretrained all-MiniLM-L6-v2, imported, on built-in-corpus tasks.
 
 These are the README's fine-tuning figures at a smaller size: the same configs
-(experiments/finetune/builtin_topics.py, builtin_cloze.py) and task files
-(data_pipeline/builtin_tasks.py).
+(experiments/finetune/builtin_topics.py, builtin_cloze.py), task files
+(data_pipeline/builtin_tasks.py) and command, `python -m bertjax.main`.
 """
 
 import json
+import os
+import subprocess
+import sys
 
-import jax
 import pytest
 
-from bertjax import convert, train
+from bertjax import convert
 from data_pipeline import builtin_tasks
-from experiments.finetune import builtin_cloze, builtin_topics
 
-# Learning is what is tested here, not sharding (sharding_test.py's concern): one device
-# keeps these minutes-long runs clear of the 8 fake devices' collectives on 2 cores.
-ONE_DEVICE = jax.devices()[:1]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -33,23 +32,50 @@ def task_dir(tmp_path_factory):
     return out
 
 
-def _topics_config(init_checkpoint, task_dir):
-    config = builtin_topics.get_config()
-    config.init_checkpoint = init_checkpoint
-    config.data.train_file = str(task_dir / "topics_train.tsv")
-    config.data.eval_file = str(task_dir / "topics_eval.tsv")
-    config.train_batch_size = 16
-    config.eval_batch_size = 16
-    config.num_train_epochs = 2.0
-    config.log_every_steps = 100
-    return config
+def train(config: str, workdir, *overrides: str) -> dict:
+    """`python -m bertjax.main` as the README runs it: one CPU device and XLA's usual code
+    generation (not conftest's eight fake devices and fast compiles), so that minutes of
+    steps run at full speed. Returns results.json."""
+    env = {**os.environ, "XLA_FLAGS": ""}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.main",
+            "--config",
+            os.path.join(REPO, "experiments/finetune", config),
+            f"--workdir={workdir}",
+            *overrides,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(result.stdout[-1500:])
+    return json.loads((workdir / "results.json").read_text())
+
+
+def _topics(task_dir, init_checkpoint, workdir, *more):
+    return train(
+        "builtin_topics.py",
+        workdir,
+        f"--config.init_checkpoint={init_checkpoint}",
+        f"--config.data.train_file={task_dir / 'topics_train.tsv'}",
+        f"--config.data.eval_file={task_dir / 'topics_eval.tsv'}",
+        "--config.train_batch_size=16",
+        "--config.eval_batch_size=16",
+        "--config.num_train_epochs=2.0",
+        "--config.log_every_steps=100",
+        *more,
+    )
 
 
 def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task_dir, tmp_path):
-    config = _topics_config(minilm_workdir, task_dir)
-    pretrained = train.train_and_evaluate(config, str(tmp_path / "pretrained"), devices=ONE_DEVICE)
-    config.random_init = True
-    scratch = train.train_and_evaluate(config, str(tmp_path / "scratch"), devices=ONE_DEVICE)
+    pretrained = _topics(task_dir, minilm_workdir, tmp_path / "pretrained")
+    scratch = _topics(task_dir, minilm_workdir, tmp_path / "scratch", "--config.random_init=True")
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "
         f"random init {scratch['eval']['accuracy']:.3f}"
@@ -65,16 +91,19 @@ def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp
     data = json.loads(eval_path.read_text())
     small = tmp_path / "cloze_eval_small.json"
     small.write_text(json.dumps({**data, "data": data["data"][::3]}))
-    config = builtin_cloze.get_config()
-    config.init_checkpoint = minilm_workdir
-    config.data.train_file = str(task_dir / "cloze_train.json")
-    config.data.eval_file = str(small)
-    config.num_train_epochs = 0.45
-    config.optimizer.learning_rate = 2e-4
-    config.log_every_steps = 1000
-    results = train.train_and_evaluate(config, str(tmp_path / "cloze"), devices=ONE_DEVICE)
+    workdir = tmp_path / "cloze"
+    results = train(
+        "builtin_cloze.py",
+        workdir,
+        f"--config.init_checkpoint={minilm_workdir}",
+        f"--config.data.train_file={task_dir / 'cloze_train.json'}",
+        f"--config.data.eval_file={small}",
+        "--config.num_train_epochs=0.45",
+        "--config.optimizer.learning_rate=2e-4",
+        "--config.log_every_steps=1000",
+    )
     print(f"\nheld-out cloze exact match {results['eval']['exact_match']:.3f}")
     assert results["eval"]["exact_match"] >= 0.4
-    predictions = json.loads((tmp_path / "cloze" / "predictions.json").read_text())
+    predictions = json.loads((workdir / "predictions.json").read_text())
     questions = sum(len(article["paragraphs"]) for article in data["data"][::3])
     assert len(predictions) == questions

@@ -42,8 +42,8 @@ def run_two_processes(tmp_path, config) -> list[dict]:
     config_path.write_bytes(pickle.dumps(config))
     env = dict(
         os.environ,
-        # Replaces conftest's 8 devices: 2 per process, 4 in the run.
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        # Replaces conftest's 8 devices: 2 per process, 4 in the run (fast compiles kept).
+        XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0",
         JAX_PLATFORMS="cpu",
         JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
         JAX_NUM_PROCESSES="2",
@@ -145,7 +145,7 @@ def start_pair(tmp_path, argv: list[str], name: str) -> list[subprocess.Popen]:
     """`python -m bertjax.main --distributed ARGV` as processes 0 and 1 of one run."""
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0",
         JAX_PLATFORMS="cpu",
         JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
         JAX_NUM_PROCESSES="2",

@@ -10,10 +10,11 @@ original single-process create_pretraining_data.py (about 600 instances/s per
 core on this machine).
 
 On n cores means the process, every thread of it and the processes it starts
-are held to the machine's first n CPUs (Linux's sched_setaffinity), with a
-tf.data thread pool of n threads, in two ways: with the stream's Python steps
-in tf.data's threads (config.data.num_workers = 0) and in n worker processes
-(num_workers = n, data_pipeline/workers.py). Each line gives the speedup over
+are held to the machine's first n CPUs (Linux's sched_setaffinity), in two
+ways: with the stream's Python steps in tf.data's threads
+(config.data.num_workers = 0, a pool of n threads) and in n worker processes
+(num_workers = n, data_pipeline/workers.py, with the pool the pipeline gives
+itself then: a thread per core and one per worker). Each line gives the speedup over
 the first core count of its way, the cores the process kept busy (its CPU
 time, workers' included, over the wall time) and the sequences per core-second.
 
@@ -56,8 +57,8 @@ def define_flags() -> None:
 
 def online(data, *, batch_size, seconds, cores=None, warmup_batches=20):
     """(sequences/s, tokens/s, cores busy) of the training stream of `data`, on the first
-    `cores` CPUs with as many tf.data threads, or on every CPU with tf.data's defaults."""
-    everywhere = _cpus()
+    `cores` CPUs, or on every CPU."""
+    everywhere = os.sched_getaffinity(0)
     if cores:
         _hold_to(set(sorted(everywhere)[:cores]))
     try:
@@ -72,7 +73,8 @@ def _measure(data, batch_size, seconds, cores, warmup_batches):
     )
     if cores:
         options = tf.data.Options()
-        options.threading.private_threadpool_size = cores + data.num_workers
+        if not data.num_workers:  # with workers the pipeline sizes its own pool
+            options.threading.private_threadpool_size = cores
         options.threading.max_intra_op_parallelism = 1
         dataset = dataset.with_options(options)
     batches = dataset.as_numpy_iterator()
@@ -93,10 +95,6 @@ def _measure(data, batch_size, seconds, cores, warmup_batches):
     # Cores kept busy: tf.data's threads, this loop, which reads the batches, and workers.
     busy = (_cpu_seconds() - cpu_start) / elapsed
     return sequences / elapsed, tokens / elapsed, busy
-
-
-def _cpus() -> set[int]:
-    return os.sched_getaffinity(0)
 
 
 def _hold_to(cpus: set[int]) -> None:
@@ -161,7 +159,7 @@ def main(argv):
     print(f"cpu cores: {os.cpu_count()}")
     corpus_and_sentences()
     cores = [int(n) for n in FLAGS.cores]
-    available = len(_cpus())
+    available = len(os.sched_getaffinity(0))
     if min(cores) < 1 or max(cores) > available:
         raise app.UsageError(f"--cores={FLAGS.cores}: this process may run on {available} CPUs")
     per_core_128 = None

@@ -14,8 +14,9 @@ integers), unless `label_names` fixes it; for GLUE it is the dataset's
 ClassLabel names. STS-B, and files with `is_regression`, have a float label instead.
 
 `make_classification_dataset` tokenizes a split's texts once, up front (tf-text,
-thousands of texts per call), and lays each batch's examples out in graph as `[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or
-`[CLS] A [SEP]` when B is empty or absent. Too long, the longer text loses its
+thousands of texts per call), and lays each batch's examples out in graph as
+`[CLS] A [SEP] B [SEP]` (segment ids 0 then 1), or `[CLS] A [SEP]` when B is
+empty or absent. Too long, the longer text loses its
 last token, one at a time, B on ties: the rule of the original run_classifier.py.
 
 Every batch is a dict with a leading axis B, this host's `batch_size`, and

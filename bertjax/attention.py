@@ -99,7 +99,29 @@ def attend(
         return attention_with_probs_dropout(
             query, key, value, mask, rate=dropout_rate, rng=dropout_rng
         )
-    return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation=implementation)
+    if implementation == "cudnn":
+        return cudnn(query, key, value, mask)
+    return jax.nn.dot_product_attention(query, key, value, mask=mask, implementation="xla")
+
+
+def cudnn(query, key, value, mask):
+    """jax.nn.dot_product_attention(implementation='cudnn') at any number of queries and keys.
+
+    jax hands cuDNN the mask as an additive bias, and cuDNN trains with a bias only
+    where both counts are even (jax's check_is_flash_attention). Pretraining's last
+    layer has 1 or 3 [CLS] queries plus max_predictions_per_seq, odd at 20; a
+    fine-tuning length may be odd too. So an odd count gets one more: the last query
+    again (its output dropped), or a key that no query sees.
+    """
+    queries, keys = query.shape[1], key.shape[1]
+    if queries % 2:
+        query = jnp.concatenate([query, query[:, -1:]], axis=1)
+        mask = jnp.concatenate([mask, mask[:, :, -1:]], axis=2)
+    if keys % 2:
+        key, value = (jnp.pad(x, ((0, 0), (0, 1), (0, 0), (0, 0))) for x in (key, value))
+        mask = jnp.pad(mask, ((0, 0), (0, 0), (0, 0), (0, 1)), constant_values=False)
+    out = jax.nn.dot_product_attention(query, key, value, mask=mask, implementation="cudnn")
+    return out[:, :queries]
 
 
 def visible(example_ids, query_ids=None):

@@ -2,6 +2,7 @@
 
     python -m bertjax.attention_benchmark [--preset base] [--lengths 128,512]
         [--batch_sizes 64,16] [--implementations xla,cudnn] [--dtype bfloat16] [--steps 20]
+        [--trim_last_layer true,false [--predictions 20]]
 
 For each length (with the batch size at the same place in --batch_sizes) it
 times, for each implementation, the jitted gradient of a sum over BertModel's
@@ -11,6 +12,10 @@ compiled step's temporary memory and the speedup over the first
 implementation. Attention dropout is 0: the fused kernels have none
 (bertjax/attention.py). It needs only jax and flax, so it runs on a bare
 accelerator host; `cudnn` needs a GPU, `splash` a TPU (or, slowly, a CPU).
+
+With --trim_last_layer it times pretraining's model instead (BertForPreTraining,
+both heads, --predictions masked positions a row), once for each value given:
+whether the last layer computes only the positions the heads read.
 """
 
 import statistics
@@ -21,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from bertjax.model import ATTENTION_IMPLEMENTATIONS, BertConfig, BertModel
+from bertjax.model import ATTENTION_IMPLEMENTATIONS, BertConfig, BertForPreTraining, BertModel
 from data_pipeline import cli
 from data_pipeline.config import ConfigError
 
@@ -35,6 +40,13 @@ def define_flags() -> None:
     flags.DEFINE_list("implementations", ["xla", "cudnn"], "attention_implementation values.")
     flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "Compute dtype.")
     flags.DEFINE_integer("steps", 20, "Timed steps after the first.")
+    flags.DEFINE_list(
+        "trim_last_layer",
+        [],
+        "Values of BertConfig.trim_last_layer (true, false) to time BertForPreTraining "
+        "with; none times BertModel alone.",
+    )
+    flags.DEFINE_integer("predictions", 20, "Masked positions a row, with --trim_last_layer.")
 
 
 def packed_rows(batch_size: int, length: int, seed: int = 0) -> np.ndarray:
@@ -49,16 +61,36 @@ def packed_rows(batch_size: int, length: int, seed: int = 0) -> np.ndarray:
     return ids
 
 
-def measure(preset: str, length: int, batch_size: int, implementation: str, dtype: str, steps):
-    """(median seconds of one forward and backward, temporary bytes of the compiled step)."""
+def pretraining_positions(ids: np.ndarray, predictions: int, seed: int = 2):
+    """(masked_lm_positions [B, P] among a row's tokens, cls_positions [B, 3]) for packed_rows."""
+    rng = np.random.default_rng(seed)
+    masked = np.stack([rng.choice(np.flatnonzero(row), predictions) for row in ids])
+    starts = [np.flatnonzero((np.diff(row, prepend=-1) != 0) & (row > 0))[:3] for row in ids]
+    cls = np.stack([np.pad(s, (0, 3 - len(s)), mode="edge") for s in starts])
+    return masked.astype(np.int32), cls.astype(np.int32)
+
+
+def measure(
+    preset: str,
+    length: int,
+    batch_size: int,
+    implementation: str,
+    dtype: str,
+    steps: int,
+    *,
+    trim_last_layer: bool | None = None,
+    predictions: int = 20,
+):
+    """(median seconds of one forward and backward, temporary bytes of the compiled step)
+    of BertModel, or of BertForPreTraining where trim_last_layer is not None."""
     config = BertConfig.from_preset(
         preset,
         attention_probs_dropout_prob=0.0,
         dtype=dtype,
         attention_implementation=implementation,
         max_position_embeddings=max(512, length),
+        trim_last_layer=bool(trim_last_layer),
     )
-    model = BertModel(config)
     ids = packed_rows(batch_size, length)
     rng = np.random.default_rng(1)
     inputs = (
@@ -66,11 +98,16 @@ def measure(preset: str, length: int, batch_size: int, implementation: str, dtyp
         jnp.asarray(ids),
         jnp.zeros(ids.shape, jnp.int32),
     )
+    if trim_last_layer is None:
+        model = BertModel(config)
+    else:
+        model = BertForPreTraining(config)
+        inputs += tuple(jnp.asarray(x) for x in pretraining_positions(ids, predictions))
     params = jax.jit(lambda key: model.init(key, *inputs, deterministic=True))(jax.random.key(0))
 
     def loss(params):
-        sequence_output, pooled = model.apply(params, *inputs, deterministic=True)
-        return jnp.sum(jnp.square(sequence_output.astype(jnp.float32))) + jnp.sum(pooled)
+        outputs = model.apply(params, *inputs, deterministic=True)
+        return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in outputs)
 
     step = jax.jit(jax.grad(loss)).lower(params).compile()
     times = []
@@ -97,21 +134,39 @@ def main(argv):
                 f"--implementations: {implementation!r} is not one of "
                 f"{', '.join(ATTENTION_IMPLEMENTATIONS)}"
             )
+    trims = [None]
+    if FLAGS.trim_last_layer:
+        trims = [_parse_bool("--trim_last_layer", x) for x in FLAGS.trim_last_layer]
     device = jax.devices()[0]
     print(f"jax {jax.__version__}, {jax.device_count()} x {device.device_kind}; {FLAGS.preset}")
     for length, batch_size in zip(lengths, batch_sizes, strict=True):
         first = None
         for implementation in FLAGS.implementations:
-            seconds, temp = measure(
-                FLAGS.preset, length, batch_size, implementation, FLAGS.dtype, FLAGS.steps
-            )
-            first = first or seconds
-            print(
-                f"length {length:4d} batch {batch_size:3d} {implementation:6s} "
-                f"{seconds * 1000:8.2f} ms  temp {temp / 2**20:7,.0f} MiB  "
-                f"{first / seconds:.2f}x the first",
-                flush=True,
-            )
+            for trim in trims:
+                seconds, temp = measure(
+                    FLAGS.preset,
+                    length,
+                    batch_size,
+                    implementation,
+                    FLAGS.dtype,
+                    FLAGS.steps,
+                    trim_last_layer=trim,
+                    predictions=FLAGS.predictions,
+                )
+                first = first or seconds
+                what = implementation if trim is None else f"{implementation} trim={trim}"
+                print(
+                    f"length {length:4d} batch {batch_size:3d} {what:16s} "
+                    f"{seconds * 1000:8.2f} ms  temp {temp / 2**20:7,.0f} MiB  "
+                    f"{first / seconds:.2f}x the first",
+                    flush=True,
+                )
+
+
+def _parse_bool(flag: str, value: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise ConfigError(f"{flag}: {value!r} is neither true nor false")
+    return value.lower() == "true"
 
 
 if __name__ == "__main__":

@@ -119,6 +119,9 @@ class BertConfig:
     # 'xla', 'cudnn' (GPU, bfloat16) or 'splash' (TPU); the fused kernels need
     # attention_probs_dropout_prob=0 (attention.py).
     attention_implementation: str = "xla"
+    # Pretraining's last layer computes only the positions its heads read (BertEncoder).
+    # The outputs are the same either way; the gathers may cost a TPU more than they save.
+    trim_last_layer: bool = True
 
     def __post_init__(self):
         _check(self)
@@ -213,8 +216,9 @@ def _check(c: BertConfig) -> None:
     for field in ("dtype", "param_dtype"):
         if getattr(c, field) not in DTYPES:
             _fail(field, getattr(c, field), f"must be one of {', '.join(DTYPES)}")
-    if not isinstance(c.scan_layers, bool):
-        _fail("scan_layers", c.scan_layers, "must be a bool")
+    for field in ("scan_layers", "trim_last_layer"):
+        if not isinstance(getattr(c, field), bool):
+            _fail(field, getattr(c, field), "must be a bool")
     if c.remat_policy not in REMAT_POLICIES:
         _fail("remat_policy", c.remat_policy, f"must be one of {', '.join(REMAT_POLICIES)}")
     if c.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
@@ -428,9 +432,14 @@ def _gather(x, positions):
 
 
 def queries_in_last_layer(config: BertConfig) -> bool:
-    """Whether BertEncoder computes its last layer at the queried positions alone: not with
-    scan_layers (one body for every layer) nor splash (whole blocks of 128 queries)."""
-    return not config.scan_layers and config.attention_implementation != "splash"
+    """Whether BertEncoder computes its last layer at the queried positions alone: where
+    trim_last_layer asks, but not with scan_layers (one body for every layer) nor splash
+    (whole blocks of 128 queries)."""
+    return (
+        config.trim_last_layer
+        and not config.scan_layers
+        and config.attention_implementation != "splash"
+    )
 
 
 class BertEncoder(nn.Module):

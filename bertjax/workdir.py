@@ -347,6 +347,7 @@ RESUMABLE_CHANGES = (
     "compilation_cache_dir",
     "mesh.",
     "data.num_workers",
+    "model.trim_last_layer",
 )
 
 

@@ -33,6 +33,31 @@ def test_packed_rows_hold_two_or_three_examples_then_padding():
         assert np.all(np.diff(row[row > 0]) >= 0)  # examples one after the other
 
 
+def test_pretraining_positions_are_tokens_and_example_starts():
+    ids = attention_benchmark.packed_rows(16, 128)
+    masked, cls = attention_benchmark.pretraining_positions(ids, 20)
+    assert masked.shape == (16, 20) and cls.shape == (16, 3)
+    for row, at, starts in zip(ids, masked, cls, strict=True):
+        assert np.all(row[at] > 0)
+        assert starts[0] == 0
+        assert all(row[s] > 0 and (s == 0 or row[s - 1] != row[s]) for s in starts)
+
+
+def test_it_times_pretraining_with_and_without_the_trimmed_last_layer():
+    result = run_tool(
+        "--preset=tiny",
+        "--lengths=32",
+        "--batch_sizes=2",
+        "--implementations=xla",
+        "--steps=1",
+        "--trim_last_layer=true,false",
+        "--predictions=4",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("length")]
+    assert [re.search(r"trim=(\w+)", row).group(1) for row in rows] == ["True", "False"]
+
+
 def test_it_times_each_implementation_at_each_length():
     result = run_tool(
         "--preset=tiny",
@@ -54,3 +79,6 @@ def test_mismatched_flags_are_one_line():
     result = run_tool("--implementations=flash")
     assert result.returncode == 2
     assert "error: --implementations: 'flash' is not one of xla, cudnn, splash" in result.stderr
+    result = run_tool("--trim_last_layer=yes")
+    assert result.returncode == 2
+    assert "error: --trim_last_layer: 'yes' is neither true nor false" in result.stderr

@@ -80,17 +80,32 @@ def test_cudnn_outputs_and_gradients_are_xlas(case):
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), atol=5e-2)
 
 
-def test_cudnn_with_fewer_queries_than_keys():
-    # Pretraining's last layer: the [CLS] and masked positions query every key.
-    ids = jnp.asarray(CASES["packed_128"])
+@pytest.mark.parametrize("queries,keys", [(21, 128), (23, 128), (22, 127)])
+def test_cudnn_with_fewer_queries_than_keys(queries, keys):
+    # Pretraining's last layer: the [CLS] and masked positions query every key. cuDNN
+    # trains with a mask only at even counts; attention.cudnn pads odd ones.
+    ids = jnp.asarray(CASES["packed_128"][:, :keys])
     rng = np.random.default_rng(1)
-    key, value = (jnp.asarray(rng.normal(size=(B, 128, A, D)), jnp.bfloat16) for _ in range(2))
-    positions = jnp.asarray(np.sort(rng.integers(0, 60, (B, 21)), axis=1), jnp.int32)
-    query = jnp.asarray(rng.normal(size=(B, 21, A, D)), jnp.bfloat16)
+    key, value = (jnp.asarray(rng.normal(size=(B, keys, A, D)), jnp.bfloat16) for _ in range(2))
+    positions = jnp.asarray(np.sort(rng.integers(0, 60, (B, queries)), axis=1), jnp.int32)
+    query = jnp.asarray(rng.normal(size=(B, queries, A, D)), jnp.bfloat16)
     query_ids = jnp.take_along_axis(ids, positions, axis=1)
-    got = attend(query, key, value, ids, "cudnn", query_ids)
-    want = attend(query, key, value, ids, "xla", query_ids)
+    cotangent = jnp.asarray(rng.normal(size=(B, queries, A, D)), jnp.bfloat16)
+
+    def loss(implementation):
+        def f(q, k, v):
+            out = attend(q, k, v, ids, implementation, query_ids)
+            return jnp.sum((out * cotangent).astype(jnp.float32)), out
+
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True))
+
+    ((_, got), got_grads), ((_, want), want_grads) = [
+        loss(i)(query, key, value) for i in ("cudnn", "xla")
+    ]
+    assert got.shape == (B, queries, A, D)
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), atol=2e-2)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), atol=5e-2)
 
 
 @pytest.mark.parametrize("model", [BertModel, BertForPreTraining])
@@ -112,13 +127,30 @@ def test_the_model_with_cudnn_is_the_model_with_xla(model):
         jnp.asarray(ids),
         jnp.zeros(ids.shape, jnp.int32),
     ]
-    if model is BertForPreTraining:
-        inputs.append(jnp.asarray(np.sort(rng.integers(1, 60, (B, 5)), axis=1), jnp.int32))
-    outputs = {}
+    if model is BertForPreTraining:  # 20 masked positions: 21 queries in the last layer
+        inputs.append(jnp.asarray(np.sort(rng.integers(1, 60, (B, 20)), axis=1), jnp.int32))
+    outputs, grads = {}, {}
     for implementation in ("xla", "cudnn"):
         module = model(BertConfig(**config, attention_implementation=implementation))
         params = module.init(jax.random.key(0), *inputs, deterministic=True)
         outputs[implementation] = module.apply(params, *inputs, deterministic=True)
+        if model is BertForPreTraining:  # training: the backward pass through cuDNN too
+            grads[implementation] = jax.jit(
+                jax.grad(
+                    lambda p, m=module: sum(
+                        jnp.sum(x) for x in m.apply(p, *inputs, deterministic=True)
+                    )
+                )
+            )(params)
+    got_grads, want_grads = (
+        [np.asarray(g, np.float32) for g in jax.tree.leaves(grads.get(i, {}))]
+        for i in ("cudnn", "xla")
+    )
+    # The key bias's gradient is 0 but for rounding (a softmax ignores a shift common to
+    # all its logits), so a leaf that small is held to the largest leaf's scale.
+    floor = 1e-3 * max((np.linalg.norm(w) for w in want_grads), default=0.0)
+    for got, want in zip(got_grads, want_grads, strict=True):
+        assert np.linalg.norm(got - want) <= 0.1 * max(np.linalg.norm(want), floor)
     real = ids > 0
     for got, want in zip(
         jax.tree.leaves(outputs["cudnn"]), jax.tree.leaves(outputs["xla"]), strict=True

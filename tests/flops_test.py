@@ -83,10 +83,13 @@ def test_pretraining_count_is_the_hand_count():
     assert counted == hand_count(matmuls, 3)
 
 
-def test_a_scanned_encoder_counts_its_whole_last_layer():
-    scanned = dataclasses.replace(TINY, scan_layers=True)
+@pytest.mark.parametrize(
+    "untrimmed", [dict(scan_layers=True), dict(trim_last_layer=False)], ids=["scanned", "off"]
+)
+def test_an_untrimmed_encoder_counts_its_whole_last_layer(untrimmed):
+    whole = dataclasses.replace(TINY, **untrimmed)
     matmuls = encoder_matmuls(4) + PRETRAINING_HEADS
-    counted = flops.analytic_flops_per_step(scanned, batch_size=3, seq_len=4, predictions=2)
+    counted = flops.analytic_flops_per_step(whole, batch_size=3, seq_len=4, predictions=2)
     assert counted == hand_count(matmuls, 3)
 
 

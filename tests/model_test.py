@@ -1,5 +1,6 @@
 """bertjax.model: sizes, layouts, precision, masking, and parity with Hugging Face's BERT."""
 
+import dataclasses
 import json
 
 import jax
@@ -335,6 +336,18 @@ def test_the_last_layer_at_the_heads_positions_is_the_whole_encoder_there(packed
 
     got, want = jax.grad(loss(fast))(params), jax.grad(loss(full))(params)
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, atol=1e-5), got, want)
+
+    # trim_last_layer=False computes the whole last layer, as the plain encoder does.
+    untrimmed = BertForPreTraining(dataclasses.replace(config, trim_last_layer=False))
+    assert not model_lib.queries_in_last_layer(untrimmed.config)
+
+    def whole(p):
+        return untrimmed.apply({"params": p}, *inputs, positions, cls_positions, deterministic=True)
+
+    for got, want in zip(whole(params), full(params), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # (XLA counts a few elementwise ops apart, hence not exactly equal.)
+    assert compiled_flops(whole) == pytest.approx(compiled_flops(full), rel=0.03)
 
 
 def test_sequence_longer_than_the_position_table_fails():

@@ -44,6 +44,7 @@ def get_model_config(preset: str, vocab_size) -> ml_collections.ConfigDict:
         ("scan_layers", bool),  # one nn.scan over the layers: faster compiles
         ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
         ("attention_implementation", str),  # xla; cudnn (GPU) or splash (TPU): no attention dropout
+        ("trim_last_layer", bool),  # last layer at the heads' positions only (the default)
     ):
         model[field] = ml_collections.FieldReference(None, field_type=field_type)
     return model

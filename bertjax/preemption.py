@@ -19,6 +19,7 @@ import jax
 from absl import logging
 from jax.experimental import multihost_utils
 
+from data_pipeline import cli
 from data_pipeline.errors import Preempted
 
 __all__ = ["Preempted", "StopRequests", "stop_at_once"]
@@ -31,13 +32,19 @@ def _signals() -> tuple[int, ...]:
 
 @contextlib.contextmanager
 def stop_at_once(what: str):
-    """While open, SIGTERM and Ctrl-C raise Preempted at once: for work that keeps
-    nothing, such as the end-of-run report after the last checkpoint."""
+    """While open, SIGTERM and Ctrl-C end the program at once, as Preempted would (its
+    line on stderr, exit status 75): for a command's last work that keeps nothing,
+    such as the end-of-run report after the last checkpoint.
+
+    The handler does not raise: Python runs it wherever native code checks for
+    signals, and an exception unwinding through TensorFlow's tensor conversion there
+    was seen to end in a segmentation fault.
+    """
 
     def handle(number, frame):
         del frame
         name = signal.Signals(number).name
-        raise Preempted(f"{name} during {what}; the run was saved before it")
+        cli.exit_preempted(Preempted(f"{name} during {what}; the run was saved before it"))
 
     if threading.current_thread() is not threading.main_thread():
         yield

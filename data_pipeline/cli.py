@@ -165,6 +165,15 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
         _fail(message)
 
 
+def exit_preempted(stopped: Preempted) -> None:
+    """Ends the process now, as _guarded does for a raised Preempted, without unwinding
+    (from a signal handler that must not raise: bertjax/preemption.py)."""
+    print(f"stopped: {stopped}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(Preempted.EXIT_CODE)
+
+
 def _user_message(error: Exception) -> str | None:
     """The one line to print for an error the user can fix; None for a bug."""
     if isinstance(error, UserError | OSError):

@@ -33,8 +33,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # Three xdist workers on two cores: many tests wait on subprocesses, servers and
-# signals, and a third worker keeps the cores busy meanwhile (about 20 minutes
-# with two workers, under 19 with three, on a 2-core machine).
+# signals, and a third worker keeps the cores busy meanwhile (on a 2-core machine
+# pytest took 19.5 to 20.5 minutes with two workers, 18.5 to 19 with three).
 test: lint
 	$(PY) -m pytest -n 3 --durations=15 tests
 

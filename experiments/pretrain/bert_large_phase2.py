@@ -9,13 +9,12 @@ slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 
 Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
 A.2) cover both phases. 254 TFLOP per step by the analytic count, 4.2x a
-phase-1 step (the aot figures below were compiled before packing and before the
-last layer was cut to the heads' positions). `python -m bertjax.aot --config
-experiments/pretrain/bert_large_phase2.py --topology v5p-8` (README, "Will it
-fit?"): on a v5p-8 (64 rows per chip) the step needs 56.9 GiB of a chip's
-95 and its roofline is 152 ms (XLA's estimate: 273 ms), so these 100,000 steps
-take at least 4 to 8 hours there. A bound: real steps also wait on collectives
-and the host.
+phase-1 step. `python -m bertjax.aot --config
+experiments/pretrain/bert_large_phase2.py --topology v5p-8 --noeval` (README,
+"Will it fit?"): on a v5p-8 (64 packed rows per chip) the step needs 62.5 GiB
+of a chip's 95 and its roofline is 212 ms (XLA's estimate: 351 ms), so these
+100,000 steps take at least 6 to 10 hours there. A bound: real steps also wait
+on collectives and the host.
 
 Memory: at 64 rows of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
 not fit in a v4 or v5e chip as written; add `--config.model.remat_policy=full`

@@ -67,7 +67,7 @@ def _topics(task_dir, init_checkpoint, workdir, *more):
         f"--config.data.eval_file={task_dir / 'topics_eval.tsv'}",
         "--config.train_batch_size=16",
         "--config.eval_batch_size=16",
-        "--config.num_train_epochs=2.0",
+        "--config.num_train_epochs=1.5",
         "--config.log_every_steps=100",
         *more,
     )

@@ -156,7 +156,7 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
     try:
         return main(argv)
     except Preempted as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr)
+        _print_stopped(stopped)
         sys.exit(Preempted.EXIT_CODE)
     except Exception as error:
         message = _user_message(error)
@@ -168,10 +168,14 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
 def exit_preempted(stopped: Preempted) -> None:
     """Ends the process now, as _guarded does for a raised Preempted, without unwinding
     (from a signal handler that must not raise: bertjax/preemption.py)."""
-    print(f"stopped: {stopped}", file=sys.stderr)
+    _print_stopped(stopped)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(Preempted.EXIT_CODE)
+
+
+def _print_stopped(stopped: Preempted) -> None:
+    print(f"stopped: {stopped}", file=sys.stderr)
 
 
 def _user_message(error: Exception) -> str | None:

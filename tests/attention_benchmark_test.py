@@ -11,6 +11,8 @@ import numpy as np
 from bertjax import attention_benchmark
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# BERT-Tiny, one implementation, one timed step: the rows' shape, not their numbers.
+TINY = ("--preset=tiny", "--implementations=xla", "--steps=1")
 
 
 def run_tool(*flags):
@@ -45,13 +47,7 @@ def test_pretraining_positions_are_tokens_and_example_starts():
 
 def test_it_times_pretraining_with_and_without_the_trimmed_last_layer():
     result = run_tool(
-        "--preset=tiny",
-        "--lengths=32",
-        "--batch_sizes=2",
-        "--implementations=xla",
-        "--steps=1",
-        "--trim_last_layer=true,false",
-        "--predictions=4",
+        *TINY, "--lengths=32", "--batch_sizes=2", "--trim_last_layer=true,false", "--predictions=4"
     )
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("length")]
@@ -59,13 +55,7 @@ def test_it_times_pretraining_with_and_without_the_trimmed_last_layer():
 
 
 def test_it_times_each_implementation_at_each_length():
-    result = run_tool(
-        "--preset=tiny",
-        "--lengths=32,64",
-        "--batch_sizes=2,1",
-        "--implementations=xla",
-        "--steps=1",
-    )
+    result = run_tool(*TINY, "--lengths=32,64", "--batch_sizes=2,1")
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("length")]
     assert len(rows) == 2

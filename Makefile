@@ -8,13 +8,17 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 .PHONY: demo test lint format install clean bench-hf
 
-$(STAMP): requirements.txt requirements-test.txt setup.cfg
+$(STAMP): requirements.txt requirements-test.txt requirements-test-extras.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt -r requirements-test.txt
+	# Off the import path: see requirements-test-extras.txt.
+	rm -rf $(VENV)/test-extras
+	$(PY) -m pip install --quiet --no-compile --no-deps --target $(VENV)/test-extras \
+		-r requirements-test-extras.txt
 	# Bytecode on every core (pip compiles one file at a time: about 45 s here, this
 	# about 30). A few packages ship files that are not Python 3; pip skips them too.
-	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+	$(PY) -m compileall -q -j 0 $(VENV)/lib $(VENV)/test-extras > /dev/null || true
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

@@ -76,9 +76,10 @@ def test_correlations_of_a_constant_are_nan():
     assert math.isnan(scores.spearman([2, 2, 2], [1, 2, 3]))
 
 
-def test_against_scipy_and_sklearn():
-    stats = pytest.importorskip("scipy.stats")
-    metrics = pytest.importorskip("sklearn.metrics")
+def test_against_scipy_and_sklearn(test_extras):
+    from scipy import stats
+    from sklearn import metrics
+
     rng = np.random.default_rng(0)
     x = rng.integers(0, 6, 200).astype(float)  # many ties
     y = x + rng.normal(0, 2, 200).round()

@@ -12,20 +12,29 @@ import pytest
 import sentencepiece
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Eight fake CPU devices for the sharding tests; must be set before jax loads.
-# On 2 busy cores a collective of 8 fake devices can wait longer than XLA's 40 s
-# before it aborts the process; a slow rendezvous is not a hang here.
 # The tests compile far more than they run: LLVM's cheapest code generation
 # compiles a third faster and runs a step about a third slower. The tests that
 # train for minutes (finetune_learning_test.py) run their programs without it.
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count=8"
-    + " --xla_cpu_collective_call_terminate_timeout_seconds=600"
-    + " "
-    + FAST_COMPILE_FLAG
-).strip()
+# XLA_FLAGS as the person running pytest set them, kept for the xdist workers,
+# which inherit the flags this file sets for child programs below.
+_USER_XLA_FLAGS = os.environ.setdefault(
+    "BERTJAX_TEST_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", "")
+)
+
+
+def _xla_flags(*flags: str) -> str:
+    return " ".join((_USER_XLA_FLAGS, *flags, FAST_COMPILE_FLAG)).strip()
+
+
+# In this process, eight fake CPU devices for the sharding tests; XLA reads the
+# flags once, when jax makes its CPU client (jax.device_count() below).
+# On 2 busy cores a collective of 8 fake devices can wait longer than XLA's 40 s
+# before it aborts the process; a slow rendezvous is not a hang here.
+os.environ["XLA_FLAGS"] = _xla_flags(
+    "--xla_force_host_platform_device_count=8",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+)
 
 import jax  # noqa: E402 - after XLA_FLAGS
 
@@ -44,6 +53,12 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+assert jax.device_count() == 8, jax.devices()
+# The programs the tests start (`python -m bertjax.main`, sweeps, notebooks) see one
+# device, as on a laptop, unless a test sets XLA_FLAGS itself (multihost_test.py):
+# eight fake devices on two cores cost them twice the CPU time of one.
+os.environ["XLA_FLAGS"] = _xla_flags()
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -58,8 +58,6 @@ def start(workdir, vocab, *overrides) -> subprocess.Popen:
             "PYTHONUNBUFFERED": "1",
             "JAX_COMPILATION_CACHE_DIR": cache,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            # One device, not conftest's 8; its fast compiles kept.
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
         },
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

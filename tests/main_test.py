@@ -17,7 +17,6 @@ def run_main(workdir, vocab, *overrides, env=()):
         **{k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"},
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
         **dict(env),
     }
     command = [

@@ -3,6 +3,7 @@
 import os
 import pathlib
 
+import jax
 import nbclient
 import nbformat
 import pytest
@@ -31,7 +32,8 @@ def tiny_workdir(tmp_path_factory, make_small_config):
     config.num_train_steps = 4
     config.eval_every_steps = 2
     workdir = tmp_path_factory.mktemp("notebook_run")
-    train.train_and_evaluate(config, str(workdir))
+    # One device: the notebooks are tested here, restoring from a mesh in inference_test.py.
+    train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
     return workdir
 
 
@@ -66,7 +68,7 @@ def tiny_sweep(tmp_path_factory, make_small_config):
         workdir = sweep_dir / "trials" / name
         trial.set_user_attr("workdir", str(workdir))
         config = sweep.apply_overrides(make_small_config(), params, name)
-        results = train.train_and_evaluate(config, str(workdir))
+        results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
         study.tell(trial, results["eval"]["loss"])
     return sweep_dir
 

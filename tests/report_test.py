@@ -16,7 +16,8 @@ def trained(tmp_path_factory, make_small_config):
     config.num_train_steps = 4
     config.log_every_steps = 4
     workdir = str(tmp_path_factory.mktemp("run"))
-    last_eval = train.train_and_evaluate(config, workdir)["eval"]
+    # One device: what the reports show is tested here, not sharding.
+    last_eval = train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])["eval"]
     return config, workdir, last_eval
 
 
@@ -39,7 +40,7 @@ def test_fill_mask_matches_the_training_forward_pass(trained):
     # direct apply with the parameters read through the training code path.
     config, workdir, _ = trained
     restored = inference.restore(workdir)
-    run = train.build_run(config, workdir)
+    run = train.build_run(config, workdir, devices=jax.devices()[:1])
     manager = checkpoint.make_manager(workdir, max_to_keep=2)
     state, _ = checkpoint.restore(manager, 4, run.abstract_state)
     manager.close()

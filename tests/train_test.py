@@ -14,6 +14,11 @@ from bertjax import checkpoint, sharding, train
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset
 
+# The loop is tested here; sharding in sharding_test.py, multihost_test.py and
+# test_resume_continues_exactly, which keeps conftest's 8 fake devices. The other runs
+# use one: on 2 cores, 8 devices' collectives cost twice the CPU time.
+ONE_DEVICE = jax.devices()[:1]
+
 
 @pytest.fixture
 def config(make_small_config):
@@ -26,7 +31,7 @@ def read_metrics(workdir):
 
 
 def final_params(workdir, config):
-    run = train.build_run(config, workdir)
+    run = train.build_run(config, workdir, devices=ONE_DEVICE)
     manager = checkpoint.make_manager(workdir, max_to_keep=5)
     state, _ = checkpoint.restore(manager, manager.latest_step(), run.abstract_state)
     manager.close()
@@ -72,9 +77,9 @@ def test_a_packed_run_resumes_exactly(tmp_path, config):
     config.num_train_steps = 4
     config.eval_every_steps = 0
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    train.train_and_evaluate(config, straight)
-    train.train_and_evaluate(config, resumed, stop_after=2)
-    train.train_and_evaluate(config, resumed)
+    train.train_and_evaluate(config, straight, devices=ONE_DEVICE)
+    train.train_and_evaluate(config, resumed, stop_after=2, devices=ONE_DEVICE)
+    train.train_and_evaluate(config, resumed, devices=ONE_DEVICE)
     a, b = final_params(straight, config), final_params(resumed, config)
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)
     lines_a, lines_b = read_metrics(straight), read_metrics(resumed)
@@ -90,7 +95,7 @@ def test_loss_goes_down(tmp_path, config):
     config.eval_every_steps = 0
     config.optimizer.learning_rate = 3e-3
     config.optimizer.warmup_steps = 5
-    train.train_and_evaluate(config, str(tmp_path))
+    train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     losses = [m["loss"] for m in read_metrics(str(tmp_path)) if m["split"] == "train"]
     assert losses[-1] < losses[0] - 1.0
 
@@ -102,7 +107,7 @@ def test_gradient_accumulation_equals_the_full_batch(config, tmp_path):
     results = []
     for microbatches in (1, 2):
         config.optimizer.num_microbatches = microbatches
-        run = train.build_run(config, str(tmp_path / f"m{microbatches}"), devices=jax.devices()[:1])
+        run = train.build_run(config, str(tmp_path / f"m{microbatches}"), devices=ONE_DEVICE)
         with jax.set_mesh(run.mesh):
             state = train.create_state(run)
             step, _ = train.jit_steps(run)
@@ -119,13 +124,13 @@ def test_gradient_accumulation_equals_the_full_batch(config, tmp_path):
 
 def test_phase_two_starts_from_another_runs_parameters(tmp_path, config):
     phase1 = str(tmp_path / "phase1")
-    train.train_and_evaluate(config, phase1)
+    train.train_and_evaluate(config, phase1, devices=ONE_DEVICE)
     config.init_checkpoint = phase1
     config.num_train_steps = 2
     config.log_every_steps = 1
     config.eval_every_steps = 0
     config.optimizer.warmup_steps = 1
-    run = train.build_run(config, str(tmp_path / "phase2"))
+    run = train.build_run(config, str(tmp_path / "phase2"), devices=ONE_DEVICE)
     with jax.set_mesh(run.mesh):
         state = train.create_state(run)
     expected = final_params(phase1, config)
@@ -162,10 +167,10 @@ def test_bad_config_is_refused_before_compiling(tmp_path, config, change, error,
 
 def test_workdir_of_another_model_is_refused(tmp_path, config):
     workdir = str(tmp_path)
-    train.train_and_evaluate(config, workdir, stop_after=1)
+    train.train_and_evaluate(config, workdir, stop_after=1, devices=ONE_DEVICE)
     config.model.hidden_size = 32
     with pytest.raises(checkpoint.CheckpointError, match="hidden_size"):
-        train.build_run(config, workdir)
+        train.build_run(config, workdir, devices=ONE_DEVICE)
 
 
 def test_non_finite_loss_stops_without_a_checkpoint(tmp_path, config):
@@ -173,7 +178,7 @@ def test_non_finite_loss_stops_without_a_checkpoint(tmp_path, config):
     config.optimizer.max_grad_norm = 0.0
     config.num_train_steps = 6
     with pytest.raises(train.TrainingError, match="non-finite loss .* step"):
-        train.train_and_evaluate(config, str(tmp_path))
+        train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     assert checkpoint.latest_step(str(tmp_path)) in (None, 0)
 
 
@@ -197,25 +202,27 @@ def _changed(config, key: str, value):
 
 def test_a_resume_must_be_the_same_run(tmp_path, config):
     workdir = str(tmp_path)
-    train.train_and_evaluate(config, workdir, stop_after=4)
+    train.train_and_evaluate(config, workdir, stop_after=4, devices=ONE_DEVICE)
     for key, value, shown in [
         ("seed", 1, "seed 0 -> 1"),
         ("data.max_seq_length", 32, "data.max_seq_length 64 -> 32"),
         ("num_train_steps", 6, "num_train_steps 8 -> 6"),
     ]:
         with pytest.raises(checkpoint.CheckpointError, match=re.escape(shown)):
-            train.train_and_evaluate(_changed(config, key, value), workdir)
+            train.train_and_evaluate(_changed(config, key, value), workdir, devices=ONE_DEVICE)
 
     stray = tmp_path / "checkpoints" / "999"
     stray.mkdir()
     with pytest.raises(checkpoint.CheckpointError, match=f"{stray}: not a complete bertjax"):
-        train.train_and_evaluate(config, workdir)
+        train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     stray.rmdir()
 
     # Without the saved config, a run shorter than the checkpoint still says so.
     os.rename(tmp_path / "config.json", tmp_path / "saved.json")
     with pytest.raises(checkpoint.CheckpointError, match="step 4, beyond the 2 steps"):
-        train.train_and_evaluate(_changed(config, "num_train_steps", 2), workdir)
+        train.train_and_evaluate(
+            _changed(config, "num_train_steps", 2), workdir, devices=ONE_DEVICE
+        )
     os.rename(tmp_path / "saved.json", tmp_path / "config.json")
 
     # A workdir written before packing existed resumes unpacked, and only so.
@@ -224,12 +231,14 @@ def test_a_resume_must_be_the_same_run(tmp_path, config):
         del saved["data"][key]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     with pytest.raises(checkpoint.CheckpointError, match=re.escape("pack_examples False -> True")):
-        train.train_and_evaluate(_changed(config, "data.pack_examples", True), workdir)
+        train.train_and_evaluate(
+            _changed(config, "data.pack_examples", True), workdir, devices=ONE_DEVICE
+        )
 
     # Longer, logging at another cadence, with worker processes: the same run goes on.
     longer = _changed(_changed(config, "num_train_steps", 10), "log_every_steps", 5)
     longer = _changed(longer, "data.num_workers", 1)
-    train.train_and_evaluate(longer, workdir)
+    train.train_and_evaluate(longer, workdir, devices=ONE_DEVICE)
     assert checkpoint.latest_step(workdir) == 10
     assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 5, 10]
 
@@ -237,11 +246,11 @@ def test_a_resume_must_be_the_same_run(tmp_path, config):
 def test_non_finite_hyperparameters_are_refused(tmp_path, config):
     config.optimizer.learning_rate = float("inf")
     with pytest.raises(data_config_lib.ConfigError, match="learning_rate=inf: must be a finite"):
-        train.train_and_evaluate(config, str(tmp_path))
+        train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     config.optimizer.learning_rate = 1e-3
     config.data.masked_lm_prob = float("nan")
     with pytest.raises(data_config_lib.ConfigError, match="masked_lm_prob=nan: must be a finite"):
-        train.train_and_evaluate(config, str(tmp_path))
+        train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
 
 
 def test_non_finite_parameters_are_never_saved(tmp_path, config):
@@ -252,12 +261,12 @@ def test_non_finite_parameters_are_never_saved(tmp_path, config):
     config.optimizer.max_grad_norm = 0.0
     config.num_train_steps = 1
     with pytest.raises(train.TrainingError, match="non-finite parameters after step 1; not saved"):
-        train.train_and_evaluate(config, str(tmp_path))
+        train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     assert checkpoint.latest_step(str(tmp_path)) is None
 
 
 def test_an_eval_split_too_small_for_one_batch_fails_before_the_first_step(tmp_path, config):
     config.eval_batch_size = 8192
     with pytest.raises(data_config_lib.ConfigError, match="eval split gives no batch of"):
-        train.train_and_evaluate(config, str(tmp_path))
+        train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     assert not (tmp_path / "metrics.jsonl").exists()

@@ -14,10 +14,11 @@ from bertjax import checkpoint, sharding, train
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset
 
-# The loop is tested here; sharding in sharding_test.py, multihost_test.py and
-# test_resume_continues_exactly, which keeps conftest's 8 fake devices. The other runs
-# use one: on 2 cores, 8 devices' collectives cost twice the CPU time.
+# The loop is tested here, sharding in sharding_test.py and multihost_test.py: these runs
+# use one device (on 2 cores, conftest's 8 fake devices' collectives cost twice the CPU
+# time), except test_resume_continues_exactly, which resumes a run sharded over two.
 ONE_DEVICE = jax.devices()[:1]
+TWO_DEVICES = jax.devices()[:2]
 
 
 @pytest.fixture
@@ -40,12 +41,12 @@ def final_params(workdir, config):
 
 def test_resume_continues_exactly(tmp_path, config, caplog):
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    train.train_and_evaluate(config, straight)
-    train.train_and_evaluate(config, resumed, stop_after=4)
+    train.train_and_evaluate(config, straight, devices=TWO_DEVICES)
+    train.train_and_evaluate(config, resumed, stop_after=4, devices=TWO_DEVICES)
     assert checkpoint.latest_step(resumed) == 4
     # A checkpoint from before input positions were recorded: the stream is replayed.
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "4" / checkpoint.DATA_ITEM)
-    train.train_and_evaluate(config, resumed)
+    train.train_and_evaluate(config, resumed, devices=TWO_DEVICES)
     assert "the checkpoint of step 4 has no input positions" in caplog.text
 
     a, b = final_params(straight, config), final_params(resumed, config)

@@ -28,7 +28,7 @@ def _xla_flags(*flags: str) -> str:
 
 
 # In this process, eight fake CPU devices for the sharding tests; XLA reads the
-# flags once, when jax makes its CPU client (jax.device_count() below).
+# flags once, when jax makes its CPU client (jax.devices("cpu") below).
 # On 2 busy cores a collective of 8 fake devices can wait longer than XLA's 40 s
 # before it aborts the process; a slow rendezvous is not a hang here.
 os.environ["XLA_FLAGS"] = _xla_flags(
@@ -54,7 +54,7 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
-assert jax.device_count() == 8, jax.devices()
+assert len(jax.devices("cpu")) == 8, jax.devices("cpu")  # also on a machine with a GPU
 # The programs the tests start (`python -m bertjax.main`, sweeps, notebooks) see one
 # device, as on a laptop, unless a test sets XLA_FLAGS itself (multihost_test.py):
 # eight fake devices on two cores cost them twice the CPU time of one.

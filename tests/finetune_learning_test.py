@@ -34,8 +34,8 @@ def task_dir(tmp_path_factory):
 
 def train(config: str, workdir, *overrides: str) -> dict:
     """`python -m bertjax.main` as the README runs it: one CPU device and XLA's usual code
-    generation (not conftest's eight fake devices and fast compiles), so that minutes of
-    steps run at full speed. Returns results.json."""
+    generation (not the fast compiles conftest sets for child programs), so that minutes
+    of steps run at full speed. Returns results.json."""
     env = {**os.environ, "XLA_FLAGS": ""}
     result = subprocess.run(
         [

@@ -42,7 +42,8 @@ def run_two_processes(tmp_path, config) -> list[dict]:
     config_path.write_bytes(pickle.dumps(config))
     env = dict(
         os.environ,
-        # Replaces conftest's 8 devices: 2 per process, 4 in the run (fast compiles kept).
+        # Not conftest's one device for child programs: 2 per process, 4 in the run
+        # (fast compiles kept).
         XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0",
         JAX_PLATFORMS="cpu",
         JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",

@@ -18,9 +18,10 @@ itself then: a thread per core and one per worker). Each line gives the speedup 
 the first core count of its way, the cores the process kept busy (its CPU
 time, workers' included, over the wall time) and the sequences per core-second.
 
-Last, what a TPU host must supply: the sequences/s of --need_batch every
---need_step_ms (by default BERT-Large phase 1 on a v5p-8, one host, at the
-roofline step time `bertjax.aot` prints for it), against the measured rate per
+After the online figures (before the offline writer's), what a TPU host must
+supply: the sequences/s of --need_batch every --need_step_ms (by default
+BERT-Large phase 1 on a v5p-8, one host, at the roofline step time
+`bertjax.aot` prints for it), against the measured rate per
 core-second at length 128 (with workers on the most cores measured) times
 --host_cpus (a v5p TPU VM's 208 vCPUs, from the Cloud TPU documentation's v5p
 page), a linear extrapolation.

@@ -43,7 +43,7 @@ from flax import linen as nn
 from jax.experimental.pallas.ops.tpu import splash_attention
 from jax.sharding import PartitionSpec
 
-from bertjax import dropout
+from bertjax import dropout, sharding
 from data_pipeline.config import ConfigError
 
 # Where each implementation runs; splash on CPU in interpret mode.
@@ -83,7 +83,7 @@ def attend(
             f"probabilities (attention_probs_dropout_prob={dropout_rate}); set "
             "attention_probs_dropout_prob=0 to use the kernel"
         )
-    platform = target_platform()
+    platform = sharding.target_platform()
     if platform not in PLATFORMS[implementation]:
         raise ConfigError(
             f"attention_implementation={implementation!r} runs on "
@@ -130,13 +130,6 @@ def visible(example_ids, query_ids=None):
     queries = (example_ids if query_ids is None else query_ids)[:, :, None]
     keys = example_ids[:, None, :]
     return (keys > 0) & ((queries == keys) | (queries == 0))
-
-
-def target_platform() -> str:
-    """The platform of the computation being traced: that of the mesh in context
-    (bertjax.aot builds TPU steps on a CPU host), else the default backend."""
-    device = jax.sharding.get_abstract_mesh().abstract_device
-    return jax.default_backend() if device is None else device.platform
 
 
 def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: jax.Array):

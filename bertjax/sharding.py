@@ -98,6 +98,13 @@ def check_platform(platform: str, devices) -> None:
     )
 
 
+def target_platform() -> str:
+    """The platform of the computation being traced: that of the mesh in context
+    (bertjax.aot builds TPU steps on a CPU host), else the default backend."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    return jax.default_backend() if device is None else device.platform
+
+
 def make_mesh(mesh_config: Mapping[str, int], devices=None) -> Mesh:
     devices = jax.devices() if devices is None else devices
     shape = mesh_shape(mesh_config, len(devices))

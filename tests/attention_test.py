@@ -289,7 +289,7 @@ def test_kernels_only_on_their_platforms(monkeypatch):
     # This CPU: xla and (interpreted) splash run, cuDNN does not.
     with pytest.raises(ConfigError, match="'cudnn' runs on gpu, but this step is built for cpu"):
         attend(query, key, value, PADDED, "cudnn")
-    monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+    monkeypatch.setattr(sharding, "target_platform", lambda: "gpu")
     with pytest.raises(ConfigError, match="'splash' runs on tpu or cpu, but this step is built"):
         attend(query, key, value, PADDED, "splash")
     # On a GPU, cuDNN gets the rule's full mask: its sequence lengths cannot describe packing.
@@ -303,17 +303,3 @@ def test_kernels_only_on_their_platforms(monkeypatch):
     attend(query, key, value, PACKED, "cudnn")
     assert seen["implementation"] == "cudnn"
     np.testing.assert_array_equal(seen["mask"], attention.visible(jnp.asarray(PACKED))[:, None])
-
-
-def test_the_mesh_decides_the_platform():
-    # bertjax.aot traces TPU steps on this CPU: the mesh's devices say what the step is for.
-    assert attention.target_platform() == "cpu"
-    tpu_mesh = jax.sharding.AbstractMesh(
-        (1,),
-        ("data",),
-        abstract_device=jax.sharding.AbstractDevice(
-            device_kind="TPU v5 lite", num_cores=1, platform="tpu"
-        ),
-    )
-    with jax.sharding.use_abstract_mesh(tpu_mesh):
-        assert attention.target_platform() == "tpu"

@@ -115,6 +115,20 @@ def bert_tokenizer_json(minilm_dir) -> str:
 
 
 @pytest.fixture
+def tpu_mesh_in_context():
+    """An abstract one-chip TPU mesh in context: what bertjax.aot traces a TPU step under."""
+    mesh = jax.sharding.AbstractMesh(
+        (1,),
+        ("data",),
+        abstract_device=jax.sharding.AbstractDevice(
+            device_kind="TPU v5 lite", num_cores=1, platform="tpu"
+        ),
+    )
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield mesh
+
+
+@pytest.fixture
 def data_config():
     """A fresh copy of the pipeline's default data config (tiny_cpu.py's)."""
     from data_pipeline import config as config_lib

@@ -1,4 +1,4 @@
-"""bertjax.dropout: the rate, the scaling and the random bits of 16-bit dropout masks."""
+"""bertjax.dropout: the rate, the scaling and the random bits of 16-bit dropout masks, per platform."""
 
 import jax
 import jax.numpy as jnp
@@ -8,8 +8,11 @@ import pytest
 from bertjax import dropout
 
 
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
-def test_elements_drop_at_the_rate_and_the_rest_scale_up(rate):
+def test_elements_drop_at_the_rate_and_the_rest_scale_up(rate, platform, request):
+    if platform == "tpu":
+        request.getfixturevalue("tpu_mesh_in_context")  # a word per element
     x = jnp.ones((64, 256, 129))  # an odd last axis uses half of its last words
     y = np.asarray(dropout.dropout(x, rate, jax.random.key(0)))
     kept = y != 0
@@ -29,6 +32,25 @@ def test_both_halves_of_a_word_decide_independently():
     assert abs(both - 0.25) < 5 * np.sqrt(0.25 * 0.75 / even.size)
     # And neighbouring words do not repeat each other.
     assert abs(np.mean(y[:, 0::2][:, :-1] == y[:, 0::2][:, 1:]) - 0.5) < 0.01
+
+
+def test_a_step_built_for_cpu_splits_words_and_one_for_tpu_does_not(tpu_mesh_in_context):
+    x, rng = jnp.ones((64, 130)), jax.random.key(9)
+    threshold = dropout.keep_threshold(0.5)
+    on_tpu = np.asarray(dropout.dropout(x, 0.5, rng)) != 0
+    np.testing.assert_array_equal(on_tpu, dropout.keep_mask(x.shape, threshold, rng, halves=False))
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+        on_cpu = np.asarray(dropout.dropout(x, 0.5, rng)) != 0
+    np.testing.assert_array_equal(on_cpu, dropout.keep_mask(x.shape, threshold, rng, halves=True))
+    assert not np.array_equal(on_tpu, on_cpu)
+
+
+def test_a_word_per_element_decides_with_its_top_half():
+    shape, rng = (64, 130), jax.random.key(10)
+    words = np.asarray(jax.random.bits(rng, shape, jnp.uint32))
+    for threshold in (1, 2**15, dropout.keep_threshold(0.1), 2**16 - 1):
+        keep = dropout.keep_mask(shape, threshold, rng, halves=False)
+        np.testing.assert_array_equal(keep, (words >> 16) < threshold)
 
 
 def test_the_same_rng_gives_the_same_mask_and_another_rng_another():

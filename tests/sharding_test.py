@@ -119,3 +119,12 @@ def test_a_mesh_that_cannot_split_the_vocabulary_is_refused(setup, tmp_path):
         sharding.MeshError, match="word_embeddings/embedding has a dimension of 30522"
     ):
         train.build_run(config, str(tmp_path))
+
+
+def test_the_platform_a_step_is_built_for():
+    # bertjax.aot traces TPU steps on this CPU: the mesh in context says what a step is for.
+    assert sharding.target_platform() == "cpu"
+
+
+def test_a_tpu_mesh_in_context_builds_for_tpu(tpu_mesh_in_context):
+    assert sharding.target_platform() == "tpu"

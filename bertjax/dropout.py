@@ -53,9 +53,9 @@ def dropout(x, rate: float, rng: jax.Array):
 
 
 def keep_mask(shape, threshold: int, rng: jax.Array, *, halves: bool) -> jax.Array:
-    """bool `shape`: True where 16 random bits are below `threshold` (module docstring):
-    the two 16-bit halves of one word per pair of elements, or the top half of one word
-    per element."""
+    """bool `shape`: True where 16 random bits are below `threshold` (1 to 2**16 - 1; see
+    keep_threshold): the two 16-bit halves of one word per pair of elements, or the top
+    half of one word per element (module docstring)."""
     if not halves:
         return (jax.random.bits(rng, shape, jnp.uint32) >> 16) < jnp.uint32(threshold)
     *lead, last = shape

@@ -65,8 +65,8 @@ BENCH_HF_FLAGS := --config experiments/pretrain/tiny_cpu.py --config.model.prese
 	--config.model.attention_probs_dropout_prob=0.1 --compare_hf_flax
 
 bench-hf: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python -m bertjax.benchmark $(BENCH_HF_FLAGS) --config.data.vocab_size=30522
-	$(BENCH_VENV)/bin/python -m bertjax.benchmark $(BENCH_HF_FLAGS) --config.data.vocab_size=4096
+	$(BENCH_VENV)/bin/python -m bertjax.bench.throughput $(BENCH_HF_FLAGS) --config.data.vocab_size=30522
+	$(BENCH_VENV)/bin/python -m bertjax.bench.throughput $(BENCH_HF_FLAGS) --config.data.vocab_size=4096
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) demo_out .pytest_cache .ruff_cache

@@ -2,14 +2,11 @@
 
 The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_mask`, `encode`,
 `embed`, `next_sentence`, `attention_maps`, and for fine-tuned workdirs
-`classify`, `tag`, `answer`. They load on first use, so
-`import bertjax` stays cheap and does not start jax.
+`classify`, `tag`, `answer`. They load on first use: `import bertjax` imports
+neither jax nor TensorFlow and changes no environment variable.
 """
 
-from bertjax import tpu as _tpu
-
 __version__ = "0.1.0"
-_tpu.libtpu_without_tpu()
 
 # name -> the module that defines it; a task's notebook function lives with the task.
 _API = {
@@ -19,9 +16,9 @@ _API = {
     "embed": "inference",
     "next_sentence": "inference",
     "attention_maps": "inference",
-    "classify": "classification",
-    "tag": "tagging",
-    "answer": "squad",
+    "classify": "tasks.classification",
+    "tag": "tasks.tagging",
+    "answer": "tasks.squad",
 }
 __all__ = list(_API)
 

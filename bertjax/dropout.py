@@ -9,13 +9,13 @@ depends on the platform the step is built for (sharding.target_platform):
 - On a CPU, generating the words is most of dropout's cost, so one threefry
   word decides two elements: it is split into two 16-bit halves. Measured on
   a 2-core CPU for a [16, 8, 128, 128] array, the mask took 6.6 ms of CPU time
-  against 17.8 ms with jax.random.bernoulli (python -m bertjax.benchmark
+  against 17.8 ms with jax.random.bernoulli (python -m bertjax.bench.throughput
   prints the whole step).
 - On TPU and GPU each element gets its own word, and its top 16 bits decide.
   The split above reshapes the words, so XLA keeps them as a buffer of their
   own instead of generating them inside the op that applies the mask; the
   masks depend only on the key, and with remat the TPU compiler computed them
-  all ahead and held them. Compiled with python -m bertjax.aot, BERT-Large
+  all ahead and held them. Compiled with python -m bertjax.tpu.aot, BERT-Large
   phase 2 with remat_policy='full' on a v5e-8 needed 13.8 GiB per chip that
   way against 6.5 GiB with a word per element, and without remat on a v5p-8
   62.5 GiB against 55.3 (and a roofline step of 212 against 148 ms).

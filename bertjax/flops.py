@@ -24,7 +24,7 @@ defined outside bertjax counts its encoder only.
 
 The peak of one device, by `device.device_kind`, for the model's
 `config.model.dtype`:
-  TPU  the chip's bf16 figure (bertjax.tpu.CHIPS, from Cloud TPU's
+  TPU  the chip's bf16 figure (bertjax.tpu.slices.CHIPS, from Cloud TPU's
        documentation; a v4 or v5p device is one megacore chip). float32
        models get the same figure: at JAX's default precision a TPU computes
        float32 matmuls in one bfloat16 pass.
@@ -59,7 +59,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax import model, tpu
+from bertjax import model
+from bertjax.tpu import slices
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -120,7 +121,7 @@ def analytic_flops_per_step(
 
 
 def flops_per_step(setup, batch_size: int) -> float:
-    """`analytic_flops_per_step` of a task's Setup (task.py), for `batch_size` rows."""
+    """`analytic_flops_per_step` of a task's Setup (tasks/contract.py), for `batch_size` rows."""
     inputs, description = setup.model_inputs, setup.description
     return analytic_flops_per_step(
         setup.model_config,
@@ -179,7 +180,7 @@ _FULL_FLOAT32 = ("highest", "float32", "f32_f32_f32")
 def device_peak_flops(device_kind: str, dtype: str) -> tuple[float, str] | None:
     """(peak FLOP/s of one device of this kind for `dtype` matmuls, its source), or None for
     a kind without a vendor figure (CPUs included)."""
-    chip = tpu.CHIPS.get(tpu.DEVICE_KINDS.get(device_kind, ""))
+    chip = slices.CHIPS.get(slices.DEVICE_KINDS.get(device_kind, ""))
     if chip is not None:
         where = f"Cloud TPU documentation, TPU {chip.generation} system architecture"
         return chip.peak_flops, f"{device_kind}: bf16 per chip, {where}"

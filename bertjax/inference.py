@@ -34,10 +34,11 @@ import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
-from bertjax import checkpoint, pretraining, sharding, tasks
+from bertjax import checkpoint, sharding, tasks
 from bertjax import workdir as workdir_lib
-from bertjax.finetune import MODEL_INPUTS
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
+from bertjax.tasks import pretraining
+from bertjax.tasks.finetune import MODEL_INPUTS
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer

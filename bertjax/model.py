@@ -22,7 +22,7 @@ have a leading axis of length L. The MLM output matrix is the word embedding
 table (tied), so it has no parameter of its own.
 
 The names follow the original checkpoint's (google-research/bert) closely, so
-importing one is a flat rename table (checkpoint_names.py).
+importing one is a flat rename table (convert/param_names.py).
 
 Every parameter is boxed with logical axis names (LOGICAL_AXES; scan adds
 'layers' in front) and activations are constrained at block boundaries to
@@ -93,7 +93,7 @@ class BertConfig:
     """The model's hyperparameters.
 
     The first eleven fields are named as in the original bert_config.json and
-    layer_norm_eps as in Hugging Face's config.json (config_json.py reads both);
+    layer_norm_eps as in Hugging Face's config.json (convert/config_json.py reads both);
     the rest are ours.
     """
 

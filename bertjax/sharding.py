@@ -100,7 +100,7 @@ def check_platform(platform: str, devices) -> None:
 
 def target_platform() -> str:
     """The platform of the computation being traced: that of the mesh in context
-    (bertjax.aot builds TPU steps on a CPU host), else the default backend."""
+    (bertjax.tpu.aot builds TPU steps on a CPU host), else the default backend."""
     device = jax.sharding.get_abstract_mesh().abstract_device
     return jax.default_backend() if device is None else device.platform
 

@@ -2,7 +2,7 @@
 
 `train_step` and `eval_step` are module-level pure functions, jitted once with
 explicit shardings; what differs between tasks (model, inputs, loss, data,
-scores) comes from the task's `Setup` (task.py). `train_and_evaluate(config,
+scores) comes from the task's `Setup` (tasks/contract.py). `train_and_evaluate(config,
 workdir)` is the whole run: re-running it on the same workdir resumes from
 the latest checkpoint and continues exactly (each checkpoint records where
 every host's input stream stood, and dropout rngs are folded from the step).
@@ -32,7 +32,7 @@ from jax.experimental import multihost_utils
 from bertjax import checkpoint, flops, metrics, optim, preemption, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
-from bertjax.task import Setup, Task, apply_model, host_share
+from bertjax.tasks.contract import Setup, Task, apply_model, host_share
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
 

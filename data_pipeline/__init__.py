@@ -10,7 +10,7 @@ def __getattr__(name):
     # Imported on first use, so light modules (instances, masking, config) load
     # without TensorFlow.
     if name == "make_pretraining_dataset":
-        from data_pipeline.pretraining import make_pretraining_dataset
+        from data_pipeline.pretraining_input import make_pretraining_dataset
 
         return make_pretraining_dataset
     raise AttributeError(f"module 'data_pipeline' has no attribute {name!r}")

@@ -21,7 +21,7 @@ time, workers' included, over the wall time) and the sequences per core-second.
 After the online figures (before the offline writer's), what a TPU host must
 supply: the sequences/s of --need_batch every --need_step_ms (by default
 BERT-Large phase 1 on a v5p-8, one host, at the roofline step time
-`bertjax.aot` prints for it), against the measured rate per
+`bertjax.tpu.aot` prints for it), against the measured rate per
 core-second at length 128 (with workers on the most cores measured) times
 --host_cpus (a v5p TPU VM's 208 vCPUs, from the Cloud TPU documentation's v5p
 page), a linear extrapolation.
@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining
+from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining_input
 from data_pipeline import config as config_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.sentences import split_sentences
@@ -69,7 +69,7 @@ def online(data, *, batch_size, seconds, cores=None, warmup_batches=20):
 
 
 def _measure(data, batch_size, seconds, cores, warmup_batches):
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         data, split="train", batch_size=batch_size, seed=0
     )
     if cores:

@@ -73,7 +73,7 @@ class DataConfig:
     # Probability that segment B comes from another document (NotNext).
     random_next_prob: float = 0.5
     # Online: documents per chunk, the unit that NotNext segments come from, whose instances
-    # are shuffled together and where a resumed stream restarts (pretraining.py). Offline
+    # are shuffled together and where a resumed stream restarts (pretraining_input.py). Offline
     # writer: documents held to draw NotNext segments from and to shuffle document order.
     document_buffer_size: int = 256
     # source='tfrecord' only: records shuffled together before batching.
@@ -83,7 +83,7 @@ class DataConfig:
     # Seed of the fixed evaluation masking, so an eval set is identical across runs.
     eval_seed: int = 1234
     # Several sentence pairs share each row of max_seq_length tokens, each attending and
-    # predicted on its own (pretraining.py, tfrecords.py; Krell et al. 2021). Batch sizes
+    # predicted on its own (pretraining_input.py, tfrecords.py; Krell et al. 2021). Batch sizes
     # then count rows, and max_predictions_per_seq bounds a row's masked positions (its
     # pairs' together).
     pack_examples: bool = False

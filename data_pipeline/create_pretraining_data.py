@@ -51,7 +51,7 @@ from data_pipeline import config as config_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.errors import UserError
-from data_pipeline.pretraining import masking_spec
+from data_pipeline.pretraining_input import masking_spec
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.workers import split_documents
 

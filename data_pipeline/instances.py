@@ -252,7 +252,7 @@ def instances_from_chunk(
     """One pass over each of `documents` (NotNext segments from the others), shuffled.
 
     The online pipeline's unit of work: a chunk depends on nothing before it,
-    so a stream can restart at any chunk (data_pipeline.pretraining).
+    so a stream can restart at any chunk (data_pipeline.pretraining_input).
     """
     documents = [(doc_id, document) for doc_id, document in documents if document]
     ring = DocumentRing(len(documents))

@@ -69,7 +69,7 @@ def mask_packed_batch(
     """`mask_batch` of packed rows (input_mask k on the row's k-th sequence): each sequence is
     masked as `mask_batch` masks it alone, and its positions are moved to where it sits in
     the row. A row's predictions, its sequences' in order, must fit max_predictions_per_seq
-    (the packer keeps to it: data_pipeline/pretraining.py); a row they overflow raises."""
+    (the packer keeps to it: data_pipeline/pretraining_input.py); a row they overflow raises."""
     input_ids = np.asarray(input_ids, np.int32)
     input_mask = np.asarray(input_mask, np.int32)
     rows, length = input_ids.shape

@@ -166,7 +166,7 @@ def pack(
 
 # ------------------------------------------------------------ in NumPy, with budgets
 # Pretraining packs sentence pairs as the stream makes them (a chunk of documents
-# online, a window of records offline: data_pipeline/pretraining.py, tfrecords.py): no
+# online, a window of records offline: data_pipeline/pretraining_input.py, tfrecords.py): no
 # plan ahead, so the number of rows follows the pairs, and a row also has a budget of
 # masked positions to keep.
 

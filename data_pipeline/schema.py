@@ -17,7 +17,7 @@ L = max_seq_length, P = max_predictions_per_seq. On disk (tf.Example) the
 names are the same as the original BERT's, every feature int64 except
 masked_lm_weights (float), and next_sentence_labels has shape [1].
 
-Packed batches (`pack_examples`: pretraining.py, tfrecords.py) hold R rows, each of up
+Packed batches (`pack_examples`: pretraining_input.py, tfrecords.py) hold R rows, each of up
 to K = max_sequences_per_row sentence pairs one after the other; the pairs attend and
 are predicted each on its own:
 

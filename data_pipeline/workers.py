@@ -1,6 +1,6 @@
 """Worker processes for the online pretraining stream's Python steps (`config.data.num_workers`).
 
-Two steps of the online stream (pretraining.py) are Python: a chunk's sentence
+Two steps of the online stream (pretraining_input.py) are Python: a chunk's sentence
 pairs, laid out (and with `pack_examples` packed into rows) from its tokens,
 and a batch's masks. Python holds the GIL, so in tf.data's threads these run
 on one core at a time however many threads there are, while tokenizing and
@@ -69,7 +69,7 @@ def split_documents(
 @dataclasses.dataclass(frozen=True)
 class ChunkInstances:
     """A chunk's tokens -> its instances, laid out [N, L] (or packed rows [R, L]), from the
-    `drop`-th on, with their stream positions' chunk fields (pretraining.py)."""
+    `drop`-th on, with their stream positions' chunk fields (pretraining_input.py)."""
 
     max_seq_length: int
     short_seq_prob: float

@@ -1,4 +1,4 @@
-"""bertjax.aot: the real train and eval steps compiled by the TPU compiler (libtpu) on this CPU."""
+"""bertjax.tpu.aot: the real train and eval steps compiled by the TPU compiler (libtpu) on this CPU."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bertjax import aot, tpu
+from bertjax.tpu import aot, slices
 from data_pipeline.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ def tiny_config():
 def run_aot(*args, timeout=300):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
-        [sys.executable, "-m", "bertjax.aot", "--config", TINY, *args],
+        [sys.executable, "-m", "bertjax.tpu.aot", "--config", TINY, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -38,7 +38,7 @@ def our_lines(stderr: str) -> list[str]:
 
 
 def test_tiny_config_on_a_v5e_slice():
-    r = aot.compile_report(tiny_config(), tpu.parse("v5e-8"))
+    r = aot.compile_report(tiny_config(), slices.parse("v5e-8"))
     assert (r["accelerator_type"], r["chips"], r["hosts"]) == ("v5litepod-8", 8, 1)
     assert r["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
     assert r["fits"] and r["eval_fits"]
@@ -57,7 +57,7 @@ def test_tiny_config_on_a_v5e_slice():
 
 def test_multislice_report():
     config = tiny_config()
-    report = aot.compile_report(config, tpu.parse("v6e-8", num_slices=2), with_eval=False)
+    report = aot.compile_report(config, slices.parse("v6e-8", num_slices=2), with_eval=False)
     lines = aot.format_report(report).splitlines()
     assert lines[0].startswith("v6e-8 x 2 slices: 16 chips, 2 host(s), mesh {'data': 16")
     assert any(line.startswith("HBM per chip   peak") for line in lines)
@@ -97,7 +97,7 @@ def test_configs_that_cannot_run_there_fail_before_compiling(overrides, topology
     config = tiny_config()
     config.update(overrides)
     with pytest.raises(UserError, match=message):
-        aot.compile_report(config, tpu.parse(topology))
+        aot.compile_report(config, slices.parse(topology))
 
 
 @pytest.mark.parametrize("limit", [0, 1, 3, 4, 5, 7, 8, 9, 31, 32, 100, 1000])
@@ -132,7 +132,7 @@ def test_splash_attention_compiles_for_a_tpu_slice(tmp_path):
     config.model.attention_probs_dropout_prob = 0.0  # the kernel has no attention dropout
     config.mesh.tensor = 2
     assert config.data.max_seq_length % 128 == 0
-    tpu_slice = tpu.parse("v5e-8")
+    tpu_slice = slices.parse("v5e-8")
     config, task = aot.prepare(config, str(tmp_path))
     run = aot.build(config, task, tpu_slice, tpu_slice.compile_devices(), str(tmp_path))
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):

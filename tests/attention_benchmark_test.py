@@ -1,4 +1,4 @@
-"""bertjax.attention_benchmark: its rows of timings, and bad flags in one line."""
+"""bertjax.bench.attention_kernels: its rows of timings, and bad flags in one line."""
 
 import os
 import pathlib
@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from bertjax import attention_benchmark
+from bertjax.bench import attention_kernels
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # BERT-Tiny, one implementation, one timed step: the rows' shape, not their numbers.
@@ -18,7 +18,7 @@ TINY = ("--preset=tiny", "--implementations=xla", "--steps=1")
 def run_tool(*flags):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
-        [sys.executable, "-m", "bertjax.attention_benchmark", *flags],
+        [sys.executable, "-m", "bertjax.bench.attention_kernels", *flags],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -28,7 +28,7 @@ def run_tool(*flags):
 
 
 def test_packed_rows_hold_two_or_three_examples_then_padding():
-    ids = attention_benchmark.packed_rows(16, 128)
+    ids = attention_kernels.packed_rows(16, 128)
     for row in ids:
         assert 2 <= len(set(row[row > 0].tolist())) <= 3
         assert row[-1] == 0  # padding at the end
@@ -36,8 +36,8 @@ def test_packed_rows_hold_two_or_three_examples_then_padding():
 
 
 def test_pretraining_positions_are_tokens_and_example_starts():
-    ids = attention_benchmark.packed_rows(16, 128)
-    masked, cls = attention_benchmark.pretraining_positions(ids, 20)
+    ids = attention_kernels.packed_rows(16, 128)
+    masked, cls = attention_kernels.pretraining_positions(ids, 20)
     assert masked.shape == (16, 20) and cls.shape == (16, 3)
     for row, at, starts in zip(ids, masked, cls, strict=True):
         assert np.all(row[at] > 0)

@@ -1,4 +1,4 @@
-"""bertjax.benchmark's comparison with Hugging Face's Flax BERT, as far as the test venv goes.
+"""bertjax.bench.throughput's comparison with Hugging Face's Flax BERT, as far as the test venv goes.
 
 The comparison itself needs transformers 4.x (`make bench-hf`); the test venv
 pins transformers 5, which has no Flax models, so these tests check the timing
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bertjax import hf_flax_baseline
+from bertjax.bench import hf_flax
 from data_pipeline.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,8 +24,8 @@ _NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLo
 
 def _has_hf_flax_bert() -> bool:
     try:
-        hf_flax_baseline.import_hf_flax_bert()
-    except hf_flax_baseline.HFFlaxUnavailableError:
+        hf_flax.import_hf_flax_bert()
+    except hf_flax.HFFlaxUnavailableError:
         return False
     return True
 
@@ -45,7 +45,7 @@ def test_median_step_times_take_turns_and_thread_each_state():
 
         return step
 
-    times = hf_flax_baseline.median_step_times(
+    times = hf_flax.median_step_times(
         [(make_step("ours"), 0), (make_step("hf"), 10)], batch=None, rng=None, steps=3
     )
     assert calls == [
@@ -57,8 +57,8 @@ def test_median_step_times_take_turns_and_thread_each_state():
 @needs_no_hf_flax
 def test_import_without_flax_says_to_run_make_bench_hf():
     with pytest.raises(UserError, match=r"transformers 4\.x.*make bench-hf") as raised:
-        hf_flax_baseline.import_hf_flax_bert()
-    assert isinstance(raised.value, hf_flax_baseline.HFFlaxUnavailableError)
+        hf_flax.import_hf_flax_bert()
+    assert isinstance(raised.value, hf_flax.HFFlaxUnavailableError)
     assert isinstance(raised.value.__cause__, ImportError)
 
 
@@ -74,7 +74,7 @@ def test_cli_compare_hf_flax_fails_before_compiling():
         [
             sys.executable,
             "-m",
-            "bertjax.benchmark",
+            "bertjax.bench.throughput",
             "--config",
             "experiments/pretrain/tiny_cpu.py",
             "--compare_hf_flax",

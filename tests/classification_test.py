@@ -8,11 +8,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from data_pipeline import classification
 from data_pipeline import config as config_lib
-from data_pipeline.classification import ClassificationConfig
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune_data import SplitInfo, TaskDataError
+from data_pipeline.finetune import classification
+from data_pipeline.finetune.classification import ClassificationConfig
+from data_pipeline.finetune.records import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"

@@ -19,16 +19,17 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = "experiments/pretrain/tiny_cpu.py"
 TOOLS = (
     "bertjax.main",
-    "bertjax.benchmark",
-    "bertjax.packing_benchmark",
-    "bertjax.attention_benchmark",
-    "bertjax.aot",
-    "bertjax.launch",
-    "bertjax.convert",
+    "bertjax.bench.throughput",
+    "bertjax.bench.packed_step",
+    "bertjax.bench.attention_kernels",
+    "bertjax.tpu.aot",
+    "bertjax.tpu.launch",
+    "bertjax.convert.import_export",
+    "bertjax.sweep.command",
     "bertjax.predict",
     "data_pipeline.benchmark",
-    "data_pipeline.tokenize",
-    "data_pipeline.inspect",
+    "data_pipeline.tokenize_lines",
+    "data_pipeline.inspect_batches",
     "data_pipeline.build_vocab",
     "data_pipeline.builtin_tasks",
     "data_pipeline.create_pretraining_data",
@@ -70,10 +71,15 @@ def test_importing_every_tool_in_one_process_defines_no_flag():
 
 @pytest.mark.parametrize("name", [t for t in TOOLS if t != "bertjax.predict"])
 def test_every_tool_follows_the_convention(name):
-    source = (REPO / (name.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+    path = REPO / (name.replace(".", "/") + ".py")
+    source = path.read_text(encoding="utf-8")
     assert "def define_flags() -> None:" in source
     assert re.search(r"^def main\(argv", source, re.M)
-    assert "cli.run(main, define_flags" in source
+    if path.stem in ("import_export", "command"):  # run as its package: python -m bertjax.sweep
+        runner = (path.parent / "__main__.py").read_text(encoding="utf-8")
+        assert f"cli.run({path.stem}.main, {path.stem}.define_flags" in runner
+    else:
+        assert "cli.run(main, define_flags" in source
     assert "app.run(" not in source and "USER_ERRORS" not in source
 
 
@@ -113,7 +119,12 @@ def test_trainer_names_an_unknown_override_before_training(tmp_path, override, m
 
 def test_data_tool_names_an_unknown_override():
     result = run_python(
-        "-m", "data_pipeline.inspect", "--config", TINY, "--config.data.vocab_sise=5", timeout=120
+        "-m",
+        "data_pipeline.inspect_batches",
+        "--config",
+        TINY,
+        "--config.data.vocab_sise=5",
+        timeout=120,
     )
     assert stderr_lines(result) == [
         "error: unknown config key: config.data.vocab_sise; did you mean config.data.vocab_size?"
@@ -147,7 +158,7 @@ def test_unknown_key_in_a_config_file(tmp_path):
 
 
 def test_missing_config_file_is_one_line():
-    result = run_python("-m", "data_pipeline.inspect", "--config", "experiments/no_such.py")
+    result = run_python("-m", "data_pipeline.inspect_batches", "--config", "experiments/no_such.py")
     assert stderr_lines(result) == ["error: --config=experiments/no_such.py: no such file"]
     assert result.returncode == 2
 

@@ -1,10 +1,10 @@
-"""bertjax.config_json: released bert_config.json and config.json files <-> BertConfig."""
+"""bertjax.convert.config_json: released bert_config.json and config.json files <-> BertConfig."""
 
 import json
 
 import pytest
 
-from bertjax import config_json
+from bertjax.convert import config_json
 from bertjax.model import BertConfig
 
 GOOGLE_BASE = {

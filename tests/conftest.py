@@ -36,7 +36,14 @@ os.environ["XLA_FLAGS"] = _xla_flags(
     "--xla_cpu_collective_call_terminate_timeout_seconds=600",
 )
 
-import jax  # noqa: E402 - after XLA_FLAGS
+# libtpu (installed for the ahead-of-time compile tests) starts with every jax
+# process; on this host without a TPU it only compiles, in this process and the
+# programs the tests start.
+from bertjax.tpu import slices  # noqa: E402
+
+slices.libtpu_without_tpu()
+
+import jax  # noqa: E402 - after XLA_FLAGS and the libtpu settings
 
 # Many tests compile the same small steps, in this process and in the programs
 # they start (`python -m bertjax.main`, sweeps, notebooks): one compilation
@@ -116,7 +123,7 @@ def bert_tokenizer_json(minilm_dir) -> str:
 
 @pytest.fixture
 def tpu_mesh_in_context():
-    """An abstract one-chip TPU mesh in context: what bertjax.aot traces a TPU step under."""
+    """An abstract one-chip TPU mesh in context: what bertjax.tpu.aot traces a TPU step under."""
     mesh = jax.sharding.AbstractMesh(
         (1,),
         ("data",),

@@ -1,4 +1,4 @@
-"""bertjax.convert and checkpoint_names: Google TF and Hugging Face checkpoints in, Hugging Face out.
+"""bertjax.convert (import_export, param_names): Google TF and Hugging Face checkpoints in, Hugging Face out.
 
 The oracles are transformers' PyTorch BERT in eval mode and the checkpoint's
 own tokenizer (`tokenizers`). The TF checkpoint is written here with the
@@ -25,8 +25,9 @@ from flax import traverse_util
 from safetensors.numpy import load_file, save_file
 
 import bertjax
-from bertjax import checkpoint, checkpoint_names, convert, inference, train
+from bertjax import checkpoint, inference, train
 from bertjax import workdir as workdir_lib
+from bertjax.convert import import_export, param_names
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
 from data_pipeline.errors import UserError
 
@@ -139,7 +140,9 @@ def hf_small(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small_workdir(hf_small, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("imported") / "w"
-    result = convert.import_checkpoint("hf", str(hf_small[0]), str(workdir), do_lower_case=True)
+    result = import_export.import_checkpoint(
+        "hf", str(hf_small[0]), str(workdir), do_lower_case=True
+    )
     assert result["initialized"] == []
     return workdir
 
@@ -147,7 +150,7 @@ def small_workdir(hf_small, tmp_path_factory):
 @pytest.fixture(scope="module")
 def minilm_workdir(minilm_dir, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("minilm_import") / "w"
-    result = convert.import_checkpoint("hf", str(minilm_dir), str(workdir))
+    result = import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
     # A sentence-transformers BertModel: no heads, names without "bert.".
     assert result["initialized"] == ["predictions", "seq_relationship"]
     assert result["ignored"] == ["bert.embeddings.position_ids"]
@@ -160,15 +163,15 @@ def minilm_workdir(minilm_dir, tmp_path_factory):
 def test_table_covers_every_parameter_once():
     config = BertConfig.from_dict(SMALL)
     flat = traverse_util.flatten_dict(jax.eval_shape(lambda: init_params(config)), sep="/")
-    for fmt in checkpoint_names.FORMATS:
-        table = checkpoint_names.names(fmt, config.num_hidden_layers)
+    for fmt in param_names.FORMATS:
+        table = param_names.names(fmt, config.num_hidden_layers)
         assert set(table) == set(flat)
         source_names = [name for name, _ in table.values()]
         assert len(set(source_names)) == len(source_names)
 
 
 def test_table_spells_the_original_names():
-    tf_names = {ours: name for ours, (name, _) in checkpoint_names.names("tf", 1).items()}
+    tf_names = {ours: name for ours, (name, _) in param_names.names("tf", 1).items()}
     layer = "bert/encoder/layer_0/"
     assert tf_names[layer + "attention/query/kernel"] == layer + "attention/self/query/kernel"
     assert tf_names[layer + "attention/output/kernel"] == layer + "attention/output/dense/kernel"
@@ -183,25 +186,23 @@ def test_table_spells_the_original_names():
 def test_layouts_invert():
     rng = np.random.default_rng(0)
     shape_of = {  # one parameter per layout: H=6, A=2, D=3, I=5
-        checkpoint_names.SAME: (7, 6),
-        checkpoint_names.KERNEL: (6, 5),
-        checkpoint_names.KERNEL_TO_HEADS: (6, 2, 3),
-        checkpoint_names.BIAS_TO_HEADS: (2, 3),
-        checkpoint_names.KERNEL_FROM_HEADS: (2, 3, 6),
-        checkpoint_names.TRANSPOSED_KERNEL: (6, 2),
+        param_names.SAME: (7, 6),
+        param_names.KERNEL: (6, 5),
+        param_names.KERNEL_TO_HEADS: (6, 2, 3),
+        param_names.BIAS_TO_HEADS: (2, 3),
+        param_names.KERNEL_FROM_HEADS: (2, 3, 6),
+        param_names.TRANSPOSED_KERNEL: (6, 2),
     }
     for layout, shape in shape_of.items():
         ours = rng.normal(size=shape)
-        for fmt in checkpoint_names.FORMATS:
-            theirs = checkpoint_names.from_ours(ours, layout, fmt)
-            assert theirs.shape == checkpoint_names.source_shape(layout, fmt, shape)
+        for fmt in param_names.FORMATS:
+            theirs = param_names.from_ours(ours, layout, fmt)
+            assert theirs.shape == param_names.source_shape(layout, fmt, shape)
             assert theirs.ndim <= 2
-            np.testing.assert_array_equal(
-                checkpoint_names.to_ours(theirs, layout, fmt, shape), ours
-            )
+            np.testing.assert_array_equal(param_names.to_ours(theirs, layout, fmt, shape), ours)
     # PyTorch's query weight [A * D, H]: row j is output feature j = head j // D, index j % D.
     kernel = np.arange(36.0).reshape(6, 6)
-    ours = checkpoint_names.to_ours(kernel, checkpoint_names.KERNEL_TO_HEADS, "hf", (6, 2, 3))
+    ours = param_names.to_ours(kernel, param_names.KERNEL_TO_HEADS, "hf", (6, 2, 3))
     np.testing.assert_array_equal(ours[:, 1, 2], kernel[5])
 
 
@@ -314,7 +315,7 @@ def test_pretraining_heads_match_transformers(hf_small, small_workdir):
 def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan_layers):
     config, params = restore(small_workdir)
     exported = tmp_path / "hf"
-    convert.export_hf(str(small_workdir), str(exported))
+    import_export.export_hf(str(small_workdir), str(exported))
     assert sorted(os.listdir(exported)) == [
         "config.json",
         "model.safetensors",
@@ -343,7 +344,7 @@ def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan
     print(f"exported, in transformers: MLM max abs diff {diffs[0]:.2e}, NSP {diffs[1]:.2e}")
 
     reimported = tmp_path / "reimported"
-    convert.import_checkpoint(
+    import_export.import_checkpoint(
         "hf", str(exported), str(reimported), do_lower_case=True, scan_layers=scan_layers
     )
     config2, params2 = restore(reimported)
@@ -351,7 +352,7 @@ def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan
     if scan_layers:
         params2 = {**params2, "bert": unstack_layers(params2["bert"], config.num_hidden_layers)}
         twice = tmp_path / "twice"
-        convert.export_hf(str(reimported), str(twice))
+        import_export.export_hf(str(reimported), str(twice))
         assert load_file(str(twice / "model.safetensors")).keys() == again.keys()
     jax.tree.map(np.testing.assert_array_equal, params2, params)
 
@@ -426,7 +427,7 @@ def run_cli(*args):
 
 def test_tf_import_matches_transformers(hf_small, tf_small, tmp_path):
     workdir = tmp_path / "w"
-    convert.import_checkpoint("tf", str(tf_small), str(workdir))
+    import_export.import_checkpoint("tf", str(tf_small), str(workdir))
     config, params = restore(workdir)
     batch = make_batch(config.vocab_size, seed=2)
     mlm, nsp = our_logits(config, params, batch)
@@ -560,8 +561,8 @@ def test_bad_hugging_face_input_writes_nothing(hf_small, tmp_path, case):
     out = tmp_path / "out"
     out.mkdir()
     do_lower_case = None if case == "lower case unknown" else True
-    with pytest.raises(convert.ConversionError, match=match):
-        convert.import_checkpoint("hf", str(src), str(out / "w"), do_lower_case=do_lower_case)
+    with pytest.raises(import_export.ConversionError, match=match):
+        import_export.import_checkpoint("hf", str(src), str(out / "w"), do_lower_case=do_lower_case)
     check_no_output(out)
 
 
@@ -589,14 +590,16 @@ def test_bad_tf_input_writes_nothing(tf_small, tmp_path, breaks, match):
     breaks(src)
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(convert.ConversionError, match=match):
-        convert.import_checkpoint("tf", str(src), str(out / "w"))
+    with pytest.raises(import_export.ConversionError, match=match):
+        import_export.import_checkpoint("tf", str(src), str(out / "w"))
     check_no_output(out)
 
 
 def test_tf_case_contradicting_the_name_fails(tf_small, tmp_path):
-    with pytest.raises(convert.ConversionError, match="--no_do_lower_case contradicts"):
-        convert.import_checkpoint("tf", str(tf_small), str(tmp_path / "w"), do_lower_case=False)
+    with pytest.raises(import_export.ConversionError, match="--no_do_lower_case contradicts"):
+        import_export.import_checkpoint(
+            "tf", str(tf_small), str(tmp_path / "w"), do_lower_case=False
+        )
 
 
 def test_a_failure_while_writing_leaves_nothing(hf_small, tmp_path, monkeypatch):
@@ -606,19 +609,19 @@ def test_a_failure_while_writing_leaves_nothing(hf_small, tmp_path, monkeypatch)
     monkeypatch.setattr(checkpoint, "save", fail)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="disk full"):
-        convert.import_checkpoint(
+        import_export.import_checkpoint(
             "hf", str(hf_small[0]), str(out / "deeper" / "w"), do_lower_case=True
         )
     assert not out.exists()
 
 
 def test_existing_destinations_are_refused(small_workdir, tmp_path):
-    with pytest.raises(convert.ConversionError, match="already exists and is not empty"):
-        convert.import_checkpoint("hf", "unused", str(small_workdir))
-    with pytest.raises(convert.ConversionError, match="already exists and is not empty"):
-        convert.export_hf(str(small_workdir), str(small_workdir))
+    with pytest.raises(import_export.ConversionError, match="already exists and is not empty"):
+        import_export.import_checkpoint("hf", "unused", str(small_workdir))
+    with pytest.raises(import_export.ConversionError, match="already exists and is not empty"):
+        import_export.export_hf(str(small_workdir), str(small_workdir))
     with pytest.raises(UserError, match="checkpoints/7: missing; steps there: 0"):
-        convert.export_hf(str(small_workdir), str(tmp_path / "o"), step=7)
+        import_export.export_hf(str(small_workdir), str(tmp_path / "o"), step=7)
 
 
 # --------------------------------------------------------------------------- command line

@@ -474,7 +474,7 @@ def test_tfds_mock_wikipedia(tfds, data_config):
 
 
 def test_tfds_corpus_through_the_whole_pipeline(tiny_tfds, data_config, bert_tokenizer_json):
-    from data_pipeline import pretraining
+    from data_pipeline import pretraining_input
 
     data_config.update(
         source="tfds",
@@ -486,7 +486,9 @@ def test_tfds_corpus_through_the_whole_pipeline(tiny_tfds, data_config, bert_tok
         document_buffer_size=8,
         shuffle_buffer_size=16,
     )
-    dataset = pretraining.make_pretraining_dataset(data_config, split="train", batch_size=8, seed=0)
+    dataset = pretraining_input.make_pretraining_dataset(
+        data_config, split="train", batch_size=8, seed=0
+    )
     batch = next(dataset.as_numpy_iterator())
     assert batch["input_ids"].shape == (8, 128)
     assert batch["masked_lm_weights"].sum() > 0

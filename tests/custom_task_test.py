@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax import checkpoint, scores, train
+from bertjax import checkpoint, train
 from bertjax import model as model_lib
 from bertjax.model import BertForSequenceClassification
-from bertjax.task import Setup, Task
+from bertjax.tasks import scores
+from bertjax.tasks.contract import Setup, Task
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer
 

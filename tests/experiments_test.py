@@ -16,8 +16,10 @@ import pytest
 from flax import linen as nn
 
 from bertjax import model as model_lib
-from bertjax import optim, pretraining, sharding, tpu, train
+from bertjax import optim, sharding, train
 from bertjax import workdir as workdir_lib
+from bertjax.tasks import pretraining
+from bertjax.tpu import slices
 from data_pipeline import config as data_config_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -209,7 +211,7 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
             pretraining.describe(phase1.data),
         )
         config.init_checkpoint = str(init_dir)
-    devices = tpu.parse("v5e-8").compile_devices()
+    devices = slices.parse("v5e-8").compile_devices()
     run = train.build_run(config, str(tmp_path / "workdir"), devices=devices)
     assert run.mesh.devices.size == 8
     assert run.setup.model_config.vocab_size == 30522

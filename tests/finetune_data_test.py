@@ -6,10 +6,10 @@ import types
 import numpy as np
 import pytest
 
-from data_pipeline import classification, finetune_data, squad, tagging
 from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune_data import TaskDataError
+from data_pipeline.finetune import classification, records, squad, tagging
+from data_pipeline.finetune.records import TaskDataError
 
 
 def batches(dataset) -> list:
@@ -35,17 +35,17 @@ def test_default_config_is_the_dataclass_defaults(module, config_class):
 
 
 def test_sorted_labels():
-    assert finetune_data.sorted_labels(["10", "2", "-1", "2"]) == ("-1", "2", "10")
-    assert finetune_data.sorted_labels(["b", "10", "a"]) == ("10", "a", "b")
+    assert records.sorted_labels(["10", "2", "-1", "2"]) == ("-1", "2", "10")
+    assert records.sorted_labels(["b", "10", "a"]) == ("10", "a", "b")
 
 
 def test_task_split():
     task = types.SimpleNamespace(train="train rows", eval=None)
-    assert finetune_data.task_split(task, "train") == "train rows"
+    assert records.task_split(task, "train") == "train rows"
     with pytest.raises(ConfigError, match=r"config\.data\.eval_file='': no eval split configured"):
-        finetune_data.task_split(task, "eval")
+        records.task_split(task, "eval")
     with pytest.raises(ValueError, match="must be one of train, eval"):
-        finetune_data.task_split(task, "test")
+        records.task_split(task, "test")
 
 
 # ----------------------------------------------------------------------------- files
@@ -55,15 +55,15 @@ def test_read_records_by_extension(tmp_path):
     columns = [("text_a", "text"), ("label", "label")]
     tsv = tmp_path / "a.tsv"
     tsv.write_text("label\ttext\n\nx\tone\ny\ttwo\n")
-    assert list(finetune_data.read_records(str(tsv), columns)) == [
+    assert list(records.read_records(str(tsv), columns)) == [
         (3, ["one", "x"]),
         (4, ["two", "y"]),
     ]
     jsonl = tmp_path / "a.jsonl"
     jsonl.write_text('{"text": "one", "label": 1}\n')
-    assert list(finetune_data.read_records(str(jsonl), columns)) == [(1, ["one", 1])]
+    assert list(records.read_records(str(jsonl), columns)) == [(1, ["one", 1])]
     with pytest.raises(TaskDataError, match=r"a\.txt: unknown format; use one of \.tsv"):
-        finetune_data.read_records(str(tmp_path / "a.txt"), columns)
+        records.read_records(str(tmp_path / "a.txt"), columns)
 
 
 # ----------------------------------------------------------------------------- batching
@@ -73,7 +73,7 @@ def test_eval_every_example_once_across_processes():
     for num_examples, batch_size, process_count in [(5, 2, 1), (5, 2, 2), (9, 3, 2), (4, 2, 2)]:
         seen, sizes = [], set()
         for process_index in range(process_count):
-            dataset, info = finetune_data.batch_indices(
+            dataset, info = records.batch_indices(
                 num_examples,
                 training=False,
                 batch_size=batch_size,
@@ -94,7 +94,7 @@ def test_eval_every_example_once_across_processes():
 
 def test_train_order_is_shared_by_processes():
     def order(process_index, process_count, batch_size, seed=7):
-        dataset, info = finetune_data.batch_indices(
+        dataset, info = records.batch_indices(
             10,
             training=True,
             batch_size=batch_size,
@@ -121,11 +121,11 @@ def test_train_order_is_shared_by_processes():
 
 
 def test_fractional_epochs_and_too_small_a_split():
-    _, info = finetune_data.batch_indices(
+    _, info = records.batch_indices(
         10, training=True, batch_size=4, process_index=0, process_count=1, seed=0, num_epochs=0.5
     )
     assert info.num_batches == 1
     with pytest.raises(ValueError, match="no global batch of 16"):
-        finetune_data.batch_indices(
+        records.batch_indices(
             10, training=True, batch_size=8, process_index=0, process_count=2, seed=0, num_epochs=1
         )

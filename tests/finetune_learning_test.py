@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bertjax import convert
+from bertjax.convert import import_export
 from data_pipeline import builtin_tasks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def minilm_workdir(minilm_dir, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("converted") / "minilm"
-    convert.import_checkpoint("hf", str(minilm_dir), str(workdir))
+    import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
     return str(workdir)
 
 

@@ -9,8 +9,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 import bertjax
-from bertjax import checkpoint, packing_benchmark, predict, train
+from bertjax import checkpoint, predict, train
 from bertjax import workdir as workdir_lib
+from bertjax.bench import packed_step
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, squad
 
@@ -196,7 +197,7 @@ def test_the_packing_benchmark_times_both_layouts(pretrained, tmp_path):
     config.data.max_seq_length = 64
     config.train_batch_size = 16
     config.num_train_epochs = 8.0
-    result = packing_benchmark.measure(config, str(tmp_path), steps=1)
+    result = packed_step.measure(config, str(tmp_path), steps=1)
     packed, unpacked = result["packed"], result["unpacked"]
     assert packed["rows"] < unpacked["rows"] == 16
     # The same text in fewer rows.

@@ -314,14 +314,14 @@ def test_training_logs_mfu(make_small_config, tmp_path, cache_home, capsys):
 
 @pytest.mark.parametrize("packed", [False, True], ids=["pairs", "packed_rows"])
 def test_benchmark_reports_mfu_and_the_share_outside_the_matmuls(tmp_path, cache_home, packed):
-    from bertjax import benchmark
+    from bertjax.bench import throughput
     from experiments.pretrain import tiny_cpu
 
     config = tiny_cpu.get_config()
     config.train_batch_size = 8
     config.data.pack_examples = packed
     # The synthetic batch has the run's columns (packed: cls_positions, NSP per slot).
-    r = benchmark.measure(config, str(tmp_path), steps=2)
+    r = throughput.measure(config, str(tmp_path), steps=2)
     assert r["peak_flops"] == flops.peak_flops(jax.devices(), "float32")[0]
     assert "measured" in r["peak_source"]
     assert 0 < r["mfu"] <= 1

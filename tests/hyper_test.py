@@ -1,9 +1,9 @@
-"""bertjax.hyper: the sweep vocabulary of experiment configs."""
+"""bertjax.sweep.hyper: the sweep vocabulary of experiment configs."""
 
 import pytest
 
-from bertjax import hyper
-from bertjax.hyper import SweepError
+from bertjax.sweep import hyper
+from bertjax.sweep.hyper import SweepError
 
 
 def test_product_crosses_the_last_key_fastest():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from data_pipeline import inspect, schema
+from data_pipeline import inspect_batches, schema
 from experiments.pretrain import tiny_cpu
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +43,7 @@ def test_inspect_reports_statistics_and_dumps_every_example(
         shuffle_buffer_size=10,
     )
     dump = tmp_path / "out" / "examples.jsonl"
-    result = inspect.inspect(
+    result = inspect_batches.inspect(
         config, split="train", num_batches=3, batch_size=4, num_examples=2, dump=str(dump)
     )
     printed = capsys.readouterr().out
@@ -69,7 +69,7 @@ def test_inspect_reports_statistics_and_dumps_every_example(
 
 def run_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "data_pipeline.inspect", *args],
+        [sys.executable, "-m", "data_pipeline.inspect_batches", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -107,6 +107,6 @@ def test_a_sequence_longer_than_the_model_positions_is_refused(bert_tokenizer_js
     config.data.vocab_file = bert_tokenizer_json
     config.model.max_position_embeddings = 64
     with pytest.raises(config_lib.ConfigError, match="max_position_embeddings=64"):
-        inspect.inspect(
+        inspect_batches.inspect(
             config, split="train", num_batches=1, batch_size=2, num_examples=0, dump=None
         )

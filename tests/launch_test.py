@@ -1,4 +1,4 @@
-"""bertjax.launch: the exact commands of each subcommand, run in order, and one-line errors.
+"""bertjax.tpu.launch: the exact commands of each subcommand, run in order, and one-line errors.
 
 The golden files in tests/testdata/launch/ hold what `--dry_run` prints for each
 case in GOLDEN; read them as what a person would run. After a deliberate change
@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from bertjax import launch
+from bertjax.tpu import launch
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN_DIR = REPO / "tests" / "testdata" / "launch"
@@ -104,7 +104,7 @@ sys.exit(1 if fail_on and any(fail_on in arg for arg in args) else 0)
 
 def launcher(*args, env=None, timeout=60):
     return subprocess.run(
-        [sys.executable, "-m", "bertjax.launch", *args],
+        [sys.executable, "-m", "bertjax.tpu.launch", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,
@@ -235,7 +235,7 @@ def test_setup_ships_the_tracked_files_and_stops_when_the_copy_fails(fake_gcloud
     assert scp[6:] == ["bert-base:bertjax.tar.gz", "--zone=us-east5-a", "--worker=all"]
     with tarfile.open(str(log) + ".tar.gz") as archive:
         names = set(archive.getnames())
-    assert {"bertjax/launch.py", "requirements.txt", "setup.cfg"} <= names
+    assert {"bertjax/tpu/launch.py", "requirements.txt", "setup.cfg"} <= names
     assert not any(name.startswith((".venv", ".git/", "demo_out")) for name in names)
     assert not os.path.exists(scp[5]), "the archive is removed after the launch"
 
@@ -330,9 +330,7 @@ def test_bad_input_is_one_line_before_anything_runs(fake_gcloud, args, named):
 
 
 def test_importing_the_launcher_starts_neither_jax_nor_tensorflow():
-    script = (
-        "import sys, bertjax.launch; print([m for m in ('jax', 'tensorflow') if m in sys.modules])"
-    )
+    script = "import sys, bertjax.tpu.launch; print([m for m in ('jax', 'tensorflow') if m in sys.modules])"
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
     )

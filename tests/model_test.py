@@ -11,8 +11,8 @@ import pytest
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import config_json, convert
 from bertjax import model as model_lib
+from bertjax.convert import config_json, import_export
 from bertjax.model import BertConfig, BertForPreTraining, BertModel
 
 # Small enough for CPU, with every size distinct so a transposed kernel cannot pass.
@@ -413,7 +413,7 @@ def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
     assert config.hidden_act == {"gelu": "gelu", "gelu_new": "gelu_tanh"}[hidden_act]
     module = BertForPreTraining(config)
     batch = make_batch(config)
-    params, initialized = convert.params_from_tensors(
+    params, initialized = import_export.params_from_tensors(
         {k: v.detach().numpy() for k, v in state.items()}, config, "hf"
     )
     assert initialized == []

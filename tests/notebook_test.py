@@ -50,24 +50,24 @@ def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch)
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory, make_small_config):
     """A sweep of two learning rates, its trials trained in this process through the queue."""
-    from bertjax import sweep, sweep_queue, sweep_worker
+    from bertjax.sweep import command, queue, worker
 
     sweep_dir = tmp_path_factory.mktemp("sweep")
     trials = [{"optimizer.learning_rate": 1e-3}, {"optimizer.learning_rate": 3e-3}]
     space = {"optimizer.learning_rate": {"choice": [1e-3, 3e-3]}}
     definition = {"config": "tiny.py", "config_arg": None, "trials": trials, "space": space}
     definition.update(metric="", mode="min", sweep_dir=str(sweep_dir), max_retries=0)
-    storage = sweep_queue.open_storage(sweep_queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
-    study = sweep_queue.open_study(storage, "sweep", direction="minimize", create=True)
-    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    storage = queue.open_storage(queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
+    study = queue.open_study(storage, "sweep", direction="minimize", create=True)
+    study.set_user_attr(queue.SWEEP_ATTR, definition)
     for index, overrides in enumerate(trials):
-        sweep_queue.enqueue(study, index, overrides, attempt=1)
-    while (trial := sweep_queue.claim(study)) is not None:
-        params = sweep_worker.suggest(trial, trial.user_attrs["keys"], space)
-        name = sweep_worker.trial_name(trial.user_attrs["index"], params)
+        queue.enqueue(study, index, overrides, attempt=1)
+    while (trial := queue.claim(study)) is not None:
+        params = worker.suggest(trial, trial.user_attrs["keys"], space)
+        name = worker.trial_name(trial.user_attrs["index"], params)
         workdir = sweep_dir / "trials" / name
         trial.set_user_attr("workdir", str(workdir))
-        config = sweep.apply_overrides(make_small_config(), params, name)
+        config = command.apply_overrides(make_small_config(), params, name)
         results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
         study.tell(trial, results["eval"]["loss"])
     return sweep_dir

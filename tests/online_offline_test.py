@@ -2,14 +2,14 @@
 
 import pytest
 
-from data_pipeline import create_pretraining_data, pretraining, statistics
+from data_pipeline import batch_statistics, create_pretraining_data, pretraining_input
 from data_pipeline.vocab import load_vocab
 
 SEQUENCES = 3072
 
 
 def summary_of(dataset, vocab, batches):
-    stats = statistics.BatchStatistics(128, 20)
+    stats = batch_statistics.BatchStatistics(128, 20)
     for batch in dataset.take(batches).as_numpy_iterator():
         stats.update(batch, vocab)
     return stats.summary()
@@ -19,7 +19,9 @@ def test_offline_and_online_statistics_agree(tmp_path, data_config, bert_tokeniz
     data_config.update(vocab_file=bert_tokenizer_json, dupe_factor=2, shuffle_buffer_size=2000)
     vocab = load_vocab(bert_tokenizer_json)
     online = summary_of(
-        pretraining.make_pretraining_dataset(data_config, split="train", batch_size=64, seed=0),
+        pretraining_input.make_pretraining_dataset(
+            data_config, split="train", batch_size=64, seed=0
+        ),
         vocab,
         SEQUENCES // 64,
     )
@@ -31,7 +33,9 @@ def test_offline_and_online_statistics_agree(tmp_path, data_config, bert_tokeniz
         tfrecord_eval_files=str(out / "eval-*.tfrecord"),
     )
     offline = summary_of(
-        pretraining.make_pretraining_dataset(data_config, split="train", batch_size=64, seed=0),
+        pretraining_input.make_pretraining_dataset(
+            data_config, split="train", batch_size=64, seed=0
+        ),
         vocab,
         SEQUENCES // 64,
     )

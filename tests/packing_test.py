@@ -14,10 +14,11 @@ from bertjax.model import (
     BertForSequenceClassification,
     position_ids,
 )
-from data_pipeline import classification, packing, schema
 from data_pipeline import config as config_lib
-from data_pipeline import pretraining as pretraining_data
-from data_pipeline.classification import ClassificationConfig
+from data_pipeline import packing, schema
+from data_pipeline import pretraining_input as pretraining_data
+from data_pipeline.finetune import classification
+from data_pipeline.finetune.classification import ClassificationConfig
 from data_pipeline.tokenizer import make_tokenizer
 
 CLS, SEP, PAD = 101, 102, 0

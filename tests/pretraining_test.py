@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
+from data_pipeline import batch_statistics, corpus, masking, pretraining_input, schema
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, masking, pretraining, schema, statistics
 from data_pipeline.vocab import load_vocab
 
 YEARS = [str(year) for year in range(1901, 1961)]
@@ -47,10 +47,12 @@ def take(dataset, count):
 
 
 def test_batches_follow_the_schema(bert_config):
-    dataset = pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=8, seed=0)
+    dataset = pretraining_input.make_pretraining_dataset(
+        bert_config, split="train", batch_size=8, seed=0
+    )
     batch = take(dataset, 1)[0]
     assert set(batch) == {*schema.FEATURES, "stream_position"}
-    width = len(pretraining.POSITION_FIELDS)
+    width = len(pretraining_input.POSITION_FIELDS)
     shapes = {**schema.feature_shapes(128, 20), "stream_position": (width,)}
     for name, value in batch.items():
         assert value.shape == (8, *shapes[name]), name
@@ -60,7 +62,7 @@ def test_batches_follow_the_schema(bert_config):
     # The element spec is static: jit needs fixed shapes.
     for name, spec in dataset.element_spec.items():
         assert spec.shape.as_list() == [8, *shapes[name]]
-    evaluation = pretraining.make_pretraining_dataset(
+    evaluation = pretraining_input.make_pretraining_dataset(
         bert_config, split="eval", batch_size=8, seed=0
     )
     assert set(evaluation.element_spec) == set(schema.FEATURES)
@@ -68,10 +70,10 @@ def test_batches_follow_the_schema(bert_config):
 
 def test_statistics_over_thousands_of_sequences(bert_config):
     vocab = load_vocab(bert_config.vocab_file)
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         bert_config, split="train", batch_size=64, seed=1
     )
-    stats = statistics.BatchStatistics(128, 20)
+    stats = batch_statistics.BatchStatistics(128, 20)
     for batch in take(dataset, 50):
         stats.update(batch, vocab)
         ids, mask, segments = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
@@ -102,7 +104,7 @@ def test_statistics_over_thousands_of_sequences(bert_config):
 
 def test_same_seed_same_batches_and_eval_is_fixed(bert_config):
     def first(split, seed):
-        dataset = pretraining.make_pretraining_dataset(
+        dataset = pretraining_input.make_pretraining_dataset(
             bert_config, split=split, batch_size=16, seed=seed
         )
         return take(dataset, 3)
@@ -123,7 +125,9 @@ def test_eval_is_one_finite_pass_of_held_out_documents(bert_config):
     bert_config.eval_fraction = 0.05
     held_out = list(corpus.iter_documents(config_lib.from_config(bert_config), split="eval"))
     assert held_out
-    dataset = pretraining.make_pretraining_dataset(bert_config, split="eval", batch_size=4, seed=0)
+    dataset = pretraining_input.make_pretraining_dataset(
+        bert_config, split="eval", batch_size=4, seed=0
+    )
     count = sum(1 for _ in dataset.as_numpy_iterator())
     assert count > 0
     assert count == sum(1 for _ in dataset.as_numpy_iterator())
@@ -150,7 +154,7 @@ def test_masks_are_redrawn_every_pass(year_corpus, bert_config):
         max_predictions_per_seq=10,
         shuffle_buffer_size=1,
     )
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         bert_config, split="train", batch_size=10, seed=0
     )
     seen = {}
@@ -171,7 +175,7 @@ def test_process_shards_are_disjoint(year_corpus, bert_config):
     year_ids = {vocab.token_to_id(year) for year in YEARS}
 
     def years_of(process_index, process_count):
-        dataset = pretraining.make_pretraining_dataset(
+        dataset = pretraining_input.make_pretraining_dataset(
             bert_config,
             split="train",
             batch_size=8,
@@ -195,14 +199,14 @@ def test_single_document_corpus_is_refused_before_work(tmp_path, bert_config):
     path.write_text("Only one document here.\nIt has two sentences.\n", encoding="utf-8")
     bert_config.update(source="text", text_files=str(path), eval_fraction=0.0)
     with pytest.raises(corpus.CorpusError, match="single document"):
-        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
 
 
 def test_empty_eval_split_is_refused(year_corpus, bert_config):
     pattern, _ = year_corpus
     bert_config.update(source="text", text_files=pattern, eval_fraction=0.0)
     with pytest.raises(corpus.CorpusError, match="eval_fraction"):
-        pretraining.make_pretraining_dataset(bert_config, split="eval", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(bert_config, split="eval", batch_size=2, seed=0)
 
 
 @pytest.mark.parametrize(
@@ -218,14 +222,14 @@ def test_empty_eval_split_is_refused(year_corpus, bert_config):
 def test_bad_options_name_the_option(bert_config, option, value, match):
     bert_config[option] = value
     with pytest.raises(config_lib.ConfigError, match=match):
-        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
 
 
 def test_unknown_option_is_refused(bert_config):
     bert_config.unlock()
     bert_config.max_seq_len = 128
     with pytest.raises(config_lib.ConfigError, match="config.data.max_seq_len"):
-        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
 
 
 def test_max_seq_length_above_model_positions():
@@ -237,13 +241,13 @@ def test_max_seq_length_above_model_positions():
 def test_missing_glob_is_refused_before_work(tmp_path, bert_config):
     bert_config.update(source="text", text_files=str(tmp_path / "nothing-*.txt"))
     with pytest.raises(corpus.CorpusError, match="nothing-"):
-        pretraining.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
 
 
 def test_whole_word_masking_in_the_pipeline(bert_config):
     bert_config.whole_word_mask = True
     vocab = load_vocab(bert_config.vocab_file)
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         bert_config, split="train", batch_size=32, seed=0
     )
     for batch in take(dataset, 5):
@@ -265,7 +269,7 @@ def test_megabyte_line_without_spaces_is_one_unknown_word(tmp_path, bert_config,
         encoding="utf-8",
     )
     bert_config.update(source="text", text_files=pattern, eval_fraction=0.0)
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         bert_config, split="train", batch_size=16, seed=0
     )
     found_unk = False
@@ -326,11 +330,11 @@ def unpacked_sequences(batch):
 def test_packed_rows_hold_each_chunks_pairs_whole_with_their_masks(year_corpus, bert_config):
     glob, vocab = year_corpus
     bert_config.update(source="text", text_files=glob, document_buffer_size=20, eval_fraction=0.0)
-    spec = pretraining.masking_spec(config_lib.from_config(bert_config), vocab)
+    spec = pretraining_input.masking_spec(config_lib.from_config(bert_config), vocab)
 
     def epoch_zero(pack):
         bert_config.pack_examples = pack
-        dataset = pretraining.make_pretraining_dataset(
+        dataset = pretraining_input.make_pretraining_dataset(
             bert_config, split="train", batch_size=4, seed=3
         )
         found, counts, rows = {}, [], 0

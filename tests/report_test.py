@@ -6,8 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax import checkpoint, inference, report, train
+from bertjax import checkpoint, inference, train
 from bertjax import workdir as workdir_lib
+from bertjax.tasks import pretraining_report
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_fill_mask_matches_the_training_forward_pass(trained):
 def test_report_prints_accuracy_baselines_and_guesses(trained):
     config, workdir, last_eval = trained
     out = io.StringIO()
-    report.print_report(workdir, config, last_eval, fill_mask_examples=2, out=out)
+    pretraining_report.print_report(workdir, config, last_eval, fill_mask_examples=2, out=out)
     text = out.getvalue()
     assert "held-out MLM accuracy" in text and "baseline" in text
     assert "held-out NSP accuracy" in text
@@ -80,7 +81,7 @@ def test_report_without_evaluation_or_held_out_text(trained):
     config.eval_every_steps = 0
     config.data.eval_fraction = 0.0
     out = io.StringIO()
-    report.print_report(workdir, config, {}, fill_mask_examples=2, out=out)
+    pretraining_report.print_report(workdir, config, {}, fill_mask_examples=2, out=out)
     assert out.getvalue() == (
         "\nno held-out evaluation (config.eval_every_steps=0)\n"
         "\nno held-out sentences to fill (config.data.eval_fraction=0.0)\n"

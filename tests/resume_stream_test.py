@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from data_pipeline import classification, finetune_data, schema, tfrecords
 from data_pipeline import config as config_lib
+from data_pipeline import schema, tfrecords
 from data_pipeline.errors import UserError
+from data_pipeline.finetune import classification, records
 from data_pipeline.tfrecords import PositionError
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -233,7 +234,7 @@ def test_batch_indices_resume_at_every_batch(process_count):
     for index in range(process_count):
 
         def read(position, index=index):
-            dataset = finetune_data.batch_indices(
+            dataset = records.batch_indices(
                 7,
                 training=True,
                 batch_size=2,
@@ -254,7 +255,7 @@ def test_batch_indices_resume_at_every_batch(process_count):
 
 def test_bad_fine_tuning_positions_are_named():
     def indices(position, training=True):
-        return finetune_data.batch_indices(
+        return records.batch_indices(
             7,
             training=training,
             batch_size=2,

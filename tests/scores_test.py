@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from bertjax import scores
+from bertjax.tasks import scores
 
 # ----------------------------------------------------------------------------- classification
 

@@ -122,7 +122,7 @@ def test_a_mesh_that_cannot_split_the_vocabulary_is_refused(setup, tmp_path):
 
 
 def test_the_platform_a_step_is_built_for():
-    # bertjax.aot traces TPU steps on this CPU: the mesh in context says what a step is for.
+    # bertjax.tpu.aot traces TPU steps on this CPU: the mesh in context says what a step is for.
     assert sharding.target_platform() == "cpu"
 
 

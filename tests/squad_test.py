@@ -1,5 +1,5 @@
-"""SQuAD reading, windowing and batching (data_pipeline/squad.py) and answer decoding
-(bertjax/squad.py), with the real bert-base-uncased vocab.
+"""SQuAD reading, windowing and batching (data_pipeline/finetune/squad.py) and answer decoding
+(bertjax/tasks/squad.py), with the real bert-base-uncased vocab.
 
 The fixtures (tests/testdata/finetune/squad_v*.json) are small files in the
 official formats: 1.1 with several gold answers per question, 2.0 with
@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax import finetune, losses, scores
+from bertjax import losses
 from bertjax.model import BertConfig, BertForQuestionAnswering
-from bertjax.squad import final_text, predict_answers, write_predictions
-from data_pipeline import squad
+from bertjax.tasks import finetune, scores
+from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune_data import TaskDataError
+from data_pipeline.finetune import squad
+from data_pipeline.finetune.records import TaskDataError
 from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
 from data_pipeline.vocab import load_vocab
 

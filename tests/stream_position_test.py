@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from data_pipeline import corpus, pretraining, tfrecords
+from data_pipeline import corpus, pretraining_input, tfrecords
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-EPOCH = pretraining.POSITION_FIELDS.index("epoch")
-CHUNK = pretraining.POSITION_FIELDS.index("chunk")
+EPOCH = pretraining_input.POSITION_FIELDS.index("epoch")
+CHUNK = pretraining_input.POSITION_FIELDS.index("chunk")
 WORDS = ["river", "bridge", "stone", "iron", "town", "market", "school", "garden", "castle"]
 
 
@@ -70,7 +70,7 @@ def cut_points(batches) -> dict[str, int]:
 
 def check_resumes(config, num_batches, *, epochs=True, batch_size=8, **shard):
     def read(position=None):
-        return pretraining.make_pretraining_dataset(
+        return pretraining_input.make_pretraining_dataset(
             config, split="train", batch_size=batch_size, seed=5, position=position, **shard
         )
 
@@ -131,13 +131,13 @@ def test_a_late_start_reads_about_one_chunk(tmp_path, small_config):
     def first_batch(position=None):
         """The stream's first batch, and the documents read by then."""
         stats = corpus.CorpusStats()
-        dataset = pretraining.make_pretraining_dataset(
+        dataset = pretraining_input.make_pretraining_dataset(
             small_config, split="train", batch_size=32, seed=0, stats=stats, position=position
         )
         return next(dataset.as_numpy_iterator()), stats.documents_read
 
     stats = corpus.CorpusStats()
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         small_config, split="train", batch_size=32, seed=0, stats=stats
     )
     for batch in dataset.as_numpy_iterator():
@@ -156,7 +156,7 @@ def test_bad_positions_name_the_problem(tmp_path, small_config):
     small_config.update(source="text", text_files=write_corpus(tmp_path, 2, 10), eval_fraction=0.2)
 
     def resume(position, split="train"):
-        return pretraining.make_pretraining_dataset(
+        return pretraining_input.make_pretraining_dataset(
             small_config, split=split, batch_size=4, seed=0, position=position
         )
 
@@ -179,12 +179,12 @@ def test_bad_positions_name_the_problem(tmp_path, small_config):
 
 EXIT_SCRIPT = """
 import time
-from data_pipeline import config, pretraining
+from data_pipeline import config, pretraining_input
 
 data = config.default_config()
 data.update(vocab_file={vocab!r}, max_seq_length=64, max_predictions_per_seq=10)
 data.num_workers = {workers}
-dataset = pretraining.make_pretraining_dataset(data, split="train", batch_size=64, seed=0)
+dataset = pretraining_input.make_pretraining_dataset(data, split="train", batch_size=64, seed=0)
 batches = dataset.as_numpy_iterator()
 for count, batch in enumerate(batches, 1):
     if count == {count}:

@@ -15,7 +15,7 @@ import time
 import ml_collections
 import pytest
 
-from bertjax import hyper, sweep, sweep_queue, sweep_worker
+from bertjax.sweep import command, hyper, queue, worker
 from experiments.pretrain import tiny_cpu
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -112,24 +112,24 @@ def tiny_config():
     ],
 )
 def test_every_trial_is_checked_as_a_run_would(trials, message):
-    with pytest.raises(sweep.SweepError, match=message):
-        sweep.check_trials(tiny_config(), hyper.as_sweep(trials, "test"))
+    with pytest.raises(command.SweepError, match=message):
+        command.check_trials(tiny_config(), hyper.as_sweep(trials, "test"))
 
 
 def test_overrides_keep_the_configs_references():
-    config = sweep.apply_overrides(tiny_config(), {"data.vocab_size": 2048}, "trial 0")
+    config = command.apply_overrides(tiny_config(), {"data.vocab_size": 2048}, "trial 0")
     assert config.model.vocab_size == 2048  # model.vocab_size follows data.vocab_size
     assert tiny_config().model.vocab_size == 4096
 
 
 def test_values_on_the_command_line_parse_back_to_themselves():
-    assert sweep_worker.override_args({"a": True, "b": 3e-05, "c": 2, "d": "gelu"}) == [
+    assert worker.override_args({"a": True, "b": 3e-05, "c": 2, "d": "gelu"}) == [
         "--config.a=true",
         "--config.b=3e-05",
         "--config.c=2",
         "--config.d=gelu",
     ]
-    assert sweep_worker.trial_name(7, {"optimizer.learning_rate": 3e-5, "data.source": "a/b"}) == (
+    assert worker.trial_name(7, {"optimizer.learning_rate": 3e-5, "data.source": "a/b"}) == (
         "007-learning_rate=3e-05,source=a_b"
     )
 
@@ -150,85 +150,85 @@ def make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}), max_retries=1):
         "sweep_dir": str(tmp_path),
         "config_values": {},
     }
-    storage = sweep_queue.open_storage(sweep_queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
-    study = sweep_queue.open_study(storage, "sweep", direction="minimize", create=True)
-    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    storage = queue.open_storage(queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
+    study = queue.open_study(storage, "sweep", direction="minimize", create=True)
+    study.set_user_attr(queue.SWEEP_ATTR, definition)
     for index, overrides in enumerate(trials):
-        sweep_queue.enqueue(study, index, overrides, attempt=1)
+        queue.enqueue(study, index, overrides, attempt=1)
     return study, definition
 
 
 def test_the_queue_gives_each_trial_once_and_retries_failures_up_to_the_limit(tmp_path):
     study, definition = make_study(tmp_path, max_retries=1)
-    first, second = sweep_queue.claim(study), sweep_queue.claim(study)
-    assert sweep_queue.claim(study) is None
+    first, second = queue.claim(study), queue.claim(study)
+    assert queue.claim(study) is None
     assert {first.user_attrs["index"], second.user_attrs["index"]} == {0, 1}
     for trial in (first, second):
-        sweep_worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+        worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
     study.tell(first, 1.5)
-    study.tell(second, state=sweep_queue.FAIL)
+    study.tell(second, state=queue.FAIL)
     frozen = study._storage.get_trial(second._trial_id)
-    assert sweep_queue.requeue(study, frozen, failed=True)  # attempt 2 of 2
-    retry = sweep_queue.claim(study)
+    assert queue.requeue(study, frozen, failed=True)  # attempt 2 of 2
+    retry = queue.claim(study)
     assert retry.user_attrs["attempt"] == 2 and retry.user_attrs["index"] == 1
-    assert sweep_worker.suggest(retry, ["seed"], definition["space"]) == {"seed": 1}
-    study.tell(retry, state=sweep_queue.FAIL)
-    assert not sweep_queue.requeue(study, study._storage.get_trial(retry._trial_id), failed=True)
-    statuses = [(r.index, r.status, len(r.attempts)) for r in sweep_queue.records(study)]
+    assert worker.suggest(retry, ["seed"], definition["space"]) == {"seed": 1}
+    study.tell(retry, state=queue.FAIL)
+    assert not queue.requeue(study, study._storage.get_trial(retry._trial_id), failed=True)
+    statuses = [(r.index, r.status, len(r.attempts)) for r in queue.records(study)]
     assert statuses == [(0, "done", 1), (1, "failed", 2)]
 
 
 def test_a_trial_whose_worker_died_is_queued_again_to_resume(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},))
-    trial = sweep_queue.claim(study)
+    trial = queue.claim(study)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     trial.set_user_attr(
         "worker", {"host": os.uname().nodename, "pid": gone.pid, "started": time.time()}
     )
-    sweep_queue.fail_gone_workers(study)
-    again = sweep_queue.claim(study)
+    queue.fail_gone_workers(study)
+    again = queue.claim(study)
     assert again is not None and again.user_attrs["attempt"] == 1  # not counted as a failure
     old = study._storage.get_trial(trial._trial_id)
-    assert old.state == sweep_queue.FAIL and old.user_attrs["interrupted"]
-    sweep_queue.fail_gone_workers(study)  # this worker is alive: its trial stays
-    assert study._storage.get_trial(again._trial_id).state == sweep_queue.RUNNING
+    assert old.state == queue.FAIL and old.user_attrs["interrupted"]
+    queue.fail_gone_workers(study)  # this worker is alive: its trial stays
+    assert study._storage.get_trial(again._trial_id).state == queue.RUNNING
 
 
 def test_a_trial_queued_twice_runs_once(tmp_path):
     # `run` can queue a trial again while another process, which has just failed its
     # gone worker's attempt, queues it too; each copy is taken, the second dropped.
     study, _ = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}))
-    sweep_queue.enqueue(study, 0, {"seed": 0}, attempt=1)
-    sweep_queue.enqueue(study, 1, {"seed": 1}, attempt=1)
-    first = sweep_queue.claim(study)
+    queue.enqueue(study, 0, {"seed": 0}, attempt=1)
+    queue.enqueue(study, 1, {"seed": 1}, attempt=1)
+    first = queue.claim(study)
     assert first.user_attrs["index"] == 0
-    second = sweep_queue.claim(study)  # the copy of trial 0 is dropped on the way
+    second = queue.claim(study)  # the copy of trial 0 is dropped on the way
     assert second.user_attrs["index"] == 1
     study.tell(second, 2.0)
-    assert sweep_queue.claim(study) is None  # trial 1's copy: trial 1 is done
-    statuses = [(r.index, r.status, len(r.attempts)) for r in sweep_queue.records(study)]
+    assert queue.claim(study) is None  # trial 1's copy: trial 1 is done
+    statuses = [(r.index, r.status, len(r.attempts)) for r in queue.records(study)]
     assert statuses == [(0, "running", 1), (1, "done", 1)]
     dropped = [t for t in study.get_trials() if t.user_attrs.get("duplicate")]
-    assert len(dropped) == 2 and {t.state for t in dropped} == {sweep_queue.FAIL}
+    assert len(dropped) == 2 and {t.state for t in dropped} == {queue.FAIL}
 
 
 def test_another_sweep_in_the_same_directory_is_refused():
     recorded = {"config": "a.py", "trials": [{"seed": 0}], "max_retries": 2}
-    sweep.check_same_sweep(recorded, {**recorded, "max_retries": 5}, "d")
-    with pytest.raises(sweep.SweepError, match=r"d: holds another sweep: its trials was"):
-        sweep.check_same_sweep(recorded, {**recorded, "trials": [{"seed": 1}]}, "d")
+    command.check_same_sweep(recorded, {**recorded, "max_retries": 5}, "d")
+    with pytest.raises(command.SweepError, match=r"d: holds another sweep: its trials was"):
+        command.check_same_sweep(recorded, {**recorded, "trials": [{"seed": 1}]}, "d")
 
 
 def test_devices_are_split_between_trials():
-    assert sweep_worker.cpu_shares([0, 1, 2, 3], 2) == [{"cpus": {0, 1}}, {"cpus": {2, 3}}]
-    assert sweep_worker.cpu_shares([0, 1], 3) == [{"cpus": {0}}, {"cpus": {1}}, {"cpus": {0}}]
-    assert sweep_worker.gpu_shares(4, 2)[1] == {"env": {"CUDA_VISIBLE_DEVICES": "2,3"}}
-    second = sweep_worker.tpu_shares(8, 4)[1]["env"]
+    assert worker.cpu_shares([0, 1, 2, 3], 2) == [{"cpus": {0, 1}}, {"cpus": {2, 3}}]
+    assert worker.cpu_shares([0, 1], 3) == [{"cpus": {0}}, {"cpus": {1}}, {"cpus": {0}}]
+    assert worker.gpu_shares(4, 2)[1] == {"env": {"CUDA_VISIBLE_DEVICES": "2,3"}}
+    second = worker.tpu_shares(8, 4)[1]["env"]
     assert second["TPU_VISIBLE_CHIPS"] == "2,3"
     assert second["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,2,1"
-    with pytest.raises(sweep_queue.QueueError, match="do not split evenly"):
-        sweep_worker.gpu_shares(3, 2)
+    with pytest.raises(queue.QueueError, match="do not split evenly"):
+        worker.gpu_shares(3, 2)
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -283,7 +283,7 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
         first.wait()
 
     # The rest: `run` again and a worker on the same queue, side by side.
-    storage = f"sqlite:///{sweep_dir / 'sweep.db'}"
+    storage = f"sqlite:///{sweep_dir / 'command.db'}"
     with open(tmp_path / "worker.log", "w") as log:
         second_worker = subprocess.Popen(
             [sys.executable, "-m", "bertjax.sweep", "worker", "--storage", storage],
@@ -299,12 +299,12 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     # queue one a second time while the worker is doing so (each copy then runs once).
     assert re.search(r"3 trial\(s\), [0-2] queued now", resumed.stdout), resumed.stdout[-3000:]
 
-    storage_ = sweep_queue.open_storage(storage, heartbeat_s=30)
-    study = sweep_queue.open_study(storage_, "sweep", direction="minimize", create=False)
-    records = sweep_queue.records(study)
+    storage_ = queue.open_storage(storage, heartbeat_s=30)
+    study = queue.open_study(storage_, "sweep", direction="minimize", create=False)
+    records = queue.records(study)
     assert [r.status for r in records] == ["done"] * 3
     for r in records:
-        assert [t.state for t in r.attempts].count(sweep_queue.COMPLETE) == 1
+        assert [t.state for t in r.attempts].count(queue.COMPLETE) == 1
     interrupted = [r for r in records if any(t.user_attrs.get("interrupted") for t in r.attempts)]
     assert interrupted, "the kill interrupted no trial"
     for name in saved:
@@ -353,10 +353,10 @@ def test_the_experiment_configs_sweeps_are_valid():
             if "init_checkpoint" in config and not config.init_checkpoint:
                 config.init_checkpoint = "unused"
         assert isinstance(config, ml_collections.ConfigDict)
-        s = sweep.load_sweep(module.__file__, arg)
+        s = command.load_sweep(module.__file__, arg)
         assert len(s) >= 2
         for overrides in s:
-            sweep.apply_overrides(config, overrides, "test")
+            command.apply_overrides(config, overrides, "test")
 
 
 def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
@@ -392,10 +392,10 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
             assert status == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
         for name in ("run", "worker"):  # each worker ran one of the two
             assert ": done in" in (tmp_path / f"{name}.log").read_text()
-        storage = sweep_queue.open_storage(url, heartbeat_s=30)
-        study = sweep_queue.open_study(storage, "two", direction="minimize", create=False)
-        assert [r.status for r in sweep_queue.records(study)] == ["done", "done"]
-        assert all(len(r.attempts) == 1 for r in sweep_queue.records(study))
+        storage = queue.open_storage(url, heartbeat_s=30)
+        study = queue.open_study(storage, "two", direction="minimize", create=False)
+        assert [r.status for r in queue.records(study)] == ["done", "done"]
+        assert all(len(r.attempts) == 1 for r in queue.records(study))
         assert sweep_cli("report", str(sweep_dir), *args).returncode == 0
 
 
@@ -406,11 +406,11 @@ def test_a_search_draws_its_trials_from_the_space(tmp_path):
         num_trials=3,
         space={"optimizer.learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}},
     )
-    study.sampler = sweep.make_sampler("random")
-    worker = sweep_worker.Worker(study, definition, parallel=1, heartbeat_s=30)
+    study.sampler = command.make_sampler("random")
+    searcher = worker.Worker(study, definition, parallel=1, heartbeat_s=30)
     drawn = []
-    while (trial := worker._new_search_trial()) is not None:
-        params = sweep_worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+    while (trial := searcher._new_search_trial()) is not None:
+        params = worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
         drawn.append(params["optimizer.learning_rate"])
         study.tell(trial, 1.0)
     assert len(drawn) == 3 and len(set(drawn)) == 3
@@ -420,22 +420,26 @@ def test_a_search_draws_its_trials_from_the_space(tmp_path):
 def test_pruning_stops_a_trial_that_trails_the_median(tmp_path):
     study, definition = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}, {"seed": 2}))
     definition.update(prune=True, metric="accuracy", mode="max")
-    study = sweep_queue.open_study(
-        study._storage, "pruned", direction="maximize", create=True, pruner=sweep.make_pruner(True)
+    study = queue.open_study(
+        study._storage,
+        "pruned",
+        direction="maximize",
+        create=True,
+        pruner=command.make_pruner(True),
     )
-    study.set_user_attr(sweep_queue.SWEEP_ATTR, definition)
+    study.set_user_attr(queue.SWEEP_ATTR, definition)
     for index in range(3):
-        sweep_queue.enqueue(study, index, {"seed": index}, attempt=1)
+        queue.enqueue(study, index, {"seed": index}, attempt=1)
     for accuracy in (0.8, 0.9, 0.5):  # the third trails the others at every step
-        trial = sweep_queue.claim(study)
+        trial = queue.claim(study)
         workdir = tmp_path / f"trial{trial.number}"
         workdir.mkdir()
         lines = [{"step": s, "split": "eval", "accuracy": accuracy} for s in (10, 20)]
         (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-        assert sweep_worker.report_evals(trial, definition, str(workdir), 0) == 2
+        assert worker.report_evals(trial, definition, str(workdir), 0) == 2
         if trial.should_prune():
-            study.tell(trial, state=sweep_queue.PRUNED)
+            study.tell(trial, state=queue.PRUNED)
         else:
             study.tell(trial, accuracy)
-    statuses = [r.status for r in sweep_queue.records(study)]
+    statuses = [r.status for r in queue.records(study)]
     assert statuses == ["done", "done", "pruned"]

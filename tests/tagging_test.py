@@ -9,12 +9,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from bertjax import finetune, losses
+from bertjax import losses
 from bertjax.model import BertConfig, BertForTokenClassification
+from bertjax.tasks import finetune
 from data_pipeline import config as config_lib
-from data_pipeline import tagging
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune_data import SplitInfo, TaskDataError
+from data_pipeline.finetune import tagging
+from data_pipeline.finetune.records import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
@@ -319,7 +320,7 @@ def test_tfds_words_and_tags_disagree():
 
 
 def test_tagging_schemes_are_the_scored_ones():
-    from bertjax import scores
+    from bertjax.tasks import scores
 
     assert set(tagging.TAGGING_SCHEMES) == set(scores.SCHEMES)
 

@@ -1,4 +1,4 @@
-"""`python -m data_pipeline.tokenize`, run as a subprocess."""
+"""`python -m data_pipeline.tokenize_lines`, run as a subprocess."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from data_pipeline.tokenize import decode_line
+from data_pipeline.tokenize_lines import decode_line
 from data_pipeline.tokenizer import WordPieceTokenizer
 from data_pipeline.vocab import load_vocab
 
@@ -25,7 +25,7 @@ def bert_json(bert_tokenizer_json):
 def run_cli(*args, stdin=b""):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "data_pipeline.tokenize", *args],
+        [sys.executable, "-m", "data_pipeline.tokenize_lines", *args],
         input=stdin,
         capture_output=True,
         cwd=REPO,

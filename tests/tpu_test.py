@@ -1,9 +1,9 @@
-"""bertjax.tpu: slice names, shapes and hosts as Google's tables give them; each chip's limits."""
+"""bertjax.tpu.slices: slice names, shapes and hosts as Google's tables give them; each chip's limits."""
 
 import numpy as np
 import pytest
 
-from bertjax import tpu
+from bertjax.tpu import slices
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ from bertjax import tpu
     ],
 )
 def test_slices(name, accelerator_type, chips, topology, hosts):
-    tpu_slice = tpu.parse(name)
+    tpu_slice = slices.parse(name)
     assert tpu_slice.accelerator_type == accelerator_type
     assert tpu_slice.chips == chips
     assert tpu_slice.topology == topology
@@ -32,7 +32,7 @@ def test_slices(name, accelerator_type, chips, topology, hosts):
 
 
 def test_multislice_multiplies_chips_and_hosts():
-    tpu_slice = tpu.parse("v5e-16", num_slices=4)
+    tpu_slice = slices.parse("v5e-16", num_slices=4)
     assert (tpu_slice.devices_count, tpu_slice.hosts) == (64, 16)
     assert tpu_slice.name == "v5e-16 x 4 slices"
 
@@ -48,25 +48,25 @@ def test_multislice_multiplies_chips_and_hosts():
     ],
 )
 def test_unknown_slices_are_one_line(name, message):
-    with pytest.raises(tpu.SliceError, match=message) as error:
-        tpu.parse(name, option="--accelerator_type")
+    with pytest.raises(slices.SliceError, match=message) as error:
+        slices.parse(name, option="--accelerator_type")
     assert str(error.value).startswith(f"--accelerator_type={name}:")
 
 
 def test_chip_figures_are_googles():
     # Peak bf16 FLOP/s, HBM and its bandwidth per chip (Cloud TPU documentation).
-    assert tpu.CHIPS["v4"].peak_flops == 275e12
-    assert tpu.CHIPS["v5e"].hbm_bandwidth == 819e9
-    assert tpu.CHIPS["v5p"].peak_flops == 459e12
-    assert tpu.CHIPS["v6e"].hbm_bytes == 32 * 2**30
+    assert slices.CHIPS["v4"].peak_flops == 275e12
+    assert slices.CHIPS["v5e"].hbm_bandwidth == 819e9
+    assert slices.CHIPS["v5p"].peak_flops == 459e12
+    assert slices.CHIPS["v6e"].hbm_bytes == 32 * 2**30
 
 
 def test_compile_only_devices_have_the_slice_shape():
-    devices = tpu.parse("v5p-16").compile_devices()
+    devices = slices.parse("v5p-16").compile_devices()
     assert len(devices) == 8  # one megacore device per chip
     assert {device.process_index for device in devices} == {0, 1}
-    assert tpu.chip_of(devices[0]) is tpu.CHIPS["v5p"]
-    devices = tpu.parse("v6e-8", num_slices=2).compile_devices()
+    assert slices.chip_of(devices[0]) is slices.CHIPS["v5p"]
+    devices = slices.parse("v6e-8", num_slices=2).compile_devices()
     assert len(devices) == 16
     assert {device.slice_index for device in devices} == {0, 1}
 
@@ -74,10 +74,10 @@ def test_compile_only_devices_have_the_slice_shape():
 def test_multislice_mesh_spans_slices_along_the_data_axis_only():
     from bertjax import sharding
 
-    devices = tpu.parse("v6e-8", num_slices=2).compile_devices()
+    devices = slices.parse("v6e-8", num_slices=2).compile_devices()
     mesh = sharding.make_mesh({"data": -1, "fsdp": 2, "tensor": 1}, devices)
     assert dict(mesh.shape) == {"data": 8, "fsdp": 2, "tensor": 1}
-    slices = np.vectorize(lambda device: device.slice_index)(mesh.devices)
-    assert (slices[:4] == 0).all() and (slices[4:] == 1).all()
+    slice_index = np.vectorize(lambda device: device.slice_index)(mesh.devices)
+    assert (slice_index[:4] == 0).all() and (slice_index[4:] == 1).all()
     with pytest.raises(sharding.MeshError, match="must be a multiple of the 2 slices"):
         sharding.make_mesh({"data": 1, "fsdp": -1, "tensor": 1}, devices)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import config as config_lib
-from data_pipeline import pretraining, workers
+from data_pipeline import pretraining_input, workers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +29,7 @@ def small_config(data_config, bert_tokenizer_json):
 
 
 def batches(config, count, **kwargs):
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         config, split="train", batch_size=16, seed=3, **kwargs
     )
     return [batch for _, batch in zip(range(count), dataset.as_numpy_iterator(), strict=False)]
@@ -103,16 +103,18 @@ def test_a_worker_that_dies_is_an_error_naming_it_and_is_replaced():
 def test_a_negative_num_workers_is_refused(small_config):
     small_config.num_workers = -1
     with pytest.raises(config_lib.ConfigError, match=r"config.data.num_workers=-1"):
-        pretraining.make_pretraining_dataset(small_config, split="train", batch_size=2, seed=0)
+        pretraining_input.make_pretraining_dataset(
+            small_config, split="train", batch_size=2, seed=0
+        )
 
 
 PARENT_SCRIPT = """
 import os, sys, time
-from data_pipeline import config, pretraining, workers
+from data_pipeline import config, pretraining_input, workers
 
 data = config.default_config()
 data.update(vocab_file={vocab!r}, max_seq_length=64, max_predictions_per_seq=10, num_workers=2)
-dataset = pretraining.make_pretraining_dataset(data, split="train", batch_size=16, seed=0)
+dataset = pretraining_input.make_pretraining_dataset(data, split="train", batch_size=16, seed=0)
 batches = dataset.as_numpy_iterator()
 for count, batch in enumerate(batches, 1):
     if count == 5:

@@ -13,7 +13,7 @@ padding unless windows are packed (the default; --config.data.pack_examples=Fals
 pads each). Hardware: a 2-core CPU; one epoch is 222 steps of 32 sentences.
 Expected result: held-out entity F1 0.348 from the pretrained MiniLM, 0.225 from
 random init (--config.random_init=True), about 3.5 minutes each; `python -m
-bertjax.packing_benchmark` with this config gives the packed and unpacked step
+bertjax.bench.packed_step` with this config gives the packed and unpacked step
 times (README, Sequence packing).
 """
 

@@ -23,8 +23,8 @@ Pearson and Spearman for STS-B.
 
 import ml_collections
 
-from data_pipeline import classification
 from data_pipeline.config import ConfigError
+from data_pipeline.finetune import classification
 from experiments.finetune import base
 
 

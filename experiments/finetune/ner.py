@@ -19,7 +19,7 @@ checkpoint matches the paper's input (docs/reference.md#ner).
 
 import ml_collections
 
-from data_pipeline import tagging
+from data_pipeline.finetune import tagging
 from experiments.finetune import base
 
 

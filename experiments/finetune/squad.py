@@ -19,8 +19,8 @@ with this config's lr and epochs (at batch 12) reports dev F1 88.41.
 
 import ml_collections
 
-from data_pipeline import squad
 from data_pipeline.config import ConfigError
+from data_pipeline.finetune import squad
 from experiments.finetune import base
 
 VERSIONS = ("v1.1", "v2.0")
@@ -31,7 +31,7 @@ def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
         raise ConfigError(f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}")
     config = base.get_config()
     config.task = "squad"
-    # run_squad.py's defaults; data_pipeline.squad.SquadConfig comments every option.
+    # run_squad.py's defaults; data_pipeline.finetune.squad.SquadConfig comments every option.
     config.data = squad.default_config()
     config.data.tfds_name = f"squad/{version}"
     config.data.version_2_with_negative = version == "v2.0"

@@ -9,7 +9,7 @@ any TPU or GPU setup whose device count divides the batch of 256 runs it unchang
 
 Time: not measured on a TPU. The paper trained BERT-Base on 4 Cloud TPUs in
 Pod configuration (16 TPU chips) in 4 days for all 1,000,000 steps (paper,
-Appendix A.2); phase 1 is 90% of those steps. `python -m bertjax.aot --config
+Appendix A.2); phase 1 is 90% of those steps. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_base.py --topology v5p-8` compiles this step for a
 TPU slice on any host (README, "Will it fit?"): on a v5p-8 (4 chips, 64
 sequences each) it needs 4.0 GiB of a chip's 95 and its roofline is 16 ms per

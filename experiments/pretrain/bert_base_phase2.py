@@ -11,7 +11,7 @@ Time: not measured on a TPU. The paper's 4 days on 16 TPU chips (Appendix
 A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
 and attention grows with the square of the length: 72.8 TFLOP per step by
 the analytic count, 4.3x phase 1's (the aot figures below were compiled before
-packing and before the last layer was cut to the heads' positions). `python -m bertjax.aot --config
+packing and before the last layer was cut to the heads' positions). `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_base_phase2.py --topology v5p-8`: on a v5p-8 (64
 rows of 512 per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
 55 ms (XLA's estimate: 91 ms), so these 100,000 steps take at least 1.5 to 2.5
@@ -61,7 +61,7 @@ def phase2(config, *, init_checkpoint: str):
     # docs/reference.md#masking: 76-80 at length 512; 80 keeps round(512 * 0.15) = 77 possible.
     config.data.max_predictions_per_seq = 80
     # At 512 many sentence pairs are far shorter than a row: pack up to 3 into each
-    # (data_pipeline/pretraining.py). train_batch_size then counts rows of 512 tokens.
+    # (data_pipeline/pretraining_input.py). train_batch_size then counts rows of 512 tokens.
     config.data.pack_examples = True
     # The paper's rate at step 900,000 of its 1M-step schedule: 1e-4 * (1 - 900k / 1M).
     config.optimizer.learning_rate = 1e-5

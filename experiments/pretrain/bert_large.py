@@ -10,7 +10,7 @@ the batch of 256.
 Time: not measured on a TPU. The paper trained BERT-Large on 16 Cloud TPUs
 (64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
 is 90% of those steps. 59.8 TFLOP per step (the analytic matmul count).
-`python -m bertjax.aot --config experiments/pretrain/bert_large.py --topology
+`python -m bertjax.tpu.aot --config experiments/pretrain/bert_large.py --topology
 v5p-8` (README, "Will it fit?"): on a v5p-8 (64 sequences per chip) the step
 needs 11.1 GiB of a chip's 95 and its roofline is 44 ms (XLA's estimate: 76
 ms), so 900,000 steps take at least 11 to 19 hours there; on a v4-8 (10.8 of 32

@@ -9,7 +9,7 @@ slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 
 Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
 A.2) cover both phases. 254 TFLOP per step by the analytic count, 4.2x a
-phase-1 step. `python -m bertjax.aot --config
+phase-1 step. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_large_phase2.py --topology v5p-8 --noeval` (README,
 "Will it fit?"): on a v5p-8 (64 packed rows per chip) the step needs 62.5 GiB
 of a chip's 95 and its roofline is 212 ms (XLA's estimate: 351 ms), so these

@@ -8,7 +8,7 @@ Hardware: one host: a Cloud TPU v4-8 (4 chips), or one GPU with bfloat16
 `--distributed` on a multi-host slice.
 
 Time: not measured with bertjax. A lower bound from compute: 0.79 TFLOP per step
-(bertjax.benchmark's analytic matmul count, 5% of Base's), 7.1e17 for
+(bertjax.bench.throughput's analytic matmul count, 5% of Base's), 7.1e17 for
 900,000 steps, is 11 minutes at a v4-8's
 peak (4 chips x 275 bf16 TFLOP/s); a model this small reaches a low fraction of
 peak and the host pipeline may set the pace (`python -m data_pipeline.benchmark`),

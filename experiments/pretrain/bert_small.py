@@ -8,10 +8,10 @@ Hardware: one host: a Cloud TPU v4-8 (4 chips), or one GPU with bfloat16
 `--distributed` on a multi-host slice.
 
 Time: not measured with bertjax. A lower bound from compute: 2.61 TFLOP per step
-(bertjax.benchmark's analytic matmul count, 15% of Base's), 2.3e18 for 900,000
+(bertjax.bench.throughput's analytic matmul count, 15% of Base's), 2.3e18 for 900,000
 steps, is 36 minutes at a v4-8's peak (4 chips x 275 bf16 TFLOP/s); a model
 this small reaches a lower fraction of peak than Base, so expect many times
-that. `python -m bertjax.benchmark --config experiments/pretrain/bert_small.py`
+that. `python -m bertjax.bench.throughput --config experiments/pretrain/bert_small.py`
 measures a step.
 
 Expected result: Turc et al. report a GLUE test score of 71.2 for their

@@ -9,7 +9,7 @@ learn the 4,096-entry vocabulary the first time. Expected result: held-out MLM
 accuracy about 0.167 against 0.052 for always guessing the most frequent token,
 NSP accuracy about 0.79 against 0.59.
 
-The data side alone: `python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py`.
+The data side alone: `python -m data_pipeline.inspect_batches --config experiments/pretrain/tiny_cpu.py`.
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """Shows what the model will see: decoded pretraining examples and batch statistics.
 
-    python -m data_pipeline.inspect --config experiments/pretrain/tiny_cpu.py \
+    python -m data_pipeline.inspect_batches --config experiments/pretrain/tiny_cpu.py \
         [--split eval] [--num_batches N] [--dump FILE.jsonl] [--config.data.KEY=VALUE ...]
 """
 
@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import flags
 from ml_collections import config_flags
 
-from data_pipeline import cli, corpus, pretraining, schema, statistics
+from data_pipeline import batch_statistics, cli, corpus, pretraining_input, schema
 from data_pipeline import config as config_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.vocab import load_vocab
@@ -45,10 +45,10 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
         # and examples are the pairs'.
         print("pack_examples: the sentence pairs are shown unpacked, one a row", file=out)
         data = data.replace(pack_examples=False)
-    dataset = pretraining.make_pretraining_dataset(
+    dataset = pretraining_input.make_pretraining_dataset(
         data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
     )
-    stats = statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
+    stats = batch_statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
     if dump:
         tf.io.gfile.makedirs(os.path.dirname(dump) or ".")
     shown = 0
@@ -60,7 +60,8 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
                 example = {name: batch[name][row] for name in schema.FEATURES}
                 if shown < num_examples:
                     print(
-                        f"\nexample {shown}: {statistics.format_example(example, vocab)}", file=out
+                        f"\nexample {shown}: {batch_statistics.format_example(example, vocab)}",
+                        file=out,
                     )
                     shown += 1
                 if dump_file:
@@ -75,7 +76,7 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
         f"of {batch_size}, {seconds:.1f}s",
         file=out,
     )
-    print(statistics.format_summary(summary, reported), file=out)
+    print(batch_statistics.format_summary(summary, reported), file=out)
     if dump:
         print(f"wrote {summary['sequences']:,} examples to {dump}", file=out)
     return {"batches": summary, "corpus": reported}

@@ -35,8 +35,8 @@ import warnings
 
 import optuna
 
-from bertjax import sweep_queue as queue
 from bertjax import workdir as workdir_lib
+from bertjax.sweep import queue
 from data_pipeline import files
 from data_pipeline.errors import Preempted
 

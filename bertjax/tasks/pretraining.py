@@ -17,11 +17,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bertjax import losses, scores
+from bertjax import losses
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
-from bertjax.task import Setup, Task, check_keys
+from bertjax.tasks import scores
+from bertjax.tasks.contract import Setup, Task, check_keys
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset, schema
 from data_pipeline.build_vocab import resolve_vocab_file
@@ -153,9 +154,9 @@ def _loss(sums, denominators):
 
 def _report(workdir: str, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:
     # report restores the workdir through inference, which imports the task table.
-    from bertjax import report
+    from bertjax.tasks import pretraining_report
 
-    report.print_report(
+    pretraining_report.print_report(
         workdir,
         config,
         results.get("eval", {}),

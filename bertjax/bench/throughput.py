@@ -1,6 +1,6 @@
 """Compiles the real train step and measures it.
 
-    python -m bertjax.benchmark --config experiments/pretrain/tiny_cpu.py \
+    python -m bertjax.bench.throughput --config experiments/pretrain/tiny_cpu.py \
         [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax]
 
 Prints compile time, median step time, tokens/s, model FLOPs utilisation
@@ -41,8 +41,9 @@ from absl import flags, logging
 from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import flops, hf_flax_baseline, sharding, train
+from bertjax import flops, sharding, train
 from bertjax import model as model_lib
+from bertjax.bench import hf_flax
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -133,9 +134,9 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
         memory = compiled.memory_analysis()
         runs = [(compiled, state)]
         if compare_hf_flax:
-            hf_step, hf_state, hf_compile_s = hf_flax_baseline.compile_hf_flax(run, batch)
+            hf_step, hf_state, hf_compile_s = hf_flax.compile_hf_flax(run, batch)
             runs.append((hf_step, hf_state))
-        step_times = hf_flax_baseline.median_step_times(runs, batch, rng, steps)
+        step_times = hf_flax.median_step_times(runs, batch, rng, steps)
     memory_bytes = (
         memory.temp_size_in_bytes
         + memory.argument_size_in_bytes
@@ -174,7 +175,7 @@ def main(argv):
     del argv  # cli.run refuses positional arguments
     logging.set_verbosity(logging.ERROR)
     if FLAGS.compare_hf_flax:
-        hf_flax_baseline.import_hf_flax_bert()  # fail before compiling anything
+        hf_flax.import_hf_flax_bert()  # fail before compiling anything
     with tempfile.TemporaryDirectory() as workdir:
         result = measure(FLAGS.config, workdir, FLAGS.steps, compare_hf_flax=FLAGS.compare_hf_flax)
     r = result

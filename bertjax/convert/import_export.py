@@ -34,13 +34,15 @@ from absl import app, flags, logging
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import checkpoint, checkpoint_names, config_json, pretraining
+from bertjax import checkpoint
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
-from bertjax.checkpoint_names import FORMATS
+from bertjax.convert import config_json, param_names
+from bertjax.convert.param_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
-from data_pipeline import cli, files
+from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
+from data_pipeline import files
 from data_pipeline.errors import UserError
 from data_pipeline.vocab import VocabError, load_vocab
 
@@ -57,13 +59,13 @@ HF_MAX_CHARS_PER_WORD = 100
 
 @dataclasses.dataclass
 class _Source:
-    """A checkpoint read into memory, tensor names as checkpoint_names spells them."""
+    """A checkpoint read into memory, tensor names as param_names spells them."""
 
     config: BertConfig
     config_file: str
     weights_file: str
     tensors: dict[str, np.ndarray]
-    # Names in the checkpoint that are not parameters (checkpoint_names.IGNORED).
+    # Names in the checkpoint that are not parameters (param_names.IGNORED).
     ignored: list[str]
     vocab_file: str
     do_lower_case: bool
@@ -102,7 +104,7 @@ def import_checkpoint(
         vocab = load_vocab(src.vocab_file)
     except VocabError as e:
         raise ConversionError(str(e)) from None
-    embedding = checkpoint_names.names(format, 0)["bert/embeddings/word_embeddings/embedding"][0]
+    embedding = param_names.names(format, 0)["bert/embeddings/word_embeddings/embedding"][0]
     if len(vocab) != config.vocab_size:
         raise ConversionError(
             f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
@@ -163,24 +165,24 @@ def params_from_tensors(
         _untie(tensors, where)
     per_layer = dataclasses.replace(config, scan_layers=False)
     shapes = _flat(jax.eval_shape(functools.partial(_init_params, per_layer), jax.random.key(0)))
-    table = checkpoint_names.names(format, config.num_hidden_layers)
+    table = param_names.names(format, config.num_hidden_layers)
     known = {name for name, _ in table.values()}
-    ignored = checkpoint_names.IGNORED[format]
+    ignored = param_names.IGNORED[format]
     unknown = sorted(n for n in tensors if n not in known and not ignored.fullmatch(n))
     if unknown:
         raise ConversionError(
             f"{where}: tensor {unknown[0]!r} is not one bertjax knows"
             + (f" ({len(unknown) - 1} more: {', '.join(unknown[1:4])}...)" if unknown[1:] else "")
             + f"; {config_file} has num_hidden_layers={config.num_hidden_layers} and the table "
-            "(bertjax/checkpoint_names.py) lists BERT's encoder, pooler and pretraining heads"
+            "(bertjax/param_names.py) lists BERT's encoder, pooler and pretraining heads"
         )
     missing = [path for path, (name, _) in table.items() if name not in tensors]
     initialized = [
         group
-        for group in checkpoint_names.OPTIONAL_GROUPS
-        if all(path in missing for path in table if checkpoint_names.group_of(path) == group)
+        for group in param_names.OPTIONAL_GROUPS
+        if all(path in missing for path in table if param_names.group_of(path) == group)
     ]
-    missing = [path for path in missing if checkpoint_names.group_of(path) not in initialized]
+    missing = [path for path in missing if param_names.group_of(path) not in initialized]
     if missing:
         raise ConversionError(
             f"{where}: missing tensor {table[missing[0]][0]!r}"
@@ -191,13 +193,13 @@ def params_from_tensors(
         if name not in tensors:
             continue
         value = np.asarray(tensors[name])
-        expected = checkpoint_names.source_shape(layout, format, shapes[path].shape)
+        expected = param_names.source_shape(layout, format, shapes[path].shape)
         if value.shape != expected:
             raise ConversionError(
                 f"{where}: {name} has shape {list(value.shape)}, but {config_file} implies "
                 f"{list(expected)}"
             )
-        value = checkpoint_names.to_ours(value, layout, format, shapes[path].shape)
+        value = param_names.to_ours(value, layout, format, shapes[path].shape)
         flat[path] = value.astype(shapes[path].dtype)
     if initialized:
         # Heads and pooler take their rngs from their own paths, so a one-layer model
@@ -205,7 +207,7 @@ def params_from_tensors(
         one_layer = dataclasses.replace(config, num_hidden_layers=1, scan_layers=False)
         fresh = _flat(jax.jit(functools.partial(_init_params, one_layer))(jax.random.key(seed)))
         for path in table:
-            if checkpoint_names.group_of(path) in initialized:
+            if param_names.group_of(path) in initialized:
                 flat[path] = np.asarray(fresh[path])
     params = traverse_util.unflatten_dict(flat, sep="/")
     if config.scan_layers:
@@ -215,7 +217,7 @@ def params_from_tensors(
 
 def _untie(tensors: dict[str, np.ndarray], where: str) -> None:
     """Drops Hugging Face's tied copies after checking they are copies."""
-    for alias, name in checkpoint_names.HF_TIED.items():
+    for alias, name in param_names.HF_TIED.items():
         if alias not in tensors:
             continue
         value = tensors.pop(alias)
@@ -259,7 +261,7 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
     except safetensors.SafetensorError as e:
         raise ConversionError(f"{weights_file}: not a readable safetensors file: {e}") from None
     # A BertModel's names lack the "bert." its BertForPreTraining would give them.
-    prefix = checkpoint_names.HF_ENCODER_PREFIX
+    prefix = param_names.HF_ENCODER_PREFIX
     if not any(name.startswith(prefix) for name in tensors):
         encoder = ("embeddings.", "encoder.", "pooler.")
         tensors = {(prefix if n.startswith(encoder) else "") + n: v for n, v in tensors.items()}
@@ -276,7 +278,7 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
         config_file=config_file,
         weights_file=weights_file,
         tensors=tensors,
-        ignored=sorted(n for n in tensors if checkpoint_names.IGNORED["hf"].fullmatch(n)),
+        ignored=sorted(n for n in tensors if param_names.IGNORED["hf"].fullmatch(n)),
         vocab_file=vocab_file,
         do_lower_case=_lower_case(inferred, do_lower_case, case_file or directory),
         max_chars_per_word=max_chars_per_word,
@@ -323,7 +325,7 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
     try:
         reader = tf.train.load_checkpoint(prefix)
         names = sorted(reader.get_variable_to_shape_map())
-        ignored = [n for n in names if checkpoint_names.IGNORED["tf"].fullmatch(n)]
+        ignored = [n for n in names if param_names.IGNORED["tf"].fullmatch(n)]
         # Left unread: Adam's moments are twice the model's size.
         tensors = {name: reader.get_tensor(name) for name in names if name not in ignored}
         step = int(reader.get_tensor("global_step")) if "global_step" in names else None
@@ -480,10 +482,10 @@ def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np
     """The checkpoint tensors (float32, the format's names and layouts) of our parameters."""
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
-    table = checkpoint_names.names(format, config.num_hidden_layers)
+    table = param_names.names(format, config.num_hidden_layers)
     assert set(flat) == set(table), sorted(set(flat) ^ set(table))
     return {
-        name: checkpoint_names.from_ours(flat[path], layout, format)
+        name: param_names.from_ours(flat[path], layout, format)
         for path, (name, layout) in table.items()
     }
 
@@ -691,7 +693,3 @@ def _command_line(args: list[str]) -> tuple[str, str, str]:
     if command == "export" and FLAGS.format != "hf":
         raise app.UsageError("export writes --format hf only")
     return command, *paths
-
-
-if __name__ == "__main__":
-    cli.run(main, define_flags, positional_args=True)

@@ -3,7 +3,7 @@
     read_squad_json / read_squad_tfds -> SquadData (questions, checked)
       -> make_features (one tokenizer call per batch of words, not per word)
       -> make_dataset (tf.data batches of the schema below)
-      ... the model gives start and end logits per row; bertjax/squad.py turns
+      ... the model gives start and end logits per row; bertjax/tasks/squad.py turns
       them back into answers (predict_answers, write_predictions) ...
 
 `load_squad_task` and `make_task_dataset` do the same from `config.data`
@@ -37,7 +37,7 @@ Every batch is a dict with a leading batch axis B (this host's share):
 | feature_index    | int32   | [B]    | the row of `SquadFeatures` it came from; -1 on padding |
 | stream_position  | int64   | [B, 1] | training only: global batches consumed after it        |
 
-L = max_seq_length. Rows are features, drawn by finetune_data.batch_indices:
+L = max_seq_length. Rows are features, drawn by records.batch_indices:
 training batches are shuffled anew each epoch and full; evaluation yields every
 feature once over all processes, in order.
 
@@ -67,8 +67,9 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import files, finetune_data, packing
-from data_pipeline.finetune_data import (
+from data_pipeline import files, packing
+from data_pipeline.finetune import records
+from data_pipeline.finetune.records import (
     SPLITS,
     SplitInfo,
     TaskDataError,
@@ -122,7 +123,7 @@ class SquadData:
         return any(e.is_impossible for e in self.examples)
 
     def gold_answers(self) -> dict[str, list[str]]:
-        """question id -> answer texts ([] when unanswerable), for bertjax.scores.squad_scores."""
+        """question id -> answer texts ([] when unanswerable), for bertjax.tasks.scores.squad_scores."""
         return {e.qid: [a.text for a in e.answers] for e in self.examples}
 
 
@@ -585,7 +586,7 @@ def packed_shape(
 ) -> packing.PackShape:
     """The packed shape that holds every batch of `split` on every process (packing.py)."""
     features = task_split(task, split)
-    return finetune_data.packed_shape(
+    return records.packed_shape(
         features.input_mask.sum(axis=1),
         training=split == "train",
         batch_size=batch_size,
@@ -611,7 +612,7 @@ def make_dataset(
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
-    Rows are drawn as finetune_data.batch_indices draws examples; the eval
+    Rows are drawn as records.batch_indices draws examples; the eval
     padding rows have weight 0 and feature_index -1. `packed` (from packed_shape, with
     the same arguments) packs every batch into that shape.
     """

@@ -31,7 +31,7 @@ L = `max_seq_length`:
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches     |
 | stream_position | int64   | [B, 1] | training only: global batches consumed after it      |
 
-Batches are drawn by finetune_data.batch_indices (the eval padding repeats example 0).
+Batches are drawn by records.batch_indices (the eval padding repeats example 0).
 
 With `pack_examples` (the default) a run packs each batch's examples into
 fewer rows (data_pipeline/packing.py): input_mask then numbers the examples of
@@ -51,8 +51,9 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import finetune_data, packing
-from data_pipeline.finetune_data import (
+from data_pipeline import packing
+from data_pipeline.finetune import records
+from data_pipeline.finetune.records import (
     FILE_FORMATS,
     OPTION_PREFIX,
     SplitInfo,
@@ -478,7 +479,7 @@ def packed_shape(
 ) -> packing.PackShape:
     """The packed shape that holds every batch of `split` on every process (packing.py)."""
     examples = task_split(task, split)
-    return finetune_data.packed_shape(
+    return records.packed_shape(
         example_lengths(examples, tokenizer, task.config.max_seq_length),
         training=split == "train",
         batch_size=batch_size,

@@ -4,7 +4,7 @@
     python -m bertjax.main --config experiments/finetune/ner.py --workdir DIR \
         --config.init_checkpoint=PRETRAINED_WORKDIR
 
-The input is data_pipeline/tagging.py (CoNLL files or TFDS); the score is
+The input is data_pipeline/finetune/tagging.py (CoNLL files or TFDS); the score is
 entity-level precision, recall and F1 (scores.py). A fine-tuned workdir
 answers `tag(restore(workdir), "Anna moved to Berlin")`.
 """
@@ -16,12 +16,13 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import finetune, losses, scores
+from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
-from bertjax.task import Setup, Task
-from data_pipeline import tagging as tagging_data
-from data_pipeline.finetune_data import read_text_file
+from bertjax.tasks import finetune, scores
+from bertjax.tasks.contract import Setup, Task
+from data_pipeline.finetune import tagging as tagging_data
+from data_pipeline.finetune.records import read_text_file
 
 METRIC_NAMES = ("entity_f1", "entity_precision", "entity_recall")
 

@@ -1,15 +1,15 @@
 r"""Trains on Cloud TPU from your machine: creates a slice, ships the code, starts and stops runs.
 
-    python -m bertjax.launch create --name NAME --zone ZONE --accelerator_type v5p-32 \
+    python -m bertjax.tpu.launch create --name NAME --zone ZONE --accelerator_type v5p-32 \
         [--spot | --reserved] [--queued] [--num_slices N] [--project P]
-    python -m bertjax.launch setup --name NAME --zone ZONE
-    python -m bertjax.launch run --name NAME --zone ZONE --accelerator_type v5p-32 \
+    python -m bertjax.tpu.launch setup --name NAME --zone ZONE
+    python -m bertjax.tpu.launch run --name NAME --zone ZONE --accelerator_type v5p-32 \
         --config experiments/pretrain/bert_base.py --workdir gs://BUCKET/runs/base \
         [--override KEY=VALUE ...]
-    python -m bertjax.launch logs --name NAME --zone ZONE [--lines N] [--follow]
-    python -m bertjax.launch status|stop|delete --name NAME --zone ZONE
-    python -m bertjax.launch create ... --startup_script --config FILE --workdir gs://...
-    python -m bertjax.launch run|status|logs|stop|delete --xpk_cluster CLUSTER ...
+    python -m bertjax.tpu.launch logs --name NAME --zone ZONE [--lines N] [--follow]
+    python -m bertjax.tpu.launch status|stop|delete --name NAME --zone ZONE
+    python -m bertjax.tpu.launch create ... --startup_script --config FILE --workdir gs://...
+    python -m bertjax.tpu.launch run|status|logs|stop|delete --xpk_cluster CLUSTER ...
 
 Each subcommand is a short sequence of `gcloud` commands (`xpk` and `kubectl`
 with --xpk_cluster). --dry_run prints them, one per line as a shell would run
@@ -22,7 +22,7 @@ for a queued resource.
 create: a TPU VM (`gcloud compute tpus tpu-vm create`), or with --queued a
     queued resource, as multislice (--num_slices > 1) always is; --spot or
     --reserved picks the capacity, --runtime_version the image (the chip's
-    default from bertjax.tpu).
+    default from bertjax.tpu.slices).
 setup: packs this checkout's files that git does not ignore (`git ls-files
     --cached --others --exclude-standard`: new files too; and --config if
     given), copies them to every worker, unpacks them into ~/bertjax (over
@@ -88,7 +88,7 @@ import tempfile
 
 from absl import flags
 
-from bertjax import tpu
+from bertjax.tpu import slices
 from data_pipeline import cli
 from data_pipeline.errors import UserError
 
@@ -305,7 +305,7 @@ def startup_script(name: str, training: Training, code_url: str) -> str:
     train = training.command(f"{directory}/.venv/bin/python")
     return f"""\
 #!/bin/bash
-# The startup script of TPU {name}, written by `python -m bertjax.launch create
+# The startup script of TPU {name}, written by `python -m bertjax.tpu.launch create
 # --startup_script`. It runs as root at every boot of every worker and starts or
 # resumes training.
 mkdir -p {directory}/logs
@@ -350,7 +350,7 @@ cd {directory} && train >>{directory}/logs/run-$(hostname).log 2>&1 </dev/null &
 # ------------------------------------------------------------------- the subcommands
 
 
-def create(target: Target, tpu_slice: tpu.Slice, options, training: Training | None) -> Plan:
+def create(target: Target, tpu_slice: slices.Slice, options, training: Training | None) -> Plan:
     runtime = options.runtime_version or tpu_slice.chip.runtime_version
     command = [*target.group, "create", target.name, *target.where()]
     command += [f"--accelerator-type={tpu_slice.accelerator_type}"]
@@ -429,7 +429,7 @@ def sweep_workers(target: Target, options) -> Plan:
     )
 
 
-def check_sweep(options, tpu_slice: tpu.Slice | None) -> None:
+def check_sweep(options, tpu_slice: slices.Slice | None) -> None:
     if not options.storage:
         raise LaunchError("--storage: required for sweep (the database URL the sweep's `run` used)")
     if not re.match(r"[a-z0-9+]+://", options.storage) or options.storage.startswith("sqlite"):
@@ -479,7 +479,9 @@ def delete(target: Target) -> Plan:
 # ----------------------------------------------------------------------------- xpk
 
 
-def xpk(subcommand: str, options, tpu_slice: tpu.Slice | None, training: Training | None) -> Plan:
+def xpk(
+    subcommand: str, options, tpu_slice: slices.Slice | None, training: Training | None
+) -> Plan:
     where = [f"--cluster={options.xpk_cluster}"]
     zone = [f"--zone={options.zone}"] + (
         [f"--project={options.project}"] if options.project else []
@@ -541,17 +543,17 @@ def check_name(name: str | None, *, xpk_workload: bool) -> str:
     return name
 
 
-def check_slice(subcommand: str, options) -> tpu.Slice | None:
+def check_slice(subcommand: str, options) -> slices.Slice | None:
     if options.accelerator_type is None:
         if subcommand in ("create", "run"):
             raise LaunchError(f"--accelerator_type: required for {subcommand} (e.g. v5p-32)")
         return None
-    return tpu.parse(
+    return slices.parse(
         options.accelerator_type, num_slices=options.num_slices, option="--accelerator_type"
     )
 
 
-def check_training(options, tpu_slice: tpu.Slice, why_gcs: str | None, needs: str) -> Training:
+def check_training(options, tpu_slice: slices.Slice, why_gcs: str | None, needs: str) -> Training:
     """The training command's arguments; `why_gcs` says why the workdir must be in gs://,
     `needs` what needs them."""
     for flag in ("config", "workdir"):
@@ -588,7 +590,7 @@ def repo_relative_config(config: str) -> str:
     return relative.as_posix() + colon + argument
 
 
-def gcs_reason(subcommand: str, options, tpu_slice: tpu.Slice | None) -> str | None:
+def gcs_reason(subcommand: str, options, tpu_slice: slices.Slice | None) -> str | None:
     if options.xpk_cluster:
         return "an xpk workload's pods keep no disk across restarts"
     if subcommand == "create":

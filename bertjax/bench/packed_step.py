@@ -1,8 +1,8 @@
 """Useful tokens per second of a run's train step, with and without packing.
 
-    python -m bertjax.packing_benchmark --config experiments/finetune/builtin_topics.py \
+    python -m bertjax.bench.packed_step --config experiments/finetune/builtin_topics.py \
         --config.init_checkpoint=runs/minilm [--steps 20] [--json]
-    python -m bertjax.packing_benchmark --config experiments/pretrain/tiny_cpu.py \
+    python -m bertjax.bench.packed_step --config experiments/pretrain/tiny_cpu.py \
         --config.data.max_seq_length=512 --config.data.max_predictions_per_seq=80
 
 Builds the run twice, with config.data.pack_examples off and on, takes the
@@ -14,7 +14,7 @@ useful token is a text token, not padding: the figure that packing raises
 pretraining) per batch, the share of padding, median step time, useful tokens/s
 and the ratio packed / unpacked. A fine-tuning batch holds the same examples
 either way, in fewer rows packed; a pretraining batch is train_batch_size rows
-either way, holding more pairs packed (data_pipeline/pretraining.py).
+either way, holding more pairs packed (data_pipeline/pretraining_input.py).
 """
 
 import json
@@ -30,7 +30,7 @@ from flax import linen as nn
 from ml_collections import config_flags
 
 from bertjax import sharding, train
-from bertjax.task import host_share
+from bertjax.tasks.contract import host_share
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS

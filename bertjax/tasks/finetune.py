@@ -22,11 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from bertjax import losses, scores
+from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import SHAPE_FIELDS, BertConfig
 from bertjax.sharding import BATCH_AXES
-from bertjax.task import Setup, check_keys, host_share, weighted_mean_loss
+from bertjax.tasks import scores
+from bertjax.tasks.contract import Setup, check_keys, host_share, weighted_mean_loss
 from data_pipeline import config as data_config_lib
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError

@@ -39,7 +39,7 @@ L = `max_seq_length`; one example is one window:
 | example_weight  | float32 | [B]    | 1.0; 0.0 on the padding of the last eval batches        |
 | stream_position | int64   | [B, 1] | training only: global batches consumed after it         |
 
-Batches are drawn by finetune_data.batch_indices, one window being one
+Batches are drawn by records.batch_indices, one window being one
 example. The eval padding rows have label_weights 0, word_index -1 and
 sentence_id -1, so they count nowhere even when example_weight is ignored.
 
@@ -62,8 +62,9 @@ import tensorflow as tf
 from absl import logging
 
 from data_pipeline import config as config_lib
-from data_pipeline import finetune_data, packing
-from data_pipeline.finetune_data import (
+from data_pipeline import packing
+from data_pipeline.finetune import records
+from data_pipeline.finetune.records import (
     OPTION_PREFIX,
     SplitInfo,
     TaskDataError,
@@ -80,7 +81,7 @@ from data_pipeline.finetune_data import (
 )
 
 SOURCES = ("files", "tfds")
-# How tags spell entities, for entity-level scoring (bertjax/scores.py reads them).
+# How tags spell entities, for entity-level scoring (bertjax/tasks/scores.py reads them).
 TAGGING_SCHEMES = ("iob1", "iob2", "iobes", "bilou")
 DOCSTART = "-DOCSTART-"
 # The per-token columns, moved with their tokens when windows are packed, and their
@@ -437,7 +438,7 @@ def packed_shape(
     features, _ = encode_sentences(
         task_split(task, split), tokenizer, max_seq_length=task.config.max_seq_length
     )
-    return finetune_data.packed_shape(
+    return records.packed_shape(
         features["input_mask"].sum(axis=1),
         training=split == "train",
         batch_size=batch_size,

@@ -3,8 +3,8 @@
 A slice is named as `gcloud` names it, `v4-8`, `v5p-8`, `v5litepod-8` or `v6e-8`
 (`v5e-8` is accepted for `v5litepod-8`). The number counts TensorCores on v4
 and v5p (two per chip, used as one "megacore" device) and chips on v5e and v6e.
-`bertjax.aot` compiles for a slice's devices on any host, with the TPU compiler
-of the installed libtpu; `bertjax.launch` creates and drives slices.
+`bertjax.tpu.aot` compiles for a slice's devices on any host, with the TPU compiler
+of the installed libtpu; `bertjax.tpu.launch` creates and drives slices.
 
 Chip figures are from Google's Cloud TPU documentation (the "System
 architecture" table of each version's page): peak bf16 FLOP/s, HBM capacity
@@ -159,13 +159,14 @@ def _shape(chips: int, dims: int) -> tuple[int, ...]:
 
 
 def libtpu_without_tpu() -> None:
-    """Settings for libtpu on a host with no TPU attached, where it only compiles (bertjax.aot).
+    """Settings for libtpu on a host with no TPU attached, where it only compiles (bertjax.tpu.aot).
 
     libtpu still looks for the TPU VM's metadata whenever jax starts, and prints a
     page of warnings; these settings answer it. Its lock file, which keeps two
     processes off one TPU, would also keep two compiling processes apart. They
-    must be set before jax starts its backends, and never on a TPU VM; `import
-    bertjax` sets them.
+    must be set before jax starts its backends, and never on a TPU VM: the
+    ahead-of-time tool sets them when it starts, and so does any process that
+    has libtpu installed on a host without a TPU (the test suite's).
     """
     if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
         return

@@ -1,7 +1,7 @@
-"""The baseline bertjax.benchmark compares against: Hugging Face's FlaxBertForPreTraining.
+"""The baseline bertjax.bench.throughput compares against: Hugging Face's FlaxBertForPreTraining.
 
 It needs transformers 4.x, the last with Flax models; `make bench-hf` installs
-it in .venv-bench. Kept apart from benchmark.py (which defines flags) so that
+it in .venv-bench. Kept apart from throughput.py (which defines flags) so that
 it imports anywhere, tests included.
 """
 
@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax import config_json, losses, sharding, train
+from bertjax import losses, sharding, train
+from bertjax.convert import config_json
 from data_pipeline.errors import UserError
 
 

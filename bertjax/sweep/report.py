@@ -13,9 +13,9 @@ import math
 import os
 import sys
 
-from bertjax import sweep_queue as queue
-from bertjax import sweep_worker as worker_lib
 from bertjax import workdir as workdir_lib
+from bertjax.sweep import queue
+from bertjax.sweep import worker as worker_lib
 from data_pipeline import files
 
 

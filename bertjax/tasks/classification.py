@@ -4,7 +4,7 @@ logits, or one score (paper section 4.1, GLUE).
     python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
         --config.init_checkpoint=PRETRAINED_WORKDIR
 
-The input is data_pipeline/classification.py (GLUE from TFDS, or TSV/CSV/JSONL
+The input is data_pipeline/finetune/classification.py (GLUE from TFDS, or TSV/CSV/JSONL
 files). The scores are the task's official metrics (scores.py). A fine-tuned
 workdir answers `classify(restore(workdir), texts, pairs)` and predicts a file
 with `python -m bertjax.predict`.
@@ -18,11 +18,12 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from bertjax import finetune, losses, scores
+from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForSequenceClassification
-from bertjax.task import Setup, Task, host_share
-from data_pipeline import classification as classification_data
+from bertjax.tasks import finetune, scores
+from bertjax.tasks.contract import Setup, Task, host_share
+from data_pipeline.finetune import classification as classification_data
 
 
 def setup(config, workdir: str) -> Setup:

@@ -1,7 +1,7 @@
 """The task contract: what the training loop, restore() and predict need of a task.
 
 A task is a `Task` of plain functions, built once in its own module
-(`bertjax/pretraining.py`, `classification.py`, `tagging.py`, `squad.py`) and
+(`bertjax/tasks/pretraining.py`, `classification.py`, `tagging.py`, `squad.py`) and
 listed in `bertjax.tasks.TASKS` under the name `config.task` gives it.
 
     task.setup(config, workdir) -> Setup   checks the config and reads the data
@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import tensorflow as tf
 from flax import linen as nn
 
-from bertjax import scores
 from bertjax.model import BertConfig
+from bertjax.tasks import scores
 from data_pipeline.config import ConfigError, check_known_keys, key_paths
 
 # (batch_size, process_index, process_count, seed[, position]) -> this host's batches.

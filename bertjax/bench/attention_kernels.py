@@ -1,6 +1,6 @@
 """Forward and backward of the encoder with each attention implementation, timed.
 
-    python -m bertjax.attention_benchmark [--preset base] [--lengths 128,512]
+    python -m bertjax.bench.attention_kernels [--preset base] [--lengths 128,512]
         [--batch_sizes 64,16] [--implementations xla,cudnn] [--dtype bfloat16] [--steps 20]
         [--trim_last_layer true,false [--predictions 20]]
 

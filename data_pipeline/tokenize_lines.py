@@ -1,6 +1,6 @@
 """Tokenizes lines from stdin into JSON lines on stdout, as the training pipeline does.
 
-    python -m data_pipeline.tokenize --vocab vocab.txt < text.txt
+    python -m data_pipeline.tokenize_lines --vocab vocab.txt < text.txt
     echo "Hello, World!" | bertjax-tokenize --vocab tokenizer.json --cased
 
 Each input line gives one output line {"ids": [...], "tokens": [...]}, without

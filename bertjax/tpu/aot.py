@@ -1,6 +1,6 @@
 """Compiles an experiment's train and eval steps for a Cloud TPU slice, on any host.
 
-    python -m bertjax.aot --config experiments/pretrain/bert_base.py --topology v5p-8 \
+    python -m bertjax.tpu.aot --config experiments/pretrain/bert_base.py --topology v5p-8 \
         [--num_slices N] [--find_batch] [--json] [--config.KEY=VALUE ...]
 
 The steps are the ones `bertjax.main` runs (train.build_run and train.jit_steps:
@@ -30,7 +30,7 @@ import tempfile
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import tpu
+from bertjax.tpu import slices
 from data_pipeline import cli
 from data_pipeline.errors import UserError
 
@@ -89,29 +89,30 @@ class Compiled:
 def check_libtpu() -> None:
     if importlib.util.find_spec("libtpu") is None:
         raise UserError(
-            "bertjax.aot needs the TPU compiler, which comes with libtpu: "
+            "bertjax.tpu.aot needs the TPU compiler, which comes with libtpu: "
             "pip install -e '.[tpu]' (`make install` puts it in this checkout's .venv)"
         )
 
 
 def prepare(config, workdir: str):
     """(config, task) ready to build on a host without the run's data, for pretraining."""
-    from bertjax import benchmark, train
     from bertjax import model as model_lib
+    from bertjax import train
+    from bertjax.bench import throughput
 
     config = config.copy_and_resolve_references()
     task = train.task_of(config)
     if task.name == "pretraining":
         vocab_size = model_lib.from_config(config.model).vocab_size
         with config.unlocked():
-            config.data.vocab_file = benchmark.synthetic_vocab(
+            config.data.vocab_file = throughput.synthetic_vocab(
                 os.path.join(workdir, "vocab.txt"), vocab_size
             )
             config.init_checkpoint = ""
     return config, task
 
 
-def build(config, task, tpu_slice: tpu.Slice, devices, workdir: str):
+def build(config, task, tpu_slice: slices.Slice, devices, workdir: str):
     """The run (model, optimizer, mesh, shardings) on the slice's devices; compiles nothing."""
     from bertjax import train
 
@@ -200,7 +201,7 @@ def compile_step(run, split: str) -> Compiled:
     )
 
 
-def analyse(run, tpu_slice: tpu.Slice, step: Compiled) -> dict:
+def analyse(run, tpu_slice: slices.Slice, step: Compiled) -> dict:
     """The figures of a compiled train step: memory, FLOPs, roofline time, tokens/s, MFU."""
     from bertjax import flops
 
@@ -268,7 +269,7 @@ def _microbatches(run) -> int:
     return optim.from_config(run.setup.optimizer).num_microbatches
 
 
-def find_batch(config, task, tpu_slice: tpu.Slice, devices, workdir: str, *, fits_now: bool):
+def find_batch(config, task, tpu_slice: slices.Slice, devices, workdir: str, *, fits_now: bool):
     """The largest per-chip train batch whose step compiles within HBM (0: not even one),
     searched from the config's batch (`fits_now`: whether that one fits).
 
@@ -310,7 +311,7 @@ def largest_fitting(fits, *, step: int, start: int, start_fits: bool) -> int:
     return low
 
 
-def compile_report(config, tpu_slice: tpu.Slice, *, with_eval=True, with_find_batch=False):
+def compile_report(config, tpu_slice: slices.Slice, *, with_eval=True, with_find_batch=False):
     """Everything --json prints: the train step's figures, the eval step's HBM, the batch."""
     check_libtpu()
     devices = tpu_slice.compile_devices()
@@ -385,8 +386,9 @@ def format_report(r: dict) -> str:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
+    slices.libtpu_without_tpu()
     logging.set_verbosity(logging.ERROR)
-    tpu_slice = tpu.parse(FLAGS.topology, num_slices=FLAGS.num_slices)
+    tpu_slice = slices.parse(FLAGS.topology, num_slices=FLAGS.num_slices)
     result = compile_report(
         FLAGS.config, tpu_slice, with_eval=FLAGS.eval, with_find_batch=FLAGS.find_batch
     )

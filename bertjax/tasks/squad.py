@@ -1,7 +1,7 @@
 """SQuAD as a task: answer spans from start and end logits on the sequence output
 (paper section 4.2).
 
-The input is data_pipeline/squad.py (official JSON files or TFDS), which reads,
+The input is data_pipeline/finetune/squad.py (official JSON files or TFDS), which reads,
 checks and windows the questions. This module turns the model's logits back
 into answers: `predict_answers` picks each question's n-best spans over all of
 its windows and maps them to the context's own text (`final_text`), and
@@ -19,13 +19,14 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from bertjax import finetune, losses, scores
+from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
-from bertjax.task import Setup, Task
+from bertjax.tasks import finetune, scores
+from bertjax.tasks.contract import Setup, Task
 from data_pipeline import files
-from data_pipeline import squad as squad_data
-from data_pipeline.finetune_data import TEXTS_PER_TOKENIZER_CALL
-from data_pipeline.squad import SquadDocument, SquadError, SquadFeatures
+from data_pipeline.finetune import squad as squad_data
+from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
+from data_pipeline.finetune.squad import SquadDocument, SquadError, SquadFeatures
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
 # ----------------------------------------------------------------------------- answers from logits

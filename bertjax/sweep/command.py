@@ -9,9 +9,9 @@ reported.
 
 run: checks every trial's overrides against the config (an unknown key, a
     wrong type or a bad value is one line naming the trial and the key) before
-    any trial starts, records the sweep in its queue (Optuna, bertjax.sweep_queue:
+    any trial starts, records the sweep in its queue (Optuna, bertjax.sweep.queue:
     DIR/sweep.db, or --storage), queues the trials not yet done and works
-    through them, --parallel at a time (bertjax.sweep_worker). Each trial is a
+    through them, --parallel at a time (bertjax.sweep.worker). Each trial is a
     `bertjax.main` run in DIR/trials/NNN-NAME. Running the same command again
     skips the trials that are done, resumes interrupted ones from their
     checkpoints and gives failed ones --max_retries more attempts; a different
@@ -24,7 +24,7 @@ run: checks every trial's overrides against the config (an unknown key, a
 worker: takes trials from a sweep that `run` started, until none is left:
     more machines for one sweep, sharing a database server (--storage) and, for
     the trials' workdirs, a bucket (`run --sweep_dir gs://...`).
-report: the table of every trial (bertjax.sweep_report), written with plots to
+report: the table of every trial (bertjax.sweep.report), written with plots to
     DIR/report/.
 
 The metric is each run's eval value of --metric (default: the metric its task
@@ -43,10 +43,8 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from bertjax import hyper
-from bertjax import sweep_queue as queue
-from bertjax import sweep_worker as worker_lib
-from data_pipeline import cli
+from bertjax.sweep import hyper, queue
+from bertjax.sweep import worker as worker_lib
 from data_pipeline import config as config_lib
 from data_pipeline.errors import UserError
 
@@ -261,14 +259,14 @@ def run_command(definition: dict) -> int | None:
 
 
 def work(study, definition: dict) -> int | None:
-    from bertjax import sweep_report
+    from bertjax.sweep import report
 
     worker = worker_lib.Worker(
         study, definition, parallel=FLAGS.parallel, heartbeat_s=FLAGS.heartbeat_s
     )
     worker.run()
-    rows = sweep_report.rows(study, definition)
-    print(sweep_report.table(rows, definition))
+    rows = report.rows(study, definition)
+    print(report.table(rows, definition))
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         print(
@@ -296,7 +294,7 @@ def worker_command() -> int | None:
 
 
 def report_command(sweep_dirs: list[str]) -> int | None:
-    from bertjax import sweep_report
+    from bertjax.sweep import report
 
     if not sweep_dirs:
         raise SweepError("report: name one or more sweep directories")
@@ -304,9 +302,7 @@ def report_command(sweep_dirs: list[str]) -> int | None:
         url = queue.storage_url(sweep_dir, FLAGS.storage)
         if not FLAGS.storage and not os.path.isfile(url[len("sqlite:///") :]):
             raise SweepError(f"{sweep_dir}: not a sweep directory (no sweep.db)")
-    print(
-        sweep_report.report(sweep_dirs, FLAGS.storage, FLAGS.study_name, FLAGS.metric, FLAGS.mode)
-    )
+    print(report.report(sweep_dirs, FLAGS.storage, FLAGS.study_name, FLAGS.metric, FLAGS.mode))
     return None
 
 
@@ -323,7 +319,3 @@ def main(argv):
     if FLAGS["config"].value is None or not FLAGS.sweep_dir:
         raise SweepError("run: --config and --sweep_dir are required")
     return run_command(definition_from_flags())
-
-
-if __name__ == "__main__":
-    cli.run(main, define_flags, positional_args=True)

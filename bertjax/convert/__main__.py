@@ -1,0 +1,6 @@
+"""`python -m bertjax.convert import|export ...`: see import_export.py."""
+
+from bertjax.convert import import_export
+from data_pipeline import cli
+
+cli.run(import_export.main, import_export.define_flags, positional_args=True)

@@ -14,13 +14,13 @@ not the hardware's. Pretraining's last layer counts what it computes: keys and
 values at every position, the rest at the [CLS] and masked positions alone
 (model.BertEncoder), except where model.queries_in_last_layer says it cannot.
 
-Heads, per row, by task.json's `kind`: pretraining's masked-LM head at
-the `max_predictions_per_seq` masked positions only (dense + tied-embedding
+Each task counts its own row (`Task.forward_flops`: the encoder here, its
+head in its module): pretraining's masked-LM head at the
+`max_predictions_per_seq` masked positions only (dense + tied-embedding
 logits, as the model computes it; a packed row has as many) and the
 next-sentence pooler and classifier (once per packed sequence slot with
 `cls_positions`); classification's pooler and classifier (once per packed example
-with `cls_positions`); tagging's and squad's per-token classifier. A task
-defined outside bertjax counts its encoder only.
+with `cls_positions`); tagging's and squad's per-token classifier.
 
 The peak of one device, by `device.device_kind`, for the model's
 `config.model.dtype`:
@@ -59,48 +59,20 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax import model
 from bertjax.tpu import slices
 
 # ------------------------------------------------------------------------------ FLOPs
 
 
-def _pooler(c) -> float:
+def pooler_flops(c) -> float:
+    """The pooler's dense layer at one position."""
     return 2 * c.hidden_size * c.hidden_size
 
 
-# Forward FLOPs of each task's head per sequence, by task.json's "kind":
-# (model config, sequence length, masked positions, pooled outputs, labels) -> FLOPs.
-_HEADS = {
-    "pretraining": lambda c, length, predictions, pooled, labels: (
-        pooled * (_pooler(c) + 2 * c.hidden_size * 2)  # next-sentence pooler and classifier
-        + predictions * (2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * c.vocab_size)
-    ),
-    "classification": lambda c, length, predictions, pooled, labels: (
-        pooled * (_pooler(c) + 2 * c.hidden_size * labels)
-    ),
-    "tagging": lambda c, length, predictions, pooled, labels: length * 2 * c.hidden_size * labels,
-    "squad": lambda c, length, predictions, pooled, labels: length * 2 * c.hidden_size * 2,
-}
-
-
-def analytic_flops_per_step(
-    model_config,
-    *,
-    batch_size: int,
-    seq_len: int,
-    predictions: int = 0,
-    kind: str = "pretraining",
-    num_labels: int = 0,
-    pooled: int = 1,
-) -> float:
-    """Matmul FLOPs of one training step of `batch_size` rows (a sequence each, or packed):
-    3x the forward pass.
-
-    `predictions` are pretraining's masked positions per row, `pooled` the pooled
-    outputs per row of a pretraining or classification head (packed examples).
-    """
-    c, length = model_config, seq_len
+def encoder_flops(c, length: int, last_layer_queries: int | None = None) -> float:
+    """Forward FLOPs of the encoder over one row of `length` tokens; with
+    `last_layer_queries`, a last layer computed at that many positions alone
+    (model.BertEncoder, where model.queries_in_last_layer says it can)."""
     h, i = c.hidden_size, c.intermediate_size
 
     def layer(queries: int) -> float:
@@ -111,27 +83,15 @@ def analytic_flops_per_step(
             + 2 * 2 * queries * h * i  # the feed-forward block
         )
 
-    # Pretraining's last layer computes only the positions its heads read (model.BertEncoder).
-    last = (
-        pooled + predictions if kind == "pretraining" and model.queries_in_last_layer(c) else length
-    )
-    head = _HEADS.get(kind, lambda *_: 0)(c, length, predictions, pooled, num_labels)
-    forward = batch_size * ((c.num_hidden_layers - 1) * layer(length) + layer(last) + head)
-    return 3.0 * forward
+    last = length if last_layer_queries is None else last_layer_queries
+    return (c.num_hidden_layers - 1) * layer(length) + layer(last)
 
 
-def flops_per_step(setup, batch_size: int) -> float:
-    """`analytic_flops_per_step` of a task's Setup (tasks/contract.py), for `batch_size` rows."""
-    inputs, description = setup.model_inputs, setup.description
-    return analytic_flops_per_step(
-        setup.model_config,
-        batch_size=batch_size,
-        seq_len=inputs["input_ids"],
-        predictions=inputs.get("masked_lm_positions", 0),
-        kind=description["kind"],
-        num_labels=description.get("num_labels", 0),
-        pooled=inputs.get("cls_positions", 1),
-    )
+def flops_per_step(task, setup, batch_size: int) -> float:
+    """Model FLOPs of one train step of `batch_size` rows of a task's Setup: 3x the
+    forward pass its Task counts (tasks/contract.py)."""
+    model = setup.model
+    return 3.0 * batch_size * task.forward_flops(model.config, model.inputs, setup.description)
 
 
 # ------------------------------------------------------------------------------- peaks

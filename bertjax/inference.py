@@ -25,6 +25,7 @@ next_sentence need the pretraining heads.
 """
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from flax import linen as nn
 from bertjax import checkpoint, sharding, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
-from bertjax.tasks import pretraining
+from bertjax.tasks.contract import Description
 from bertjax.tasks.finetune import MODEL_INPUTS
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
@@ -57,14 +58,13 @@ class Restored:
     step: int
     # The sequence length the run trained with; longer inputs are refused.
     max_seq_length: int
-    # The workdir's task.json: {"kind", "label_names", "data", ...}.
-    task: dict
+    kind: str  # the task's name
+    task: Description  # the rest of the workdir's task.json
 
     def require(self, kind: str, what: str) -> None:
         """Fails unless the restored model is of the task `what` needs."""
-        have = self.task["kind"]
-        if have != kind:
-            raise ValueError(f"{what} needs a {kind} workdir; this is a {have} workdir")
+        if self.kind != kind:
+            raise ValueError(f"{what} needs a {kind} workdir; this is a {self.kind} workdir")
 
     def apply(self, features: dict):
         """The model's outputs for a dict of NumPy input features."""
@@ -84,13 +84,10 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
             "(a training run or the output of `python -m bertjax.convert import`)"
         )
     tokenizer_data = workdir_lib.read_tokenizer_data(path)
-    # Workdirs of pretraining runs from before task.json, and converted checkpoints.
-    task = workdir_lib.read_task(path) or pretraining.describe(tokenizer_data)
-    if task["kind"] not in tasks.TASKS:
-        raise CheckpointError(
-            f"{path}: task {task['kind']!r} is not one of {', '.join(tasks.TASKS)}"
-        )
-    make_model = tasks.TASKS[task["kind"]].make_model
+    kind, values = workdir_lib.read_task(path)
+    task_file = os.path.join(path, workdir_lib.TASK_FILE)
+    task = Description.from_json(values, where=task_file)
+    make_model = tasks.get(kind, where=f"{task_file}: kind").make_model
     vocab_file = workdir_lib.require_vocab_file(path, what="workdir")
     tokenizer = make_tokenizer(data_config_lib.from_config(tokenizer_data), vocab_file)
     step = checkpoint.latest_step(path) if step is None else step
@@ -122,7 +119,8 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
         config=config,
         tokenizer=tokenizer,
         step=step,
-        max_seq_length=min(task["max_seq_length"], config.max_position_embeddings),
+        max_seq_length=min(task.max_seq_length, config.max_position_embeddings),
+        kind=kind,
         task=task,
     )
 

@@ -20,7 +20,7 @@ import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import preemption, train
+from bertjax import preemption, tasks, train
 from bertjax import workdir as workdir_lib
 from data_pipeline import cli
 
@@ -73,7 +73,7 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir", cache)
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
-    task = train.task_of(FLAGS.config)
+    task = tasks.for_config(FLAGS.config)
     results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
     if task.report is None:
         return

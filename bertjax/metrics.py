@@ -15,6 +15,8 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
@@ -80,6 +82,55 @@ class MetricWriter:
         if self.active:
             self._jsonl.close()
             self._tensorboard.close()
+
+
+class TrainWindow:
+    """The steps since the last train line: their metric sums, the text tokens this host
+    read (padding not counted) and the time they took."""
+
+    def __init__(self, step: int, clock=time.perf_counter):
+        self.step, self.clock, self.start = step, clock, clock()
+        self.sums = None
+        self.tokens = 0
+
+    def add(self, sums, tokens: int) -> None:
+        self.sums = sums if self.sums is None else jax.tree.map(jnp.add, self.sums, sums)
+        self.tokens += tokens
+
+    def rates(self, step: int, *, flops_per_step: float, peak_flops: float | None, hosts: int):
+        """steps/s, tokens/s of all `hosts` (each reads as many as this one, give or take
+        its padding), model FLOP/s and, with a peak, MFU, from the window's start to now."""
+        elapsed = max(self.clock() - self.start, 1e-9)
+        steps_per_second = (step - self.step) / elapsed
+        rates = {
+            "steps_per_second": steps_per_second,
+            "tokens_per_second": self.tokens * hosts / elapsed,
+            "model_flops_per_second": steps_per_second * flops_per_step,
+        }
+        if peak_flops:
+            rates["mfu"] = rates["model_flops_per_second"] / peak_flops
+        return rates
+
+
+def real_tokens(host_batch: dict) -> int:
+    """The tokens of a batch that are text, not padding (packed or not: input_mask > 0)."""
+    if "input_mask" in host_batch:
+        return int(np.count_nonzero(host_batch["input_mask"]))
+    return int(host_batch["input_ids"].size)
+
+
+def train_line(step: int, num_steps: int, summary: dict, console) -> str:
+    """The console's line for a train summary: loss, the task's `console` metrics
+    ((name, label) pairs), learning rate, rates, MFU when known, and the time left."""
+    shown = "  ".join(f"{label} {summary[name]:.3f}" for name, label in console)
+    mfu = f"  mfu {summary['mfu']:.1%}" if "mfu" in summary else ""
+    eta = (num_steps - step) / max(summary["steps_per_second"], 1e-9)
+    return (
+        f"step {step:>6}/{num_steps}  loss {summary['loss']:.4f}  {shown}  "
+        f"lr {summary['learning_rate']:.2e}  {summary['steps_per_second']:.2f} steps/s  "
+        f"{summary['tokens_per_second']:,.0f} tokens/s{mfu}  "
+        f"eta {format_duration(eta)}"
+    )
 
 
 def format_duration(seconds: float) -> str:

@@ -28,7 +28,7 @@ def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch
     if not tf.io.gfile.exists(input_path):
         raise FileNotFoundError(f"--input={input_path}: no such file")
     restored = inference.restore(workdir, step=step)
-    task = tasks.TASKS[restored.task["kind"]]
+    task = tasks.get(restored.kind, where=f"{workdir}: task.json's kind")
     if task.predict_file is None:
         raise CheckpointError(
             f"--workdir={workdir}: a {task.name} workdir; predict needs a fine-tuned one"

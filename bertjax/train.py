@@ -60,19 +60,20 @@ def train_step(
     step whose gradients are not finite adds nothing to the metric sums.
     """
     step_rng = jax.random.fold_in(rng, state.step)
-    denominators = setup.denominators(batch)
+    model, objective = setup.model, setup.objective
+    denominators = objective.denominators(batch)
 
     def loss_fn(params, microbatch, dropout_rng):
         outputs = apply_model(
-            setup.model,
+            model.module,
             params,
             microbatch,
-            setup.model_inputs,
+            model.inputs,
             deterministic=False,
             rngs={"dropout": dropout_rng},
         )
-        sums = setup.sums(outputs, microbatch)
-        return setup.loss(sums, denominators), sums
+        sums = objective.sums(outputs, microbatch)
+        return objective.loss(sums, denominators), sums
 
     grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
     if skip_non_finite:
@@ -122,52 +123,41 @@ def apply_gradients(state, grads, tx):
 
 def eval_step(params, batch, *, setup: Setup):
     """What the task keeps of one held-out batch (metric sums, or outputs to score)."""
-    outputs = apply_model(setup.model, params, batch, setup.model_inputs, deterministic=True)
-    return setup.eval_outputs(outputs, batch)
-
-
-def _add(total, sums):
-    return sums if total is None else jax.tree.map(jnp.add, total, sums)
+    outputs = apply_model(setup.model.module, params, batch, setup.model.inputs, deterministic=True)
+    return setup.evaluation.outputs(outputs, batch)
 
 
 # ------------------------------------------------------------------------------ setup
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
 class Run:
     """Everything the loop needs, built and checked before anything compiles."""
 
     config: ml_collections.ConfigDict
+    task: Task
     setup: Setup
+    optimizer: optim.OptimizerConfig
     tx: optax.GradientTransformation
     mesh: jax.sharding.Mesh
     state_shardings: Any
     abstract_state: Any
 
 
-def task_of(config: ml_collections.ConfigDict) -> Task:
-    """The task `config.task` names (pretraining when the config has no `task`)."""
-    name = config.get("task", "pretraining")
-    if name not in tasks.TASKS:
-        raise ConfigError(f"config.task={name!r}: must be one of {', '.join(tasks.TASKS)}")
-    return tasks.TASKS[name]
-
-
 def check_config(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError for a bad option that shows without reading data or devices: the
-    task's own checks (Task.check_config), when it has them."""
-    task = task_of(config)
-    if task.check_config is not None:
-        task.check_config(config)
+    task's own checks (Task.check_config)."""
+    tasks.for_config(config).check_config(config)
 
 
 def build_run(
     config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None, devices=None
 ) -> Run:
     """Checks every option, reads the task's data and builds model, optimizer, mesh and
-    shardings; compiles nothing. `devices` defaults to all devices; the mesh uses exactly these.
+    shardings; compiles nothing. `task` defaults to the one `config.task` names, `devices`
+    to all devices; the mesh uses exactly these.
     """
-    task = task or task_of(config)
+    task = task or tasks.for_config(config)
     devices = jax.devices() if devices is None else devices
     sharding.check_platform(config.platform, devices)
     mesh = sharding.make_mesh(config.mesh, devices)
@@ -175,7 +165,8 @@ def build_run(
         setup = task.setup(config, workdir)
     for key in ("train_batch_size", "eval_batch_size"):
         sharding.check_batch_size(config[key], mesh, option=f"config.{key}")
-    microbatches = optim.from_config(setup.optimizer).num_microbatches
+    optimizer = optim.from_config(setup.objective.optimizer)
+    microbatches = optimizer.num_microbatches
     if config.train_batch_size % microbatches:
         raise ConfigError(
             f"config.train_batch_size={config.train_batch_size} is not divisible by "
@@ -184,26 +175,19 @@ def build_run(
     sharding.check_batch_size(
         config.train_batch_size // microbatches, mesh, option="the microbatch size"
     )
-    tx = optim.make_optimizer(setup.optimizer, setup.num_train_steps)
+    tx = optim.make_optimizer(optimizer, setup.objective.num_train_steps)
     state_shardings, abstract_state = sharded_abstract_state(
         functools.partial(_init_state, setup=setup, tx=tx),
         functools.partial(_init_params, setup=setup),
         mesh,
     )
-    return Run(
-        config=config,
-        setup=setup,
-        tx=tx,
-        mesh=mesh,
-        state_shardings=state_shardings,
-        abstract_state=abstract_state,
-    )
+    return Run(config, task, setup, optimizer, tx, mesh, state_shardings, abstract_state)
 
 
 def _init_params(rng, *, setup: Setup):
     """Parameters boxed with their logical axis names."""
-    inputs = [jnp.zeros((1, length), jnp.int32) for length in setup.model_inputs.values()]
-    return setup.model.init(rng, *inputs, deterministic=True)["params"]
+    inputs = [jnp.zeros((1, length), jnp.int32) for length in setup.model.inputs.values()]
+    return setup.model.module.init(rng, *inputs, deterministic=True)["params"]
 
 
 def _init_state(rng, *, setup: Setup, tx):
@@ -266,7 +250,7 @@ def create_state(run: Run):
         out_shardings=run.state_shardings,
     )
     state = init(jax.random.key(run.config.seed))
-    if not run.setup.init_keys:
+    if not run.setup.init.keys:
         return state
     params = {**state.params, **_init_checkpoint_params(run)}
     state = state.replace(params=params, opt_state=run.tx.init(params))
@@ -274,22 +258,22 @@ def create_state(run: Run):
 
 
 def _init_checkpoint_params(run: Run) -> dict:
-    """The init checkpoint's parameters under `setup.init_keys`, in this run's layer layout."""
-    setup = run.setup
-    wanted = {key: run.abstract_state.params[key] for key in setup.init_keys}
-    if setup.init_scan_layers == setup.model_config.scan_layers or "bert" not in wanted:
-        return checkpoint.restore_params(setup.init_checkpoint, wanted)
+    """The init checkpoint's parameters under `setup.init.keys`, in this run's layer layout."""
+    init, model_config = run.setup.init, run.setup.model.config
+    wanted = {key: run.abstract_state.params[key] for key in init.keys}
+    if init.scan_layers == model_config.scan_layers or "bert" not in wanted:
+        return checkpoint.restore_params(init.checkpoint, wanted)
     # The checkpoint's layout, restored whole on every device, then rearranged.
-    layers = setup.model_config.num_hidden_layers
+    layers = model_config.num_hidden_layers
     to_saved, to_run = (
-        (stack_layers, unstack_layers) if setup.init_scan_layers else (unstack_layers, stack_layers)
+        (stack_layers, unstack_layers) if init.scan_layers else (unstack_layers, stack_layers)
     )
     replicated = sharding.replicated(run.mesh)
     saved = jax.eval_shape(lambda p: {**p, "bert": to_saved(p["bert"], layers)}, wanted)
     saved = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), saved
     )
-    restored = checkpoint.restore_params(setup.init_checkpoint, saved)
+    restored = checkpoint.restore_params(init.checkpoint, saved)
     return {**restored, "bert": to_run(restored["bert"], layers)}
 
 
@@ -301,14 +285,13 @@ def jit_steps(run: Run):
     """
     batch_sharding = sharding.batch_sharding(run.mesh)
     replicated = sharding.replicated(run.mesh)
-    optimizer = optim.from_config(run.setup.optimizer)
     jitted_train_step = jax.jit(
         functools.partial(
             train_step,
             setup=run.setup,
             tx=run.tx,
-            num_microbatches=optimizer.num_microbatches,
-            skip_non_finite=optimizer.skip_non_finite_steps > 0,
+            num_microbatches=run.optimizer.num_microbatches,
+            skip_non_finite=run.optimizer.skip_non_finite_steps > 0,
         ),
         in_shardings=(run.state_shardings, batch_sharding, replicated),
         out_shardings=(run.state_shardings, replicated),
@@ -343,16 +326,16 @@ def train_and_evaluate(
     task's metric, "best_metric": that metric's name and direction, "task",
     "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted` after saving when asked to stop.
     """
-    task = task or task_of(config)
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
         start_step = checkpoint.latest_step(workdir) or 0
         if start_step:
             workdir_lib.check_same_run(workdir, config)
         run = build_run(config, workdir, task=task, devices=devices)
-        if start_step > run.setup.num_train_steps:
+        num_train_steps = run.setup.objective.num_train_steps
+        if start_step > num_train_steps:
             raise workdir_lib.CheckpointError(
                 f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
-                f"{run.setup.num_train_steps} steps this config trains"
+                f"{num_train_steps} steps this config trains"
             )
         check_eval_shares(run)
         if stop.pending:
@@ -364,7 +347,12 @@ def train_and_evaluate(
 def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
     workdir_lib.write_run_description(
-        workdir, config, setup.model_config, setup.vocab_file, setup.description
+        workdir,
+        config,
+        setup.model.config,
+        setup.data.vocab_file,
+        kind=run.task.name,
+        description=setup.description.to_json(),
     )
     manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
     try:
@@ -383,84 +371,144 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
 
 def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
-    positions = None
-    if start_step:
-        logging.info("resuming from %s at step %d", workdir, start_step)
-        state, data = checkpoint.restore(manager, start_step, run.abstract_state)
-        positions = (data or {}).get("stream_positions")
-    else:
-        state = create_state(run)
+    num_steps = setup.objective.num_train_steps
+    state, positions = _start(run, manager, workdir, start_step)
     checkpoint.check_space(manager, state)  # before the first step, not at the first save
-
     jitted_train_step, jitted_eval_step = jit_steps(run)
-    params_finite = jax.jit(all_finite)
-    num_steps = setup.num_train_steps
-    optimizer = optim.from_config(setup.optimizer)
-    schedule = optim.learning_rate_schedule(optimizer, num_steps)
     writer = metrics.MetricWriter(workdir, num_train_steps=num_steps)
+    evaluator = Evaluator(run, workdir, jitted_eval_step, writer, stop)
+    saver = Saver(run, manager, stop)
     rng = jax.random.key(config.seed)
     train_batches = _train_stream(run, start_step, positions)
-    results = workdir_lib.read_results(workdir)
-    results.update(
-        task=setup.description["kind"],
-        init_checkpoint=setup.init_checkpoint,
-        # What "best" follows, for tools that compare runs (bertjax.sweep).
-        best_metric={
-            "name": setup.best_metric.name,
-            "higher_is_better": setup.best_metric.higher_is_better,
-        },
-    )
+    log = TrainLog(run, writer, start_step)  # its clock starts here
     position = None  # where this host's stream stands after the last batch trained on
+    last_step = num_steps if stop_after is None else min(stop_after, num_steps)
+    for step in range(start_step + 1, last_step + 1):
+        host_batch = next(train_batches)
+        if "stream_position" in host_batch:
+            position = host_batch["stream_position"][-1]
+        features = {name: host_batch[name] for name in setup.objective.features}
+        batch = sharding.make_global_batch(features, run.mesh)
+        state, sums = jitted_train_step(state, batch, rng)
+        log.add(step, sums, host_batch)
+        claim.renew()
+        if step % config.log_every_steps == 0 or step == num_steps:
+            log.write(step, state, rows=batch["input_ids"].shape[0])
+        if stop.requested(step):
+            saver.save_and_stop(step, state, position, log.window, saved=False)
+        evaluates = setup.evaluation.every_steps and (
+            step % setup.evaluation.every_steps == 0 or step == num_steps
+        )
+        if evaluates:
+            evaluator.record(step, state.params)
+        due = (
+            (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
+            or (evaluates and setup.evaluation.checkpoint_each)
+            or step == last_step
+        )
+        if due:
+            saver.save(step, state, position, log.window)
+        if stop.pending:  # arrived during the evaluation, which it cut short
+            saver.save_and_stop(step, state, position, log.window, saved=due)
+    if start_step >= last_step and setup.evaluation.every_steps:
+        # Nothing left to train (a finished run started again): report where it stands.
+        # Every host evaluates (the steps are collective), whatever results.json says.
+        evaluator.record(start_step, state.params)
+    checkpoint.wait(manager)
+    writer.close()
+    return evaluator.results
 
-    def evaluate_and_record(step: int) -> None:
-        evaluated = evaluate(run, state.params, jitted_eval_step, stop=stop)
-        if evaluated is None:
-            return  # cut short by a stop request
-        values, predictions = evaluated
-        writer.write(step, "eval", values)
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in values.items() if isinstance(v, float))
-        writer.console(f"eval at step {step}: {shown}")
-        results["eval"] = {"step": step, **values}
-        best = results.get("best")
-        metric = setup.best_metric
-        if best is None or metric.is_better(values[metric.name], best.get(metric.name)):
-            results["best"] = {"step": step, **values}
-        workdir_lib.write_results(workdir, results)
-        if step == num_steps and setup.write_predictions and jax.process_index() == 0:
-            setup.write_predictions(predictions, workdir)
 
-    def check_bad_steps(step: int) -> None:
-        in_a_row = optim.consecutive_non_finite_steps(state.opt_state)
-        if in_a_row is not None and in_a_row > optimizer.skip_non_finite_steps:
-            raise TrainingError(
-                f"{in_a_row} steps in a row with non-finite gradients by step {step} "
-                f"(config.optimizer.skip_non_finite_steps={optimizer.skip_non_finite_steps}); "
-                "no checkpoint written after them. Lower config.optimizer.learning_rate or "
-                "check the data."
-            )
+def _start(run: Run, manager, workdir: str, start_step: int):
+    """(state, every host's saved stream positions or None): restored at `start_step`, or
+    the initial state."""
+    if not start_step:
+        return create_state(run), None
+    logging.info("resuming from %s at step %d", workdir, start_step)
+    state, data = checkpoint.restore(manager, start_step, run.abstract_state)
+    return state, (data or {}).get("stream_positions")
 
-    def save(step: int) -> None:
-        # Never write parameters that went non-finite, or that a non-finite loss may have spoiled.
-        if window is not None:
-            checked_finite(setup.summarize(window), step)
-        check_bad_steps(step)
-        if not params_finite(state.params):
+
+class TrainLog:
+    """The train lines: the metric sums of the steps since the last line, turned into
+    means, rates, MFU and a line on the console when `write` is called."""
+
+    def __init__(self, run: Run, writer: metrics.MetricWriter, start_step: int):
+        self.run, self.writer, self.start_step = run, writer, start_step
+        self.schedule = optim.learning_rate_schedule(
+            run.optimizer, run.setup.objective.num_train_steps
+        )
+        # Before the timed steps: on CPU the peak is a matmul probe (once per host, cached).
+        model_config = run.setup.model.config
+        self.peak_flops, source = flops.peak_flops(run.mesh.devices.flat, model_config.dtype)
+        if self.peak_flops:
+            logging.info("MFU against a peak of %.3e FLOP/s: %s", self.peak_flops, source)
+        else:
+            logging.warning("%s", source)
+        self.window = metrics.TrainWindow(start_step)
+        self.started = time.perf_counter()
+
+    def add(self, step: int, sums, host_batch: dict) -> None:
+        self.window.add(sums, metrics.real_tokens(host_batch))
+        self.writer.progress_bar(step, self.started, self.start_step)
+
+    def write(self, step: int, state, rows: int) -> None:
+        """The train line of the steps up to `step`, of `rows` global rows each (a packed
+        batch has as many as its plan)."""
+        run = self.run
+        check_bad_steps(state, run.optimizer, step)
+        summary = checked_finite(run.setup.objective.summarize(self.window.sums), step)
+        summary["learning_rate"] = float(self.schedule(step - 1))
+        # Every host reads as many tokens as this one, give or take its padding.
+        summary |= self.window.rates(
+            step,
+            flops_per_step=flops.flops_per_step(run.task, run.setup, rows),
+            peak_flops=self.peak_flops,
+            hosts=jax.process_count(),
+        )
+        if run.optimizer.skip_non_finite_steps:
+            summary["skipped_steps"] = int(state.opt_state.total_notfinite)
+        self.writer.write(step, "train", summary)
+        num_steps = run.setup.objective.num_train_steps
+        self.writer.console(
+            metrics.train_line(step, num_steps, summary, run.setup.objective.console)
+        )
+        self.window = metrics.TrainWindow(step)
+
+
+class Saver:
+    """Checkpoints of the run, each after the checks that keep non-finite values out."""
+
+    def __init__(self, run: Run, manager, stop):
+        self.run, self.manager, self.stop = run, manager, stop
+        self.params_finite = jax.jit(all_finite)
+
+    def save(self, step: int, state, position, window: metrics.TrainWindow) -> None:
+        """Saves `state` and every host's stream position, unless a value went non-finite
+        (the parameters, or the loss of the steps not yet logged)."""
+        if window.sums is not None:
+            checked_finite(self.run.setup.objective.summarize(window.sums), step)
+        check_bad_steps(state, self.run.optimizer, step)
+        if not self.params_finite(state.params):
             raise TrainingError(
                 f"non-finite parameters after step {step}; not saved. Lower "
                 "config.optimizer.learning_rate or check the data."
             )
-        data = {"stream_positions": _gather_positions(position)}
-        checkpoint.check_space(manager, state)
-        checkpoint.save(manager, step, state, data)
+        checkpoint.check_space(self.manager, state)
+        checkpoint.save(
+            self.manager, step, state, {"stream_positions": _gather_positions(position)}
+        )
 
-    def save_and_stop(step: int, saved: bool):
+    def save_and_stop(self, step: int, state, position, window, *, saved: bool):
+        """Saves (unless `saved`), waits up to preemption_save_seconds for the save to
+        commit, and raises Preempted saying whether it did."""
         started = time.perf_counter()
         if not saved:
-            save(step)
-        budget = config.preemption_save_seconds
-        committed = checkpoint.wait(manager, budget)
+            self.save(step, state, position, window)
+        budget = self.run.config.preemption_save_seconds
+        committed = checkpoint.wait(self.manager, budget)
         took = time.perf_counter() - started
-        why = stop.signal_name or "a preemption notice"
+        why = self.stop.signal_name or "a preemption notice"
         if not committed:
             raise preemption.Preempted(
                 f"{why} at step {step}: its checkpoint did not commit within "
@@ -472,86 +520,55 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
             "command to resume"
         )
 
-    # Before the timed steps: on CPU the peak is a matmul probe (once per host, cached).
-    peak_flops, peak_source = flops.peak_flops(run.mesh.devices.flat, setup.model_config.dtype)
-    if peak_flops:
-        logging.info("MFU against a peak of %.3e FLOP/s: %s", peak_flops, peak_source)
-    else:
-        logging.warning("%s", peak_source)
-    window, window_start, window_step = None, time.perf_counter(), start_step
-    window_tokens = 0  # this host's real (not padding) tokens since the last log line
-    started = time.perf_counter()
-    last_step = num_steps if stop_after is None else min(stop_after, num_steps)
-    for step in range(start_step + 1, last_step + 1):
-        host_batch = next(train_batches)
-        window_tokens += _real_tokens(host_batch)
-        if "stream_position" in host_batch:
-            position = host_batch["stream_position"][-1]
-        batch = sharding.make_global_batch(
-            {name: host_batch[name] for name in setup.train_features}, run.mesh
+
+class Evaluator:
+    """Evaluations of the run, recorded in metrics, results.json and, at the last step,
+    the task's prediction files."""
+
+    def __init__(self, run: Run, workdir: str, jitted_eval_step, writer, stop):
+        self.run, self.workdir, self.eval_step = run, workdir, jitted_eval_step
+        self.writer, self.stop = writer, stop
+        metric = run.task.best_metric(run.config)
+        self.metric = metric
+        self.results = workdir_lib.read_results(workdir)
+        self.results.update(
+            init_checkpoint=run.setup.init.checkpoint,
+            # What "best" follows, for tools that compare runs (bertjax.sweep).
+            best_metric={"name": metric.name, "higher_is_better": metric.higher_is_better},
         )
-        state, sums = jitted_train_step(state, batch, rng)
-        window = _add(window, sums)
-        writer.progress_bar(step, started, start_step)
-        claim.renew()
 
-        last = step == num_steps
-        if step % config.log_every_steps == 0 or last:
-            check_bad_steps(step)
-            summary = checked_finite(setup.summarize(window), step)
-            steps_per_s = (step - window_step) / max(time.perf_counter() - window_start, 1e-9)
-            summary["learning_rate"] = float(schedule(step - 1))
-            summary["steps_per_second"] = steps_per_s
-            # Every host reads as many tokens as this one, give or take its padding.
-            tokens = window_tokens * jax.process_count()
-            summary["tokens_per_second"] = tokens / max(time.perf_counter() - window_start, 1e-9)
-            rows = batch["input_ids"].shape[0]
-            summary["model_flops_per_second"] = steps_per_s * flops.flops_per_step(setup, rows)
-            if peak_flops:
-                summary["mfu"] = summary["model_flops_per_second"] / peak_flops
-            if optimizer.skip_non_finite_steps:
-                summary["skipped_steps"] = int(state.opt_state.total_notfinite)
-            writer.write(step, "train", summary)
-            eta = (num_steps - step) / max(steps_per_s, 1e-9)
-            shown = "  ".join(f"{label} {summary[name]:.3f}" for name, label in setup.console)
-            mfu = f"  mfu {summary['mfu']:.1%}" if peak_flops else ""
-            writer.console(
-                f"step {step:>6}/{num_steps}  loss {summary['loss']:.4f}  {shown}  "
-                f"lr {summary['learning_rate']:.2e}  {steps_per_s:.2f} steps/s  "
-                f"{summary['tokens_per_second']:,.0f} tokens/s{mfu}  "
-                f"eta {metrics.format_duration(eta)}"
-            )
-            window, window_start, window_step = None, time.perf_counter(), step
-            window_tokens = 0
+    def record(self, step: int, params) -> None:
+        evaluated = evaluate(self.run, params, self.eval_step, stop=self.stop)
+        if evaluated is None:
+            return  # cut short by a stop request
+        values, predictions = evaluated
+        self.writer.write(step, "eval", values)
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in values.items() if isinstance(v, float))
+        self.writer.console(f"eval at step {step}: {shown}")
+        self.results["eval"] = {"step": step, **values}
+        best = self.results.get("best")
+        if best is None or self.metric.is_better(
+            values[self.metric.name], best.get(self.metric.name)
+        ):
+            self.results["best"] = {"step": step, **values}
+        workdir_lib.write_results(self.workdir, self.results)
+        evaluation = self.run.setup.evaluation
+        last = step == self.run.setup.objective.num_train_steps
+        if last and evaluation.write_predictions and jax.process_index() == 0:
+            evaluation.write_predictions(predictions, self.workdir)
 
-        if stop.requested(step):
-            save_and_stop(step, saved=False)
-        evaluates = setup.eval_every_steps and (step % setup.eval_every_steps == 0 or last)
-        if evaluates:
-            evaluate_and_record(step)
-        due = (
-            (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-            or (evaluates and setup.checkpoint_at_eval)
-            or step == last_step
+
+def check_bad_steps(state, optimizer: optim.OptimizerConfig, step: int) -> None:
+    """Stops the run when more steps in a row had non-finite gradients than
+    optimizer.skip_non_finite_steps allows."""
+    in_a_row = optim.consecutive_non_finite_steps(state.opt_state)
+    if in_a_row is not None and in_a_row > optimizer.skip_non_finite_steps:
+        raise TrainingError(
+            f"{in_a_row} steps in a row with non-finite gradients by step {step} "
+            f"(config.optimizer.skip_non_finite_steps={optimizer.skip_non_finite_steps}); "
+            "no checkpoint written after them. Lower config.optimizer.learning_rate or "
+            "check the data."
         )
-        if due:
-            save(step)
-        if stop.pending:  # arrived during the evaluation, which it cut short
-            save_and_stop(step, saved=due)
-    if start_step >= last_step and setup.eval_every_steps:
-        # Nothing left to train (a finished run started again): report where it stands.
-        # Every host evaluates (the steps are collective), whatever results.json says.
-        evaluate_and_record(start_step)
-    checkpoint.wait(manager)
-    writer.close()
-    return results
-
-
-def _real_tokens(host_batch) -> int:
-    """The tokens of a batch that are text, not padding (packed or not: input_mask > 0)."""
-    if "input_mask" in host_batch:
-        return int(np.count_nonzero(host_batch["input_mask"]))
-    return int(host_batch["input_ids"].size)
 
 
 def _train_stream(run: Run, start_step: int, positions):
@@ -560,13 +577,12 @@ def _train_stream(run: Run, start_step: int, positions):
     host = host_share(run.config, "train_batch_size")
     if positions is not None and len(positions) == jax.process_count():
         position = np.asarray(positions[jax.process_index()], np.int64)
-        dataset = run.setup.train_dataset(**host, position=position)
+        dataset = run.setup.data.train(**host, position=position)
     else:
-        dataset = run.setup.train_dataset(**host)
+        dataset = run.setup.data.train(**host)
         if start_step:
             why = (
-                "has no input positions (saved before bertjax recorded them, or by a task "
-                "whose stream has none)"
+                "has no input positions (the task's stream has none)"
                 if positions is None
                 else f"has the input positions of {len(positions)} hosts, not {jax.process_count()}"
             )
@@ -597,12 +613,12 @@ def check_eval_shares(run: Run) -> None:
     by reading every host's first `num_eval_steps` batches once (the eval set
     is fixed, so every later eval sees the same).
     """
-    setup = run.setup
-    if not setup.eval_every_steps:
+    evaluation = run.setup.evaluation
+    if not evaluation.every_steps:
         return
     hosts = jax.process_count()
-    wanted = setup.num_eval_steps if hosts > 1 and setup.num_eval_steps else 1
-    dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
+    wanted = evaluation.num_steps if hosts > 1 and evaluation.num_steps else 1
+    dataset = run.setup.data.eval(**host_share(run.config, "eval_batch_size"))
     count = sum(1 for _ in dataset.take(wanted).as_numpy_iterator())
     if hosts == 1:
         if not count:
@@ -616,7 +632,7 @@ def check_eval_shares(run: Run) -> None:
     for host, host_count in enumerate(counts):
         if host_count < wanted:
             raise ConfigError(
-                f"config.num_eval_steps={setup.num_eval_steps}: host {host}'s share of the "
+                f"config.num_eval_steps={evaluation.num_steps}: host {host}'s share of the "
                 f"eval split gives only {host_count} batches of "
                 f"{run.config.eval_batch_size // jax.process_count()} "
                 f"(config.eval_batch_size={run.config.eval_batch_size} over "
@@ -627,10 +643,10 @@ def check_eval_shares(run: Run) -> None:
 def evaluate(run: Run, params, jitted_eval_step, stop=None) -> tuple[dict, Any] | None:
     """The task's held-out metrics over `num_eval_steps` batches (0: the whole split),
     and the predictions they scored; None if `stop` (StopRequests) cut it short."""
-    setup = run.setup
-    dataset = setup.eval_dataset(**host_share(run.config, "eval_batch_size"))
-    if setup.num_eval_steps:
-        dataset = dataset.take(setup.num_eval_steps)
+    evaluation = run.setup.evaluation
+    dataset = run.setup.data.eval(**host_share(run.config, "eval_batch_size"))
+    if evaluation.num_steps:
+        dataset = dataset.take(evaluation.num_steps)
     outputs = []
     for batch in dataset.as_numpy_iterator():
         if stop is not None and stop.pending:
@@ -641,7 +657,7 @@ def evaluate(run: Run, params, jitted_eval_step, stop=None) -> tuple[dict, Any] 
         raise ConfigError(
             f"the eval split gives no batch of config.eval_batch_size={run.config.eval_batch_size}"
         )
-    return setup.score(outputs)
+    return evaluation.score(outputs)
 
 
 def checked_finite(summary: dict, step: int) -> dict:

@@ -115,25 +115,23 @@ def require_vocab_file(workdir: str, *, what: str) -> str:
     return found
 
 
-def read_task(workdir: str) -> dict | None:
-    """task.json: {"kind", "max_seq_length", "tokenizer_data", ...}; None before fine-tuning
-    workdirs wrote one for every task (and for `bertjax.convert import` output)."""
-    return read_json(os.path.join(workdir, TASK_FILE))
+def read_task(workdir: str) -> tuple[str, dict]:
+    """task.json as (the task's name, the rest: {"max_seq_length", "tokenizer_data", ...});
+    every run and `bertjax.convert import` write one."""
+    task = read_json(os.path.join(workdir, TASK_FILE))
+    if task is None:
+        raise CheckpointError(f"{workdir}: no {TASK_FILE}; expected a bertjax workdir")
+    if not isinstance(task.get("kind"), str):
+        raise CheckpointError(f'{os.path.join(workdir, TASK_FILE)}: no task name ("kind")')
+    kind = task.pop("kind")
+    return kind, task
 
 
 def read_tokenizer_data(workdir: str) -> dict:
     """The pretraining data config whose tokenizer settings the workdir's vocabulary goes
-    with. Options added since the workdir was written (packing's, say) take their defaults,
-    which are not the tokenizer's: an older workdir restores and fine-tunes as it did."""
-    task = read_task(workdir)
-    if task is not None:
-        saved = task["tokenizer_data"]
-    else:
-        config = read_json(os.path.join(workdir, CONFIG_FILE))
-        if config is None:
-            raise CheckpointError(f"{workdir}: no {CONFIG_FILE} or {TASK_FILE}")
-        saved = config["data"]
-    return {**data_config_lib.default_config().to_dict(), **saved}
+    with, as its task.json records it."""
+    _, task = read_task(workdir)
+    return {**data_config_lib.default_config().to_dict(), **task["tokenizer_data"]}
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -165,9 +163,10 @@ def write_lines(file: str, records) -> None:
 
 
 def write_run_description(
-    workdir: str, config, model_config: BertConfig, vocab: str, task: dict
+    workdir: str, config, model_config: BertConfig, vocab: str, *, kind: str, description: dict
 ) -> str:
-    """Writes config, model config, vocabulary and task.json; returns the workdir vocab path."""
+    """Writes config, model config, vocabulary and task.json (the task's name `kind` and
+    its `description`); returns the workdir vocab path."""
     if jax.process_index() != 0:
         return vocab
     target = os.path.join(workdir, "vocab" + os.path.splitext(vocab)[1])
@@ -176,7 +175,7 @@ def write_run_description(
         os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort())
     )
     files.atomic_write_json(os.path.join(workdir, MODEL_CONFIG_FILE), model_config.to_dict())
-    files.atomic_write_json(os.path.join(workdir, TASK_FILE), task)
+    files.atomic_write_json(os.path.join(workdir, TASK_FILE), {"kind": kind, **description})
     if absolute(vocab) != absolute(target):
         files.atomic_copy(vocab, target)
     return target
@@ -351,11 +350,6 @@ RESUMABLE_CHANGES = (
 )
 
 
-# Options added since older workdirs were written, and the value that runs as those did:
-# a saved config without one is taken to hold that value.
-ADDED_OPTIONS = {"data.pack_examples": False, "data.max_sequences_per_row": 3}
-
-
 def check_same_run(workdir: str, config) -> None:
     """Fails, with a one-line diff, when the run saved in `workdir` had another config
     in anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs)."""
@@ -363,7 +357,6 @@ def check_same_run(workdir: str, config) -> None:
     if saved is None:
         return
     before, now = _flat(saved), _flat(json.loads(config.to_json_best_effort()))
-    before = {**{k: v for k, v in ADDED_OPTIONS.items() if k in now}, **before}
     changed = [
         key
         for key in sorted(before.keys() | now.keys())

@@ -85,6 +85,16 @@ def load_vocab(path: str) -> Vocab:
     return wordpiece_vocab(path, read_tokens(path, _decode_utf8(path, data)))
 
 
+def write_placeholder_vocab(path: str, size: int) -> str:
+    """A vocab.txt of `size` entries: the five specials, then placeholder pieces; for
+    building a model of a given vocabulary size where the text does not matter."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += [f"piece{i}" for i in range(size - len(tokens))]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return path
+
+
 def read_bytes(path: str, what: str) -> bytes:
     """The bytes of a local or Cloud Storage file; a VocabError that names it if unreadable."""
     try:

@@ -15,11 +15,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax import checkpoint, train
+from bertjax import checkpoint, flops, train
 from bertjax import model as model_lib
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks import scores
-from bertjax.tasks.contract import Setup, Task
+from bertjax.tasks.contract import (
+    Data,
+    Description,
+    Evaluation,
+    Model,
+    Objective,
+    Setup,
+    Task,
+    dataset_batch_shapes,
+)
 from data_pipeline import config as data_config_lib
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -96,38 +105,51 @@ def setup(config, workdir: str) -> Setup:
     train_texts, eval_texts = _sentences()
     train_features = _features(train_texts, tokenizer)
     return Setup(
-        model_config=model_config,
-        model=BertForSequenceClassification(model_config, 1),
-        vocab_file=data.vocab_file,
-        description={
-            "kind": "sentence_length",
-            "max_seq_length": LENGTH,
-            "tokenizer_data": config.data.to_dict(),
-        },
-        num_train_steps=config.num_train_steps,
-        optimizer=config.optimizer,
-        eval_every_steps=config.eval_every_steps,
-        num_eval_steps=0,
-        checkpoint_at_eval=False,
-        model_inputs=dict.fromkeys(("input_ids", "input_mask", "segment_ids"), LENGTH),
-        train_features=("input_ids", "input_mask", "segment_ids", "length"),
-        sums=_sums,
-        denominators=lambda batch: jnp.asarray(batch["length"].shape[0], jnp.float32),
-        loss=lambda sums, count: sums["squared_error"] / count,
-        summarize=_summarize,
-        console=(("mean_absolute_error", "mae"),),
-        train_dataset=functools.partial(_dataset, train_features, training=True),
-        eval_dataset=functools.partial(_dataset, _features(eval_texts, tokenizer), training=False),
-        eval_outputs=_sums,
-        score=_score,
-        best_metric=scores.Metric("mean_absolute_error", None, higher_is_better=False),
+        model=Model(
+            model_config,
+            BertForSequenceClassification(model_config, 1),
+            dict.fromkeys(("input_ids", "input_mask", "segment_ids"), LENGTH),
+        ),
+        objective=Objective(
+            num_train_steps=config.num_train_steps,
+            optimizer=config.optimizer,
+            features=("input_ids", "input_mask", "segment_ids", "length"),
+            sums=_sums,
+            denominators=lambda batch: jnp.asarray(batch["length"].shape[0], jnp.float32),
+            loss=lambda sums, count: sums["squared_error"] / count,
+            summarize=_summarize,
+            console=(("mean_absolute_error", "mae"),),
+        ),
+        data=Data(
+            vocab_file=data.vocab_file,
+            train=functools.partial(_dataset, train_features, training=True),
+            eval=functools.partial(_dataset, _features(eval_texts, tokenizer), training=False),
+        ),
+        evaluation=Evaluation(
+            every_steps=config.eval_every_steps,
+            num_steps=0,
+            checkpoint_each=False,
+            outputs=_sums,
+            score=_score,
+        ),
+        description=Description(max_seq_length=LENGTH, tokenizer_data=config.data.to_dict()),
     )
+
+
+def _forward_flops(c, inputs, description) -> float:
+    """The encoder, the pooler and one output at [CLS]."""
+    del description
+    return flops.encoder_flops(c, inputs["input_ids"]) + flops.pooler_flops(c) + 2 * c.hidden_size
 
 
 SENTENCE_LENGTH = Task(
     name="sentence_length",
     setup=setup,
     make_model=lambda model_config, description: BertForSequenceClassification(model_config, 1),
+    best_metric=lambda config: scores.Metric("mean_absolute_error", None, higher_is_better=False),
+    forward_flops=_forward_flops,
+    batch_shapes=dataset_batch_shapes,
+    check_config=lambda config: None,
 )
 
 
@@ -169,13 +191,42 @@ def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path
     print(f"\nheld-out mean absolute error {final:.2f} words (predicting the mean: {baseline:.2f})")
     assert final < 0.6 * baseline
     assert results["best"]["mean_absolute_error"] <= final
-    assert results["task"] == "sentence_length"
+    assert results["best_metric"] == {"name": "mean_absolute_error", "higher_is_better": False}
 
-    # The loop wrote the workdir as it does for every task.
+    # The loop wrote the workdir as it does for every task, and counted the task's FLOPs.
     written = json.loads((workdir / "task.json").read_text())
     assert written["kind"] == "sentence_length" and written["max_seq_length"] == LENGTH
+    train_lines = [
+        json.loads(line)
+        for line in (workdir / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "train"
+    ]
+    per_step = (
+        3
+        * config.train_batch_size
+        * _forward_flops(model_lib.from_config(config.model), {"input_ids": LENGTH}, None)
+    )
+    for line in train_lines:
+        assert line["model_flops_per_second"] == pytest.approx(line["steps_per_second"] * per_step)
+        assert 0 < line["mfu"] <= 1
     assert json.loads((workdir / "results.json").read_text())["eval"] == results["eval"]
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir())[-1] == "150"
+
+
+def test_a_task_defined_outside_bertjax_compiles_ahead_of_time(config):
+    from bertjax.tpu import aot, slices
+
+    config.eval_batch_size = 16
+    report = aot.compile_report(config, slices.parse("v5e-8"), task=SENTENCE_LENGTH)
+    assert report["fits"] and report["eval_fits"]
+    assert report["seq_len"] == LENGTH
+    per_step = (
+        3 * 16 * _forward_flops(model_lib.from_config(config.model), {"input_ids": LENGTH}, None)
+    )
+    assert report["analytic_flops_per_step"] == per_step
+    # The compiler's count is the task's matmuls plus what is not a matmul (at this toy
+    # width, mostly the optimizer's update of the 30,522-entry embedding).
+    assert report["xla_flops_per_step"] > per_step
 
 
 def _poisoned(first: int, count: int) -> Task:

@@ -208,11 +208,12 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
             phase1,
             model_lib.from_config(phase1.model),
             bert_tokenizer_json,
-            pretraining.describe(phase1.data),
+            kind=pretraining.TASK.name,
+            description=pretraining.describe(phase1.data).to_json(),
         )
         config.init_checkpoint = str(init_dir)
     devices = slices.parse("v5e-8").compile_devices()
     run = train.build_run(config, str(tmp_path / "workdir"), devices=devices)
     assert run.mesh.devices.size == 8
-    assert run.setup.model_config.vocab_size == 30522
-    assert run.setup.data.max_seq_length == config.data.max_seq_length
+    assert run.setup.model.config.vocab_size == 30522
+    assert run.setup.model.inputs["input_ids"] == config.data.max_seq_length

@@ -66,12 +66,12 @@ def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
     assert results["eval"]["step"] == 2 and results["best"]["step"] in (1, 2)
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
     on_disk = json.loads((tmp_path / workdir_lib.RESULTS_FILE).read_text())
-    assert on_disk["eval"] == results["eval"] and on_disk["task"] == "classification"
+    assert on_disk["eval"] == results["eval"] and "task" not in on_disk  # task.json names it
     predictions = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
     assert len(predictions) == 3  # every dev example once, none of the padding
     assert {json.loads(line)["label"] for line in predictions} <= {"0", "1"}
-    task = workdir_lib.read_task(str(tmp_path))
-    assert task["kind"] == "classification" and task["label_names"] == ["0", "1"]
+    kind, task = workdir_lib.read_task(str(tmp_path))
+    assert kind == "classification" and task["label_names"] == ["0", "1"]
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["split"] for r in lines].count("eval") == 2  # after each epoch-sized step
     assert all(np.isfinite(r["loss"]) for r in lines if r["split"] == "train")
@@ -176,7 +176,7 @@ def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path, task):
         run = train.build_run(config, str(workdir), devices=ONE_DEVICE)
         batch_size = config.train_batch_size
         batch = next(
-            run.setup.train_dataset(
+            run.setup.data.train(
                 batch_size=batch_size, process_index=0, process_count=1, seed=0
             ).as_numpy_iterator()
         )
@@ -187,7 +187,7 @@ def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path, task):
         losses[packed, "predictions"] = (workdir / PREDICTIONS[task]).read_text()
     assert losses[True, "predictions"] == losses[False, "predictions"]
     assert results[True]["eval"] == pytest.approx(results[False]["eval"], rel=1e-5)
-    assert len(losses[True]) == run.setup.num_train_steps >= 2
+    assert len(losses[True]) == run.setup.objective.num_train_steps >= 2
     for (step, packed), (_, plain) in zip(losses[True], losses[False], strict=True):
         assert packed == pytest.approx(plain, rel=1e-4), step
 
@@ -231,7 +231,7 @@ def ner_run(pretrained, tmp_path_factory):
 def test_tagging_runs_and_scores_entities(ner_run):
     tmp_path, results = ner_run
     assert {"entity_f1", "entity_precision", "entity_recall"} <= set(results["eval"])
-    task = workdir_lib.read_task(str(tmp_path))
+    _, task = workdir_lib.read_task(str(tmp_path))
     dev_sentences = sum(
         1 for block in (TESTDATA / "ner_dev.txt").read_text().split("\n\n") if block.strip()
     )
@@ -360,7 +360,7 @@ def test_a_restored_tagger_tags_words(ner_run, tmp_path):
     restored = bertjax.restore(str(workdir))
     tagged = bertjax.tag(restored, "Anna visited Paris in June")
     assert [word for word, _ in tagged] == ["Anna", "visited", "Paris", "in", "June"]
-    assert all(tag in restored.task["label_names"] for _, tag in tagged)
+    assert all(tag in restored.task.label_names for _, tag in tagged)
     source = tmp_path / "sentences.txt"
     source.write_text("Anna visited Paris\n\nBob stayed home today\n")
     written = predict.predict(str(workdir), str(source))

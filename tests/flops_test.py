@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax import flops, train
+from bertjax import flops, tasks, train
 from bertjax import model as model_lib
+from bertjax.tasks.contract import Description
 
 
 def fake_devices(kind: str, count: int, platform: str = "gpu"):
@@ -42,6 +43,23 @@ TINY = model_lib.BertConfig(
     vocab_size=32,
     max_position_embeddings=16,
 )
+
+
+def step_flops(kind: str, c, inputs: dict, batch_size: int, num_labels: int = 0) -> float:
+    """flops.flops_per_step of a run of the task `kind` with these model inputs."""
+    setup = types.SimpleNamespace(
+        model=types.SimpleNamespace(config=c, inputs=inputs),
+        description=Description(inputs["input_ids"], {}, num_labels=num_labels),
+    )
+    return flops.flops_per_step(tasks.get(kind), setup, batch_size)
+
+
+def pretraining_inputs(length: int, predictions: int, **more) -> dict:
+    return {
+        **dict.fromkeys(("input_ids", "input_mask", "segment_ids"), length),
+        "masked_lm_positions": predictions,
+        **more,
+    }
 
 
 def hand_count(matmuls, batch_size: int) -> float:
@@ -79,7 +97,7 @@ def test_pretraining_count_is_the_hand_count():
     # Sequences of 4 with 2 masked positions each, 3 of them: the last layer's queries
     # are [CLS] and the 2 masked positions.
     matmuls = encoder_matmuls(4, last_queries=3) + PRETRAINING_HEADS
-    counted = flops.analytic_flops_per_step(TINY, batch_size=3, seq_len=4, predictions=2)
+    counted = step_flops("pretraining", TINY, pretraining_inputs(4, 2), 3)
     assert counted == hand_count(matmuls, 3)
 
 
@@ -89,25 +107,20 @@ def test_pretraining_count_is_the_hand_count():
 def test_an_untrimmed_encoder_counts_its_whole_last_layer(untrimmed):
     whole = dataclasses.replace(TINY, **untrimmed)
     matmuls = encoder_matmuls(4) + PRETRAINING_HEADS
-    counted = flops.analytic_flops_per_step(whole, batch_size=3, seq_len=4, predictions=2)
+    counted = step_flops("pretraining", whole, pretraining_inputs(4, 2), 3)
     assert counted == hand_count(matmuls, 3)
 
 
 def test_a_packed_pretraining_row_counts_the_next_sentence_head_per_slot():
     # Rows of 4 tokens holding up to 3 sentence pairs, 2 masked positions a row.
-    inputs = dict.fromkeys(("input_ids", "input_mask", "segment_ids"), 4)
-    setup = types.SimpleNamespace(
-        model_config=TINY,
-        model_inputs={**inputs, "masked_lm_positions": 2, "cls_positions": 3},
-        description={"kind": "pretraining"},
-    )
+    inputs = pretraining_inputs(4, 2, cls_positions=3)
     matmuls = encoder_matmuls(4, last_queries=3 + 2) + [
         (3, 8, 8, 1),  # pooler on each pair's [CLS]
         (3, 8, 2, 1),  # next-sentence classifier, per pair
         (2, 8, 8, 1),  # MLM dense at the row's masked positions
         (2, 8, 32, 1),
     ]
-    assert flops.flops_per_step(setup, 3) == hand_count(matmuls, 3)
+    assert step_flops("pretraining", TINY, inputs, 3) == hand_count(matmuls, 3)
 
 
 @pytest.mark.parametrize(
@@ -123,21 +136,8 @@ def test_fine_tuning_counts_are_the_hand_counts(kind, num_labels, pooled, head):
     inputs = dict.fromkeys(("input_ids", "input_mask", "segment_ids"), 4)
     if pooled > 1:
         inputs["cls_positions"] = pooled
-    setup = types.SimpleNamespace(
-        model_config=TINY,
-        model_inputs=inputs,
-        description={"kind": kind, "num_labels": num_labels},
-    )
-    assert flops.flops_per_step(setup, 3) == hand_count(encoder_matmuls(4) + head, 3)
-
-
-def test_a_task_of_another_kind_counts_its_encoder():
-    setup = types.SimpleNamespace(
-        model_config=TINY,
-        model_inputs=dict.fromkeys(("input_ids", "input_mask", "segment_ids"), 4),
-        description={"kind": "sentence_length"},
-    )
-    assert flops.flops_per_step(setup, 3) == hand_count(encoder_matmuls(4), 3)
+    counted = step_flops(kind, TINY, inputs, 3, num_labels)
+    assert counted == hand_count(encoder_matmuls(4) + head, 3)
 
 
 def xla_flops(model, inputs, loss) -> float:
@@ -180,14 +180,10 @@ def test_count_against_xla_cost_analysis(kind):
     if kind == "pretraining":
         positions = jnp.tile(jnp.arange(predictions, dtype=jnp.int32), (batch, 1))
         inputs = (*inputs, positions)
-    counted = flops.analytic_flops_per_step(
-        c,
-        batch_size=batch,
-        seq_len=length,
-        predictions=predictions if kind == "pretraining" else 0,
-        kind=kind,
-        num_labels=2 if kind == "squad" else labels,
-    )
+    row = dict.fromkeys(("input_ids", "input_mask", "segment_ids"), length)
+    if kind == "pretraining":
+        row["masked_lm_positions"] = predictions
+    counted = step_flops(kind, c, row, batch, num_labels=2 if kind == "squad" else labels)
     xla = xla_flops(models[kind], inputs, squares)
     # XLA counts a matmul as we do (2 m k n) and adds what is not one: LayerNorm, GELU,
     # softmax, bias and residual adds, some dozens of FLOPs per activation against the
@@ -296,11 +292,11 @@ def test_training_logs_mfu(make_small_config, tmp_path, cache_home, capsys):
     lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     train_lines = [r for r in lines if r["split"] == "train"]
     assert [r["step"] for r in train_lines] == [2, 4]
-    per_step = flops.analytic_flops_per_step(
+    per_step = step_flops(
+        "pretraining",
         model_lib.from_config(config.model),
-        batch_size=config.train_batch_size,
-        seq_len=config.data.max_seq_length,
-        predictions=config.data.max_predictions_per_seq,
+        pretraining_inputs(config.data.max_seq_length, config.data.max_predictions_per_seq),
+        config.train_batch_size,
     )
     peak = flops.peak_flops(jax.devices()[:1], "float32")[0]
     for r in train_lines:

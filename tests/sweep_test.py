@@ -283,7 +283,7 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
         first.wait()
 
     # The rest: `run` again and a worker on the same queue, side by side.
-    storage = f"sqlite:///{sweep_dir / 'command.db'}"
+    storage = f"sqlite:///{sweep_dir / 'sweep.db'}"
     with open(tmp_path / "worker.log", "w") as log:
         second_worker = subprocess.Popen(
             [sys.executable, "-m", "bertjax.sweep", "worker", "--storage", storage],

@@ -12,7 +12,6 @@ import pytest
 
 from bertjax import checkpoint, sharding, train
 from data_pipeline import config as data_config_lib
-from data_pipeline import make_pretraining_dataset
 
 # The loop is tested here, sharding in sharding_test.py and multihost_test.py: these runs
 # use one device (on 2 cores, conftest's 8 fake devices' collectives cost twice the CPU
@@ -112,7 +111,7 @@ def test_gradient_accumulation_equals_the_full_batch(config, tmp_path):
         with jax.set_mesh(run.mesh):
             state = train.create_state(run)
             step, _ = train.jit_steps(run)
-            batches = make_pretraining_dataset(run.setup.data, split="train", batch_size=8, seed=0)
+            batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
             for host_batch in batches.take(2).as_numpy_iterator():
                 state, sums = step(
                     state, sharding.make_global_batch(host_batch, run.mesh), jax.random.key(0)

@@ -90,7 +90,7 @@ def compile_hf_flax(run: train.Run, batch):
     one device neither is sharded.
     """
     hf_bert_config, hf_bert_for_pretraining = import_hf_flax_bert()
-    m = run.setup.model_config
+    m = run.setup.model.config
     hf_config = hf_bert_config(**config_json.to_hf(m))
     model = hf_bert_for_pretraining(hf_config, dtype=jnp.dtype(m.dtype), _do_init=False)
     seq_len = batch["input_ids"].shape[1]

@@ -62,7 +62,7 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
         config.data.pack_examples = packed
     run = train.build_run(config, workdir)
     host = host_share(config, "train_batch_size")
-    batches = list(run.setup.train_dataset(**host).take(steps + 1).as_numpy_iterator())
+    batches = list(run.setup.data.train(**host).take(steps + 1).as_numpy_iterator())
     if len(batches) < steps + 1:
         raise ValueError(
             f"--steps={steps}: the run has only {len(batches)} train batches; lower --steps"
@@ -74,7 +74,7 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
         state = train.create_state(run)
         step, _ = train.jit_steps(run)
         device_batches = [
-            sharding.make_global_batch({k: b[k] for k in run.setup.train_features}, run.mesh)
+            sharding.make_global_batch({k: b[k] for k in run.setup.objective.features}, run.mesh)
             for b in batches
         ]
     return run, step, state, device_batches, real, rows, examples

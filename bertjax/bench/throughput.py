@@ -1,4 +1,4 @@
-"""Compiles the real train step and measures it.
+"""Compiles the real pretraining train step and measures it.
 
     python -m bertjax.bench.throughput --config experiments/pretrain/tiny_cpu.py \
         [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax]
@@ -44,6 +44,7 @@ from ml_collections import config_flags
 from bertjax import flops, sharding, train
 from bertjax import model as model_lib
 from bertjax.bench import hf_flax
+from bertjax.tasks import pretraining
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -90,24 +91,15 @@ def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0, sequen
     return batch
 
 
-def synthetic_vocab(path: str, size: int) -> str:
-    """A vocab.txt of `size` entries: the five specials, then placeholder pieces."""
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokens += [f"piece{i}" for i in range(size - len(tokens))]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(tokens) + "\n")
-    return path
-
-
 def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) -> dict:
-    config = config.copy_and_resolve_references()
-    vocab_size = model_lib.from_config(config.model).vocab_size
-    config.data.vocab_file = synthetic_vocab(os.path.join(workdir, "bench_vocab.txt"), vocab_size)
-    run = train.build_run(config, os.path.join(workdir, "run"))
-    batch_size, seq_len = config.train_batch_size, run.setup.data.max_seq_length
-    predictions = run.setup.data.max_predictions_per_seq
-    m = run.setup.model_config
-    analytic = flops.flops_per_step(run.setup, batch_size)
+    """The figures of the module docstring for a pretraining config's train step."""
+    task = pretraining.TASK
+    config = task.without_data(config, workdir)
+    run = train.build_run(config, os.path.join(workdir, "run"), task=task)
+    inputs, m = run.setup.model.inputs, run.setup.model.config
+    batch_size, seq_len = config.train_batch_size, inputs["input_ids"]
+    predictions = inputs["masked_lm_positions"]
+    analytic = flops.flops_per_step(task, run.setup, batch_size)
     # Both before anything is timed: the peak MFU divides by, and the matmul rate.
     devices = list(run.mesh.devices.flat)
     peak, peak_source = flops.peak_flops(devices, m.dtype)
@@ -119,11 +111,11 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
             batch_size,
             seq_len,
             predictions,
-            run.setup.model_config.vocab_size,
-            sequences_per_row=run.setup.model_inputs.get("cls_positions", 0),
+            m.vocab_size,
+            sequences_per_row=inputs.get("cls_positions", 0),
         )
         batch = sharding.make_global_batch(
-            {name: host_batch[name] for name in run.setup.train_features}, run.mesh
+            {name: host_batch[name] for name in run.setup.objective.features}, run.mesh
         )
         rng = jax.random.key(0)
         start = time.perf_counter()

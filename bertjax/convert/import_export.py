@@ -130,7 +130,12 @@ def import_checkpoint(
         logging.warning("%s: no %s in the checkpoint; initialized freshly", source, group)
     with _staging_dir(workdir) as staging:
         workdir_lib.write_run_description(
-            staging, run_config, config, src.vocab_file, pretraining.describe(run_config.data)
+            staging,
+            run_config,
+            config,
+            src.vocab_file,
+            kind=pretraining.TASK.name,
+            description=pretraining.describe(run_config.data).to_json(),
         )
         # Closing the manager waits for the asynchronous save.
         with checkpoint.make_manager(staging, max_to_keep=1) as manager:
@@ -174,7 +179,7 @@ def params_from_tensors(
             f"{where}: tensor {unknown[0]!r} is not one bertjax knows"
             + (f" ({len(unknown) - 1} more: {', '.join(unknown[1:4])}...)" if unknown[1:] else "")
             + f"; {config_file} has num_hidden_layers={config.num_hidden_layers} and the table "
-            "(bertjax/param_names.py) lists BERT's encoder, pooler and pretraining heads"
+            "(bertjax/convert/param_names.py) lists BERT's encoder, pooler and pretraining heads"
         )
     missing = [path for path, (name, _) in table.items() if name not in tensors]
     initialized = [

@@ -171,10 +171,13 @@ def definition_from_flags() -> dict:
 
 
 def default_mode(config) -> str:
-    """Without --metric: pretraining ranks by the lowest loss, fine-tuning by its score."""
+    """Without --metric: the direction of the metric the config's task ranks runs by
+    (pretraining: the lowest loss; fine-tuning: the highest score)."""
+    from bertjax import tasks
+
     if FLAGS.metric:
         raise SweepError(f"--metric={FLAGS.metric} needs --mode=max or --mode=min")
-    return "min" if config.get("task", "pretraining") == "pretraining" else "max"
+    return "max" if tasks.for_config(config).best_metric(config).higher_is_better else "min"
 
 
 def check_same_sweep(recorded: dict, asked: dict, sweep_dir: str) -> None:

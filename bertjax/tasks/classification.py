@@ -22,7 +22,7 @@ from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task, host_share
+from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes, host_share
 from data_pipeline.finetune import classification as classification_data
 
 
@@ -67,10 +67,7 @@ def setup(config, workdir: str) -> Setup:
         records = [{"label": names[int(v)]} if names else {"score": float(v)} for v in predictions]
         workdir_lib.write_lines(os.path.join(workdir, workdir_lib.EVAL_PREDICTIONS_FILE), records)
 
-    return finetune.make_setup(
-        config,
-        pretrained,
-        kind="classification",
+    head = finetune.Head(
         model=BertForSequenceClassification(pretrained.model_config, data.num_labels),
         num_labels=data.num_labels,
         label_names=data.label_names,
@@ -78,12 +75,17 @@ def setup(config, workdir: str) -> Setup:
         label_features=("label",),
         sums=losses.regression_sums if data.is_regression else losses.classification_sums,
         weight=finetune.example_weight,
-        make_dataset=make_dataset,
         score=score,
         write_predictions=write_predictions,
-        data=data,
-        packed_slots=packed_slots if data.config.pack_examples else None,
     )
+    packed = packed_slots if data.config.pack_examples else None
+    return finetune.make_setup(config, pretrained, head, make_dataset, packed)
+
+
+def best_metric(config) -> scores.Metric:
+    """The first of the task's metrics (GLUE's for its task, or config.data.metrics)."""
+    data = classification_data.from_config(config.data)
+    return scores.get_metric(classification_data.metric_names(data)[0])
 
 
 def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
@@ -105,7 +107,7 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
         pad_id=vocab.pad_id,
     )
     logits = np.asarray(restored.apply(features))
-    labels = restored.task["label_names"]
+    labels = restored.task.label_names
     if not labels:
         return [{"score": float(row[0])} for row in logits]
     probs = np.asarray(jax.nn.softmax(logits, axis=-1))
@@ -121,7 +123,7 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
 def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
     """A TSV, CSV or JSONL file with the task's text columns -> JSON lines of classify()."""
     output = output or input_path + ".predictions.jsonl"
-    text_a, text_b = classification_data.read_texts(restored.task["data"], input_path)
+    text_a, text_b = classification_data.read_texts(restored.task.data, input_path)
     records = []
     for begin in range(0, len(text_a), batch_size):
         rows = slice(begin, begin + batch_size)
@@ -134,9 +136,12 @@ TASK = Task(
     name="classification",
     setup=setup,
     make_model=lambda model_config, description: BertForSequenceClassification(
-        model_config, description["num_labels"]
+        model_config, description.num_labels
     ),
+    best_metric=best_metric,
+    forward_flops=finetune.forward_flops_pooled,
+    batch_shapes=dataset_batch_shapes,
+    check_config=finetune.config_checker(classification_data.from_config),
     predict_file=predict_file,
     report=finetune.report,
-    check_config=finetune.config_checker(classification_data.from_config),
 )

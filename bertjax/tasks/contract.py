@@ -1,14 +1,25 @@
-"""The task contract: what the training loop, restore() and predict need of a task.
+"""The task contract: what the training loop, the tools, restore() and predict need of a task.
 
 A task is a `Task` of plain functions, built once in its own module
 (`bertjax/tasks/pretraining.py`, `classification.py`, `tagging.py`, `squad.py`) and
-listed in `bertjax.tasks.TASKS` under the name `config.task` gives it.
+found by `bertjax.tasks.for_config(config)` under the name `config.task` gives it.
+Everything that differs between tasks is here; nothing outside bertjax/tasks/
+reads `config.task` or compares a task's name.
 
     task.setup(config, workdir) -> Setup   checks the config and reads the data
                                            for one run; compiles nothing
     task.check_config(config)              checks every option it can without
                                            reading data (a sweep checks its
                                            trials with it before any starts)
+    task.best_metric(config) -> Metric     what results.json's "best" and a
+                                           sweep rank runs by, from the config alone
+    task.forward_flops(model config, model inputs, description) -> FLOPs
+                                           of one row's forward pass, head included
+    task.batch_shapes(setup, split, batch_size) -> {name: (shape, dtype)}
+                                           a global batch, for compiling ahead of time
+    task.without_data(config, workdir) -> config
+                                           a config that builds without the run's
+                                           data (compiling ahead of time, benchmarks)
     task.make_model(model_config, description) -> nn.Module
                                            the model of a workdir, from the
                                            description its run wrote to task.json
@@ -24,40 +35,72 @@ results.json and the progress display.
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
 from bertjax.model import BertConfig
 from bertjax.tasks import scores
+from bertjax.workdir import CheckpointError
 from data_pipeline.config import ConfigError, check_known_keys, key_paths
 
 # (batch_size, process_index, process_count, seed[, position]) -> this host's batches.
 DatasetFn = Callable[..., tf.data.Dataset]
 
 
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """task.json besides the task's name: what restore() and predict need to rebuild the
+    model of a workdir and read new inputs as the run read its own."""
+
+    max_seq_length: int
+    tokenizer_data: dict  # the pretraining data config whose tokenizer the vocabulary follows
+    num_labels: int = 0
+    label_names: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    data: dict | None = None  # a fine-tuning run's config.data
+    init_checkpoint: str = ""
+
+    def to_json(self) -> dict:
+        values = dataclasses.asdict(self)
+        return {**values, "label_names": list(self.label_names), "metrics": list(self.metrics)}
+
+    @classmethod
+    def from_json(cls, values: dict, where: str) -> "Description":
+        """From task.json's fields; an unknown or missing one names `where`."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise CheckpointError(f"{where}: unknown field {unknown[0]!r}")
+        required = [n for n, f in fields.items() if f.default is dataclasses.MISSING]
+        missing = [name for name in required if name not in values]
+        if missing:
+            raise CheckpointError(f"{where}: missing field {missing[0]!r}")
+        tuples = {k: tuple(values[k]) for k in ("label_names", "metrics") if k in values}
+        return cls(**{**values, **tuples})
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class Setup:
-    """One run of a task: its model, data, loss and evaluation, checked and ready to compile."""
-
-    model_config: BertConfig
-    model: nn.Module
-    vocab_file: str  # the vocabulary the inputs were tokenized with
-    description: dict  # task.json: {"kind", "max_seq_length", "tokenizer_data", ...}
-    num_train_steps: int
-    optimizer: Any  # an optimizer config (optim.from_config) for num_train_steps
-    eval_every_steps: int  # evaluate every N steps and after the last; 0: never
-    num_eval_steps: int  # eval batches read per evaluation; 0: the whole split
-    checkpoint_at_eval: bool  # also checkpoint at every evaluation (fine-tuning's epochs)
-
-    # The model's inputs, in the order model.apply takes them, with their
+class Model:
+    config: BertConfig
+    module: nn.Module
+    # The model's inputs, in the order module.apply takes them, with their
     # lengths for init: {"input_ids": max_seq_length, ...}.
-    model_inputs: dict[str, int]
-    train_features: tuple[str, ...]  # the columns of a train batch the loss reads
+    inputs: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Objective:
+    """What one training step computes, and for how many steps."""
+
+    num_train_steps: int
+    optimizer: Mapping[str, Any]  # the options of optim.OptimizerConfig, for num_train_steps
+    features: tuple[str, ...]  # the columns of a train batch the loss reads
     # sums(outputs, batch) -> {name: sum}: the loss and metric sums of a (micro)batch;
     # denominators(batch) -> the counts the loss divides by, of the whole batch;
     # loss(sums, denominators) -> the scalar that is differentiated.
@@ -67,38 +110,86 @@ class Setup:
     summarize: Callable[[dict], dict[str, float]]  # sums -> means; has "loss"
     console: tuple[tuple[str, str], ...]  # (metric, short label) shown on train lines
 
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Data:
+    vocab_file: str  # the vocabulary the inputs were tokenized with
     # Streams from step 0, or with `position=` (a `stream_position` row of its own
     # batches, which the loop saves in checkpoints) from right after that row.
     # A stream without `stream_position` is replayed to the step on a resume.
-    train_dataset: DatasetFn
-    eval_dataset: DatasetFn  # one pass over the held-out split
-    # eval_outputs(outputs, batch): what an eval step keeps of a batch (traced);
+    train: DatasetFn
+    eval: DatasetFn  # one pass over the held-out split
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Evaluation:
+    every_steps: int  # evaluate every N steps and after the last; 0: never
+    num_steps: int  # eval batches read per evaluation; 0: the whole split
+    checkpoint_each: bool  # also checkpoint at every evaluation (fine-tuning's epochs)
+    # outputs(outputs, batch): what an eval step keeps of a batch (traced);
     # score(list of host copies, one per batch) -> ({metric: value}, predictions).
-    eval_outputs: Callable[[Any, dict], Any]
+    outputs: Callable[[Any, dict], Any]
     score: Callable[[list], tuple[dict[str, float], Any]]
-    best_metric: scores.Metric  # the one results.json's "best" follows
     write_predictions: Callable[[Any, str], None] | None = None  # (predictions, workdir)
 
-    data: Any = None  # the task's loaded data or data config, for tests and tools
 
-    # Parameters taken from another workdir's checkpoint: the top-level names
-    # of the params tree (empty: none), and that checkpoint's layer layout.
-    init_checkpoint: str = ""
-    init_keys: tuple[str, ...] = ()
-    init_scan_layers: bool = False
+@dataclasses.dataclass(frozen=True)
+class Initialization:
+    """Parameters taken from another workdir's checkpoint: the top-level names of the
+    params tree (empty: none), and that checkpoint's layer layout."""
+
+    checkpoint: str = ""
+    keys: tuple[str, ...] = ()
+    scan_layers: bool = False
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Setup:
+    """One run of a task: its model, objective, data and evaluation, checked and ready to
+    compile, and what its workdir's task.json says."""
+
+    model: Model
+    objective: Objective
+    data: Data
+    evaluation: Evaluation
+    description: Description
+    init: Initialization = Initialization()
+
+
+def _unchanged(config, workdir: str):
+    del workdir
+    return config
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
     name: str
     setup: Callable[[Any, str], Setup]  # (config, workdir) -> Setup
-    make_model: Callable[[BertConfig, dict], nn.Module]  # (model config, task.json) -> model
+    make_model: Callable[[BertConfig, Description], nn.Module]  # (model config, task.json)
+    best_metric: Callable[[Any], scores.Metric]  # (config) -> the metric runs are ranked by
+    # (model config, model inputs, description) -> FLOPs of one row's forward pass
+    forward_flops: Callable[[BertConfig, dict[str, int], Description], float]
+    # (setup, split, global batch size) -> {name: (shape, dtype)} of a global batch
+    batch_shapes: Callable[[Setup, str, int], dict[str, tuple]]
+    # (config) -> None: raises ConfigError for a bad option, reading no data
+    check_config: Callable[[Any], None]
+    # (config, workdir) -> a config that builds without the run's data
+    without_data: Callable[[Any, str], Any] = _unchanged
     # (restored, input path, output path or "", batch size) -> where predictions went
     predict_file: Callable[..., str] | None = None
     # (workdir, config, results, *, out, fill_mask_examples): lines for a person at the end
     report: Callable[..., None] | None = None
-    # (config) -> None: raises ConfigError for a bad option, reading no data; None: setup checks
-    check_config: Callable[[Any], None] | None = None
+
+
+def dataset_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
+    """Task.batch_shapes from the split's own dataset (built, not read): one host's
+    batches of the whole global batch, as the run's mesh plans them."""
+    make = setup.data.train if split == "train" else setup.data.eval
+    element = make(batch_size=batch_size, process_index=0, process_count=1, seed=0)
+    return {
+        name: ((spec.shape[0] or batch_size, *spec.shape[1:]), np.dtype(spec.dtype.as_numpy_dtype))
+        for name, spec in element.element_spec.items()
+    }
 
 
 # The top-level config keys the training loop reads, in every task's configs.

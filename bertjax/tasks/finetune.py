@@ -22,12 +22,22 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from bertjax import losses
+from bertjax import flops, losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import SHAPE_FIELDS, BertConfig
 from bertjax.sharding import BATCH_AXES
-from bertjax.tasks import scores
-from bertjax.tasks.contract import Setup, check_keys, host_share, weighted_mean_loss
+from bertjax.tasks.contract import (
+    Data,
+    Description,
+    Evaluation,
+    Initialization,
+    Model,
+    Objective,
+    Setup,
+    check_keys,
+    host_share,
+    weighted_mean_loss,
+)
 from data_pipeline import config as data_config_lib
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
@@ -193,37 +203,96 @@ def example_weight(batch):
     return jnp.sum(batch["example_weight"].astype(jnp.float32))
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Head:
+    """What a fine-tuning task hands `make_setup`: its output layer, labels, loss and scores.
+
+    `score(outputs, passed)` scores the model's outputs over the whole eval split,
+    `passed` the eval batches' other columns. A head with one output per token
+    needs no PACKED_INPUT; its packed eval batches are unpacked all the same, a
+    per-token column taking `token_padding[name]` (else 0) past its example's tokens.
+    """
+
+    model: nn.Module
+    num_labels: int
+    label_names: tuple[str, ...]
+    metric_names: tuple[str, ...]
+    label_features: tuple[str, ...]  # the batch columns its loss reads
+    sums: Callable
+    weight: Callable  # batch -> the total weight the loss divides by
+    score: Callable[[Any, dict], tuple[dict, Any]]
+    write_predictions: Callable[[Any, str], None]
+    token_padding: dict[str, Any] | None = None
+
+
 def make_setup(
     config,
     pretrained: Pretrained,
-    *,
-    kind: str,
-    model: nn.Module,
-    num_labels: int,
-    label_names: tuple[str, ...],
-    metric_names: tuple[str, ...],
-    label_features: tuple[str, ...],
-    sums: Callable,
-    weight: Callable,
+    head: Head,
     make_dataset: Callable,
-    score: Callable[[Any, dict], tuple[dict, Any]],
-    write_predictions: Callable[[Any, str], None],
-    data: Any,
     packed_slots: Callable[[], int] | None = None,
-    token_padding: dict[str, Any] | None = None,
 ) -> Setup:
     """The Setup of a fine-tuning run: `num_train_epochs` over the training split, an
     evaluation (and a checkpoint) after every epoch, the loss a weighted mean.
 
     `make_dataset(split, *, batch_size, process_index, process_count, seed, num_epochs)`
-    gives (dataset, number of batches); `score(outputs, passed)` scores the model's
-    outputs over the whole eval split, `passed` the eval batches' other columns.
-    `packed_slots`: the batches are packed and the model takes PACKED_INPUT too; it gives
-    the examples a row may hold (for init), once the training split is checked. A head
-    with one output per token needs no PACKED_INPUT; its packed eval batches are unpacked
-    all the same, a per-token column taking `token_padding[name]` (else 0) past its
-    example's tokens.
+    gives (dataset, number of batches). `packed_slots`: the batches are packed and the
+    model takes PACKED_INPUT too; it gives the examples a row may hold (for init), once
+    the training split is checked.
     """
+    num_train_steps = _num_train_steps(config, make_dataset)
+    length = config.data.max_seq_length
+    slots = packed_slots() if packed_slots else 0
+    packed = (PACKED_INPUT,) if slots else ()
+    return Setup(
+        model=Model(
+            pretrained.model_config,
+            head.model,
+            {**dict.fromkeys(MODEL_INPUTS, length), **dict.fromkeys(packed, slots)},
+        ),
+        objective=Objective(
+            num_train_steps=num_train_steps,
+            optimizer=optimizer_values(config, num_train_steps),
+            features=(*MODEL_INPUTS, *packed, "example_weight", *head.label_features),
+            sums=head.sums,
+            denominators=head.weight,
+            loss=weighted_mean_loss,
+            summarize=losses.summarize_finetune,
+            console=(("accuracy", "acc"),),
+        ),
+        data=Data(
+            vocab_file=pretrained.vocab_file,
+            train=functools.partial(_dataset, make_dataset, "train", config.num_train_epochs),
+            eval=functools.partial(_dataset, make_dataset, "eval", 1),
+        ),
+        evaluation=Evaluation(
+            every_steps=max(1, round(num_train_steps / config.num_train_epochs)),
+            num_steps=0,
+            checkpoint_each=True,
+            outputs=functools.partial(_outputs_and_bookkeeping, token_padding=head.token_padding),
+            score=functools.partial(_score_stacked, head.score),
+            write_predictions=head.write_predictions,
+        ),
+        description=Description(
+            max_seq_length=length,
+            tokenizer_data=pretrained.tokenizer_data,
+            num_labels=head.num_labels,
+            label_names=tuple(head.label_names),
+            metrics=tuple(head.metric_names),
+            data=config.data.to_dict(),
+            init_checkpoint=config.init_checkpoint,
+        ),
+        init=Initialization(
+            checkpoint=config.init_checkpoint,
+            keys=() if config.random_init else ("bert",),
+            scan_layers=pretrained.scan_layers,
+        ),
+    )
+
+
+def _num_train_steps(config, make_dataset) -> int:
+    """The training split's batches over num_train_epochs; a split too small for one batch
+    is an error naming the options."""
     host = host_share(config, "train_batch_size")
     try:
         _, num_train_steps = make_dataset("train", num_epochs=config.num_train_epochs, **host)
@@ -234,58 +303,27 @@ def make_setup(
             f"config.num_train_epochs={config.num_train_epochs}, "
             f"config.train_batch_size={config.train_batch_size}: {error}"
         ) from error
-    length = config.data.max_seq_length
-    slots = packed_slots() if packed_slots else 0
+    return num_train_steps
 
-    def collect(outputs: list):
-        stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
-        return score(*stacked)
 
-    return Setup(
-        model_config=pretrained.model_config,
-        model=model,
-        vocab_file=pretrained.vocab_file,
-        description={
-            "kind": kind,
-            "num_labels": num_labels,
-            "label_names": list(label_names),
-            "metrics": list(metric_names),
-            "max_seq_length": length,
-            "data": config.data.to_dict(),
-            "init_checkpoint": config.init_checkpoint,
-            "tokenizer_data": pretrained.tokenizer_data,
-        },
-        num_train_steps=num_train_steps,
-        optimizer=optimizer_values(config, num_train_steps),
-        eval_every_steps=max(1, round(num_train_steps / config.num_train_epochs)),
-        num_eval_steps=0,
-        checkpoint_at_eval=True,
-        model_inputs={
-            **dict.fromkeys(MODEL_INPUTS, length),
-            **({PACKED_INPUT: slots} if slots else {}),
-        },
-        train_features=(
-            *MODEL_INPUTS,
-            *((PACKED_INPUT,) if slots else ()),
-            "example_weight",
-            *label_features,
-        ),
-        sums=sums,
-        denominators=weight,
-        loss=weighted_mean_loss,
-        summarize=losses.summarize_finetune,
-        console=(("accuracy", "acc"),),
-        train_dataset=functools.partial(_dataset, make_dataset, "train", config.num_train_epochs),
-        eval_dataset=functools.partial(_dataset, make_dataset, "eval", 1),
-        eval_outputs=functools.partial(_outputs_and_bookkeeping, token_padding=token_padding),
-        score=collect,
-        best_metric=scores.get_metric(metric_names[0]),
-        write_predictions=write_predictions,
-        data=data,
-        init_checkpoint=config.init_checkpoint,
-        init_keys=() if config.random_init else ("bert",),
-        init_scan_layers=pretrained.scan_layers,
-    )
+def _score_stacked(score, outputs: list):
+    """`score` of the eval batches' outputs, concatenated."""
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
+    return score(*stacked)
+
+
+def forward_flops_pooled(c, inputs: dict[str, int], description: Description) -> float:
+    """The encoder, then the pooler and a classifier at each example's [CLS] (one, or one per
+    packed example slot)."""
+    pooled = inputs.get(PACKED_INPUT, 1)
+    head = pooled * (flops.pooler_flops(c) + 2 * c.hidden_size * description.num_labels)
+    return flops.encoder_flops(c, inputs["input_ids"]) + head
+
+
+def forward_flops_per_token(c, inputs: dict[str, int], description: Description) -> float:
+    """The encoder, then a classifier of num_labels outputs at every position."""
+    length = inputs["input_ids"]
+    return flops.encoder_flops(c, length) + length * 2 * c.hidden_size * description.num_labels
 
 
 def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):

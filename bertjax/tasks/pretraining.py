@@ -13,21 +13,32 @@ another pretraining run's parameters (phase 2 at length 512 from phase 1).
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
 
-from bertjax import losses
+from bertjax import flops, losses
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
 from bertjax.tasks import scores
-from bertjax.tasks.contract import Setup, Task, check_keys
+from bertjax.tasks.contract import (
+    Data,
+    Description,
+    Evaluation,
+    Initialization,
+    Model,
+    Objective,
+    Setup,
+    Task,
+    check_keys,
+)
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset, schema
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.config import ConfigError
-from data_pipeline.vocab import load_vocab
+from data_pipeline.vocab import load_vocab, write_placeholder_vocab
 
 # The keys of a pretraining config besides the loop's (task.LOOP_KEYS).
 CONFIG_KEYS = ("num_train_steps", "num_eval_steps", "eval_every_steps")
@@ -55,35 +66,17 @@ def check_config(config) -> None:
         )
 
 
-def describe(data_config) -> dict:
+def describe(data_config) -> Description:
     """task.json of a pretraining workdir: the tokenizer settings and sequence length."""
     data = data_config_lib.from_config(data_config)
-    tokenizer_data = dataclasses.asdict(data)
-    return {
-        "kind": "pretraining",
-        "max_seq_length": data.max_seq_length,
-        "tokenizer_data": tokenizer_data,
-    }
+    return Description(max_seq_length=data.max_seq_length, tokenizer_data=dataclasses.asdict(data))
 
 
 def setup(config, workdir: str) -> Setup:
     check_config(config)
     data = data_config_lib.from_config(config.data)
     model_config = model_lib.from_config(config.model)
-    data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
-
-    saved = workdir_lib.read_model_config(workdir)
-    if saved is not None:
-        workdir_lib.check_same_shapes(saved, model_config, where=f"workdir {workdir}")
-    init_scan_layers = False
-    if config.init_checkpoint:
-        init = workdir_lib.require_model_config(
-            config.init_checkpoint, what="config.init_checkpoint"
-        )
-        where = f"config.init_checkpoint={config.init_checkpoint!r}"
-        workdir_lib.check_same_shapes(init, model_config, where=where)
-        init_scan_layers = init.scan_layers
-
+    init_scan_layers = _check_checkpoints(config, workdir, model_config)
     # Resuming keeps the workdir's copy; a new run takes the configured or learned one.
     vocab_file = workdir_lib.vocab_file(workdir) or resolve_vocab_file(data)
     vocab_size = len(load_vocab(vocab_file))
@@ -93,46 +86,103 @@ def setup(config, workdir: str) -> Setup:
             f"config.model.vocab_size={model_config.vocab_size}"
         )
     data = data.replace(vocab_file=vocab_file)
-
-    def score(outputs: list):
-        total = functools.reduce(lambda a, b: {k: a[k] + b[k] for k in a}, outputs)
-        return losses.summarize(total), None
-
+    inputs = {
+        "input_ids": data.max_seq_length,
+        "input_mask": data.max_seq_length,
+        "segment_ids": data.max_seq_length,
+        "masked_lm_positions": data.max_predictions_per_seq,
+        # Packed rows: the [CLS] of each of a row's sequences, for its NSP logits.
+        **({"cls_positions": data.max_sequences_per_row} if data.pack_examples else {}),
+    }
     return Setup(
-        model_config=model_config,
-        model=BertForPreTraining(model_config),
-        vocab_file=vocab_file,
+        model=Model(model_config, BertForPreTraining(model_config), inputs),
+        objective=Objective(
+            num_train_steps=config.num_train_steps,
+            optimizer=config.optimizer,
+            features=schema.features(data.pack_examples),
+            sums=_sums,
+            denominators=_denominators,
+            loss=_loss,
+            summarize=losses.summarize,
+            console=(("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc")),
+        ),
+        data=Data(
+            vocab_file=vocab_file,
+            train=functools.partial(make_pretraining_dataset, data, split="train"),
+            eval=functools.partial(make_pretraining_dataset, data, split="eval"),
+        ),
+        evaluation=Evaluation(
+            every_steps=config.eval_every_steps,
+            num_steps=config.num_eval_steps,
+            checkpoint_each=False,
+            outputs=_sums,
+            score=_score,
+        ),
         description=describe(config.data),
-        num_train_steps=config.num_train_steps,
-        optimizer=config.optimizer,
-        eval_every_steps=config.eval_every_steps,
-        num_eval_steps=config.num_eval_steps,
-        checkpoint_at_eval=False,
-        model_inputs={
-            "input_ids": data.max_seq_length,
-            "input_mask": data.max_seq_length,
-            "segment_ids": data.max_seq_length,
-            "masked_lm_positions": data.max_predictions_per_seq,
-            # Packed rows: the [CLS] of each of a row's sequences, for its NSP logits.
-            **({"cls_positions": data.max_sequences_per_row} if data.pack_examples else {}),
-        },
-        train_features=schema.features(data.pack_examples),
-        sums=_sums,
-        denominators=_denominators,
-        loss=_loss,
-        summarize=losses.summarize,
-        console=(("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc")),
-        train_dataset=functools.partial(make_pretraining_dataset, data, split="train"),
-        eval_dataset=functools.partial(make_pretraining_dataset, data, split="eval"),
-        eval_outputs=_sums,
-        score=score,
-        best_metric=BEST_METRIC,
-        data=data,
-        init_checkpoint=config.init_checkpoint,
-        # Phase 2 continues every parameter, heads included.
-        init_keys=("bert", "predictions", "seq_relationship") if config.init_checkpoint else (),
-        init_scan_layers=init_scan_layers,
+        init=Initialization(
+            checkpoint=config.init_checkpoint,
+            # Phase 2 continues every parameter, heads included.
+            keys=("bert", "predictions", "seq_relationship") if config.init_checkpoint else (),
+            scan_layers=init_scan_layers,
+        ),
     )
+
+
+def _check_checkpoints(config, workdir: str, model_config) -> bool:
+    """Checks the shapes of the workdir's model and of the init checkpoint's against the
+    config; returns the init checkpoint's layer layout (scan_layers)."""
+    saved = workdir_lib.read_model_config(workdir)
+    if saved is not None:
+        workdir_lib.check_same_shapes(saved, model_config, where=f"workdir {workdir}")
+    if not config.init_checkpoint:
+        return False
+    init = workdir_lib.require_model_config(config.init_checkpoint, what="config.init_checkpoint")
+    where = f"config.init_checkpoint={config.init_checkpoint!r}"
+    workdir_lib.check_same_shapes(init, model_config, where=where)
+    return init.scan_layers
+
+
+def _score(outputs: list):
+    total = functools.reduce(lambda a, b: {k: a[k] + b[k] for k in a}, outputs)
+    return losses.summarize(total), None
+
+
+def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
+    """The encoder, its last layer at the positions the heads read where the model trims
+    it; the masked-LM head at the masked positions (dense and tied-embedding logits) and
+    the next-sentence pooler and classifier at each sequence's [CLS]."""
+    del description
+    h = c.hidden_size
+    predictions, pooled = inputs["masked_lm_positions"], inputs.get("cls_positions", 1)
+    last = pooled + predictions if model_lib.queries_in_last_layer(c) else None
+    heads = pooled * (flops.pooler_flops(c) + 2 * h * 2) + predictions * (
+        2 * h * h + 2 * h * c.vocab_size
+    )
+    return flops.encoder_flops(c, inputs["input_ids"], last) + heads
+
+
+def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
+    """The batch schema's shapes (data_pipeline/schema.py) at the model's input lengths:
+    no corpus needed."""
+    del split  # train and eval batches are alike
+    inputs = setup.model.inputs
+    shapes = schema.feature_shapes(
+        inputs["input_ids"], inputs["masked_lm_positions"], inputs.get("cls_positions", 0)
+    )
+    return {name: ((batch_size, *shapes[name]), schema.feature_dtype(name)) for name in shapes}
+
+
+def without_data(config, workdir: str):
+    """The config with a placeholder vocabulary of the model's size in `workdir` and no
+    init checkpoint: it builds on any host, with no corpus or learned vocabulary."""
+    config = config.copy_and_resolve_references()
+    vocab_size = model_lib.from_config(config.model).vocab_size
+    with config.unlocked():
+        config.data.vocab_file = write_placeholder_vocab(
+            os.path.join(workdir, "vocab.txt"), vocab_size
+        )
+        config.init_checkpoint = ""
+    return config
 
 
 def _sums(outputs, batch):
@@ -169,6 +219,10 @@ TASK = Task(
     name="pretraining",
     setup=setup,
     make_model=lambda model_config, description: BertForPreTraining(model_config),
-    report=_report,
+    best_metric=lambda config: BEST_METRIC,
+    forward_flops=forward_flops,
+    batch_shapes=batch_shapes,
     check_config=check_config,
+    without_data=without_data,
+    report=_report,
 )

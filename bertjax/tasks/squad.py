@@ -22,7 +22,7 @@ import tensorflow as tf
 from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task
+from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
 from data_pipeline import files
 from data_pipeline.finetune import squad as squad_data
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
@@ -272,6 +272,8 @@ def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[st
 
 # ------------------------------------------------------------------------------------ the task
 
+METRIC_NAMES = ("f1", "exact_match")
+
 
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
@@ -295,28 +297,24 @@ def setup(config, workdir: str) -> Setup:
         gold = data.eval.data.gold_answers()
         return scores.squad_scores(gold, predictions.answers, version=version), predictions
 
-    return finetune.make_setup(
-        config,
-        pretrained,
-        kind="squad",
+    head = finetune.Head(
         model=BertForQuestionAnswering(pretrained.model_config),
-        num_labels=2,
+        num_labels=2,  # a start and an end logit per token
         label_names=(),
-        metric_names=("f1", "exact_match"),
+        metric_names=METRIC_NAMES,
         label_features=("start_positions", "end_positions"),
         sums=losses.span_sums,
         weight=finetune.example_weight,
-        make_dataset=make_dataset,
         score=score,
         write_predictions=write_predictions,
-        data=data,
     )
+    return finetune.make_setup(config, pretrained, head, make_dataset)
 
 
 def answers_for(restored, data: squad_data.SquadData, batch_size: int = 32) -> SquadPredictions:
     """The predictions of a restored SQuAD workdir for every question of `data`."""
     restored.require("squad", "answers_for")
-    config = squad_data.from_config(restored.task["data"])
+    config = squad_data.from_config(restored.task.data)
     features = squad_data.make_features(data, restored.tokenizer, config)
     starts, ends = [], []
     for begin in range(0, features.num_features, batch_size):
@@ -365,7 +363,10 @@ TASK = Task(
     name="squad",
     setup=setup,
     make_model=lambda model_config, description: BertForQuestionAnswering(model_config),
+    best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
+    forward_flops=finetune.forward_flops_per_token,
+    batch_shapes=dataset_batch_shapes,
+    check_config=finetune.config_checker(squad_data.from_config),
     predict_file=predict_file,
     report=finetune.report,
-    check_config=finetune.config_checker(squad_data.from_config),
 )

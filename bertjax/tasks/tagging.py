@@ -20,7 +20,7 @@ from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task
+from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
 from data_pipeline.finetune import tagging as tagging_data
 from data_pipeline.finetune.records import read_text_file
 
@@ -61,10 +61,7 @@ def setup(config, workdir: str) -> Setup:
             [{"tags": list(tags)} for tags in predictions],
         )
 
-    return finetune.make_setup(
-        config,
-        pretrained,
-        kind="tagging",
+    head = finetune.Head(
         model=BertForTokenClassification(pretrained.model_config, num_labels),
         num_labels=num_labels,
         label_names=data.label_names,
@@ -72,12 +69,11 @@ def setup(config, workdir: str) -> Setup:
         label_features=("label_ids", "label_weights"),
         sums=losses.tagging_sums,
         weight=_token_weight,
-        make_dataset=make_dataset,
         score=score,
         write_predictions=write_predictions,
-        data=data,
         token_padding=tagging_data.TOKEN_PADDING,
     )
+    return finetune.make_setup(config, pretrained, head, make_dataset)
 
 
 def _token_weight(batch):
@@ -101,7 +97,7 @@ def tag(restored, text: str | Sequence[str]) -> list[tuple[str, str]]:
         features["word_index"],
         features["sentence_id"],
         sentences,
-        restored.task["label_names"],
+        restored.task.label_names,
     )
     return list(zip(words, tags, strict=True))
 
@@ -123,9 +119,12 @@ TASK = Task(
     name="tagging",
     setup=setup,
     make_model=lambda model_config, description: BertForTokenClassification(
-        model_config, description["num_labels"]
+        model_config, description.num_labels
     ),
+    best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
+    forward_flops=finetune.forward_flops_per_token,
+    batch_shapes=dataset_batch_shapes,
+    check_config=finetune.config_checker(tagging_data.from_config),
     predict_file=predict_file,
     report=finetune.report,
-    check_config=finetune.config_checker(tagging_data.from_config),
 )

@@ -94,22 +94,15 @@ def check_libtpu() -> None:
         )
 
 
-def prepare(config, workdir: str):
-    """(config, task) ready to build on a host without the run's data, for pretraining."""
-    from bertjax import model as model_lib
-    from bertjax import train
-    from bertjax.bench import throughput
+def prepare(config, workdir: str, task=None):
+    """(config, task) ready to build on a host without the run's data where the task can
+    (Task.without_data: pretraining builds with a placeholder vocabulary). `task`
+    defaults to the one config.task names."""
+    from bertjax import tasks
 
     config = config.copy_and_resolve_references()
-    task = train.task_of(config)
-    if task.name == "pretraining":
-        vocab_size = model_lib.from_config(config.model).vocab_size
-        with config.unlocked():
-            config.data.vocab_file = throughput.synthetic_vocab(
-                os.path.join(workdir, "vocab.txt"), vocab_size
-            )
-            config.init_checkpoint = ""
-    return config, task
+    task = task or tasks.for_config(config)
+    return task.without_data(config, workdir), task
 
 
 def build(config, task, tpu_slice: slices.Slice, devices, workdir: str):
@@ -126,32 +119,16 @@ def build(config, task, tpu_slice: slices.Slice, devices, workdir: str):
 
 
 def abstract_batch(run, split: str, batch_size: int) -> dict:
-    """Shapes and dtypes of a global batch of `split`, sharded over the batch axes."""
+    """Shapes and dtypes of a global batch of `split` (Task.batch_shapes), sharded over the
+    batch axes."""
     import jax
-    import numpy as np
 
     from bertjax import sharding
-    from data_pipeline import schema
 
-    setup = run.setup
-    if run.config.get("task", "pretraining") == "pretraining":
-        data = setup.data
-        slots = data.max_sequences_per_row if data.pack_examples else 0
-        shapes = schema.feature_shapes(data.max_seq_length, data.max_predictions_per_seq, slots)
-        specs = {name: ((batch_size, *shapes[name]), schema.feature_dtype(name)) for name in shapes}
-    else:
-        make = setup.train_dataset if split == "train" else setup.eval_dataset
-        with jax.set_mesh(run.mesh):  # packed rows are planned to split over the slice
-            element = make(batch_size=batch_size, process_index=0, process_count=1, seed=0)
-        specs = {
-            name: (
-                (spec.shape[0] or batch_size, *spec.shape[1:]),
-                np.dtype(spec.dtype.as_numpy_dtype),
-            )
-            for name, spec in element.element_spec.items()
-        }
+    with jax.set_mesh(run.mesh):  # packed rows are planned to split over the slice
+        specs = run.task.batch_shapes(run.setup, split, batch_size)
     if split == "train":
-        specs = {name: specs[name] for name in setup.train_features}
+        specs = {name: specs[name] for name in run.setup.objective.features}
     batch_sharding = sharding.batch_sharding(run.mesh)
     return {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
@@ -205,10 +182,10 @@ def analyse(run, tpu_slice: slices.Slice, step: Compiled) -> dict:
     """The figures of a compiled train step: memory, FLOPs, roofline time, tokens/s, MFU."""
     from bertjax import flops
 
-    config, setup, chip = run.config, run.setup, tpu_slice.chip
-    seq_len = max(setup.model_inputs.values())
+    config, model_config, chip = run.config, run.setup.model.config, tpu_slice.chip
+    seq_len = max(run.setup.model.inputs.values())
     batch = config.train_batch_size
-    analytic = flops.flops_per_step(setup, batch)
+    analytic = flops.flops_per_step(run.task, run.setup, batch)
     chips = tpu_slice.devices_count
     result = {
         "topology": tpu_slice.name,
@@ -219,10 +196,10 @@ def analyse(run, tpu_slice: slices.Slice, step: Compiled) -> dict:
         "train_batch_size": batch,
         "batch_per_chip": batch / chips,
         "seq_len": seq_len,
-        "dtype": setup.model_config.dtype,
-        "remat_policy": setup.model_config.remat_policy,
-        "scan_layers": setup.model_config.scan_layers,
-        "num_microbatches": _microbatches(run),
+        "dtype": model_config.dtype,
+        "remat_policy": model_config.remat_policy,
+        "scan_layers": model_config.scan_layers,
+        "num_microbatches": run.optimizer.num_microbatches,
         "mesh": dict(run.mesh.shape),
         "hbm_capacity_bytes": chip.hbm_bytes,
         "fits": step.fits and step.peak_bytes <= chip.hbm_bytes,
@@ -246,7 +223,7 @@ def analyse(run, tpu_slice: slices.Slice, step: Compiled) -> dict:
         "xla_flops_per_step": step.flops * chips,
         "bytes_accessed_per_chip": step.bytes_accessed,
         "xla_estimate_s": step.xla_seconds,
-        "counts_cover_one_layer": setup.model_config.scan_layers,
+        "counts_cover_one_layer": model_config.scan_layers,
         "roofline_step_s": roofline,
         "roofline_bound": "compute" if flops_time >= memory_time else "HBM bandwidth",
         "roofline_tokens_per_s": batch * seq_len / roofline,
@@ -263,21 +240,13 @@ def largest_batch_estimate(step: Compiled, per_chip: float, capacity: int) -> in
     return int((capacity - fixed) / (step.temp_bytes / per_chip))
 
 
-def _microbatches(run) -> int:
-    from bertjax import optim
-
-    return optim.from_config(run.setup.optimizer).num_microbatches
-
-
 def find_batch(config, task, tpu_slice: slices.Slice, devices, workdir: str, *, fits_now: bool):
     """The largest per-chip train batch whose step compiles within HBM (0: not even one),
     searched from the config's batch (`fits_now`: whether that one fits).
 
     Batches keep the config's microbatch count, so a per-chip batch is a multiple of it.
     """
-    from bertjax import optim
-
-    step = optim.from_config(config.optimizer).num_microbatches
+    step = config.optimizer.num_microbatches
     chips = tpu_slice.devices_count
 
     def fits(per_chip: int) -> bool:
@@ -311,12 +280,15 @@ def largest_fitting(fits, *, step: int, start: int, start_fits: bool) -> int:
     return low
 
 
-def compile_report(config, tpu_slice: slices.Slice, *, with_eval=True, with_find_batch=False):
-    """Everything --json prints: the train step's figures, the eval step's HBM, the batch."""
+def compile_report(
+    config, tpu_slice: slices.Slice, *, task=None, with_eval=True, with_find_batch=False
+):
+    """Everything --json prints: the train step's figures, the eval step's HBM, the batch.
+    `task` defaults to the one config.task names."""
     check_libtpu()
     devices = tpu_slice.compile_devices()
     with tempfile.TemporaryDirectory() as workdir:
-        config, task = prepare(config, workdir)
+        config, task = prepare(config, workdir, task)
         run = build(config, task, tpu_slice, devices, workdir)
         result = analyse(run, tpu_slice, compile_step(run, "train"))
         if with_eval:

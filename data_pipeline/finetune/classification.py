@@ -233,6 +233,15 @@ class ClassificationTask:
         return len(self.label_names) or 1
 
 
+def metric_names(config: ClassificationConfig) -> tuple[str, ...]:
+    """The metrics a task is scored by, the first ranking runs: GLUE's for its task, else
+    config.metrics or the default for regression or classification."""
+    if config.source == "glue":
+        return GLUE_TASKS[config.glue_task].metrics
+    default = ("pearson", "spearman") if config.is_regression else ("accuracy",)
+    return config.metrics or default
+
+
 def load_classification_task(data_config: Any) -> ClassificationTask:
     """Reads and checks both splits (those configured, for files)."""
     config = from_config(data_config)
@@ -243,12 +252,11 @@ def load_classification_task(data_config: Any) -> ClassificationTask:
         for split, path in (("train", config.train_file), ("eval", config.eval_file))
         if path
     }
+    metrics = metric_names(config)
     if config.is_regression:
         label_names = ()
-        metrics = config.metrics or ("pearson", "spearman")
     else:
         label_names = config.label_names or _label_set(rows["train"])
-        metrics = config.metrics or ("accuracy",)
         if "f1" in metrics and len(label_names) != 2:
             fail("metrics", metrics, f"f1 needs two labels; there are {len(label_names)}")
     label_source = config.train_file if not config.label_names else f"{OPTION_PREFIX}label_names"

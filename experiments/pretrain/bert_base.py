@@ -11,13 +11,10 @@ Time: not measured on a TPU. The paper trained BERT-Base on 4 Cloud TPUs in
 Pod configuration (16 TPU chips) in 4 days for all 1,000,000 steps (paper,
 Appendix A.2); phase 1 is 90% of those steps. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_base.py --topology v5p-8` compiles this step for a
-TPU slice on any host (README, "Will it fit?"): on a v5p-8 (4 chips, 64
-sequences each) it needs 4.0 GiB of a chip's 95 and its roofline is 16 ms per
-step (XLA's own estimate: 25 ms), so 900,000 steps take at least 4 to 6 hours
-there; on a v4-8, 49 ms, 12 hours. 16.9 TFLOP per step (the analytic matmul
-count). (The aot figures were compiled before pretraining's last layer was cut
-to the positions its heads read, 6% of the FLOPs: slightly high now.) These are bounds: real steps also wait on collectives and on the host
-pipeline (`python -m data_pipeline.benchmark` measures it).
+TPU slice on any host and prints its memory per chip and its roofline time;
+README, "Will it fit?", lists what it printed. Those are bounds: real steps
+also wait on collectives and on the host pipeline (`python -m
+data_pipeline.benchmark` measures it).
 
 Expected result: the published numbers (docs/reference.md#published-numbers) describe
 the finished model, i.e. after phase 2 (experiments/pretrain/bert_base_phase2.py): held-out

@@ -9,14 +9,11 @@ Hardware: as phase 1 (experiments/pretrain/bert_base.py), a Cloud TPU v4-32 slic
 
 Time: not measured on a TPU. The paper's 4 days on 16 TPU chips (Appendix
 A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
-and attention grows with the square of the length: 72.8 TFLOP per step by
-the analytic count, 4.3x phase 1's (the aot figures below were compiled before
-packing and before the last layer was cut to the heads' positions). `python -m bertjax.tpu.aot --config
-experiments/pretrain/bert_base_phase2.py --topology v5p-8`: on a v5p-8 (64
-rows of 512 per chip) the step needs 22.1 GiB of a chip's 95 and its roofline is
-55 ms (XLA's estimate: 91 ms), so these 100,000 steps take at least 1.5 to 2.5
-hours there; on a v5e-8 (32 per chip, 9.7 of 16 GiB), 119 ms, 3.3 hours. A
-bound: real steps also wait on collectives and the host.
+and attention grows with the square of the length. `python -m bertjax.tpu.aot
+--config experiments/pretrain/bert_base_phase2.py --topology v5p-8` prints
+the step's FLOPs, memory per chip and roofline time on a slice; README, "Will
+it fit?", lists what it printed. A bound: real steps also wait on collectives
+and the host.
 
 Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): held-out MLM loss about 1.4 nats

@@ -9,13 +9,10 @@ the batch of 256.
 
 Time: not measured on a TPU. The paper trained BERT-Large on 16 Cloud TPUs
 (64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
-is 90% of those steps. 59.8 TFLOP per step (the analytic matmul count).
-`python -m bertjax.tpu.aot --config experiments/pretrain/bert_large.py --topology
-v5p-8` (README, "Will it fit?"): on a v5p-8 (64 sequences per chip) the step
-needs 11.1 GiB of a chip's 95 and its roofline is 44 ms (XLA's estimate: 76
-ms), so 900,000 steps take at least 11 to 19 hours there; on a v4-8 (10.8 of 32
-GiB, compiled before the last layer was cut to the heads' positions), 107 ms,
-27 hours. Bounds: real steps also wait on collectives and the host.
+is 90% of those steps. `python -m bertjax.tpu.aot --config
+experiments/pretrain/bert_large.py --topology v5p-8` prints the step's FLOPs,
+memory per chip and roofline time on a slice; README, "Will it fit?", lists
+what it printed. Bounds: real steps also wait on collectives and the host.
 
 Expected result: the published numbers describe the finished model, after
 phase 2 (experiments/pretrain/bert_large_phase2.py): SQuAD 1.1 dev F1 90.9 after

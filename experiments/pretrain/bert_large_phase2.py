@@ -8,19 +8,17 @@ Hardware: as phase 1 (experiments/pretrain/bert_large.py), a Cloud TPU v4-128
 slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 
 Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
-A.2) cover both phases. 254 TFLOP per step by the analytic count, 4.2x a
-phase-1 step. `python -m bertjax.tpu.aot --config
-experiments/pretrain/bert_large_phase2.py --topology v5p-8 --noeval` (README,
-"Will it fit?"): on a v5p-8 (64 packed rows per chip) the step needs 62.5 GiB
-of a chip's 95 and its roofline is 212 ms (XLA's estimate: 351 ms), so these
-100,000 steps take at least 6 to 10 hours there. A bound: real steps also wait
-on collectives and the host.
+A.2) cover both phases. `python -m bertjax.tpu.aot --config
+experiments/pretrain/bert_large_phase2.py --topology v5p-8 --noeval` prints the
+step's FLOPs, memory per chip and roofline time on a slice; README, "Will it
+fit?", lists what it printed. A bound: real steps also wait on collectives and
+the host.
 
 Memory: at 64 rows of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
 not fit in a v4 or v5e chip as written; add `--config.model.remat_policy=full`
-(activations recomputed in the backward pass, 1.44x the FLOPs), with which a
-v5e chip holds it in 6.5 GiB, or `--config.optimizer.num_microbatches=N`. The
-v4-128 above puts 4 sequences on a chip.
+(activations recomputed in the backward pass) or
+`--config.optimizer.num_microbatches=N` (README, "Will it fit?", has the
+figures). The v4-128 above puts 4 sequences on a chip.
 
 Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and
 this config trains on Wikipedia only): masked-LM accuracy >= 0.720 on held-out

@@ -1,0 +1,86 @@
+"""bertjax.metrics: the throughput window, the console's train line and the metric writer."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import metrics
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_window_adds_sums_and_tokens_and_gives_rates():
+    clock = FakeClock()
+    window = metrics.TrainWindow(10, clock=clock)
+    assert window.sums is None
+    window.add({"loss_sum": jnp.float32(2.0)}, tokens=300)
+    window.add({"loss_sum": jnp.float32(4.0)}, tokens=200)
+    clock.now += 2.0  # two steps in two seconds
+    rates = window.rates(12, flops_per_step=1e9, peak_flops=4e9, hosts=2)
+    assert float(window.sums["loss_sum"]) == 6.0
+    assert rates == {
+        "steps_per_second": 1.0,
+        "tokens_per_second": 500.0,  # 250 a second on this host, as many on the other
+        "model_flops_per_second": 1e9,
+        "mfu": 0.25,
+    }
+
+
+def test_window_without_a_peak_reports_no_mfu():
+    clock = FakeClock()
+    window = metrics.TrainWindow(0, clock=clock)
+    clock.now += 4.0
+    rates = window.rates(1, flops_per_step=8.0, peak_flops=None, hosts=1)
+    assert "mfu" not in rates and rates["model_flops_per_second"] == 2.0
+
+
+def test_real_tokens_counts_text_not_padding():
+    mask = np.array([[1, 1, 0], [1, 2, 2]], np.int32)  # a padded row; a packed one
+    assert metrics.real_tokens({"input_ids": np.ones((2, 3)), "input_mask": mask}) == 5
+    assert metrics.real_tokens({"input_ids": np.ones((2, 3))}) == 6
+
+
+def test_train_line():
+    summary = {
+        "loss": 2.5,
+        "mlm_accuracy": 0.25,
+        "learning_rate": 1e-4,
+        "steps_per_second": 2.0,
+        "tokens_per_second": 12345.6,
+        "mfu": 0.123,
+    }
+    line = metrics.train_line(10, 130, summary, (("mlm_accuracy", "mlm_acc"),))
+    assert line == (
+        "step     10/130  loss 2.5000  mlm_acc 0.250  lr 1.00e-04  2.00 steps/s  "
+        "12,346 tokens/s  mfu 12.3%  eta 1:00"
+    )
+    del summary["mfu"]
+    assert "mfu" not in metrics.train_line(10, 130, summary, ())
+
+
+@pytest.mark.parametrize(
+    "seconds, shown", [(59.9, "0:59"), (61, "1:01"), (3600, "1:00:00"), (-5, "0:00")]
+)
+def test_format_duration(seconds, shown):
+    assert metrics.format_duration(seconds) == shown
+
+
+def test_writer_appends_json_lines(tmp_path):
+    writer = metrics.MetricWriter(str(tmp_path), num_train_steps=2)
+    writer.write(1, "train", {"loss": 1.5, "mfu": 0.1})
+    writer.write(2, "eval", {"loss": 1.25, "kind": "text"})
+    writer.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [
+        {"step": 1, "split": "train", "loss": 1.5, "mfu": 0.1},
+        {"step": 2, "split": "eval", "loss": 1.25, "kind": "text"},
+    ]
+    assert any((tmp_path / "tensorboard").iterdir())

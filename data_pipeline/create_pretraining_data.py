@@ -99,6 +99,48 @@ def write_pretraining_data(
     """
     start = time.perf_counter()
     config = config_lib.from_config(data_config)
+    _check_options(config, num_workers, num_shards_per_worker)
+    corpus.check_sources(config)
+    vocab_file = resolve_vocab_file(config)
+    vocab_lib.load_vocab(vocab_file)
+    splits = tfrecords.SPLITS if config.eval_fraction > 0 else tfrecords.SPLITS[:1]
+    _check_worker_shards(config, splits, num_workers)
+    _prepare_output_dir(output_dir, splits, overwrite)
+
+    tasks = [
+        _Task(split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed))
+        for split in splits
+        for worker in range(num_workers)
+    ]
+    results = _write_tasks(tasks, config, vocab_file, output_dir, num_helpers=num_workers - 1)
+
+    summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
+    for split in splits:
+        metadata = _split_metadata(
+            [r for r in results if r["split"] == split],
+            config,
+            split=split,
+            output_dir=output_dir,
+            seed=seed,
+            num_workers=num_workers,
+            num_shards_per_worker=num_shards_per_worker,
+            vocab_file=vocab_file,
+        )
+        files.atomic_write(
+            os.path.join(output_dir, f"{split}-metadata.json"), json.dumps(metadata, indent=2)
+        )
+        if overwrite:
+            _remove_stale_shards(output_dir, split, set(metadata["instances_per_shard"]))
+        summary["splits"][split] = metadata
+        summary["instances"] += metadata["instances"]
+        summary["documents"] += metadata["documents"]
+    summary["seconds"] = time.perf_counter() - start
+    return summary
+
+
+def _check_options(
+    config: config_lib.DataConfig, num_workers: int, num_shards_per_worker: int
+) -> None:
     if config.source == "tfrecord":
         raise config_lib.ConfigError(
             "config.data.source='tfrecord' holds finished instances; the writer needs "
@@ -110,10 +152,12 @@ def write_pretraining_data(
         raise config_lib.ConfigError(
             f"--num_shards_per_worker={num_shards_per_worker}: must be at least 1"
         )
-    corpus.check_sources(config)
-    vocab_file = resolve_vocab_file(config)
-    vocab_lib.load_vocab(vocab_file)
-    splits = tfrecords.SPLITS if config.eval_fraction > 0 else tfrecords.SPLITS[:1]
+
+
+def _check_worker_shards(
+    config: config_lib.DataConfig, splits: Iterable[str], num_workers: int
+) -> None:
+    """Every corpus shard of every split has at least two documents to pair."""
     for split in splits:
         for worker in range(num_workers):
             corpus.check_two_documents(
@@ -124,18 +168,22 @@ def write_pretraining_data(
                 shard="worker",
                 hints=["use fewer --num_workers"] if num_workers > 1 else [],
             )
-    _prepare_output_dir(output_dir, splits, overwrite)
 
-    tasks = [
-        _Task(split, worker, num_workers, num_shards_per_worker, _split_seed(config, split, seed))
-        for split in splits
-        for worker in range(num_workers)
-    ]
-    vocab_name = os.path.basename(vocab_file)
+
+def _write_tasks(
+    tasks: list[_Task],
+    config: config_lib.DataConfig,
+    vocab_file: str,
+    output_dir: str,
+    *,
+    num_helpers: int,
+) -> list[dict]:
+    """Copies the vocabulary next to the data and writes every task's shards, this
+    process and `num_helpers` spawned ones sharing them; returns each task's counts."""
     try:
-        with _Helpers(num_workers - 1) as helpers:
-            files.atomic_copy(vocab_file, os.path.join(output_dir, vocab_name))
-            results = helpers.run(tasks, config, vocab_file, output_dir)
+        with _Helpers(num_helpers) as helpers:
+            files.atomic_copy(vocab_file, os.path.join(output_dir, os.path.basename(vocab_file)))
+            return helpers.run(tasks, config, vocab_file, output_dir)
     except BaseException:
         # A stopped helper leaves its unfinished files behind; finished shards stay,
         # but without their metadata, so the run reads as incomplete.
@@ -143,38 +191,38 @@ def write_pretraining_data(
             tf.io.gfile.remove(path)
         raise
 
-    summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
-    for split in splits:
-        parts = [r for r in results if r["split"] == split]
-        stats = corpus.CorpusStats()
-        for part in parts:
-            stats.merge(corpus.CorpusStats(**part["corpus"]))
-        shards = {name: n for part in parts for name, n in part["shards"].items()}
-        metadata = {
-            "split": split,
-            "instances": sum(p["instances"] for p in parts),
-            "documents": sum(p["documents"] for p in parts),
-            "instances_per_shard": dict(sorted(shards.items())),
-            "files": os.path.join(output_dir, f"{split}-*.tfrecord"),
-            "passes_per_document": _passes(config, split),
-            "seed": _split_seed(config, split, seed),
-            "num_workers": num_workers,
-            "num_shards_per_worker": num_shards_per_worker,
-            "vocab_file": vocab_name,
-            "source_vocab_file": vocab_file,
-            "corpus": stats.as_dict(),
-            "config": dataclasses.asdict(config),
-        }
-        files.atomic_write(
-            os.path.join(output_dir, f"{split}-metadata.json"), json.dumps(metadata, indent=2)
-        )
-        if overwrite:
-            _remove_stale_shards(output_dir, split, set(shards))
-        summary["splits"][split] = metadata
-        summary["instances"] += metadata["instances"]
-        summary["documents"] += metadata["documents"]
-    summary["seconds"] = time.perf_counter() - start
-    return summary
+
+def _split_metadata(
+    parts: list[dict],
+    config: config_lib.DataConfig,
+    *,
+    split: str,
+    output_dir: str,
+    seed: int,
+    num_workers: int,
+    num_shards_per_worker: int,
+    vocab_file: str,
+) -> dict:
+    """`{split}-metadata.json`: the counts of the split's shards (`parts`) and the settings."""
+    stats = corpus.CorpusStats()
+    for part in parts:
+        stats.merge(corpus.CorpusStats(**part["corpus"]))
+    shards = {name: n for part in parts for name, n in part["shards"].items()}
+    return {
+        "split": split,
+        "instances": sum(p["instances"] for p in parts),
+        "documents": sum(p["documents"] for p in parts),
+        "instances_per_shard": dict(sorted(shards.items())),
+        "files": os.path.join(output_dir, f"{split}-*.tfrecord"),
+        "passes_per_document": _passes(config, split),
+        "seed": _split_seed(config, split, seed),
+        "num_workers": num_workers,
+        "num_shards_per_worker": num_shards_per_worker,
+        "vocab_file": os.path.basename(vocab_file),
+        "source_vocab_file": vocab_file,
+        "corpus": stats.as_dict(),
+        "config": dataclasses.asdict(config),
+    }
 
 
 def _split_seed(config: config_lib.DataConfig, split: str, seed: int) -> int:

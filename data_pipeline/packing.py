@@ -30,12 +30,13 @@ and the most examples any row holds.
 """
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # imported in `pack` itself: workers.py's processes load no TensorFlow
+if TYPE_CHECKING:  # imported where used: workers.py's processes load no TensorFlow
     import tensorflow as tf
 
 
@@ -100,39 +101,10 @@ def pack(
 
     input_mask = tokens["input_mask"]
     max_seq_length = input_mask.shape[1]
-    lengths = tf.reduce_sum(input_mask, axis=1)
-    order = tf.argsort(-lengths, stable=True)
-
-    def place(carry, length):
-        used, count, _, _, _ = carry
-        fits = used + length <= max_seq_length
-        row = tf.argmax(tf.cast(fits, tf.int32), output_type=tf.int32)
-        row = tf.where(tf.reduce_any(fits), row, shape.rows)  # none fits: past the plan
-        at = tf.minimum(row, shape.rows - 1)  # (then caught by the checks below)
-        offset, slot = tf.gather(used, at), tf.gather(count, at)
-        added = tf.one_hot(at, shape.rows, dtype=tf.int32)
-        return used + added * length, count + added, row, offset, slot
-
-    zeros = tf.zeros([shape.rows], tf.int32)
-    zero = tf.constant(0, tf.int32)
-    _, _, placed_row, placed_offset, placed_slot = tf.scan(
-        place, tf.gather(lengths, order), initializer=(zeros, zeros, zero, zero, zero)
+    row, offset, slot = _first_fit_decreasing_in_graph(
+        tf.reduce_sum(input_mask, axis=1), shape, max_seq_length
     )
-    back = tf.math.invert_permutation(order)  # sorted order -> the batch's order
-    row, offset, slot = (tf.gather(x, back) for x in (placed_row, placed_offset, placed_slot))
-    checks = [
-        tf.debugging.assert_less(
-            tf.reduce_max(row),
-            shape.rows,
-            message=f"a batch needs more than the {shape.rows} packed rows planned for it",
-        ),
-        tf.debugging.assert_less(
-            tf.reduce_max(slot),
-            shape.slots,
-            message=f"a packed row holds more than the {shape.slots} examples planned",
-        ),
-    ]
-    with tf.control_dependencies(checks):
+    with tf.control_dependencies(_check_plan(row, slot, shape)):
         where = tf.where(input_mask > 0)  # [T, 2]: (example, token) of every real token
     example = tf.cast(where[:, 0], tf.int32)
     target = tf.stack(
@@ -162,6 +134,58 @@ def pack(
             slots, values, tf.concat([[shape.rows, shape.slots], tf.shape(values)[1:]], 0)
         )
     return packed
+
+
+def _first_fit_decreasing_in_graph(
+    lengths: "tf.Tensor", shape: PackShape, max_seq_length: int
+) -> tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+    """`first_fit_decreasing` in graph, within `shape`: each example's row, its first
+    token's offset in the row and its slot, int32 [N]; row `shape.rows` where none fits."""
+    import tensorflow as tf
+
+    order = tf.argsort(-lengths, stable=True)
+    zeros = tf.zeros([shape.rows], tf.int32)
+    zero = tf.constant(0, tf.int32)
+    _, _, placed_row, placed_offset, placed_slot = tf.scan(
+        functools.partial(_place, shape=shape, max_seq_length=max_seq_length),
+        tf.gather(lengths, order),
+        initializer=(zeros, zeros, zero, zero, zero),
+    )
+    back = tf.math.invert_permutation(order)  # sorted order -> the batch's order
+    return tuple(tf.gather(x, back) for x in (placed_row, placed_offset, placed_slot))
+
+
+def _place(carry, length, *, shape: PackShape, max_seq_length: int):
+    """One step of the first fit: (tokens and examples per row so far, and the last
+    example's row, offset and slot) -> the same with the example of `length` placed."""
+    import tensorflow as tf
+
+    used, count, _, _, _ = carry
+    fits = used + length <= max_seq_length
+    row = tf.argmax(tf.cast(fits, tf.int32), output_type=tf.int32)
+    row = tf.where(tf.reduce_any(fits), row, shape.rows)  # none fits: past the plan
+    at = tf.minimum(row, shape.rows - 1)  # (then caught by `_check_plan`)
+    offset, slot = tf.gather(used, at), tf.gather(count, at)
+    added = tf.one_hot(at, shape.rows, dtype=tf.int32)
+    return used + added * length, count + added, row, offset, slot
+
+
+def _check_plan(row: "tf.Tensor", slot: "tf.Tensor", shape: PackShape) -> list["tf.Operation"]:
+    """Assertions that the batch fits in `shape`: its rows and the slots of each."""
+    import tensorflow as tf
+
+    return [
+        tf.debugging.assert_less(
+            tf.reduce_max(row),
+            shape.rows,
+            message=f"a batch needs more than the {shape.rows} packed rows planned for it",
+        ),
+        tf.debugging.assert_less(
+            tf.reduce_max(slot),
+            shape.slots,
+            message=f"a packed row holds more than the {shape.slots} examples planned",
+        ),
+    ]
 
 
 # ------------------------------------------------------------ in NumPy, with budgets

@@ -16,6 +16,7 @@ training batches also carry their `stream_position`, to resume from.
 """
 
 import concurrent.futures
+import dataclasses
 import functools
 import struct
 from collections.abc import Callable, Iterable
@@ -352,66 +353,111 @@ def read_pretraining_dataset(
     start = check_position(position, 3 if packed else 2)
     if start is not None and split == "eval":
         raise PositionError(f"stream position {list(start)}: the eval split is read from its start")
-    files = split_files(config, split)
-    by_record = len(files) < process_count
-    mine = files if by_record else files[process_index::process_count]
-    length, predictions = config.max_seq_length, config.max_predictions_per_seq
-    with concurrent.futures.ThreadPoolExecutor(min(16, len(mine))) as pool:
-        has_records = list(pool.map(lambda f: check_file(f, length, predictions), mine))
-    if not any(has_records):
-        raise TFRecordError(
-            f"config.data.tfrecord_{split}_files: no records in "
-            + (mine[0] if len(mine) == 1 else f"any of {len(mine)} files")
-        )
-
-    def share(records):
-        # Every process reads the files in the same order, so the shares are disjoint.
-        return records.shard(process_count, process_index) if by_record else records
-
-    def interleaved(names):
-        # Sequential: reading is cheap next to parsing, and a parallel interleave costs
-        # some eight times more per record skipped.
-        records = tf.data.Dataset.from_tensor_slices(names).interleave(
-            tf.data.TFRecordDataset, cycle_length=min(len(mine), _FILES_READ_AT_ONCE)
-        )
-        return share(records)
-
-    def parse(serialized, *positions):
-        batch = parse_examples(serialized, length, predictions)
-        return {**batch, "stream_position": positions[0]} if positions else batch
-
-    def with_position(rows, *positions):
-        return {**rows, "stream_position": positions[0]} if positions else rows
+    share = _Share.of(split_files(config, split), process_index, process_count)
+    _check_share_has_records(share.files, config, split)
 
     window = config.shuffle_buffer_size
     pack = pack_records(config, wrap) if packed else None
     if split == "eval":
-        records = share(tf.data.TFRecordDataset(mine))  # file after file
-        if packed:
-            rows = records.batch(window).enumerate().map(lambda i, w: pack(w, tf.stack([i, i])))
-            rows = rows.unbatch()
-        else:
-            rows = records
+        rows = _eval_rows(share, window, pack)
     else:
         start = start or (0,) * (3 if packed else 2)
-        # Bytes only, so cheap: the record the position follows (packed: the first record
-        # of the window it is in) must be in the share.
-        first = start[1] * window if packed else max(start[1] - 1, 0)
-        last = share(tf.data.TFRecordDataset(mine)).skip(first).take(1)
-        if not list(last):
-            if start[1]:
-                raise PositionError(
-                    f"stream position {list(start)}: this process's share of "
-                    f"config.data.tfrecord_train_files has fewer than {first + 1} records"
-                )
-            raise TFRecordError(
-                f"config.data.tfrecord_train_files: process {process_index} of {process_count} "
-                "gets no records (fewer records than processes)"
-            )
-        rows = _train_rows(interleaved, mine, by_record, window, seed, process_index, start, pack)
+        _check_train_start(share, start, window, packed)
+        rows = _train_rows(share, window, seed, start, pack)
     batches = rows.batch(batch_size, drop_remainder=True)
-    batches = batches.map(with_position if packed else parse, num_parallel_calls=tf.data.AUTOTUNE)
+    parse = functools.partial(_parse, config=config)
+    batches = batches.map(_with_position if packed else parse, num_parallel_calls=tf.data.AUTOTUNE)
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Share:
+    """This process's share of a split's records: those of its `files` or, `by_record`,
+    one record in `process_count` of every file (read_pretraining_dataset)."""
+
+    files: list[str]
+    by_record: bool
+    process_index: int
+    process_count: int
+
+    @classmethod
+    def of(cls, files: list[str], process_index: int, process_count: int) -> "_Share":
+        """By file when there are at least as many `files` as processes, else by record."""
+        by_record = len(files) < process_count
+        mine = files if by_record else files[process_index::process_count]
+        return cls(mine, by_record, process_index, process_count)
+
+    def select(self, records: tf.data.Dataset) -> tf.data.Dataset:
+        # Every process reads the files in the same order, so the shares are disjoint.
+        return records.shard(self.process_count, self.process_index) if self.by_record else records
+
+    def read(self) -> tf.data.Dataset:
+        """The share's records, file after file."""
+        return self.select(tf.data.TFRecordDataset(self.files))
+
+    def interleaved(self, names: tf.Tensor) -> tf.data.Dataset:
+        """The share's records of the files `names` (in that order), read interleaved."""
+        # Sequential: reading is cheap next to parsing, and a parallel interleave costs
+        # some eight times more per record skipped.
+        records = tf.data.Dataset.from_tensor_slices(names).interleave(
+            tf.data.TFRecordDataset, cycle_length=min(len(self.files), _FILES_READ_AT_ONCE)
+        )
+        return self.select(records)
+
+
+def _check_share_has_records(files: list[str], config: config_lib.DataConfig, split: str) -> None:
+    """Checks every file of the share (check_file); at least one must hold records."""
+    check = functools.partial(
+        check_file,
+        max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq,
+    )
+    with concurrent.futures.ThreadPoolExecutor(min(16, len(files))) as pool:
+        has_records = list(pool.map(check, files))
+    if not any(has_records):
+        raise TFRecordError(
+            f"config.data.tfrecord_{split}_files: no records in "
+            + (files[0] if len(files) == 1 else f"any of {len(files)} files")
+        )
+
+
+def _eval_rows(share: _Share, window: int, pack=None) -> tf.data.Dataset:
+    """The eval split's records in file order; with `pack` (pack_records), the packed
+    rows of each window of them."""
+    records = share.read()
+    if pack is None:
+        return records
+    rows = records.batch(window).enumerate().map(lambda i, w: pack(w, tf.stack([i, i])))
+    return rows.unbatch()
+
+
+def _check_train_start(share: _Share, start: tuple[int, ...], window: int, packed: bool) -> None:
+    """Fails unless the share has any record and, resuming, the record `start` follows."""
+    # Bytes only, so cheap: the record the position follows (packed: the first record
+    # of the window it is in) must be in the share.
+    first = start[1] * window if packed else max(start[1] - 1, 0)
+    last = share.read().skip(first).take(1)
+    if not list(last):
+        if start[1]:
+            raise PositionError(
+                f"stream position {list(start)}: this process's share of "
+                f"config.data.tfrecord_train_files has fewer than {first + 1} records"
+            )
+        raise TFRecordError(
+            f"config.data.tfrecord_train_files: process {share.process_index} of "
+            f"{share.process_count} gets no records (fewer records than processes)"
+        )
+
+
+def _parse(serialized, *positions, config: config_lib.DataConfig):
+    """A batch of serialized records (and, in training, their stream positions) -> a batch."""
+    batch = parse_examples(serialized, config.max_seq_length, config.max_predictions_per_seq)
+    return {**batch, "stream_position": positions[0]} if positions else batch
+
+
+def _with_position(rows, *positions):
+    """A batch of packed rows, with their stream positions in training."""
+    return {**rows, "stream_position": positions[0]} if positions else rows
 
 
 def pack_records(config: config_lib.DataConfig, wrap: Callable[[Callable], Callable]):
@@ -450,23 +496,23 @@ def pack_records(config: config_lib.DataConfig, wrap: Callable[[Callable], Calla
     return pack
 
 
-def _train_rows(interleaved, files, by_record, window, seed, process_index, start, pack=None):
+def _train_rows(share: _Share, window, seed, start, pack=None):
     """(record, its position) of the training epochs from `start` on; with `pack`
     (pack_records), (packed row, its position); see read_pretraining_dataset."""
-    seeds = np.random.SeedSequence([seed, process_index]).generate_state(2)
+    seeds = np.random.SeedSequence([seed, share.process_index]).generate_state(2)
     file_seed, record_seed = (tf.constant(int(s), tf.int64) for s in seeds)
     first_epoch, first_record = start[:2]
     # The window of the last record consumed is read again, to shuffle it as before.
     first_window = first_record if pack else max(first_record - 1, 0) // window
-    names = tf.constant(files)
+    names = tf.constant(share.files)
 
     def epoch_rows(epoch):
         resumed = tf.cast(epoch == first_epoch, tf.int64)
         begin = resumed * first_window * window
-        order = tf.range(len(files))
-        if not by_record:
+        order = tf.range(len(share.files))
+        if not share.by_record:
             order = tf.random.experimental.stateless_shuffle(order, tf.stack([file_seed, epoch]))
-        windows = interleaved(tf.gather(names, order)).skip(begin).batch(window)
+        windows = share.interleaved(tf.gather(names, order)).skip(begin).batch(window)
 
         def shuffle(index, records):
             count = tf.size(records, tf.int64)

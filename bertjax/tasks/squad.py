@@ -14,7 +14,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -69,9 +69,12 @@ def predict_answers(
     # and a packed row has none of the unpacked row's, so it must not take an n-best place.
     padding = features.input_mask == 0
     start_logits[padding] = end_logits[padding] = -np.inf
-    basic = _basic_words(features.documents, tokenizer)
-    vocab_tokens = tokenizer.vocab.tokens
-    detokenize = _sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text
+    spans = _SpanText(
+        features=features,
+        basic=_basic_words(features.documents, tokenizer),
+        vocab_tokens=tokenizer.vocab.tokens,
+        detokenize=_sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text,
+    )
     positions = np.arange(config.max_seq_length)
     in_document = (positions >= features.doc_offset[:, None]) & (
         positions < (features.doc_offset + features.doc_length)[:, None]
@@ -80,70 +83,116 @@ def predict_answers(
 
     answers, nbest_all, null_odds = {}, {}, {}
     for index, example in enumerate(features.data.examples):
-        document = features.documents[index]
-        candidates, null = [], None
-        for f in range(bounds[index], bounds[index + 1]):
-            candidates += _span_candidates(
-                f, start_logits[f], end_logits[f], in_document[f], features, config
-            )
-            null_score = start_logits[f, 0] + end_logits[f, 0]
-            if null is None or null_score < null.start_logit + null.end_logit:
-                null = _Candidate(f, 0, 0, float(start_logits[f, 0]), float(end_logits[f, 0]))
-        if config.version_2_with_negative:
-            candidates.append(null)
-        candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
-
-        nbest, seen = [], set()
-        for candidate in candidates:
-            if len(nbest) >= config.n_best_size:
-                break
-            text = ""
-            if candidate.start > 0:
-                f = candidate.feature
-                ids = features.input_ids[f, candidate.start : candidate.end + 1]
-                first, last = (
-                    document.token_to_word[
-                        features.doc_start[f] + position - features.doc_offset[f]
-                    ]
-                    for position in (candidate.start, candidate.end)
-                )
-                text = final_text(
-                    detokenize([vocab_tokens[i] for i in ids]),
-                    " ".join(document.words[first : last + 1]),
-                    " ".join(w for w in basic[id(document)][first : last + 1] if w),
-                )
-                if text in seen:
-                    continue
-            seen.add(text)
-            nbest.append((text, candidate.start_logit, candidate.end_logit))
-        if config.version_2_with_negative and "" not in seen:
-            nbest.append(("", null.start_logit, null.end_logit))
-        if not nbest:  # no span fits anywhere (every window too short for one)
-            nbest.append(("", 0.0, 0.0))
-
-        scores = np.array([s + e for _, s, e in nbest])
-        probabilities = np.exp(scores - scores.max())
-        probabilities /= probabilities.sum()
-        nbest_all[example.qid] = [
-            {"text": t, "probability": float(p), "start_logit": s, "end_logit": e}
-            for (t, s, e), p in zip(nbest, probabilities, strict=True)
-        ]
+        windows = range(bounds[index], bounds[index + 1])
+        candidates, null = _question_candidates(
+            windows, start_logits, end_logits, in_document, features
+        )
+        nbest = _nbest(candidates, null, features.documents[index], spans, config)
+        nbest_all[example.qid] = _nbest_entries(nbest)
         if not config.version_2_with_negative:
             answers[example.qid] = nbest[0][0]
             continue
-        best = next((entry for entry in nbest if entry[0]), None)
-        if best is None:
-            null_odds[example.qid] = math.inf
-            answers[example.qid] = ""
-            continue
-        diff = null.start_logit + null.end_logit - best[1] - best[2]
-        null_odds[example.qid] = diff
-        answers[example.qid] = "" if diff > config.null_score_diff_threshold else best[0]
+        answers[example.qid], null_odds[example.qid] = _answer_or_null(nbest, null, config)
     return SquadPredictions(
         answers=answers,
         nbest=nbest_all,
         null_odds=null_odds if config.version_2_with_negative else None,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _SpanText:
+    """What turns a candidate span back into its context's text."""
+
+    features: SquadFeatures
+    basic: dict[int, list[str]]  # _basic_words
+    vocab_tokens: Sequence[str]
+    detokenize: Callable[[Sequence[str]], str]
+
+    def text(self, candidate: _Candidate, document: SquadDocument) -> str:
+        """The text of the (non-null) `candidate` in `document`, the context of its feature."""
+        features, f = self.features, candidate.feature
+        ids = features.input_ids[f, candidate.start : candidate.end + 1]
+        first, last = (
+            document.token_to_word[features.doc_start[f] + position - features.doc_offset[f]]
+            for position in (candidate.start, candidate.end)
+        )
+        return final_text(
+            self.detokenize([self.vocab_tokens[i] for i in ids]),
+            " ".join(document.words[first : last + 1]),
+            " ".join(w for w in self.basic[id(document)][first : last + 1] if w),
+        )
+
+
+def _question_candidates(
+    windows: range, start_logits, end_logits, in_document, features: SquadFeatures
+) -> tuple[list[_Candidate], _Candidate]:
+    """A question's candidate spans over its `windows` (feature indices), best first,
+    and its null answer, from the window of the lowest null score; for SQuAD 2.0 the
+    null answer is among the candidates."""
+    config = features.config
+    candidates, null = [], None
+    for f in windows:
+        candidates += _span_candidates(
+            f, start_logits[f], end_logits[f], in_document[f], features, config
+        )
+        null_score = start_logits[f, 0] + end_logits[f, 0]
+        if null is None or null_score < null.start_logit + null.end_logit:
+            null = _Candidate(f, 0, 0, float(start_logits[f, 0]), float(end_logits[f, 0]))
+    if config.version_2_with_negative:
+        candidates.append(null)
+    candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
+    return candidates, null
+
+
+def _nbest(
+    candidates: list[_Candidate],
+    null: _Candidate,
+    document: SquadDocument,
+    spans: _SpanText,
+    config: squad_data.SquadConfig,
+) -> list[tuple[str, float, float]]:
+    """The n best distinct texts of the sorted `candidates` as (text, start_logit,
+    end_logit); SQuAD 2.0 adds the null answer when it is not among them. Never empty."""
+    nbest, seen = [], set()
+    for candidate in candidates:
+        if len(nbest) >= config.n_best_size:
+            break
+        text = ""
+        if candidate.start > 0:
+            text = spans.text(candidate, document)
+            if text in seen:
+                continue
+        seen.add(text)
+        nbest.append((text, candidate.start_logit, candidate.end_logit))
+    if config.version_2_with_negative and "" not in seen:
+        nbest.append(("", null.start_logit, null.end_logit))
+    if not nbest:  # no span fits anywhere (every window too short for one)
+        nbest.append(("", 0.0, 0.0))
+    return nbest
+
+
+def _nbest_entries(nbest: list[tuple[str, float, float]]) -> list[dict]:
+    """The n best as nbest_predictions.json lists them, each with its probability."""
+    totals = np.array([s + e for _, s, e in nbest])
+    probabilities = np.exp(totals - totals.max())
+    probabilities /= probabilities.sum()
+    return [
+        {"text": t, "probability": float(p), "start_logit": s, "end_logit": e}
+        for (t, s, e), p in zip(nbest, probabilities, strict=True)
+    ]
+
+
+def _answer_or_null(
+    nbest: list[tuple[str, float, float]], null: _Candidate, config: squad_data.SquadConfig
+) -> tuple[str, float]:
+    """SQuAD 2.0: the answer ("" when the null answer beats the best span by more than
+    null_score_diff_threshold) and the null odds."""
+    best = next((entry for entry in nbest if entry[0]), None)
+    if best is None:
+        return "", math.inf
+    diff = null.start_logit + null.end_logit - best[1] - best[2]
+    return ("" if diff > config.null_score_diff_threshold else best[0]), diff
 
 
 def _scatter(features: SquadFeatures, feature_index, start_logits, end_logits):

@@ -9,12 +9,13 @@ so its flags exist only when it runs as a program: any set of tool modules
 imports into one process (a test, a notebook) without clashing flag names.
 `run` is also the one place where user errors are caught: a `UserError`, an
 `OSError` (a file that cannot be read or written) or TensorFlow's equivalent is
-printed as one line, `error: ...`, on stderr and the exit status is 2. So is an
-unknown key in a `--config.KEY=VALUE` override, at any depth, with the closest
-known key, and a `UserError` raised while a config file loads (its
-`get_config` rejecting the argument after the colon, as in `glue.py:nosuch`);
-ml_collections and absl would print a long traceback instead. A run stopped
-on request (`Preempted`, after saving) prints `stopped: ...` and exits with 75.
+printed as one line, `error: ...`, on stderr and the exit status is 2
+(`UserError.EXIT_CODE`). So is an unknown key in a `--config.KEY=VALUE`
+override, at any depth, with the closest known key, and a `UserError` raised
+while a config file loads (its `get_config` rejecting the argument after the
+colon, as in `glue.py:nosuch`); ml_collections and absl would print a long
+traceback instead. A run stopped on request (`Preempted`, after saving) prints
+`stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`).
 """
 
 import os
@@ -197,4 +198,4 @@ def _user_message(error: Exception) -> str | None:
 
 def _fail(message: str):
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(UserError.EXIT_CODE)

@@ -10,7 +10,12 @@ free of jax and bertjax can derive its own errors from it.
 
 
 class UserError(ValueError):
-    """Bad input or an inconsistent config: the message says what to change."""
+    """Bad input or an inconsistent config: the message says what to change.
+
+    Command-line tools print the message and exit with `EXIT_CODE`.
+    """
+
+    EXIT_CODE = 2  # as argparse, and the shell for a builtin, exit on a usage error
 
 
 class Preempted(Exception):

@@ -50,20 +50,33 @@ def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch)
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory, make_small_config):
     """A sweep of two learning rates, its trials trained in this process through the queue."""
-    from bertjax.sweep import command, queue, worker
+    from bertjax.sweep import command, hyper, queue, worker
+    from bertjax.sweep.definition import SweepDefinition
 
     sweep_dir = tmp_path_factory.mktemp("sweep")
-    trials = [{"optimizer.learning_rate": 1e-3}, {"optimizer.learning_rate": 3e-3}]
-    space = {"optimizer.learning_rate": {"choice": [1e-3, 3e-3]}}
-    definition = {"config": "tiny.py", "config_arg": None, "trials": trials, "space": space}
-    definition.update(metric="", mode="min", sweep_dir=str(sweep_dir), max_retries=0)
+    trials = ({"optimizer.learning_rate": 1e-3}, {"optimizer.learning_rate": 3e-3})
+    definition = SweepDefinition(
+        config="tiny.py",
+        config_arg=None,
+        overrides={},
+        trials=trials,
+        space={"optimizer.learning_rate": hyper.Choice((1e-3, 3e-3))},
+        search="",
+        num_trials=len(trials),
+        metric="",
+        mode="min",
+        prune=False,
+        max_retries=0,
+        sweep_dir=str(sweep_dir),
+        config_values={},
+    )
     storage = queue.open_storage(queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
     study = queue.open_study(storage, "sweep", direction="minimize", create=True)
-    study.set_user_attr(queue.SWEEP_ATTR, definition)
+    queue.record_sweep(study, definition)
     for index, overrides in enumerate(trials):
         queue.enqueue(study, index, overrides, attempt=1)
     while (trial := queue.claim(study)) is not None:
-        params = worker.suggest(trial, trial.user_attrs["keys"], space)
+        params = worker.suggest(trial, trial.user_attrs["keys"], definition.space)
         name = worker.trial_name(trial.user_attrs["index"], params)
         workdir = sweep_dir / "trials" / name
         trial.set_user_attr("workdir", str(workdir))

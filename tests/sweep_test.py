@@ -2,6 +2,7 @@
 resumed by two workers, with its report."""
 
 import csv
+import dataclasses
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ import ml_collections
 import pytest
 
 from bertjax.sweep import command, hyper, queue, worker
+from bertjax.sweep.definition import SweepDefinition
 from experiments.pretrain import tiny_cpu
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -134,25 +136,30 @@ def test_values_on_the_command_line_parse_back_to_themselves():
     )
 
 
+def make_definition(sweep_dir, trials=({"seed": 0}, {"seed": 1}), **fields) -> SweepDefinition:
+    values = dict(
+        config="experiment.py",
+        config_arg=None,
+        overrides={},
+        trials=tuple(trials),
+        space={"seed": hyper.Choice((0, 1))},
+        search="",
+        num_trials=len(trials),
+        metric="",
+        mode="min",
+        prune=False,
+        max_retries=1,
+        sweep_dir=str(sweep_dir),
+        config_values={},
+    )
+    return SweepDefinition(**{**values, **fields})
+
+
 def make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}), max_retries=1):
-    definition = {
-        "config": "experiment.py",
-        "config_arg": None,
-        "overrides": {},
-        "trials": list(trials),
-        "space": {"seed": {"choice": [0, 1]}},
-        "search": "",
-        "num_trials": len(trials),
-        "metric": "",
-        "mode": "min",
-        "prune": False,
-        "max_retries": max_retries,
-        "sweep_dir": str(tmp_path),
-        "config_values": {},
-    }
+    definition = make_definition(tmp_path, trials, max_retries=max_retries)
     storage = queue.open_storage(queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
     study = queue.open_study(storage, "sweep", direction="minimize", create=True)
-    study.set_user_attr(queue.SWEEP_ATTR, definition)
+    queue.record_sweep(study, definition)
     for index, overrides in enumerate(trials):
         queue.enqueue(study, index, overrides, attempt=1)
     return study, definition
@@ -164,16 +171,15 @@ def test_the_queue_gives_each_trial_once_and_retries_failures_up_to_the_limit(tm
     assert queue.claim(study) is None
     assert {first.user_attrs["index"], second.user_attrs["index"]} == {0, 1}
     for trial in (first, second):
-        worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+        worker.suggest(trial, trial.user_attrs["keys"], definition.space)
     study.tell(first, 1.5)
     study.tell(second, state=queue.FAIL)
-    frozen = study._storage.get_trial(second._trial_id)
-    assert queue.requeue(study, frozen, failed=True)  # attempt 2 of 2
+    assert queue.requeue(study, queue.frozen_trial(study, second), failed=True)  # attempt 2 of 2
     retry = queue.claim(study)
     assert retry.user_attrs["attempt"] == 2 and retry.user_attrs["index"] == 1
-    assert worker.suggest(retry, ["seed"], definition["space"]) == {"seed": 1}
+    assert worker.suggest(retry, ["seed"], definition.space) == {"seed": 1}
     study.tell(retry, state=queue.FAIL)
-    assert not queue.requeue(study, study._storage.get_trial(retry._trial_id), failed=True)
+    assert not queue.requeue(study, queue.frozen_trial(study, retry), failed=True)
     statuses = [(r.index, r.status, len(r.attempts)) for r in queue.records(study)]
     assert statuses == [(0, "done", 1), (1, "failed", 2)]
 
@@ -189,10 +195,10 @@ def test_a_trial_whose_worker_died_is_queued_again_to_resume(tmp_path):
     queue.fail_gone_workers(study)
     again = queue.claim(study)
     assert again is not None and again.user_attrs["attempt"] == 1  # not counted as a failure
-    old = study._storage.get_trial(trial._trial_id)
+    old = queue.frozen_trial(study, trial)
     assert old.state == queue.FAIL and old.user_attrs["interrupted"]
     queue.fail_gone_workers(study)  # this worker is alive: its trial stays
-    assert study._storage.get_trial(again._trial_id).state == queue.RUNNING
+    assert queue.frozen_trial(study, again).state == queue.RUNNING
 
 
 def test_a_trial_queued_twice_runs_once(tmp_path):
@@ -214,10 +220,52 @@ def test_a_trial_queued_twice_runs_once(tmp_path):
 
 
 def test_another_sweep_in_the_same_directory_is_refused():
-    recorded = {"config": "a.py", "trials": [{"seed": 0}], "max_retries": 2}
-    command.check_same_sweep(recorded, {**recorded, "max_retries": 5}, "d")
+    recorded = make_definition("d", trials=({"seed": 0},), max_retries=2)
+    command.check_same_sweep(recorded, dataclasses.replace(recorded, max_retries=5), "d")
     with pytest.raises(command.SweepError, match=r"d: holds another sweep: its trials was"):
-        command.check_same_sweep(recorded, {**recorded, "trials": [{"seed": 1}]}, "d")
+        command.check_same_sweep(
+            recorded, dataclasses.replace(recorded, trials=({"seed": 1},)), "d"
+        )
+
+
+def test_a_definition_goes_through_json_and_back_unchanged(tmp_path):
+    definition = make_definition(
+        tmp_path,
+        config_arg="mrpc",
+        overrides={"num_train_epochs": 2.0},
+        space={
+            "seed": hyper.Choice((0, 1)),
+            "optimizer.learning_rate": hyper.Range(1e-5, 1e-3, True),
+        },
+        search="tpe",
+        num_trials=4,
+        config_values={"seed": 0, "optimizer": {"learning_rate": 3e-5}},
+    )
+    stored = json.loads(json.dumps(definition.to_json()))  # as the study keeps it
+    assert stored["space"]["seed"] == {"choice": [0, 1]}
+    assert SweepDefinition.from_json(stored) == definition
+    study, recorded = make_study(tmp_path)
+    assert queue.recorded_sweep(study) == recorded
+    assert queue.load(queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)[1] == recorded
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: {**d, "colour": "blue"}, "sweep definition: unknown field 'colour'"),
+        (lambda d: {k: v for k, v in d.items() if k != "mode"}, "missing field 'mode'"),
+        (lambda d: {**d, "space": {"seed": {"values": [0]}}}, r"space: seed: .* is neither"),
+    ],
+)
+def test_a_definition_with_a_field_unknown_or_missing_is_refused(tmp_path, change, message):
+    stored = change(make_definition(tmp_path).to_json())
+    with pytest.raises(hyper.SweepError, match=message):
+        SweepDefinition.from_json(stored)
+    # A study another tool made: the one-line error names the sweep and the field.
+    study, _ = make_study(tmp_path)
+    study.set_user_attr(queue.SWEEP_ATTR, stored)
+    with pytest.raises(queue.QueueError, match=f"^sweep 'sweep': .*{message}"):
+        queue.load(queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)
 
 
 def test_devices_are_split_between_trials():
@@ -401,16 +449,17 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
 
 def test_a_search_draws_its_trials_from_the_space(tmp_path):
     study, definition = make_study(tmp_path, trials=())
-    definition.update(
+    definition = dataclasses.replace(
+        definition,
         search="random",
         num_trials=3,
-        space={"optimizer.learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}},
+        space={"optimizer.learning_rate": hyper.Range(1e-5, 1e-3, True)},
     )
     study.sampler = command.make_sampler("random")
     searcher = worker.Worker(study, definition, parallel=1, heartbeat_s=30)
     drawn = []
     while (trial := searcher._new_search_trial()) is not None:
-        params = worker.suggest(trial, trial.user_attrs["keys"], definition["space"])
+        params = worker.suggest(trial, trial.user_attrs["keys"], definition.space)
         drawn.append(params["optimizer.learning_rate"])
         study.tell(trial, 1.0)
     assert len(drawn) == 3 and len(set(drawn)) == 3
@@ -418,16 +467,16 @@ def test_a_search_draws_its_trials_from_the_space(tmp_path):
 
 
 def test_pruning_stops_a_trial_that_trails_the_median(tmp_path):
-    study, definition = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}, {"seed": 2}))
-    definition.update(prune=True, metric="accuracy", mode="max")
+    _, definition = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}, {"seed": 2}))
+    definition = dataclasses.replace(definition, prune=True, metric="accuracy", mode="max")
     study = queue.open_study(
-        study._storage,
+        queue.open_storage(queue.storage_url(str(tmp_path), ""), heartbeat_s=30),
         "pruned",
         direction="maximize",
         create=True,
         pruner=command.make_pruner(True),
     )
-    study.set_user_attr(queue.SWEEP_ATTR, definition)
+    queue.record_sweep(study, definition)
     for index in range(3):
         queue.enqueue(study, index, {"seed": index}, attempt=1)
     for accuracy in (0.8, 0.9, 0.5):  # the third trails the others at every step

@@ -45,6 +45,7 @@ from ml_collections import config_flags
 
 from bertjax.sweep import hyper, queue
 from bertjax.sweep import worker as worker_lib
+from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import config as config_lib
 from data_pipeline.errors import UserError
 
@@ -125,17 +126,7 @@ def check_trials(config, sweep: hyper.Sweep) -> None:
             raise SweepError(f"{where}: {error}") from None
 
 
-def space_json(space: dict) -> dict:
-    out = {}
-    for key, part in space.items():
-        if isinstance(part, hyper.Choice):
-            out[key] = {"choice": list(part.values)}
-        else:
-            out[key] = {"low": part.low, "high": part.high, "log": part.log}
-    return out
-
-
-def definition_from_flags() -> dict:
+def definition_from_flags() -> SweepDefinition:
     """The sweep as `run` is asked for it, every trial checked."""
     config_flag = FLAGS["config"]
     config_file, _, arg = config_flag.config_filename.partition(":")
@@ -152,22 +143,21 @@ def definition_from_flags() -> dict:
     config = FLAGS.config
     check_trials(config, sweep)
     overrides = dict(config_flags.get_override_values(config_flag))
-    return {
-        "config": config_file,
-        "config_arg": config_arg,
-        "overrides": overrides,
-        "trials": [dict(t) for t in sweep.trials],
-        "space": space_json(sweep.space),
-        "search": FLAGS.search,
-        "num_trials": FLAGS.num_trials if FLAGS.search else len(sweep.trials),
-        "metric": FLAGS.metric,
-        "mode": FLAGS.mode or default_mode(config),
-        "prune": FLAGS.prune,
-        "max_retries": FLAGS.max_retries,
-        "sweep_dir": FLAGS.sweep_dir,
-        # The whole resolved config: a config file edited between two runs of one sweep.
-        "config_values": json.loads(config.to_json_best_effort()),
-    }
+    return SweepDefinition(
+        config=config_file,
+        config_arg=config_arg,
+        overrides=overrides,
+        trials=tuple(dict(t) for t in sweep.trials),
+        space=dict(sweep.space),
+        search=FLAGS.search,
+        num_trials=FLAGS.num_trials if FLAGS.search else len(sweep.trials),
+        metric=FLAGS.metric,
+        mode=FLAGS.mode or default_mode(config),
+        prune=FLAGS.prune,
+        max_retries=FLAGS.max_retries,
+        sweep_dir=FLAGS.sweep_dir,
+        config_values=json.loads(config.to_json_best_effort()),
+    )
 
 
 def default_mode(config) -> str:
@@ -180,11 +170,13 @@ def default_mode(config) -> str:
     return "max" if tasks.for_config(config).best_metric(config).higher_is_better else "min"
 
 
-def check_same_sweep(recorded: dict, asked: dict, sweep_dir: str) -> None:
-    for key in asked:
-        if key in MAY_CHANGE or recorded.get(key) == asked[key]:
+def check_same_sweep(recorded: SweepDefinition, asked: SweepDefinition, sweep_dir: str) -> None:
+    """SweepError unless `asked` is the `recorded` sweep, but for what MAY_CHANGE."""
+    recorded_json, asked_json = recorded.to_json(), asked.to_json()
+    for key, value in asked_json.items():
+        if key in MAY_CHANGE or recorded_json[key] == value:
             continue
-        before, now = _short(recorded.get(key)), _short(asked[key])
+        before, now = _short(recorded_json[key]), _short(value)
         raise SweepError(
             f"{sweep_dir}: holds another sweep: its {key} was {before}, now {now}; "
             "use another --sweep_dir (or the same command as before)"
@@ -196,16 +188,16 @@ def _short(value) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def open_sweep(definition: dict, storage_url: str):
+def open_sweep(definition: SweepDefinition, storage_url: str):
     """The sweep's study, created if new, with its sampler and pruner."""
     storage = queue.open_storage(storage_url, heartbeat_s=FLAGS.heartbeat_s)
     return queue.open_study(
         storage,
         FLAGS.study_name,
-        direction="maximize" if definition["mode"] == "max" else "minimize",
+        direction="maximize" if definition.mode == "max" else "minimize",
         create=True,
-        sampler=make_sampler(definition["search"]),
-        pruner=make_pruner(definition["prune"]),
+        sampler=make_sampler(definition.search),
+        pruner=make_pruner(definition.prune),
     )
 
 
@@ -226,42 +218,42 @@ def make_pruner(prune: bool):
     return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
 
 
-def queue_unfinished(study, definition: dict) -> int:
+def queue_unfinished(study, definition: SweepDefinition) -> int:
     """Queues each grid trial that is not done, queued or running; how many it queued."""
     queue.fail_gone_workers(study)
-    if definition["search"]:
+    if definition.search:
         return 0
     busy = {
         r.index for r in queue.records(study) if r.status in ("done", "pruned", "queued", "running")
     }
     queued = 0
-    for index, overrides in enumerate(definition["trials"]):
+    for index, overrides in enumerate(definition.trials):
         if index not in busy:
             queue.enqueue(study, index, overrides, attempt=1)
             queued += 1
     return queued
 
 
-def run_command(definition: dict) -> int | None:
-    sweep_dir = definition["sweep_dir"]
+def run_command(definition: SweepDefinition) -> int | None:
+    sweep_dir = definition.sweep_dir
     if FLAGS.dry_run:
-        for index, overrides in enumerate(definition["trials"]):
+        for index, overrides in enumerate(definition.trials):
             workdir = os.path.join(sweep_dir, "trials", worker_lib.trial_name(index, overrides))
             print(" ".join(worker_lib.trial_command(definition, workdir, overrides)))
         return None
     if "://" not in sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
     study = open_sweep(definition, queue.storage_url(sweep_dir, FLAGS.storage))
-    recorded = study.user_attrs.get(queue.SWEEP_ATTR)
+    recorded = queue.recorded_sweep(study)
     if recorded is not None:
         check_same_sweep(recorded, definition, sweep_dir)
-    study.set_user_attr(queue.SWEEP_ATTR, definition)
+    queue.record_sweep(study, definition)
     queued = queue_unfinished(study, definition)
-    print(f"sweep {sweep_dir}: {len(definition['trials'])} trial(s), {queued} queued now")
+    print(f"sweep {sweep_dir}: {len(definition.trials)} trial(s), {queued} queued now")
     return work(study, definition)
 
 
-def work(study, definition: dict) -> int | None:
+def work(study, definition: SweepDefinition) -> int | None:
     from bertjax.sweep import report
 
     worker = worker_lib.Worker(
@@ -274,7 +266,7 @@ def work(study, definition: dict) -> int | None:
     if failed:
         print(
             f"error: {len(failed)} trial(s) failed after every attempt; see their logs in "
-            f"{os.path.join(definition['sweep_dir'], 'trials')} and run the same command "
+            f"{os.path.join(definition.sweep_dir, 'trials')} and run the same command "
             "to try them again",
             file=sys.stderr,
         )
@@ -286,13 +278,13 @@ def worker_command() -> int | None:
     if not FLAGS.storage:
         raise SweepError("worker: --storage is required (the URL the sweep's `run` used)")
     study, definition = queue.load(FLAGS.storage, FLAGS.study_name, heartbeat_s=FLAGS.heartbeat_s)
-    if not os.path.isfile(definition["config"]):
+    if not os.path.isfile(definition.config):
         raise SweepError(
-            f"{definition['config']}: no such file here; start the worker in a checkout of "
+            f"{definition.config}: no such file here; start the worker in a checkout of "
             "the same code as the sweep's"
         )
-    study.sampler = make_sampler(definition["search"])
-    study.pruner = make_pruner(definition["prune"])
+    study.sampler = make_sampler(definition.search)
+    study.pruner = make_pruner(definition.prune)
     return work(study, definition)
 
 

@@ -5,7 +5,8 @@ The database is a SQLite file in the sweep directory unless a server URL
 share one sweep. Optuna's storage makes taking a trial atomic, so any number
 of workers can draw from one queue.
 
-The study's user attribute "sweep" holds the definition (bertjax.sweep). Each
+The study's user attribute "sweep" holds the definition (a SweepDefinition,
+bertjax.sweep.definition, as JSON: record_sweep, recorded_sweep). Each
 Optuna trial is one attempt at one trial of the sweep, with user attributes:
     index      the sweep trial it runs (its workdir's number)
     keys       the config keys it sets (its parameters)
@@ -19,6 +20,10 @@ queued again while attempts are left; an interrupted one (stopped on request,
 or its worker gone) is queued again with the same attempt number, and its run
 resumes from its checkpoint. A worker is gone when its process on this host
 has ended, or, anywhere, when its heartbeats stop for `grace` seconds.
+
+This is the one module that reaches into Optuna's private attributes (a trial's
+id in its storage, a study's storage: Optuna has no public handle on either),
+each in one small function here.
 """
 
 import dataclasses
@@ -29,6 +34,8 @@ import warnings
 import optuna
 import psutil
 
+from bertjax.sweep import hyper
+from bertjax.sweep.definition import SweepDefinition
 from data_pipeline.errors import UserError
 
 SWEEP_ATTR = "sweep"
@@ -95,15 +102,52 @@ def open_study(storage, name: str, *, direction: str, create: bool, sampler=None
     )
 
 
-def load(url: str, name: str, *, heartbeat_s: int):
+def load(url: str, name: str, *, heartbeat_s: int) -> tuple[optuna.Study, SweepDefinition]:
     """(study, definition) of the sweep `name` that `bertjax.sweep run` started at `url`."""
     study = open_study(
         open_storage(url, heartbeat_s=heartbeat_s), name, direction="maximize", create=False
     )  # the direction is the recorded one: Optuna reads it from the storage
-    definition = study.user_attrs.get(SWEEP_ATTR)
+    definition = recorded_sweep(study)
     if definition is None:
         raise QueueError(f"sweep {name!r} in {_redacted(url)}: never started by `run`")
     return study, definition
+
+
+def record_sweep(study, definition: SweepDefinition) -> None:
+    """Stores `definition` in `study`, in place of the one recorded before."""
+    study.set_user_attr(SWEEP_ATTR, definition.to_json())
+
+
+def recorded_sweep(study) -> SweepDefinition | None:
+    """The definition that `record_sweep` stored in `study`; None if there is none."""
+    value = study.user_attrs.get(SWEEP_ATTR)
+    if value is None:
+        return None
+    try:
+        return SweepDefinition.from_json(value)
+    except hyper.SweepError as error:
+        raise QueueError(
+            f"sweep {study.study_name!r}: {error} (not recorded by this code's `bertjax.sweep run`)"
+        ) from None
+
+
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The trial's id in its storage, which Optuna keeps private on both kinds of trial."""
+    return trial._trial_id
+
+
+def frozen_trial(study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+    """The trial as its storage has it now."""
+    return _storage(study).get_trial(trial_id(trial))
+
+
+def heartbeat(study, trial: optuna.Trial) -> None:
+    """Records that the worker running `trial` is alive."""
+    _storage(study).record_heartbeat(trial_id(trial))
+
+
+def _storage(study) -> optuna.storages.BaseStorage:
+    return study._storage  # the study's own storage: Optuna gives no other handle
 
 
 def enqueue(study, index: int, params: dict, *, attempt: int) -> None:
@@ -119,19 +163,19 @@ def claim(study) -> optuna.Trial | None:
     Two processes can queue one trial twice: `run` queues each trial it finds neither
     queued nor running while another process is between failing a gone worker's attempt
     and queueing it again. The copy taken second is dropped here, so a trial runs once."""
-    storage = study._storage  # the study's own storage: Optuna gives no other handle
+    storage = _storage(study)
     waiting = study.get_trials(deepcopy=False, states=(WAITING,))
     for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("index", 0), t.number)):
         try:
-            if not storage.set_trial_state_values(frozen._trial_id, state=RUNNING):
+            if not storage.set_trial_state_values(trial_id(frozen), state=RUNNING):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another worker took and ended it meanwhile
         if _superseded(study, frozen):
-            storage.set_trial_user_attr(frozen._trial_id, DUPLICATE_ATTR, True)
-            storage.set_trial_state_values(frozen._trial_id, state=FAIL)
+            storage.set_trial_user_attr(trial_id(frozen), DUPLICATE_ATTR, True)
+            storage.set_trial_state_values(trial_id(frozen), state=FAIL)
             continue
-        return take(study, frozen._trial_id)
+        return take(study, frozen)
     return None
 
 
@@ -151,14 +195,14 @@ def _superseded(study, frozen) -> bool:
     return False
 
 
-def take(study, trial_id: int) -> optuna.Trial:
-    """A RUNNING trial marked as this worker's, with a first heartbeat."""
-    trial = optuna.Trial(study, trial_id)
+def take(study, running: optuna.Trial | optuna.trial.FrozenTrial) -> optuna.Trial:
+    """The RUNNING trial `running`, marked as this worker's, with a first heartbeat."""
+    trial = optuna.Trial(study, trial_id(running))
     me = psutil.Process()
     trial.set_user_attr(
         "worker", {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
     )
-    study._storage.record_heartbeat(trial_id)
+    heartbeat(study, trial)
     return trial
 
 
@@ -180,7 +224,7 @@ def params_of(frozen) -> dict:
 
 
 def max_attempts(study) -> int:
-    return 1 + study.user_attrs[SWEEP_ATTR]["max_retries"]
+    return 1 + recorded_sweep(study).max_retries
 
 
 def end_interrupted(study, trial: optuna.Trial, why: str) -> None:
@@ -188,7 +232,7 @@ def end_interrupted(study, trial: optuna.Trial, why: str) -> None:
     trial.set_user_attr("error", why)
     trial.set_user_attr("interrupted", True)
     study.tell(trial, state=FAIL)
-    requeue(study, study._storage.get_trial(trial._trial_id), failed=False)
+    requeue(study, frozen_trial(study, trial), failed=False)
 
 
 def fail_gone_workers(study) -> None:
@@ -198,17 +242,17 @@ def fail_gone_workers(study) -> None:
     for frozen in study.get_trials(deepcopy=False, states=(RUNNING,)):
         worker = frozen.user_attrs.get("worker") or {}
         if worker.get("host") == here and not _alive(worker):
-            storage, trial_id = study._storage, frozen._trial_id
+            storage, storage_id = _storage(study), trial_id(frozen)
             try:
                 storage.set_trial_user_attr(
-                    trial_id, "error", f"its worker (process {worker.get('pid')}) ended"
+                    storage_id, "error", f"its worker (process {worker.get('pid')}) ended"
                 )
-                storage.set_trial_user_attr(trial_id, "interrupted", True)
-                if not storage.set_trial_state_values(trial_id, state=FAIL):
+                storage.set_trial_user_attr(storage_id, "interrupted", True)
+                if not storage.set_trial_state_values(storage_id, state=FAIL):
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another worker did it first
-            requeue(study, storage.get_trial(trial_id), failed=False)
+            requeue(study, storage.get_trial(storage_id), failed=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)

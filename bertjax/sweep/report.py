@@ -8,24 +8,26 @@ runs them) it ends with the best trial of each.
 """
 
 import csv
+import dataclasses
 import io
 import math
 import os
 import sys
 
 from bertjax import workdir as workdir_lib
-from bertjax.sweep import queue
+from bertjax.sweep import hyper, queue
 from bertjax.sweep import worker as worker_lib
+from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
 
 
-def rows(study, definition: dict, metric: str = "") -> list[dict]:
+def rows(study, definition: SweepDefinition, metric: str = "") -> list[dict]:
     """One dict per trial of the sweep, by index; metrics from its workdir's results.json."""
     out = []
     for record in queue.records(study):
         last = record.last
         workdir = last.user_attrs.get("workdir") or os.path.join(
-            definition["sweep_dir"], "trials", worker_lib.trial_name(record.index, record.params)
+            definition.sweep_dir, "trials", worker_lib.trial_name(record.index, record.params)
         )
         results = workdir_lib.read_results(workdir) if record.status != "queued" else {}
         name = metric or worker_lib.metric_name(definition, results)
@@ -90,7 +92,7 @@ def _header(table_rows: list[dict], keys: list[str]) -> list[str]:
     return ["trial", *keys, "status", f"final {metric}", f"best {metric}", "minutes"]
 
 
-def table(table_rows: list[dict], definition: dict) -> str:
+def table(table_rows: list[dict], definition: SweepDefinition) -> str:
     """The terminal table, with the best trial below it."""
     keys = _keys(table_rows)
     lines = [_header(table_rows, keys)] + [_cells(r, keys) for r in table_rows]
@@ -100,7 +102,7 @@ def table(table_rows: list[dict], definition: dict) -> str:
         for line in lines
     ]
     text += [f"trial {r['index']}: {r['error']}" for r in table_rows if r["error"]]
-    text.append(_best_line(table_rows, definition["mode"]))
+    text.append(_best_line(table_rows, definition.mode))
     return "\n".join(text)
 
 
@@ -112,12 +114,12 @@ def _best_line(table_rows: list[dict], mode: str) -> str:
     return f"best: trial {best['index']} ({overrides}): {best['metric']} {best['final']:.4f}, {best['workdir']}"
 
 
-def markdown(table_rows: list[dict], definition: dict) -> str:
+def markdown(table_rows: list[dict], definition: SweepDefinition) -> str:
     keys = _keys(table_rows)
     header = _header(table_rows, keys)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cells(r, keys)) + " |" for r in table_rows]
-    return "\n".join(lines) + "\n\n" + _best_line(table_rows, definition["mode"]) + "\n"
+    return "\n".join(lines) + "\n\n" + _best_line(table_rows, definition.mode) + "\n"
 
 
 def csv_text(table_rows: list[dict]) -> str:
@@ -155,7 +157,7 @@ def _pyplot():
     return plt
 
 
-def metric_figures(table_rows: list[dict], definition: dict) -> dict:
+def metric_figures(table_rows: list[dict], definition: SweepDefinition) -> dict:
     """{key: figure} for each swept key: every finished trial's final metric against its value."""
     plt = _pyplot()
     figures = {}
@@ -168,9 +170,9 @@ def metric_figures(table_rows: list[dict], definition: dict) -> dict:
         values = [v for v, _ in points]
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             ax.scatter(values, [m for _, m in points])
-            part = definition["space"].get(key, {})
+            part = definition.space.get(key)
             spread = max(values) / min(values) if min(values) > 0 else 1
-            if part.get("log") or spread >= 10:
+            if (isinstance(part, hyper.Range) and part.log) or spread >= 10:
                 ax.set_xscale("log")
         else:
             labels = sorted({str(v) for v in values})
@@ -220,7 +222,7 @@ def curves_figure(table_rows: list[dict]):
     return fig
 
 
-def write(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
+def write(table_rows: list[dict], definition: SweepDefinition, out_dir: str) -> list[str]:
     """report.md, report.csv and the plots in `out_dir` (local); the paths written."""
     os.makedirs(out_dir, exist_ok=True)
     md, csv_file = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.csv")
@@ -241,7 +243,7 @@ def write(table_rows: list[dict], definition: dict, out_dir: str) -> list[str]:
 
 
 def load(sweep_dir: str, storage: str, study_name: str):
-    """(study, definition) of the sweep in `sweep_dir` (or `storage`)."""
+    """(study, SweepDefinition) of the sweep in `sweep_dir` (or `storage`)."""
     return queue.load(queue.storage_url(sweep_dir, storage), study_name, heartbeat_s=60)
 
 
@@ -251,15 +253,15 @@ def report(sweep_dirs: list[str], storage: str, study_name: str, metric: str, mo
     for sweep_dir in sweep_dirs:
         study, definition = load(sweep_dir, storage, study_name)
         if mode:
-            definition = {**definition, "mode": mode}
+            definition = dataclasses.replace(definition, mode=mode)
         table_rows = rows(study, definition, metric)
         out_dir = os.path.join(sweep_dir, "report") if "://" not in sweep_dir else "report"
         written = write(table_rows, definition, out_dir)
         sections.append(
-            f"{sweep_dir} ({_config_name(definition)})\n{table(table_rows, definition)}\n"
+            f"{sweep_dir} ({definition.config_flag})\n{table(table_rows, definition)}\n"
             f"written: {', '.join(written)}"
         )
-        bests.append((definition, best_row(table_rows, definition["mode"])))
+        bests.append((definition, best_row(table_rows, definition.mode)))
     if len(sweep_dirs) > 1:
         lines = ["best trial of each sweep:"]
         for definition, best in bests:
@@ -269,11 +271,6 @@ def report(sweep_dirs: list[str], storage: str, study_name: str, metric: str, mo
                     " ".join(f"{k}={worker_lib.format_value(v)}" for k, v in best["params"].items())
                     + f": {best['metric']} {best['final']:.4f}"
                 )
-            lines.append(f"  {_config_name(definition)}: {found}")
+            lines.append(f"  {definition.config_flag}: {found}")
         sections.append("\n".join(lines))
     return "\n\n".join(sections)
-
-
-def _config_name(definition: dict) -> str:
-    name = definition["config"]
-    return name + (f":{definition['config_arg']}" if definition["config_arg"] is not None else "")

@@ -36,12 +36,12 @@ import warnings
 import optuna
 
 from bertjax import workdir as workdir_lib
-from bertjax.sweep import queue
+from bertjax.sweep import hyper, queue
+from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
-from data_pipeline.errors import Preempted
+from data_pipeline.errors import Preempted, UserError
 
 POLL_S = 1.0
-USER_ERROR = 2  # the exit status of bertjax.main's one-line errors (data_pipeline.cli)
 # How long a trial may take to save and exit after SIGTERM before it is killed.
 STOP_GRACE_S = 120.0
 # The start of a trial's process, before it becomes `bertjax.main`: it is to get SIGTERM
@@ -79,19 +79,16 @@ def override_args(overrides: dict) -> list[str]:
     return [f"--config.{key}={format_value(value)}" for key, value in overrides.items()]
 
 
-def trial_command(definition: dict, workdir: str, params: dict) -> list[str]:
-    config = definition["config"]
-    if definition["config_arg"] is not None:
-        config += ":" + definition["config_arg"]
+def trial_command(definition: SweepDefinition, workdir: str, params: dict) -> list[str]:
     return [
         sys.executable,
         "-m",
         "bertjax.main",
         "--config",
-        config,
+        definition.config_flag,
         "--workdir",
         workdir,
-        *override_args(definition["overrides"]),
+        *override_args(definition.overrides),
         *override_args(params),
     ]
 
@@ -165,7 +162,9 @@ def _gpu_count() -> int:
 class Worker:
     """Takes trials from `study` on `parallel` slots until none is left or `stop` is set."""
 
-    def __init__(self, study, definition: dict, *, parallel: int, heartbeat_s: int, out=None):
+    def __init__(
+        self, study, definition: SweepDefinition, *, parallel: int, heartbeat_s: int, out=None
+    ):
         self.study, self.definition = study, definition
         self.shares = device_shares(parallel)
         self.heartbeat_s = heartbeat_s
@@ -219,20 +218,19 @@ class Worker:
             self._run(trial, share)
 
     def _new_search_trial(self) -> optuna.Trial | None:
-        search = self.definition["search"]
-        if not search:
+        if not self.definition.search:
             return None
         with self._lock:  # this worker's slots: one at a time, so they do not overshoot
             indices = {r.index for r in queue.records(self.study)}
-            if len(indices) >= self.definition["num_trials"]:
+            if len(indices) >= self.definition.num_trials:
                 return None
             with warnings.catch_warnings():  # the heartbeats are this worker's own
                 warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
                 trial = self.study.ask()
             trial.set_user_attr("index", trial.number)
-            trial.set_user_attr("keys", list(self.definition["space"]))
+            trial.set_user_attr("keys", list(self.definition.space))
             trial.set_user_attr("attempt", 1)
-            return queue.take(self.study, trial._trial_id)
+            return queue.take(self.study, trial)
 
     def _others_unfinished(self) -> bool:
         return bool(self.study.get_trials(deepcopy=False, states=(queue.WAITING, queue.RUNNING)))
@@ -240,9 +238,9 @@ class Worker:
     def _run(self, trial: optuna.Trial, share: dict) -> None:
         attrs = trial.user_attrs
         index, attempt = attrs["index"], attrs["attempt"]
-        params = suggest(trial, attrs["keys"], self.definition["space"])
+        params = suggest(trial, attrs["keys"], self.definition.space)
         name = trial_name(index, params)
-        trials_dir = os.path.join(self.definition["sweep_dir"], "trials")
+        trials_dir = os.path.join(self.definition.sweep_dir, "trials")
         workdir = os.path.join(trials_dir, name)
         command = trial_command(self.definition, workdir, params)
         trial.set_user_attr("workdir", workdir)
@@ -283,17 +281,12 @@ class Worker:
             why = last_error(log_file, status)
             trial.set_user_attr("error", why)
             self.study.tell(trial, state=queue.FAIL)
-            # Status 2 is a user error (a bad option, a missing file): the same again.
-            again = status != USER_ERROR and queue.requeue(
-                self.study, self._frozen(trial), failed=True
+            # A user error (a bad option, a missing file) would be the same again.
+            user_error = status == UserError.EXIT_CODE
+            again = not user_error and queue.requeue(
+                self.study, queue.frozen_trial(self.study, trial), failed=True
             )
-            then = (
-                "queued again"
-                if again
-                else "not retried"
-                if status == USER_ERROR
-                else "no attempts left"
-            )
+            then = "queued again" if again else "not retried" if user_error else "no attempts left"
             self._say(f"trial {name}: failed: {why} ({then})")
 
     def _complete(self, trial, name: str, results: dict, minutes: float) -> None:
@@ -332,9 +325,9 @@ class Worker:
             while child.poll() is None:
                 time.sleep(POLL_S)
                 if time.time() - beat >= self.heartbeat_s:
-                    self.study._storage.record_heartbeat(trial._trial_id)
+                    queue.heartbeat(self.study, trial)
                     beat = time.time()
-                if self.definition["prune"] and not pruned:
+                if self.definition.prune and not pruned:
                     reported = report_evals(trial, self.definition, workdir, reported)
                     if trial.should_prune():
                         pruned = True
@@ -349,9 +342,6 @@ class Worker:
                     child.kill()
             with self._lock:
                 self._children.discard(child)
-
-    def _frozen(self, trial):
-        return self.study._storage.get_trial(trial._trial_id)
 
     def _say(self, line: str) -> None:
         with self._lock:
@@ -369,24 +359,26 @@ def log_dir(trials_dir: str) -> str:
     return local
 
 
-def suggest(trial: optuna.Trial, keys, space: dict) -> dict:
+def suggest(trial: optuna.Trial, keys, space: dict[str, hyper.Choice | hyper.Range]) -> dict:
     """The trial's value of each key: its queued value, or the sampler's choice in a search."""
     params = {}
     for key in keys:
         part = space[key]
-        if "choice" in part:
-            params[key] = trial.suggest_categorical(key, part["choice"])
+        if isinstance(part, hyper.Choice):
+            params[key] = trial.suggest_categorical(key, list(part.values))
         else:
-            params[key] = trial.suggest_float(key, part["low"], part["high"], log=part["log"])
+            params[key] = trial.suggest_float(key, part.low, part.high, log=part.log)
     return params
 
 
-def metric_name(definition: dict, results: dict) -> str:
+def metric_name(definition: SweepDefinition, results: dict) -> str:
     """The sweep's metric: --metric, else the one the run's own "best" follows."""
-    return definition["metric"] or (results.get("best_metric") or {}).get("name", "")
+    return definition.metric or (results.get("best_metric") or {}).get("name", "")
 
 
-def report_evals(trial: optuna.Trial, definition: dict, workdir: str, reported: int) -> int:
+def report_evals(
+    trial: optuna.Trial, definition: SweepDefinition, workdir: str, reported: int
+) -> int:
     """Reports the evaluations in metrics.jsonl after the first `reported` to the pruner."""
     evals = [r for r in workdir_lib.read_metrics(workdir) if r.get("split") == "eval"]
     metric = metric_name(definition, workdir_lib.read_results(workdir))

@@ -10,8 +10,8 @@ import tensorflow_datasets as tfds
 
 from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import classification
-from data_pipeline.finetune.classification import ClassificationConfig
+from data_pipeline.finetune import classification_input
+from data_pipeline.finetune.classification_input import ClassificationConfig
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -39,7 +39,7 @@ def batches(dataset) -> list[dict]:
 
 
 def encode(tokenizer, pairs, max_seq_length):
-    out = classification.encode_texts(
+    out = classification_input.encode_texts(
         tokenizer,
         tf.constant([a for a, _ in pairs]),
         tf.constant([b for _, b in pairs]),
@@ -67,7 +67,7 @@ def _original_truncation(len_a, len_b, max_length):
 def test_truncated_lengths_match_the_original_loop():
     grid = list(itertools.product(range(9), range(9), range(1, 12)))
     len_a, len_b, budget = (tf.constant(column, tf.int32) for column in zip(*grid, strict=True))
-    keep_a, keep_b = classification.truncated_lengths(len_a, len_b, budget)
+    keep_a, keep_b = classification_input.truncated_lengths(len_a, len_b, budget)
     expected = [_original_truncation(*row) for row in grid]
     assert list(zip(keep_a.numpy().tolist(), keep_b.numpy().tolist(), strict=True)) == expected
 
@@ -137,7 +137,7 @@ def test_single_sentence_layout(tokenizer):
 
 
 def test_tsv_in_mrpc_layout():
-    task = classification.load_classification_task(mrpc_files())
+    task = classification_input.load_classification_task(mrpc_files())
     assert task.label_names == ("0", "1")
     assert task.metrics == ("accuracy",)
     assert task.name == "mrpc_train"
@@ -154,7 +154,7 @@ def test_csv_with_quoted_commas():
         text_a="sentence",
         metrics=("accuracy", "f1"),
     )
-    task = classification.load_classification_task(config)
+    task = classification_input.load_classification_task(config)
     assert task.eval is None
     assert task.label_names == ("negative", "positive")
     assert task.metrics == ("accuracy", "f1")
@@ -168,7 +168,7 @@ def test_csv_with_quoted_commas():
 
 def test_jsonl_skips_blank_lines():
     path = str(TESTDATA / "nli.jsonl")
-    task = classification.load_classification_task(
+    task = classification_input.load_classification_task(
         {"train_file": path, "eval_file": path, "text_b": "text_b"}
     )
     assert task.label_names == ("contradiction", "entailment", "neutral")
@@ -181,12 +181,12 @@ def test_jsonl_skips_blank_lines():
 def test_one_text_column_by_default(tmp_path):
     path = tmp_path / "single.csv"
     path.write_text("text_a,label\ngood,pos\nbad,neg\n")
-    data = classification.default_config()
+    data = classification_input.default_config()
     data.train_file = str(path)
-    task = classification.load_classification_task(data)
+    task = classification_input.load_classification_task(data)
     assert list(task.train.text_a) == ["good", "bad"]
     assert list(task.train.text_b) == ["", ""]
-    assert classification.read_texts(data, str(path)) == (["good", "bad"], ["", ""])
+    assert classification_input.read_texts(data, str(path)) == (["good", "bad"], ["", ""])
 
 
 def test_integer_labels_sort_numerically_and_regression(tmp_path):
@@ -197,10 +197,12 @@ def test_integer_labels_sort_numerically_and_regression(tmp_path):
             for i, label in enumerate([10, 2, 1, 2])
         )
     )
-    task = classification.load_classification_task({"train_file": str(path)})
+    task = classification_input.load_classification_task({"train_file": str(path)})
     assert task.label_names == ("1", "2", "10")
     np.testing.assert_array_equal(task.train.labels, [2, 1, 0, 1])
-    task = classification.load_classification_task({"train_file": str(path), "is_regression": True})
+    task = classification_input.load_classification_task(
+        {"train_file": str(path), "is_regression": True}
+    )
     assert task.is_regression and task.num_labels == 1
     assert task.metrics == ("pearson", "spearman")
     assert task.train.labels.dtype == np.float32
@@ -208,7 +210,7 @@ def test_integer_labels_sort_numerically_and_regression(tmp_path):
 
 
 def test_label_names_option_fixes_the_order():
-    task = classification.load_classification_task(mrpc_files(label_names=("1", "0")))
+    task = classification_input.load_classification_task(mrpc_files(label_names=("1", "0")))
     np.testing.assert_array_equal(task.train.labels, [0, 1, 0, 1])
 
 
@@ -216,8 +218,8 @@ def test_label_names_option_fixes_the_order():
 
 
 def test_train_and_eval_batches(tokenizer):
-    task = classification.load_classification_task(mrpc_files(max_seq_length=32))
-    train, info = classification.make_classification_dataset(
+    task = classification_input.load_classification_task(mrpc_files(max_seq_length=32))
+    train, info = classification_input.make_classification_dataset(
         task, tokenizer, split="train", batch_size=2, seed=3, num_epochs=3
     )
     assert info == SplitInfo(num_examples=4, global_batch_size=2, num_batches=6)
@@ -236,13 +238,13 @@ def test_train_and_eval_batches(tokenizer):
     # Every epoch sees every example once; the same seed gives the same order.
     epoch_ids = [tuple(row) for b in got[:2] for row in b["input_ids"].tolist()]
     assert len(set(epoch_ids)) == 4
-    again, _ = classification.make_classification_dataset(
+    again, _ = classification_input.make_classification_dataset(
         task, tokenizer, split="train", batch_size=2, seed=3, num_epochs=3
     )
     for x, y in zip(got, batches(again), strict=True):
         np.testing.assert_array_equal(x["input_ids"], y["input_ids"])
 
-    evals, info = classification.make_classification_dataset(
+    evals, info = classification_input.make_classification_dataset(
         task, tokenizer, split="eval", batch_size=2
     )
     assert info.num_batches == 2
@@ -258,13 +260,15 @@ def test_train_and_eval_batches(tokenizer):
 
 def test_glue_mrpc(tokenizer):
     with tfds.testing.mock_data(num_examples=5):
-        task = classification.load_classification_task({"source": "glue", "glue_task": "mrpc"})
+        task = classification_input.load_classification_task(
+            {"source": "glue", "glue_task": "mrpc"}
+        )
     assert task.label_names == ("not_equivalent", "equivalent")
     assert task.metrics == ("accuracy", "f1")
     assert len(task.train) == 5 and len(task.eval) == 5
     assert task.train.source == "tfds:glue/mrpc:train"
     assert all(b for b in task.train.text_b)
-    dataset, info = classification.make_classification_dataset(
+    dataset, info = classification_input.make_classification_dataset(
         task, tokenizer, split="eval", batch_size=4
     )
     got = batches(dataset)
@@ -275,9 +279,11 @@ def test_glue_mrpc(tokenizer):
 
 def test_glue_stsb_is_regression(tokenizer):
     with tfds.testing.mock_data(num_examples=3):
-        task = classification.load_classification_task({"source": "glue", "glue_task": "stsb"})
+        task = classification_input.load_classification_task(
+            {"source": "glue", "glue_task": "stsb"}
+        )
     assert task.is_regression and task.metrics == ("pearson", "spearman")
-    dataset, _ = classification.make_classification_dataset(
+    dataset, _ = classification_input.make_classification_dataset(
         task, tokenizer, split="eval", batch_size=3
     )
     (batch,) = batches(dataset)
@@ -287,18 +293,20 @@ def test_glue_stsb_is_regression(tokenizer):
 
 def test_glue_mnli_mismatched_and_single_sentence_tasks():
     with tfds.testing.mock_data(num_examples=2):
-        task = classification.load_classification_task(
+        task = classification_input.load_classification_task(
             {"source": "glue", "glue_task": "mnli", "eval_split": "validation_mismatched"}
         )
         assert task.eval.source == "tfds:glue/mnli:validation_mismatched"
         assert task.label_names == ("entailment", "neutral", "contradiction")
-        cola = classification.load_classification_task({"source": "glue", "glue_task": "cola"})
+        cola = classification_input.load_classification_task(
+            {"source": "glue", "glue_task": "cola"}
+        )
     assert list(cola.train.text_b) == ["", ""]
     assert cola.metrics == ("matthews_corrcoef",)
 
 
 def test_glue_table_matches_the_tfds_builder():
-    for name, task in classification.GLUE_TASKS.items():
+    for name, task in classification_input.GLUE_TASKS.items():
         features = tfds.builder(f"glue/{name}").info.features
         assert {task.text_a, task.text_b} - {None} == set(features) - {"label", "idx"}, name
         assert tuple(getattr(features["label"], "names", ())) == task.label_names, name
@@ -306,7 +314,7 @@ def test_glue_table_matches_the_tfds_builder():
 
 def test_glue_not_prepared(tmp_path):
     with pytest.raises(TaskDataError, match=r"glue/rte.*split 'train'.*tfds build"):
-        classification.load_classification_task(
+        classification_input.load_classification_task(
             {"source": "glue", "glue_task": "rte", "tfds_data_dir": str(tmp_path)}
         )
 
@@ -322,14 +330,16 @@ def write(tmp_path, name, content) -> str:
 
 def test_missing_file():
     with pytest.raises(TaskDataError, match=r"nope\.tsv \(config\.data\.train_file\): cannot read"):
-        classification.load_classification_task({"train_file": "/no/such/nope.tsv"})
+        classification_input.load_classification_task({"train_file": "/no/such/nope.tsv"})
 
 
 def test_missing_column_names_the_columns_found():
     with pytest.raises(
         TaskDataError, match=r"no column 'text_a' \(config\.data\.text_a\).*'#1 String'"
     ):
-        classification.load_classification_task({"train_file": str(TESTDATA / "mrpc_train.tsv")})
+        classification_input.load_classification_task(
+            {"train_file": str(TESTDATA / "mrpc_train.tsv")}
+        )
 
 
 def test_missing_jsonl_key(tmp_path):
@@ -337,7 +347,7 @@ def test_missing_jsonl_key(tmp_path):
     with pytest.raises(
         TaskDataError, match=r"a\.jsonl: line 1: no key 'text_b'.*\['label', 'text_a'\]"
     ):
-        classification.load_classification_task({"train_file": path, "text_b": "text_b"})
+        classification_input.load_classification_task({"train_file": path, "text_b": "text_b"})
 
 
 def test_eval_label_not_in_training_labels(tmp_path):
@@ -350,18 +360,18 @@ def test_eval_label_not_in_training_labels(tmp_path):
         TaskDataError,
         match=r"dev\.tsv: line 4: label '2' is not in the label set \['0', '1'\] \(from .*mrpc_train\.tsv\)",
     ):
-        classification.load_classification_task(mrpc_files(eval_file=dev))
+        classification_input.load_classification_task(mrpc_files(eval_file=dev))
 
 
 def test_empty_split(tmp_path):
     header_only = write(tmp_path, "empty.csv", "text_a,text_b,label\n\n")
     with pytest.raises(TaskDataError, match=r"empty\.csv \(config\.data\.eval_file\): no examples"):
-        classification.load_classification_task(
+        classification_input.load_classification_task(
             {"eval_file": header_only, "label_names": ["a", "b"]}
         )
     nothing = write(tmp_path, "nothing.tsv", "")
     with pytest.raises(TaskDataError, match=r"nothing\.tsv: empty file"):
-        classification.load_classification_task({"train_file": nothing})
+        classification_input.load_classification_task({"train_file": nothing})
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):
@@ -369,7 +379,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     with pytest.raises(
         TaskDataError, match=r"bad\.csv \(config\.data\.train_file\): line 3 is not valid UTF-8"
     ):
-        classification.load_classification_task({"train_file": path})
+        classification_input.load_classification_task({"train_file": path})
 
 
 def test_malformed_jsonl_line(tmp_path):
@@ -377,37 +387,37 @@ def test_malformed_jsonl_line(tmp_path):
         tmp_path, "bad.jsonl", '{"text_a": "a", "text_b": "b", "label": "x"}\n{"text_a": "a",\n'
     )
     with pytest.raises(TaskDataError, match=r"bad\.jsonl: line 2 is not valid JSON"):
-        classification.load_classification_task({"train_file": path})
+        classification_input.load_classification_task({"train_file": path})
     path = write(tmp_path, "list.jsonl", '["a", "b"]\n')
     with pytest.raises(TaskDataError, match=r"list\.jsonl: line 1 is not a JSON object"):
-        classification.load_classification_task({"train_file": path})
+        classification_input.load_classification_task({"train_file": path})
 
 
 def test_bad_rows(tmp_path):
     fields = write(tmp_path, "f.tsv", "text_a\ttext_b\tlabel\na\tb\tx\na\tb\n")
     with pytest.raises(TaskDataError, match=r"f\.tsv: line 3 has 2 fields; the header has 3"):
-        classification.load_classification_task({"train_file": fields})
+        classification_input.load_classification_task({"train_file": fields})
     empty_label = write(tmp_path, "e.csv", "text_a,text_b,label\na,b,x\nc,d, \n")
     with pytest.raises(TaskDataError, match=r"e\.csv: line 3: empty label"):
-        classification.load_classification_task({"train_file": empty_label})
+        classification_input.load_classification_task({"train_file": empty_label})
     score = write(tmp_path, "s.csv", "text_a,text_b,label\na,b,0.5\nc,d,high\n")
     with pytest.raises(
         TaskDataError, match=r"s\.csv: line 3: 'label' is 'high', not a finite number"
     ):
-        classification.load_classification_task({"train_file": score, "is_regression": True})
+        classification_input.load_classification_task({"train_file": score, "is_regression": True})
     one_label = write(tmp_path, "one.csv", "text_a,text_b,label\na,b,x\nc,d,x\n")
     with pytest.raises(TaskDataError, match=r"one\.csv: every example has the label 'x'"):
-        classification.load_classification_task({"train_file": one_label})
+        classification_input.load_classification_task({"train_file": one_label})
     typed = write(tmp_path, "t.jsonl", '{"text_a": 3, "text_b": "b", "label": "x"}\n')
     with pytest.raises(TaskDataError, match=r"t\.jsonl: line 1: 'text_a' is int 3, not text"):
-        classification.load_classification_task({"train_file": typed})
+        classification_input.load_classification_task({"train_file": typed})
 
 
 def test_config_errors():
     with pytest.raises(ConfigError, match=r"config\.data\.train_file='x\.txt': the extension"):
         ClassificationConfig(train_file="x.txt")
     with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.text_column; known"):
-        classification.from_config({"text_column": "x"})
+        classification_input.from_config({"text_column": "x"})
     with pytest.raises(ConfigError, match=r"config\.data\.glue_task='mnli_matched'"):
         ClassificationConfig(source="glue", glue_task="mnli_matched")
     with pytest.raises(
@@ -423,9 +433,9 @@ def test_config_errors():
     with pytest.raises(
         ConfigError, match=r"config\.data\.metrics=\('f1',\): f1 needs two labels; there are 3"
     ):
-        classification.load_classification_task(
+        classification_input.load_classification_task(
             {"train_file": str(TESTDATA / "nli.jsonl"), "metrics": ["f1"]}
         )
-    task = classification.load_classification_task(mrpc_files(eval_file=""))
+    task = classification_input.load_classification_task(mrpc_files(eval_file=""))
     with pytest.raises(ConfigError, match=r"config\.data\.eval_file=''"):
-        classification.make_classification_dataset(task, None, split="eval", batch_size=2)
+        classification_input.make_classification_dataset(task, None, split="eval", batch_size=2)

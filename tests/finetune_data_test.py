@@ -8,7 +8,7 @@ import pytest
 
 from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import classification, records, squad, tagging
+from data_pipeline.finetune import classification_input, records, squad_input, tagging_input
 from data_pipeline.finetune.records import TaskDataError
 
 
@@ -22,9 +22,9 @@ def batches(dataset) -> list:
 @pytest.mark.parametrize(
     "module, config_class",
     [
-        (classification, classification.ClassificationConfig),
-        (tagging, tagging.TaggingConfig),
-        (squad, squad.SquadConfig),
+        (classification_input, classification_input.ClassificationConfig),
+        (tagging_input, tagging_input.TaggingConfig),
+        (squad_input, squad_input.SquadConfig),
         (config_lib, config_lib.DataConfig),
     ],
 )

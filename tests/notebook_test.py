@@ -50,7 +50,7 @@ def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch)
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory, make_small_config):
     """A sweep of two learning rates, its trials trained in this process through the queue."""
-    from bertjax.sweep import command, hyper, queue, worker
+    from bertjax.sweep import command, hyper, trial_queue, worker
     from bertjax.sweep.definition import SweepDefinition
 
     sweep_dir = tmp_path_factory.mktemp("sweep")
@@ -70,12 +70,12 @@ def tiny_sweep(tmp_path_factory, make_small_config):
         sweep_dir=str(sweep_dir),
         config_values={},
     )
-    storage = queue.open_storage(queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
-    study = queue.open_study(storage, "sweep", direction="minimize", create=True)
-    queue.record_sweep(study, definition)
+    storage = trial_queue.open_storage(trial_queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
+    study = trial_queue.open_study(storage, "sweep", direction="minimize", create=True)
+    trial_queue.record_sweep(study, definition)
     for index, overrides in enumerate(trials):
-        queue.enqueue(study, index, overrides, attempt=1)
-    while (trial := queue.claim(study)) is not None:
+        trial_queue.enqueue(study, index, overrides, attempt=1)
+    while (trial := trial_queue.claim(study)) is not None:
         params = worker.suggest(trial, trial.user_attrs["keys"], definition.space)
         name = worker.trial_name(trial.user_attrs["index"], params)
         workdir = sweep_dir / "trials" / name

@@ -17,8 +17,8 @@ from bertjax.model import (
 from data_pipeline import config as config_lib
 from data_pipeline import packing, schema
 from data_pipeline import pretraining_input as pretraining_data
-from data_pipeline.finetune import classification
-from data_pipeline.finetune.classification import ClassificationConfig
+from data_pipeline.finetune import classification_input
+from data_pipeline.finetune.classification_input import ClassificationConfig
 from data_pipeline.tokenizer import make_tokenizer
 
 CLS, SEP, PAD = 101, 102, 0
@@ -38,7 +38,7 @@ def tokenizer(bert_tokenizer_json):
 
 
 def encoded(tokenizer, pairs, max_seq_length=32):
-    return classification.encode_texts(
+    return classification_input.encode_texts(
         tokenizer,
         tf.constant([a for a, _ in pairs]),
         tf.constant([b for _, b in pairs]),
@@ -131,16 +131,16 @@ def test_the_plan_holds_every_batch_of_every_host(tokenizer, tmp_path):
     ]
     train.write_text("\n".join(lines) + "\n")
     config = ClassificationConfig(train_file=str(train), eval_file=str(train), text_a="text")
-    task = classification.load_classification_task(config)
+    task = classification_input.load_classification_task(config)
     for split, epochs in (("train", 3.0), ("eval", 1.0)):
-        shape = classification.packed_shape(
+        shape = classification_input.packed_shape(
             task, tokenizer, split=split, batch_size=4, process_count=2, num_epochs=epochs
         )
         for host in range(2):
             share = dict(split=split, batch_size=4, process_index=host, process_count=2)
             share["num_epochs"] = epochs
-            plain, _ = classification.make_classification_dataset(task, tokenizer, **share)
-            packed, _ = classification.make_classification_dataset(
+            plain, _ = classification_input.make_classification_dataset(task, tokenizer, **share)
+            packed, _ = classification_input.make_classification_dataset(
                 task, tokenizer, **share, packed=shape
             )
             for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):

@@ -12,7 +12,7 @@ import pytest
 from data_pipeline import config as config_lib
 from data_pipeline import schema, tfrecords
 from data_pipeline.errors import UserError
-from data_pipeline.finetune import classification, records
+from data_pipeline.finetune import classification_input, records
 from data_pipeline.tfrecords import PositionError
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -204,17 +204,17 @@ def sentences(tmp_path_factory):
     words = ["the", "river", "town", "bridge", "stone", "iron", "people"]
     rows = [f"{' '.join(words[i:] + words[:i])}\t{i % 2}" for i in range(7)]
     path.write_text("text_a\tlabel\n" + "\n".join(rows) + "\n")
-    config = classification.ClassificationConfig(
+    config = classification_input.ClassificationConfig(
         train_file=str(path), eval_file=str(path), max_seq_length=12
     )
-    return classification.load_classification_task(config)
+    return classification_input.load_classification_task(config)
 
 
 def test_classification_stream_resumes_across_epochs(sentences, bert_tokenizer_json):
     tokenizer = make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
     def read(position):
-        return classification.make_classification_dataset(
+        return classification_input.make_classification_dataset(
             sentences,
             tokenizer,
             split="train",

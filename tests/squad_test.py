@@ -1,5 +1,5 @@
-"""SQuAD reading, windowing and batching (data_pipeline/finetune/squad.py) and answer decoding
-(bertjax/tasks/squad.py), with the real bert-base-uncased vocab.
+"""SQuAD reading, windowing and batching (data_pipeline/finetune/squad_input.py) and answer decoding
+(bertjax/tasks/squad_input.py), with the real bert-base-uncased vocab.
 
 The fixtures (tests/testdata/finetune/squad_v*.json) are small files in the
 official formats: 1.1 with several gold answers per question, 2.0 with
@@ -21,7 +21,7 @@ from bertjax.model import BertConfig, BertForQuestionAnswering
 from bertjax.tasks import finetune, scores
 from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import squad
+from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TaskDataError
 from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
 from data_pipeline.vocab import load_vocab
@@ -30,10 +30,10 @@ TESTDATA = pathlib.Path(__file__).parent / "testdata" / "finetune"
 V1 = TESTDATA / "squad_v1.1.json"
 V2 = TESTDATA / "squad_v2.0.json"
 SHORT = TESTDATA / "squad_short.json"  # one-sentence contexts: several windows fit a row
-V1_CONFIG = squad.SquadConfig()
-V2_CONFIG = squad.SquadConfig(version_2_with_negative=True)
+V1_CONFIG = squad_input.SquadConfig()
+V2_CONFIG = squad_input.SquadConfig(version_2_with_negative=True)
 # Windows of 28 - 12 - 3 = 13 pieces or more, 10 apart: several per context.
-SMALL = squad.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
+SMALL = squad_input.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
 
 
 @pytest.fixture(scope="module")
@@ -43,27 +43,27 @@ def tokenizer(bert_tokenizer_json):
 
 @pytest.fixture(scope="module")
 def v1_data():
-    return squad.read_squad_json(V1)
+    return squad_input.read_squad_json(V1)
 
 
 @pytest.fixture(scope="module")
 def v2_data():
-    return squad.read_squad_json(V2)
+    return squad_input.read_squad_json(V2)
 
 
 @pytest.fixture(scope="module")
 def v1_features(v1_data, tokenizer):
-    return squad.make_features(v1_data, tokenizer, V1_CONFIG)
+    return squad_input.make_features(v1_data, tokenizer, V1_CONFIG)
 
 
 @pytest.fixture(scope="module")
 def v2_features(v2_data, tokenizer):
-    return squad.make_features(v2_data, tokenizer, V2_CONFIG)
+    return squad_input.make_features(v2_data, tokenizer, V2_CONFIG)
 
 
 @pytest.fixture(scope="module")
 def small_features(v1_data, tokenizer):
-    return squad.make_features(v1_data, tokenizer, SMALL)
+    return squad_input.make_features(v1_data, tokenizer, SMALL)
 
 
 def example(data, question_start):
@@ -208,12 +208,12 @@ def test_max_context_rule():
     # Windows (0, 6) and (3, 6) over 9 pieces. Piece 3: min(3, 2) in the first,
     # min(0, 5) in the second. Piece 4: min(4, 1) and min(1, 4), a tie that the
     # first window wins. Piece 5: min(5, 0) and min(2, 3).
-    best = squad._best_windows([(0, 6), (3, 6)], 9)
+    best = squad_input._best_windows([(0, 6), (3, 6)], 9)
     np.testing.assert_array_equal(best, [0, 0, 0, 0, 0, 1, 1, 1, 1])
     # Piece 4 of (0, 5) and (3, 5): min(4, 0) against min(1, 3).
-    np.testing.assert_array_equal(squad._best_windows([(0, 5), (3, 5)], 8)[3:5], [0, 1])
-    assert squad._windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
-    assert squad._windows(3, 4, 3) == [(0, 3)]
+    np.testing.assert_array_equal(squad_input._best_windows([(0, 5), (3, 5)], 8)[3:5], [0, 1])
+    assert squad_input._windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    assert squad_input._windows(3, 4, 3) == [(0, 3)]
 
 
 def test_answer_split_by_a_window_is_recovered_from_its_max_context_window(
@@ -280,12 +280,12 @@ def test_oracle_logits_give_back_the_gold_text_v2(v2_data, v2_features, tokenize
 
 def test_null_answer_against_the_threshold(v2_data, tokenizer):
     chlorophyll = example(v2_data, "What pigment do chloroplasts contain?")
-    data = squad.SquadData(v2_data.source, (chlorophyll,))
+    data = squad_input.SquadData(v2_data.source, (chlorophyll,))
     for threshold, answer in ((0.0, ""), (1.4, ""), (1.6, "chlorophyll")):
-        config = squad.SquadConfig(
+        config = squad_input.SquadConfig(
             version_2_with_negative=True, null_score_diff_threshold=threshold
         )
-        features = squad.make_features(data, tokenizer, config)
+        features = squad_input.make_features(data, tokenizer, config)
         _, start, end = oracle_logits(features)
         start *= 0.25  # the span scores 2.5 + 2.5
         end *= 0.25
@@ -305,7 +305,7 @@ def test_v1_never_answers_null(v1_data, v1_features, tokenizer):
 
 def test_spans_are_limited(v1_data, tokenizer):
     e = example(v1_data, "Whom did she marry?")
-    features = squad.make_features(squad.SquadData("x", (e,)), tokenizer, V1_CONFIG)
+    features = squad_input.make_features(squad_input.SquadData("x", (e,)), tokenizer, V1_CONFIG)
     start = np.full(features.input_ids.shape, -100.0)
     end = np.full(features.input_ids.shape, -100.0)
     gold_start, gold_end = features.start_positions[0], features.end_positions[0]
@@ -337,10 +337,12 @@ def test_rows_may_come_in_any_order_with_padding(v1_data, v1_features, tokenizer
 
 def test_logits_must_cover_every_feature_once(v1_features, tokenizer):
     rows, start, end = oracle_logits(v1_features)
-    with pytest.raises(squad.SquadError, match=r"feature 3 \(question '[0-9a-f]+'\) has 0 rows"):
+    with pytest.raises(
+        squad_input.SquadError, match=r"feature 3 \(question '[0-9a-f]+'\) has 0 rows"
+    ):
         predict_answers(v1_features, np.r_[rows[:3], rows[4:]], start[rows != 3], end[rows != 3], tokenizer)  # fmt: skip
     twice = np.r_[rows, 0]
-    with pytest.raises(squad.SquadError, match="feature 0 .* has 2 rows"):
+    with pytest.raises(squad_input.SquadError, match="feature 0 .* has 2 rows"):
         predict_answers(v1_features, twice, start[twice], end[twice], tokenizer)
     with pytest.raises(ValueError, match="expected"):
         predict_answers(v1_features, rows, start[:, :10], end[:, :10], tokenizer)
@@ -350,7 +352,7 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
     tokenizer = SentencePieceTokenizer(load_vocab(sentencepiece_model), lower_case=True)
     answers = {}
     for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
-        features = squad.make_features(data, tokenizer, config)
+        features = squad_input.make_features(data, tokenizer, config)
         predictions = predict_answers(features, *oracle_logits(features), tokenizer)
         version = "v2.0" if config.version_2_with_negative else "v1.1"
         result = scores.squad_scores(data.gold_answers(), predictions.answers, version=version)
@@ -404,7 +406,7 @@ SCHEMA = {
 
 def test_training_batches(small_features):
     f = small_features
-    dataset, info = squad.make_dataset(f, training=True, batch_size=8, seed=3, num_epochs=2.5)
+    dataset, info = squad_input.make_dataset(f, training=True, batch_size=8, seed=3, num_epochs=2.5)
     assert {k: (s.dtype, s.shape.as_list()) for k, s in dataset.element_spec.items()} == {
         k: (dtype, [8, 28] if len(shape) == 2 else [8]) for k, (dtype, shape) in SCHEMA.items()
     } | {"stream_position": (tf.int64, [8, 1])}
@@ -426,18 +428,18 @@ def test_training_batches(small_features):
     np.testing.assert_array_equal(batch["end_positions"], f.end_positions[rows])
     assert (batch["example_weight"] == 1.0).all()
     # The same seed gives the same order; another gives another.
-    again, _ = squad.make_dataset(f, training=True, batch_size=8, seed=3, num_epochs=2.5)
+    again, _ = squad_input.make_dataset(f, training=True, batch_size=8, seed=3, num_epochs=2.5)
     np.testing.assert_array_equal(next(again.as_numpy_iterator())["feature_index"], rows)
-    other, _ = squad.make_dataset(f, training=True, batch_size=8, seed=4, num_epochs=2.5)
+    other, _ = squad_input.make_dataset(f, training=True, batch_size=8, seed=4, num_epochs=2.5)
     assert list(next(other.as_numpy_iterator())["feature_index"]) != list(rows)
 
 
 def test_training_processes_share_each_global_batch(small_features):
     f = small_features
-    whole, info = squad.make_dataset(f, training=True, batch_size=6, seed=1)
+    whole, info = squad_input.make_dataset(f, training=True, batch_size=6, seed=1)
     shares = []
     for process_index in range(3):
-        dataset, share_info = squad.make_dataset(
+        dataset, share_info = squad_input.make_dataset(
             f, training=True, batch_size=2, seed=1, process_index=process_index, process_count=3
         )
         assert share_info.num_batches == info.num_batches
@@ -454,7 +456,7 @@ def test_eval_batches_hold_every_feature_once_and_pad(small_features):
     for process_count in (1, 2):
         seen = []
         for process_index in range(process_count):
-            dataset, info = squad.make_dataset(
+            dataset, info = squad_input.make_dataset(
                 f,
                 training=False,
                 batch_size=batch_size,
@@ -481,9 +483,9 @@ def test_eval_batches_hold_every_feature_once_and_pad(small_features):
 
 def test_dataset_arguments(small_features):
     with pytest.raises(ValueError, match="batch_size=0"):
-        squad.make_dataset(small_features, training=True, batch_size=0)
+        squad_input.make_dataset(small_features, training=True, batch_size=0)
     with pytest.raises(ValueError, match="process_index=2"):
-        squad.make_dataset(
+        squad_input.make_dataset(
             small_features, training=False, batch_size=2, process_index=2, process_count=2
         )
 
@@ -537,13 +539,13 @@ INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 def test_packed_windows_give_their_unpacked_logits_loss_and_answers(tokenizer):
-    config = squad.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
-    features = squad.make_features(squad.read_squad_json(SHORT), tokenizer, config)
-    task = squad.SquadTask(config, features, features)
-    shape = squad.packed_shape(task, split="eval", batch_size=8)
+    config = squad_input.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
+    features = squad_input.make_features(squad_input.read_squad_json(SHORT), tokenizer, config)
+    task = squad_input.SquadTask(config, features, features)
+    shape = squad_input.packed_shape(task, split="eval", batch_size=8)
     assert shape.rows < 8 and shape.slots > 1
-    plain, _ = squad.make_dataset(features, training=False, batch_size=8)
-    packed, _ = squad.make_dataset(features, training=False, batch_size=8, packed=shape)
+    plain, _ = squad_input.make_dataset(features, training=False, batch_size=8)
+    packed, _ = squad_input.make_dataset(features, training=False, batch_size=8, packed=shape)
     model = BertForQuestionAnswering(TINY)
     params = model.init(jax.random.key(0), *(np.zeros((1, 64), np.int32),) * 3, deterministic=True)
     logits = {False: [], True: []}
@@ -595,40 +597,40 @@ def test_load_squad_task_from_files(tokenizer):
         "max_query_length": 12,
         "doc_stride": 10,
     }
-    task = squad.load_squad_task(data_config, tokenizer)
-    assert task.config == squad.SquadConfig(**data_config)
+    task = squad_input.load_squad_task(data_config, tokenizer)
+    assert task.config == squad_input.SquadConfig(**data_config)
     assert task.train.num_examples == task.eval.num_examples == 7
     assert task.eval.num_features > 30
-    dataset, num_batches = squad.make_task_dataset(task, split="eval", batch_size=16)
+    dataset, num_batches = squad_input.make_task_dataset(task, split="eval", batch_size=16)
     assert num_batches == -(-task.eval.num_features // 16)
     assert len(list(dataset.as_numpy_iterator())) == num_batches
-    dataset, num_batches = squad.make_task_dataset(
+    dataset, num_batches = squad_input.make_task_dataset(
         task, split="train", batch_size=4, num_epochs=2.0
     )
     assert num_batches == int(task.train.num_features / 4 * 2.0)
-    eval_only = squad.load_squad_task({"eval_file": str(V1)}, tokenizer)
+    eval_only = squad_input.load_squad_task({"eval_file": str(V1)}, tokenizer)
     assert eval_only.train is None
     with pytest.raises(ConfigError, match="config.data.train_file=''"):
-        squad.make_task_dataset(eval_only, split="train", batch_size=4)
+        squad_input.make_task_dataset(eval_only, split="train", batch_size=4)
 
 
 def test_load_squad_task_options(tokenizer):
     with pytest.raises(ConfigError, match="config.data.train_file=''.*train_file, eval_file"):
-        squad.load_squad_task({}, tokenizer)
+        squad_input.load_squad_task({}, tokenizer)
     with pytest.raises(
         ConfigError, match=r"max_seq_len; did you mean config\.data\.max_seq_length"
     ):
-        squad.load_squad_task({"eval_file": str(V1), "max_seq_len": 64}, tokenizer)
+        squad_input.load_squad_task({"eval_file": str(V1), "max_seq_len": 64}, tokenizer)
     with pytest.raises(ConfigError, match="config.data.source='json'"):
-        squad.load_squad_task({"source": "json"}, tokenizer)
-    with pytest.raises(squad.SquadError, match=r"missing\.json: cannot read"):
-        squad.load_squad_task({"eval_file": "missing.json"}, tokenizer)
+        squad_input.load_squad_task({"source": "json"}, tokenizer)
+    with pytest.raises(squad_input.SquadError, match=r"missing\.json: cannot read"):
+        squad_input.load_squad_task({"eval_file": "missing.json"}, tokenizer)
 
 
 # ----------------------------------------------------------------------------- TFDS
 
 
-def _tfds_as_dataset(data: squad.SquadData, version_2: bool):
+def _tfds_as_dataset(data: squad_input.SquadData, version_2: bool):
     def records():
         for e in data.examples:
             record = {
@@ -671,10 +673,10 @@ def _tfds_as_dataset(data: squad.SquadData, version_2: bool):
 def test_tfds_squad(name, path, tmp_path):
     import tensorflow_datasets as tfds
 
-    from_json = squad.read_squad_json(path)
+    from_json = squad_input.read_squad_json(path)
     as_dataset = _tfds_as_dataset(from_json, version_2=name.endswith("2.0"))
     with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):
-        from_tfds = squad.read_squad_tfds(name, "validation", data_dir=str(tmp_path))
+        from_tfds = squad_input.read_squad_tfds(name, "validation", data_dir=str(tmp_path))
     assert from_tfds.source == f"tfds:{name}:validation"
     assert from_tfds.examples == from_json.examples
 
@@ -682,7 +684,7 @@ def test_tfds_squad(name, path, tmp_path):
 def test_load_squad_task_from_tfds(tokenizer, tmp_path):
     import tensorflow_datasets as tfds
 
-    as_dataset = _tfds_as_dataset(squad.read_squad_json(V2), version_2=True)
+    as_dataset = _tfds_as_dataset(squad_input.read_squad_json(V2), version_2=True)
     data_config = {
         "source": "tfds",
         "tfds_name": "squad/v2.0",
@@ -690,7 +692,7 @@ def test_load_squad_task_from_tfds(tokenizer, tmp_path):
         "version_2_with_negative": True,
     }
     with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):
-        task = squad.load_squad_task(data_config, tokenizer)
+        task = squad_input.load_squad_task(data_config, tokenizer)
     assert task.train.data.source == "tfds:squad/v2.0:train"
     assert task.eval.data.source == "tfds:squad/v2.0:validation"
     assert task.eval.num_examples == 6
@@ -702,19 +704,19 @@ def test_tfds_mock_random_data_fails_the_answer_check(tmp_path):
     # Random text cannot hold its answers at their offsets.
     with (
         tfds.testing.mock_data(num_examples=3, data_dir=str(tmp_path)),
-        pytest.raises(squad.SquadError, match=r"^tfds:squad/v1.1:train: question"),
+        pytest.raises(squad_input.SquadError, match=r"^tfds:squad/v1.1:train: question"),
     ):
-        squad.read_squad_tfds("squad/v1.1", "train", data_dir=str(tmp_path))
+        squad_input.read_squad_tfds("squad/v1.1", "train", data_dir=str(tmp_path))
 
 
 def test_tfds_errors(tmp_path):
     # Not prepared in tmp_path; nothing is downloaded.
     with pytest.raises(TaskDataError, match="'squad/v1.1' .*split 'validation'"):
-        squad.read_squad_tfds("squad/v1.1", "validation", data_dir=str(tmp_path))
+        squad_input.read_squad_tfds("squad/v1.1", "validation", data_dir=str(tmp_path))
     with pytest.raises(TaskDataError, match="'no_such_squad'"):
-        squad.read_squad_tfds("no_such_squad", "train", data_dir=str(tmp_path))
-    with pytest.raises(squad.SquadError, match="tfds:mnist:train: not a SQuAD dataset"):
-        squad.read_squad_tfds("mnist", "train", data_dir=str(tmp_path))
+        squad_input.read_squad_tfds("no_such_squad", "train", data_dir=str(tmp_path))
+    with pytest.raises(squad_input.SquadError, match="tfds:mnist:train: not a SQuAD dataset"):
+        squad_input.read_squad_tfds("mnist", "train", data_dir=str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -797,36 +799,36 @@ LIMMAT_ID = "8c68bb96aff86be3687f3c6d"  # "Which river flows through the old tow
 )
 def test_bad_files(tmp_path, change, message):
     path = _write(tmp_path, _edit(V1, change))
-    with pytest.raises(squad.SquadError, match=rf"^{tmp_path / 'bad.json'}: .*{message}"):
-        squad.read_squad_json(path)
+    with pytest.raises(squad_input.SquadError, match=rf"^{tmp_path / 'bad.json'}: .*{message}"):
+        squad_input.read_squad_json(path)
 
 
 def test_unreadable_files(tmp_path):
-    with pytest.raises(squad.SquadError, match=r"missing\.json: cannot read the SQuAD file"):
-        squad.read_squad_json(tmp_path / "missing.json")
-    with pytest.raises(squad.SquadError, match=r"bad\.json: not valid JSON"):
-        squad.read_squad_json(_write(tmp_path, '{"data": [}'))
-    with pytest.raises(squad.SquadError, match=r"bad\.json: the file is a list"):
-        squad.read_squad_json(_write(tmp_path, "[]"))
+    with pytest.raises(squad_input.SquadError, match=r"missing\.json: cannot read the SQuAD file"):
+        squad_input.read_squad_json(tmp_path / "missing.json")
+    with pytest.raises(squad_input.SquadError, match=r"bad\.json: not valid JSON"):
+        squad_input.read_squad_json(_write(tmp_path, '{"data": [}'))
+    with pytest.raises(squad_input.SquadError, match=r"bad\.json: the file is a list"):
+        squad_input.read_squad_json(_write(tmp_path, "[]"))
     (tmp_path / "latin1.json").write_bytes(b'{"data": "Z\xfcrich"}')
-    with pytest.raises(squad.SquadError, match=r"latin1\.json: not UTF-8"):
-        squad.read_squad_json(tmp_path / "latin1.json")
+    with pytest.raises(squad_input.SquadError, match=r"latin1\.json: not UTF-8"):
+        squad_input.read_squad_json(tmp_path / "latin1.json")
 
 
 def test_v2_questions_need_version_2(v2_data, tokenizer):
     with pytest.raises(
-        squad.SquadError,
+        squad_input.SquadError,
         match=rf"^{V2}: question '0683fdd4d9be7050da7084a8' has no answer .*version_2_with_negative",
     ):
-        squad.make_features(v2_data, tokenizer, V1_CONFIG)
+        squad_input.make_features(v2_data, tokenizer, V1_CONFIG)
 
 
 def test_context_without_tokens(tokenizer):
-    e = squad.SquadExample("q1", "Why?", "\u200b\u200b", (squad.Answer("\u200b", 0),))
+    e = squad_input.SquadExample("q1", "Why?", "\u200b\u200b", (squad_input.Answer("\u200b", 0),))
     with pytest.raises(
-        squad.SquadError, match="^ctx.json: question 'q1': the context has no tokens"
+        squad_input.SquadError, match="^ctx.json: question 'q1': the context has no tokens"
     ):
-        squad.make_features(squad.SquadData("ctx.json", (e,)), tokenizer, V1_CONFIG)
+        squad_input.make_features(squad_input.SquadData("ctx.json", (e,)), tokenizer, V1_CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -850,14 +852,14 @@ def test_context_without_tokens(tokenizer):
 )
 def test_config_errors(options, message):
     with pytest.raises(ConfigError, match=message):
-        squad.SquadConfig(**options)
+        squad_input.SquadConfig(**options)
 
 
 def test_long_questions_are_cut_to_max_query_length(v1_data, tokenizer):
     e = example(v1_data, "In which city was Marie Curie born?")
     long_question = " ".join(["where"] * 100) + " " + e.question
-    data = squad.SquadData("x", (dataclasses.replace(e, question=long_question),))
-    config = squad.SquadConfig(max_seq_length=32, max_query_length=5, doc_stride=8)
-    features = squad.make_features(data, tokenizer, config)
+    data = squad_input.SquadData("x", (dataclasses.replace(e, question=long_question),))
+    config = squad_input.SquadConfig(max_seq_length=32, max_query_length=5, doc_stride=8)
+    features = squad_input.make_features(data, tokenizer, config)
     assert (features.doc_offset == 7).all()
     assert tokens(tokenizer, features.input_ids[0, :7]) == ["[CLS]"] + ["where"] * 5 + ["[SEP]"]

@@ -16,7 +16,7 @@ import time
 import ml_collections
 import pytest
 
-from bertjax.sweep import command, hyper, queue, worker
+from bertjax.sweep import command, hyper, trial_queue, worker
 from bertjax.sweep.definition import SweepDefinition
 from experiments.pretrain import tiny_cpu
 
@@ -157,66 +157,68 @@ def make_definition(sweep_dir, trials=({"seed": 0}, {"seed": 1}), **fields) -> S
 
 def make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}), max_retries=1):
     definition = make_definition(tmp_path, trials, max_retries=max_retries)
-    storage = queue.open_storage(queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
-    study = queue.open_study(storage, "sweep", direction="minimize", create=True)
-    queue.record_sweep(study, definition)
+    storage = trial_queue.open_storage(trial_queue.storage_url(str(tmp_path), ""), heartbeat_s=30)
+    study = trial_queue.open_study(storage, "sweep", direction="minimize", create=True)
+    trial_queue.record_sweep(study, definition)
     for index, overrides in enumerate(trials):
-        queue.enqueue(study, index, overrides, attempt=1)
+        trial_queue.enqueue(study, index, overrides, attempt=1)
     return study, definition
 
 
 def test_the_queue_gives_each_trial_once_and_retries_failures_up_to_the_limit(tmp_path):
     study, definition = make_study(tmp_path, max_retries=1)
-    first, second = queue.claim(study), queue.claim(study)
-    assert queue.claim(study) is None
+    first, second = trial_queue.claim(study), trial_queue.claim(study)
+    assert trial_queue.claim(study) is None
     assert {first.user_attrs["index"], second.user_attrs["index"]} == {0, 1}
     for trial in (first, second):
         worker.suggest(trial, trial.user_attrs["keys"], definition.space)
     study.tell(first, 1.5)
-    study.tell(second, state=queue.FAIL)
-    assert queue.requeue(study, queue.frozen_trial(study, second), failed=True)  # attempt 2 of 2
-    retry = queue.claim(study)
+    study.tell(second, state=trial_queue.FAIL)
+    assert trial_queue.requeue(
+        study, trial_queue.frozen_trial(study, second), failed=True
+    )  # attempt 2 of 2
+    retry = trial_queue.claim(study)
     assert retry.user_attrs["attempt"] == 2 and retry.user_attrs["index"] == 1
     assert worker.suggest(retry, ["seed"], definition.space) == {"seed": 1}
-    study.tell(retry, state=queue.FAIL)
-    assert not queue.requeue(study, queue.frozen_trial(study, retry), failed=True)
-    statuses = [(r.index, r.status, len(r.attempts)) for r in queue.records(study)]
+    study.tell(retry, state=trial_queue.FAIL)
+    assert not trial_queue.requeue(study, trial_queue.frozen_trial(study, retry), failed=True)
+    statuses = [(r.index, r.status, len(r.attempts)) for r in trial_queue.records(study)]
     assert statuses == [(0, "done", 1), (1, "failed", 2)]
 
 
 def test_a_trial_whose_worker_died_is_queued_again_to_resume(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},))
-    trial = queue.claim(study)
+    trial = trial_queue.claim(study)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     trial.set_user_attr(
         "worker", {"host": os.uname().nodename, "pid": gone.pid, "started": time.time()}
     )
-    queue.fail_gone_workers(study)
-    again = queue.claim(study)
+    trial_queue.fail_gone_workers(study)
+    again = trial_queue.claim(study)
     assert again is not None and again.user_attrs["attempt"] == 1  # not counted as a failure
-    old = queue.frozen_trial(study, trial)
-    assert old.state == queue.FAIL and old.user_attrs["interrupted"]
-    queue.fail_gone_workers(study)  # this worker is alive: its trial stays
-    assert queue.frozen_trial(study, again).state == queue.RUNNING
+    old = trial_queue.frozen_trial(study, trial)
+    assert old.state == trial_queue.FAIL and old.user_attrs["interrupted"]
+    trial_queue.fail_gone_workers(study)  # this worker is alive: its trial stays
+    assert trial_queue.frozen_trial(study, again).state == trial_queue.RUNNING
 
 
 def test_a_trial_queued_twice_runs_once(tmp_path):
     # `run` can queue a trial again while another process, which has just failed its
     # gone worker's attempt, queues it too; each copy is taken, the second dropped.
     study, _ = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}))
-    queue.enqueue(study, 0, {"seed": 0}, attempt=1)
-    queue.enqueue(study, 1, {"seed": 1}, attempt=1)
-    first = queue.claim(study)
+    trial_queue.enqueue(study, 0, {"seed": 0}, attempt=1)
+    trial_queue.enqueue(study, 1, {"seed": 1}, attempt=1)
+    first = trial_queue.claim(study)
     assert first.user_attrs["index"] == 0
-    second = queue.claim(study)  # the copy of trial 0 is dropped on the way
+    second = trial_queue.claim(study)  # the copy of trial 0 is dropped on the way
     assert second.user_attrs["index"] == 1
     study.tell(second, 2.0)
-    assert queue.claim(study) is None  # trial 1's copy: trial 1 is done
-    statuses = [(r.index, r.status, len(r.attempts)) for r in queue.records(study)]
+    assert trial_queue.claim(study) is None  # trial 1's copy: trial 1 is done
+    statuses = [(r.index, r.status, len(r.attempts)) for r in trial_queue.records(study)]
     assert statuses == [(0, "running", 1), (1, "done", 1)]
     dropped = [t for t in study.get_trials() if t.user_attrs.get("duplicate")]
-    assert len(dropped) == 2 and {t.state for t in dropped} == {queue.FAIL}
+    assert len(dropped) == 2 and {t.state for t in dropped} == {trial_queue.FAIL}
 
 
 def test_another_sweep_in_the_same_directory_is_refused():
@@ -245,8 +247,11 @@ def test_a_definition_goes_through_json_and_back_unchanged(tmp_path):
     assert stored["space"]["seed"] == {"choice": [0, 1]}
     assert SweepDefinition.from_json(stored) == definition
     study, recorded = make_study(tmp_path)
-    assert queue.recorded_sweep(study) == recorded
-    assert queue.load(queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)[1] == recorded
+    assert trial_queue.recorded_sweep(study) == recorded
+    assert (
+        trial_queue.load(trial_queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)[1]
+        == recorded
+    )
 
 
 @pytest.mark.parametrize(
@@ -263,9 +268,9 @@ def test_a_definition_with_a_field_unknown_or_missing_is_refused(tmp_path, chang
         SweepDefinition.from_json(stored)
     # A study another tool made: the one-line error names the sweep and the field.
     study, _ = make_study(tmp_path)
-    study.set_user_attr(queue.SWEEP_ATTR, stored)
-    with pytest.raises(queue.QueueError, match=f"^sweep 'sweep': .*{message}"):
-        queue.load(queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)
+    study.set_user_attr(trial_queue.SWEEP_ATTR, stored)
+    with pytest.raises(trial_queue.QueueError, match=f"^sweep 'sweep': .*{message}"):
+        trial_queue.load(trial_queue.storage_url(str(tmp_path), ""), "sweep", heartbeat_s=30)
 
 
 def test_devices_are_split_between_trials():
@@ -275,7 +280,7 @@ def test_devices_are_split_between_trials():
     second = worker.tpu_shares(8, 4)[1]["env"]
     assert second["TPU_VISIBLE_CHIPS"] == "2,3"
     assert second["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,2,1"
-    with pytest.raises(queue.QueueError, match="do not split evenly"):
+    with pytest.raises(trial_queue.QueueError, match="do not split evenly"):
         worker.gpu_shares(3, 2)
 
 
@@ -347,12 +352,12 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     # queue one a second time while the worker is doing so (each copy then runs once).
     assert re.search(r"3 trial\(s\), [0-2] queued now", resumed.stdout), resumed.stdout[-3000:]
 
-    storage_ = queue.open_storage(storage, heartbeat_s=30)
-    study = queue.open_study(storage_, "sweep", direction="minimize", create=False)
-    records = queue.records(study)
+    storage_ = trial_queue.open_storage(storage, heartbeat_s=30)
+    study = trial_queue.open_study(storage_, "sweep", direction="minimize", create=False)
+    records = trial_queue.records(study)
     assert [r.status for r in records] == ["done"] * 3
     for r in records:
-        assert [t.state for t in r.attempts].count(queue.COMPLETE) == 1
+        assert [t.state for t in r.attempts].count(trial_queue.COMPLETE) == 1
     interrupted = [r for r in records if any(t.user_attrs.get("interrupted") for t in r.attempts)]
     assert interrupted, "the kill interrupted no trial"
     for name in saved:
@@ -440,10 +445,10 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
             assert status == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
         for name in ("run", "worker"):  # each worker ran one of the two
             assert ": done in" in (tmp_path / f"{name}.log").read_text()
-        storage = queue.open_storage(url, heartbeat_s=30)
-        study = queue.open_study(storage, "two", direction="minimize", create=False)
-        assert [r.status for r in queue.records(study)] == ["done", "done"]
-        assert all(len(r.attempts) == 1 for r in queue.records(study))
+        storage = trial_queue.open_storage(url, heartbeat_s=30)
+        study = trial_queue.open_study(storage, "two", direction="minimize", create=False)
+        assert [r.status for r in trial_queue.records(study)] == ["done", "done"]
+        assert all(len(r.attempts) == 1 for r in trial_queue.records(study))
         assert sweep_cli("report", str(sweep_dir), *args).returncode == 0
 
 
@@ -469,26 +474,26 @@ def test_a_search_draws_its_trials_from_the_space(tmp_path):
 def test_pruning_stops_a_trial_that_trails_the_median(tmp_path):
     _, definition = make_study(tmp_path, trials=({"seed": 0}, {"seed": 1}, {"seed": 2}))
     definition = dataclasses.replace(definition, prune=True, metric="accuracy", mode="max")
-    study = queue.open_study(
-        queue.open_storage(queue.storage_url(str(tmp_path), ""), heartbeat_s=30),
+    study = trial_queue.open_study(
+        trial_queue.open_storage(trial_queue.storage_url(str(tmp_path), ""), heartbeat_s=30),
         "pruned",
         direction="maximize",
         create=True,
         pruner=command.make_pruner(True),
     )
-    queue.record_sweep(study, definition)
+    trial_queue.record_sweep(study, definition)
     for index in range(3):
-        queue.enqueue(study, index, {"seed": index}, attempt=1)
+        trial_queue.enqueue(study, index, {"seed": index}, attempt=1)
     for accuracy in (0.8, 0.9, 0.5):  # the third trails the others at every step
-        trial = queue.claim(study)
+        trial = trial_queue.claim(study)
         workdir = tmp_path / f"trial{trial.number}"
         workdir.mkdir()
         lines = [{"step": s, "split": "eval", "accuracy": accuracy} for s in (10, 20)]
         (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
         assert worker.report_evals(trial, definition, str(workdir), 0) == 2
         if trial.should_prune():
-            study.tell(trial, state=queue.PRUNED)
+            study.tell(trial, state=trial_queue.PRUNED)
         else:
             study.tell(trial, accuracy)
-    statuses = [r.status for r in queue.records(study)]
+    statuses = [r.status for r in trial_queue.records(study)]
     assert statuses == ["done", "done", "pruned"]

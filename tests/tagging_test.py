@@ -14,7 +14,7 @@ from bertjax.model import BertConfig, BertForTokenClassification
 from bertjax.tasks import finetune
 from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import tagging
+from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -29,12 +29,12 @@ def tokenizer(bert_tokenizer_json):
     return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
-def load(**options) -> tagging.TaggingTask:
-    return tagging.load_tagging_task({"train_file": TRAIN, "eval_file": DEV, **options})
+def load(**options) -> tagging_input.TaggingTask:
+    return tagging_input.load_tagging_task({"train_file": TRAIN, "eval_file": DEV, **options})
 
 
-def sentences(*words_and_tags) -> tagging.Sentences:
-    return tagging.Sentences(
+def sentences(*words_and_tags) -> tagging_input.Sentences:
+    return tagging_input.Sentences(
         "test",
         tuple(tuple(words) for words, _ in words_and_tags),
         tuple(np.asarray(tags, np.int32) for _, tags in words_and_tags),
@@ -75,8 +75,8 @@ def test_first_piece_labels(tokenizer):
         (["Maria", "Tomasz", "supercalifragilistic", "."], [2, 4, 5, 5]),
         (["Greenfield", "\u200b", "Lisbon"], [1, 5, 0]),
     )
-    features, stats = tagging.encode_sentences(data, tokenizer, max_seq_length=14)
-    assert stats == tagging.WindowStats(
+    features, stats = tagging_input.encode_sentences(data, tokenizer, max_seq_length=14)
+    assert stats == tagging_input.WindowStats(
         sentences=2, windows=2, split_sentences=0, truncated_words=0
     )
     np.testing.assert_array_equal(
@@ -107,9 +107,9 @@ def test_long_sentences_become_windows_and_map_back(tokenizer):
         (["Greenfield"], [1]),
         (["supercalifragilistic", "Maria"], [5, 2]),
     )
-    features, stats = tagging.encode_sentences(data, tokenizer, max_seq_length=6)
+    features, stats = tagging_input.encode_sentences(data, tokenizer, max_seq_length=6)
     # 4 pieces a window: [maria tomas ##z] [super ##cal ##if ##rag] [lisbon tomas ##z .]
-    assert stats == tagging.WindowStats(
+    assert stats == tagging_input.WindowStats(
         sentences=3, windows=6, split_sentences=2, truncated_words=2
     )
     np.testing.assert_array_equal(features["sentence_id"], [0, 0, 0, 1, 2, 2])
@@ -117,7 +117,7 @@ def test_long_sentences_become_windows_and_map_back(tokenizer):
     np.testing.assert_array_equal(features["word_index"][2], [-1, 3, 4, -1, 5, -1])
     # Predicting each first piece's label gives back every word's tag, whatever the row order.
     order = np.array([5, 2, 0, 4, 1, 3])
-    tags = tagging.tags_from_predictions(
+    tags = tagging_input.tags_from_predictions(
         features["label_ids"][order],
         features["word_index"][order],
         features["sentence_id"][order],
@@ -130,7 +130,7 @@ def test_long_sentences_become_windows_and_map_back(tokenizer):
         ["O", "B-PER"],
     ]
     with pytest.raises(ValueError, match=r"test: sentence 0, word 3 has no prediction"):
-        tagging.tags_from_predictions(
+        tagging_input.tags_from_predictions(
             features["label_ids"][:2],
             features["word_index"][:2],
             features["sentence_id"][:2],
@@ -138,7 +138,7 @@ def test_long_sentences_become_windows_and_map_back(tokenizer):
             NER_LABELS,
         )
     with pytest.raises(ValueError, match=r"sentence 1, word 0 is predicted twice"):
-        tagging.tags_from_predictions(
+        tagging_input.tags_from_predictions(
             features["label_ids"][[0, 1, 2, 3, 3, 4, 5]],
             features["word_index"][[0, 1, 2, 3, 3, 4, 5]],
             features["sentence_id"][[0, 1, 2, 3, 3, 4, 5]],
@@ -149,7 +149,7 @@ def test_long_sentences_become_windows_and_map_back(tokenizer):
 
 def test_train_and_eval_batches(tokenizer):
     task = load(max_seq_length=16)
-    train, info = tagging.make_tagging_dataset(
+    train, info = tagging_input.make_tagging_dataset(
         task, tokenizer, split="train", batch_size=2, seed=1, num_epochs=2
     )
     assert info == SplitInfo(num_examples=3, global_batch_size=2, num_batches=3)
@@ -167,7 +167,7 @@ def test_train_and_eval_batches(tokenizer):
         "stream_position": (np.int64, (2, 1)),
     }
 
-    evals, info = tagging.make_tagging_dataset(task, tokenizer, split="eval", batch_size=4)
+    evals, info = tagging_input.make_tagging_dataset(task, tokenizer, split="eval", batch_size=4)
     assert info == SplitInfo(num_examples=2, global_batch_size=4, num_batches=1)
     (batch,) = list(evals.as_numpy_iterator())
     assert batch["example_weight"].tolist() == [1.0, 1.0, 0.0, 0.0]
@@ -176,7 +176,7 @@ def test_train_and_eval_batches(tokenizer):
     # oliveira visited greenfield in vienna . / tomas ##z stayed home .
     assert batch["input_ids"][1, :7].tolist() == [CLS, 12675, 2480, 4370, 2188, 1012, SEP]
     assert batch["label_weights"][1, :7].tolist() == [0, 1, 0, 1, 1, 1, 0]
-    tags = tagging.tags_from_predictions(
+    tags = tagging_input.tags_from_predictions(
         batch["label_ids"], batch["word_index"], batch["sentence_id"], task.eval, task.label_names
     )
     assert tags == [["B-PER", "O", "B-ORG", "O", "B-LOC", "O"], ["B-PER", "O", "O", "O"]]
@@ -191,10 +191,10 @@ def test_packed_batches_hold_the_same_windows_token_for_token(tokenizer):
     task = load(max_seq_length=32)
     for split, epochs in (("train", 4.0), ("eval", 1.0)):
         args = dict(split=split, batch_size=4, num_epochs=epochs)
-        shape = tagging.packed_shape(task, tokenizer, **args)
+        shape = tagging_input.packed_shape(task, tokenizer, **args)
         assert shape.rows < 4 and shape.slots > 1
-        plain, _ = tagging.make_tagging_dataset(task, tokenizer, **args)
-        packed, _ = tagging.make_tagging_dataset(task, tokenizer, **args, packed=shape)
+        plain, _ = tagging_input.make_tagging_dataset(task, tokenizer, **args)
+        packed, _ = tagging_input.make_tagging_dataset(task, tokenizer, **args, packed=shape)
         for a, b in zip(plain.as_numpy_iterator(), packed.as_numpy_iterator(), strict=True):
             assert b["input_ids"].shape == (shape.rows, 32)
             row, slot = np.divmod(b["example_slot"], shape.slots)
@@ -225,9 +225,9 @@ INPUTS = ("input_ids", "input_mask", "segment_ids")
 def test_packed_windows_give_their_unpacked_logits_loss_and_tags(tokenizer):
     task = load(max_seq_length=32)
     args = dict(split="eval", batch_size=4)
-    shape = tagging.packed_shape(task, tokenizer, **args)
-    (a,) = tagging.make_tagging_dataset(task, tokenizer, **args)[0].as_numpy_iterator()
-    (b,) = tagging.make_tagging_dataset(task, tokenizer, **args, packed=shape)[
+    shape = tagging_input.packed_shape(task, tokenizer, **args)
+    (a,) = tagging_input.make_tagging_dataset(task, tokenizer, **args)[0].as_numpy_iterator()
+    (b,) = tagging_input.make_tagging_dataset(task, tokenizer, **args, packed=shape)[
         0
     ].as_numpy_iterator()
     model = BertForTokenClassification(TINY, num_labels=len(NER_LABELS))
@@ -236,14 +236,14 @@ def test_packed_windows_give_their_unpacked_logits_loss_and_tags(tokenizer):
     got = model.apply(params, *(b[k] for k in INPUTS), deterministic=True)
     # Back to each window's own tokens, in the batch's order.
     unpacked, passed = finetune._outputs_and_bookkeeping(
-        got, jax.tree.map(jnp.asarray, b), tagging.TOKEN_PADDING
+        got, jax.tree.map(jnp.asarray, b), tagging_input.TOKEN_PADDING
     )
     real = a["input_mask"] > 0
     np.testing.assert_allclose(np.asarray(unpacked)[real], np.asarray(expected)[real], atol=2e-5)
     for name in ("label_ids", "label_weights", "word_index", "sentence_id", "example_weight"):
         np.testing.assert_array_equal(passed[name], a[name])
     tags = {
-        packed: tagging.tags_from_predictions(
+        packed: tagging_input.tags_from_predictions(
             np.argmax(logits, axis=-1), a["word_index"], a["sentence_id"], task.eval, NER_LABELS
         )
         for packed, logits in ((False, expected), (True, unpacked))
@@ -290,14 +290,14 @@ def test_tfds_conll2003(tokenizer):
         "dev": [(["Tomasz", "stayed"], [1, 0])],
     }
     with _conll2003_examples(examples):
-        task = tagging.load_tagging_task({"source": "tfds"})
+        task = tagging_input.load_tagging_task({"source": "tfds"})
     assert task.label_names == (
         "O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"
     )  # fmt: skip
     assert len(task.train) == 1  # the empty example at the end of a file goes
     assert task.eval.source == "tfds:conll2003:dev"
     assert task.eval.words == (("Tomasz", "stayed"),)
-    dataset, _ = tagging.make_tagging_dataset(task, tokenizer, split="eval", batch_size=1)
+    dataset, _ = tagging_input.make_tagging_dataset(task, tokenizer, split="eval", batch_size=1)
     (batch,) = list(dataset.as_numpy_iterator())
     assert batch["label_ids"][0, :4].tolist() == [0, 1, 0, 0]
     assert batch["label_weights"][0, :4].tolist() == [0, 1, 0, 1]
@@ -311,18 +311,18 @@ def test_tfds_words_and_tags_disagree():
             TaskDataError, match=r"tfds:conll2003:train: example 0 has 2 words and 1 tags"
         ),
     ):
-        tagging.load_tagging_task({"source": "tfds"})
+        tagging_input.load_tagging_task({"source": "tfds"})
     with (
         tfds.testing.mock_data(num_examples=1),
         pytest.raises(TaskDataError, match=r"no feature config\.data\.tfds_tags_feature='tags'"),
     ):
-        tagging.load_tagging_task({"source": "tfds", "tfds_tags_feature": "tags"})
+        tagging_input.load_tagging_task({"source": "tfds", "tfds_tags_feature": "tags"})
 
 
 def test_tagging_schemes_are_the_scored_ones():
     from bertjax.tasks import scores
 
-    assert set(tagging.TAGGING_SCHEMES) == set(scores.SCHEMES)
+    assert set(tagging_input.TAGGING_SCHEMES) == set(scores.SCHEMES)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -369,14 +369,14 @@ def test_bad_files(tmp_path):
 
 def test_config_errors():
     with pytest.raises(ConfigError, match=r"config\.data\.tag_column=0: column 0 holds the word"):
-        tagging.TaggingConfig(train_file="a.txt", tag_column=0)
+        tagging_input.TaggingConfig(train_file="a.txt", tag_column=0)
     with pytest.raises(ConfigError, match=r"config\.data\.label_names=\(\).*must be given"):
-        tagging.TaggingConfig(eval_file="a.txt")
+        tagging_input.TaggingConfig(eval_file="a.txt")
     with pytest.raises(ConfigError, match=r"config\.data\.tagging_scheme='bio': must be one of"):
-        tagging.TaggingConfig(train_file="a.txt", tagging_scheme="bio")
+        tagging_input.TaggingConfig(train_file="a.txt", tagging_scheme="bio")
     with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.tags; known keys"):
-        tagging.from_config({"tags": 1})
-    task = tagging.load_tagging_task({"eval_file": DEV, "label_names": NER_LABELS})
+        tagging_input.from_config({"tags": 1})
+    task = tagging_input.load_tagging_task({"eval_file": DEV, "label_names": NER_LABELS})
     assert task.train is None and task.label_names == NER_LABELS
     with pytest.raises(ConfigError, match=r"config\.data\.train_file=''"):
-        tagging.make_tagging_dataset(task, None, split="train", batch_size=1)
+        tagging_input.make_tagging_dataset(task, None, split="train", batch_size=1)

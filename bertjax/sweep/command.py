@@ -9,7 +9,7 @@ reported.
 
 run: checks every trial's overrides against the config (an unknown key, a
     wrong type or a bad value is one line naming the trial and the key) before
-    any trial starts, records the sweep in its queue (Optuna, bertjax.sweep.queue:
+    any trial starts, records the sweep in its queue (Optuna, bertjax.sweep.trial_queue:
     DIR/sweep.db, or --storage), queues the trials not yet done and works
     through them, --parallel at a time (bertjax.sweep.worker). Each trial is a
     `bertjax.main` run in DIR/trials/NNN-NAME. Running the same command again
@@ -43,7 +43,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from bertjax.sweep import hyper, queue
+from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import config as config_lib
@@ -190,8 +190,8 @@ def _short(value) -> str:
 
 def open_sweep(definition: SweepDefinition, storage_url: str):
     """The sweep's study, created if new, with its sampler and pruner."""
-    storage = queue.open_storage(storage_url, heartbeat_s=FLAGS.heartbeat_s)
-    return queue.open_study(
+    storage = trial_queue.open_storage(storage_url, heartbeat_s=FLAGS.heartbeat_s)
+    return trial_queue.open_study(
         storage,
         FLAGS.study_name,
         direction="maximize" if definition.mode == "max" else "minimize",
@@ -220,16 +220,18 @@ def make_pruner(prune: bool):
 
 def queue_unfinished(study, definition: SweepDefinition) -> int:
     """Queues each grid trial that is not done, queued or running; how many it queued."""
-    queue.fail_gone_workers(study)
+    trial_queue.fail_gone_workers(study)
     if definition.search:
         return 0
     busy = {
-        r.index for r in queue.records(study) if r.status in ("done", "pruned", "queued", "running")
+        r.index
+        for r in trial_queue.records(study)
+        if r.status in ("done", "pruned", "queued", "running")
     }
     queued = 0
     for index, overrides in enumerate(definition.trials):
         if index not in busy:
-            queue.enqueue(study, index, overrides, attempt=1)
+            trial_queue.enqueue(study, index, overrides, attempt=1)
             queued += 1
     return queued
 
@@ -243,11 +245,11 @@ def run_command(definition: SweepDefinition) -> int | None:
         return None
     if "://" not in sweep_dir:
         os.makedirs(sweep_dir, exist_ok=True)
-    study = open_sweep(definition, queue.storage_url(sweep_dir, FLAGS.storage))
-    recorded = queue.recorded_sweep(study)
+    study = open_sweep(definition, trial_queue.storage_url(sweep_dir, FLAGS.storage))
+    recorded = trial_queue.recorded_sweep(study)
     if recorded is not None:
         check_same_sweep(recorded, definition, sweep_dir)
-    queue.record_sweep(study, definition)
+    trial_queue.record_sweep(study, definition)
     queued = queue_unfinished(study, definition)
     print(f"sweep {sweep_dir}: {len(definition.trials)} trial(s), {queued} queued now")
     return work(study, definition)
@@ -277,7 +279,9 @@ def work(study, definition: SweepDefinition) -> int | None:
 def worker_command() -> int | None:
     if not FLAGS.storage:
         raise SweepError("worker: --storage is required (the URL the sweep's `run` used)")
-    study, definition = queue.load(FLAGS.storage, FLAGS.study_name, heartbeat_s=FLAGS.heartbeat_s)
+    study, definition = trial_queue.load(
+        FLAGS.storage, FLAGS.study_name, heartbeat_s=FLAGS.heartbeat_s
+    )
     if not os.path.isfile(definition.config):
         raise SweepError(
             f"{definition.config}: no such file here; start the worker in a checkout of "
@@ -294,7 +298,7 @@ def report_command(sweep_dirs: list[str]) -> int | None:
     if not sweep_dirs:
         raise SweepError("report: name one or more sweep directories")
     for sweep_dir in sweep_dirs:
-        url = queue.storage_url(sweep_dir, FLAGS.storage)
+        url = trial_queue.storage_url(sweep_dir, FLAGS.storage)
         if not FLAGS.storage and not os.path.isfile(url[len("sqlite:///") :]):
             raise SweepError(f"{sweep_dir}: not a sweep directory (no sweep.db)")
     print(report.report(sweep_dirs, FLAGS.storage, FLAGS.study_name, FLAGS.metric, FLAGS.mode))

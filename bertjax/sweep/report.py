@@ -15,7 +15,7 @@ import os
 import sys
 
 from bertjax import workdir as workdir_lib
-from bertjax.sweep import hyper, queue
+from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
@@ -24,7 +24,7 @@ from data_pipeline import files
 def rows(study, definition: SweepDefinition, metric: str = "") -> list[dict]:
     """One dict per trial of the sweep, by index; metrics from its workdir's results.json."""
     out = []
-    for record in queue.records(study):
+    for record in trial_queue.records(study):
         last = record.last
         workdir = last.user_attrs.get("workdir") or os.path.join(
             definition.sweep_dir, "trials", worker_lib.trial_name(record.index, record.params)
@@ -244,7 +244,7 @@ def write(table_rows: list[dict], definition: SweepDefinition, out_dir: str) -> 
 
 def load(sweep_dir: str, storage: str, study_name: str):
     """(study, SweepDefinition) of the sweep in `sweep_dir` (or `storage`)."""
-    return queue.load(queue.storage_url(sweep_dir, storage), study_name, heartbeat_s=60)
+    return trial_queue.load(trial_queue.storage_url(sweep_dir, storage), study_name, heartbeat_s=60)
 
 
 def report(sweep_dirs: list[str], storage: str, study_name: str, metric: str, mode: str) -> str:

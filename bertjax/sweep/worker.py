@@ -36,7 +36,7 @@ import warnings
 import optuna
 
 from bertjax import workdir as workdir_lib
-from bertjax.sweep import hyper, queue
+from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
 from data_pipeline.errors import Preempted, UserError
@@ -130,7 +130,9 @@ def tpu_shares(chips: int, parallel: int) -> list[dict]:
     size = chips // parallel
     bounds = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}.get(size)
     if bounds is None:
-        raise queue.QueueError(f"--parallel={parallel}: {size} chips per trial is not a TPU share")
+        raise trial_queue.QueueError(
+            f"--parallel={parallel}: {size} chips per trial is not a TPU share"
+        )
     return [
         {
             "env": {
@@ -147,7 +149,7 @@ def tpu_shares(chips: int, parallel: int) -> list[dict]:
 
 def _check_split(count: int, parallel: int, what: str) -> None:
     if count % parallel:
-        raise queue.QueueError(
+        raise trial_queue.QueueError(
             f"--parallel={parallel}: this host's {count} {what} do not split evenly"
         )
 
@@ -208,8 +210,8 @@ class Worker:
 
     def _slot(self, share: dict) -> None:
         while not self.stop.is_set():
-            queue.fail_gone_workers(self.study)
-            trial = queue.claim(self.study) or self._new_search_trial()
+            trial_queue.fail_gone_workers(self.study)
+            trial = trial_queue.claim(self.study) or self._new_search_trial()
             if trial is None:
                 if self._others_unfinished():
                     self.stop.wait(5 * POLL_S)
@@ -221,7 +223,7 @@ class Worker:
         if not self.definition.search:
             return None
         with self._lock:  # this worker's slots: one at a time, so they do not overshoot
-            indices = {r.index for r in queue.records(self.study)}
+            indices = {r.index for r in trial_queue.records(self.study)}
             if len(indices) >= self.definition.num_trials:
                 return None
             with warnings.catch_warnings():  # the heartbeats are this worker's own
@@ -230,10 +232,12 @@ class Worker:
             trial.set_user_attr("index", trial.number)
             trial.set_user_attr("keys", list(self.definition.space))
             trial.set_user_attr("attempt", 1)
-            return queue.take(self.study, trial)
+            return trial_queue.take(self.study, trial)
 
     def _others_unfinished(self) -> bool:
-        return bool(self.study.get_trials(deepcopy=False, states=(queue.WAITING, queue.RUNNING)))
+        return bool(
+            self.study.get_trials(deepcopy=False, states=(trial_queue.WAITING, trial_queue.RUNNING))
+        )
 
     def _run(self, trial: optuna.Trial, share: dict) -> None:
         attrs = trial.user_attrs
@@ -270,21 +274,21 @@ class Worker:
             if key in results:
                 trial.set_user_attr(key, results[key])
         if pruned:
-            self.study.tell(trial, state=queue.PRUNED)
+            self.study.tell(trial, state=trial_queue.PRUNED)
             self._say(f"trial {name}: pruned after {minutes:.1f} min")
         elif status == 0:
             self._complete(trial, name, results, minutes)
         elif status in (Preempted.EXIT_CODE, -signal.SIGTERM) or self.stop.is_set():
-            queue.end_interrupted(self.study, trial, f"stopped (exit status {status})")
+            trial_queue.end_interrupted(self.study, trial, f"stopped (exit status {status})")
             self._say(f"trial {name}: stopped after {minutes:.1f} min; queued to resume")
         else:
             why = last_error(log_file, status)
             trial.set_user_attr("error", why)
-            self.study.tell(trial, state=queue.FAIL)
+            self.study.tell(trial, state=trial_queue.FAIL)
             # A user error (a bad option, a missing file) would be the same again.
             user_error = status == UserError.EXIT_CODE
-            again = not user_error and queue.requeue(
-                self.study, queue.frozen_trial(self.study, trial), failed=True
+            again = not user_error and trial_queue.requeue(
+                self.study, trial_queue.frozen_trial(self.study, trial), failed=True
             )
             then = "queued again" if again else "not retried" if user_error else "no attempts left"
             self._say(f"trial {name}: failed: {why} ({then})")
@@ -294,7 +298,7 @@ class Worker:
         value = (results.get("eval") or {}).get(metric)
         if not isinstance(value, int | float) or not math.isfinite(value):
             trial.set_user_attr("error", f"results.json has no finite eval {metric}")
-            self.study.tell(trial, state=queue.FAIL)
+            self.study.tell(trial, state=trial_queue.FAIL)
             self._say(f"trial {name}: ended without a finite eval {metric}")
             return
         self.study.tell(trial, float(value))
@@ -325,7 +329,7 @@ class Worker:
             while child.poll() is None:
                 time.sleep(POLL_S)
                 if time.time() - beat >= self.heartbeat_s:
-                    queue.heartbeat(self.study, trial)
+                    trial_queue.heartbeat(self.study, trial)
                     beat = time.time()
                 if self.definition.prune and not pruned:
                     reported = report_evals(trial, self.definition, workdir, reported)

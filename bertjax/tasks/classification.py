@@ -4,7 +4,7 @@ logits, or one score (paper section 4.1, GLUE).
     python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
         --config.init_checkpoint=PRETRAINED_WORKDIR
 
-The input is data_pipeline/finetune/classification.py (GLUE from TFDS, or TSV/CSV/JSONL
+The input is data_pipeline/finetune/classification_input.py (GLUE from TFDS, or TSV/CSV/JSONL
 files). The scores are the task's official metrics (scores.py). A fine-tuned
 workdir answers `classify(restore(workdir), texts, pairs)` and predicts a file
 with `python -m bertjax.predict`.
@@ -23,20 +23,20 @@ from bertjax import workdir as workdir_lib
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes, host_share
-from data_pipeline.finetune import classification as classification_data
+from data_pipeline.finetune import classification_input
 
 
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
-    data = classification_data.load_classification_task(config.data.to_dict())
+    data = classification_input.load_classification_task(config.data.to_dict())
     packed_shape = finetune.PackedShapes(
-        functools.partial(classification_data.packed_shape, data, pretrained.tokenizer),
+        functools.partial(classification_input.packed_shape, data, pretrained.tokenizer),
         config.optimizer.num_microbatches,
     )
 
     def make_dataset(split, position=None, **kwargs):
         packed = packed_shape.for_dataset(split, kwargs) if data.config.pack_examples else None
-        dataset, info = classification_data.make_classification_dataset(
+        dataset, info = classification_input.make_classification_dataset(
             data, pretrained.tokenizer, split=split, position=position, packed=packed, **kwargs
         )
         return dataset, info.num_batches
@@ -84,8 +84,8 @@ def setup(config, workdir: str) -> Setup:
 
 def best_metric(config) -> scores.Metric:
     """The first of the task's metrics (GLUE's for its task, or config.data.metrics)."""
-    data = classification_data.from_config(config.data)
-    return scores.get_metric(classification_data.metric_names(data)[0])
+    data = classification_input.from_config(config.data)
+    return scores.get_metric(classification_input.metric_names(data)[0])
 
 
 def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
@@ -97,7 +97,7 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
     if isinstance(texts, str):
         raise TypeError("pass a list of texts, not one string")
     vocab = restored.tokenizer.vocab
-    features = classification_data.encode_texts(
+    features = classification_input.encode_texts(
         restored.tokenizer,
         tf.constant(list(texts), tf.string),
         tf.constant(list(pairs) if pairs is not None else [""] * len(texts), tf.string),
@@ -123,7 +123,7 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
 def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
     """A TSV, CSV or JSONL file with the task's text columns -> JSON lines of classify()."""
     output = output or input_path + ".predictions.jsonl"
-    text_a, text_b = classification_data.read_texts(restored.task.data, input_path)
+    text_a, text_b = classification_input.read_texts(restored.task.data, input_path)
     records = []
     for begin in range(0, len(text_a), batch_size):
         rows = slice(begin, begin + batch_size)
@@ -141,7 +141,7 @@ TASK = Task(
     best_metric=best_metric,
     forward_flops=finetune.forward_flops_pooled,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(classification_data.from_config),
+    check_config=finetune.config_checker(classification_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
 )

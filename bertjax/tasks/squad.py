@@ -1,7 +1,7 @@
 """SQuAD as a task: answer spans from start and end logits on the sequence output
 (paper section 4.2).
 
-The input is data_pipeline/finetune/squad.py (official JSON files or TFDS), which reads,
+The input is data_pipeline/finetune/squad_input.py (official JSON files or TFDS), which reads,
 checks and windows the questions. This module turns the model's logits back
 into answers: `predict_answers` picks each question's n-best spans over all of
 its windows and maps them to the context's own text (`final_text`), and
@@ -24,9 +24,9 @@ from bertjax.model import BertForQuestionAnswering
 from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
 from data_pipeline import files
-from data_pipeline.finetune import squad as squad_data
+from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
-from data_pipeline.finetune.squad import SquadDocument, SquadError, SquadFeatures
+from data_pipeline.finetune.squad_input import SquadDocument, SquadError, SquadFeatures
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
 # ----------------------------------------------------------------------------- answers from logits
@@ -150,7 +150,7 @@ def _nbest(
     null: _Candidate,
     document: SquadDocument,
     spans: _SpanText,
-    config: squad_data.SquadConfig,
+    config: squad_input.SquadConfig,
 ) -> list[tuple[str, float, float]]:
     """The n best distinct texts of the sorted `candidates` as (text, start_logit,
     end_logit); SQuAD 2.0 adds the null answer when it is not among them. Never empty."""
@@ -184,7 +184,7 @@ def _nbest_entries(nbest: list[tuple[str, float, float]]) -> list[dict]:
 
 
 def _answer_or_null(
-    nbest: list[tuple[str, float, float]], null: _Candidate, config: squad_data.SquadConfig
+    nbest: list[tuple[str, float, float]], null: _Candidate, config: squad_input.SquadConfig
 ) -> tuple[str, float]:
     """SQuAD 2.0: the answer ("" when the null answer beats the best span by more than
     null_score_diff_threshold) and the null odds."""
@@ -326,15 +326,15 @@ METRIC_NAMES = ("f1", "exact_match")
 
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
-    data = squad_data.load_squad_task(config.data.to_dict(), pretrained.tokenizer)
+    data = squad_input.load_squad_task(config.data.to_dict(), pretrained.tokenizer)
     version = "v2.0" if data.config.version_2_with_negative else "v1.1"
     packed_shape = finetune.PackedShapes(
-        functools.partial(squad_data.packed_shape, data), config.optimizer.num_microbatches
+        functools.partial(squad_input.packed_shape, data), config.optimizer.num_microbatches
     )
 
     def make_dataset(split, position=None, **kwargs):
         packed = packed_shape.for_dataset(split, kwargs) if data.config.pack_examples else None
-        return squad_data.make_task_dataset(
+        return squad_input.make_task_dataset(
             data, split=split, position=position, packed=packed, **kwargs
         )
 
@@ -360,11 +360,11 @@ def setup(config, workdir: str) -> Setup:
     return finetune.make_setup(config, pretrained, head, make_dataset)
 
 
-def answers_for(restored, data: squad_data.SquadData, batch_size: int = 32) -> SquadPredictions:
+def answers_for(restored, data: squad_input.SquadData, batch_size: int = 32) -> SquadPredictions:
     """The predictions of a restored SQuAD workdir for every question of `data`."""
     restored.require("squad", "answers_for")
-    config = squad_data.from_config(restored.task.data)
-    features = squad_data.make_features(data, restored.tokenizer, config)
+    config = squad_input.from_config(restored.task.data)
+    features = squad_input.make_features(data, restored.tokenizer, config)
     starts, ends = [], []
     for begin in range(0, features.num_features, batch_size):
         rows = slice(begin, begin + batch_size)
@@ -385,9 +385,9 @@ def answers_for(restored, data: squad_data.SquadData, batch_size: int = 32) -> S
 def answer(restored, question: str, context: str) -> dict:
     """The answer span in `context`: {'text', 'probability', 'nbest'}; text '' for no answer."""
     restored.require("squad", "answer")
-    examples = squad_data.SquadData(
+    examples = squad_input.SquadData(
         "answer()",
-        (squad_data.SquadExample("q", question, context, answers=(), is_impossible=True),),
+        (squad_input.SquadExample("q", question, context, answers=(), is_impossible=True),),
     )
     predictions = answers_for(restored, examples)
     best = predictions.nbest["q"]
@@ -402,7 +402,7 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     """A SQuAD JSON file (answers not needed) -> a directory with predictions.json,
     nbest_predictions.json (and null_odds.json for 2.0)."""
     output = output or input_path + ".predictions"
-    data = squad_data.read_squad_json(input_path, labelled=False)
+    data = squad_input.read_squad_json(input_path, labelled=False)
     predictions = answers_for(restored, data, batch_size)
     write_predictions(predictions, output)
     return output
@@ -415,7 +415,7 @@ TASK = Task(
     best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
     forward_flops=finetune.forward_flops_per_token,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(squad_data.from_config),
+    check_config=finetune.config_checker(squad_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
 )

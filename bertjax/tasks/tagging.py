@@ -4,7 +4,7 @@
     python -m bertjax.main --config experiments/finetune/ner.py --workdir DIR \
         --config.init_checkpoint=PRETRAINED_WORKDIR
 
-The input is data_pipeline/finetune/tagging.py (CoNLL files or TFDS); the score is
+The input is data_pipeline/finetune/tagging_input.py (CoNLL files or TFDS); the score is
 entity-level precision, recall and F1 (scores.py). A fine-tuned workdir
 answers `tag(restore(workdir), "Anna moved to Berlin")`.
 """
@@ -21,7 +21,7 @@ from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
 from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
-from data_pipeline.finetune import tagging as tagging_data
+from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import read_text_file
 
 METRIC_NAMES = ("entity_f1", "entity_precision", "entity_recall")
@@ -29,22 +29,22 @@ METRIC_NAMES = ("entity_f1", "entity_precision", "entity_recall")
 
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
-    data = tagging_data.load_tagging_task(config.data.to_dict())
+    data = tagging_input.load_tagging_task(config.data.to_dict())
     num_labels = len(data.label_names)
     packed_shape = finetune.PackedShapes(
-        functools.partial(tagging_data.packed_shape, data, pretrained.tokenizer),
+        functools.partial(tagging_input.packed_shape, data, pretrained.tokenizer),
         config.optimizer.num_microbatches,
     )
 
     def make_dataset(split, position=None, **kwargs):
         packed = packed_shape.for_dataset(split, kwargs) if data.config.pack_examples else None
-        dataset, info = tagging_data.make_tagging_dataset(
+        dataset, info = tagging_input.make_tagging_dataset(
             data, pretrained.tokenizer, split=split, position=position, packed=packed, **kwargs
         )
         return dataset, info.num_batches
 
     def score(outputs, passed):
-        predicted = tagging_data.tags_from_predictions(
+        predicted = tagging_input.tags_from_predictions(
             np.argmax(outputs, axis=-1),
             passed["word_index"],
             passed["sentence_id"],
@@ -71,7 +71,7 @@ def setup(config, workdir: str) -> Setup:
         weight=_token_weight,
         score=score,
         write_predictions=write_predictions,
-        token_padding=tagging_data.TOKEN_PADDING,
+        token_padding=tagging_input.TOKEN_PADDING,
     )
     return finetune.make_setup(config, pretrained, head, make_dataset)
 
@@ -87,12 +87,12 @@ def tag(restored, text: str | Sequence[str]) -> list[tuple[str, str]]:
     words = tuple(text.split() if isinstance(text, str) else text)
     if not words:
         return []
-    sentences = tagging_data.Sentences("text", (words,), (np.zeros(len(words), np.int32),))
-    features, _ = tagging_data.encode_sentences(
+    sentences = tagging_input.Sentences("text", (words,), (np.zeros(len(words), np.int32),))
+    features, _ = tagging_input.encode_sentences(
         sentences, restored.tokenizer, max_seq_length=restored.max_seq_length
     )
     logits = np.asarray(restored.apply(features))
-    [tags] = tagging_data.tags_from_predictions(
+    [tags] = tagging_input.tags_from_predictions(
         np.argmax(logits, axis=-1),
         features["word_index"],
         features["sentence_id"],
@@ -124,7 +124,7 @@ TASK = Task(
     best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
     forward_flops=finetune.forward_flops_per_token,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(tagging_data.from_config),
+    check_config=finetune.config_checker(tagging_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
 )

@@ -1,2 +1,2 @@
 """Fine-tuning inputs: what they share (records.py) and one module per kind of task
-(classification.py, tagging.py, squad.py)."""
+(classification_input.py, tagging_input.py, squad_input.py)."""

@@ -1,4 +1,4 @@
-"""What the fine-tuning inputs (classification.py, tagging.py, squad.py) share.
+"""What the fine-tuning inputs (classification_input.py, tagging_input.py, squad_input.py) share.
 
 Reading: `read_text_file` (UTF-8, any BOM dropped), `read_records` (the
 columns of a TSV, CSV or JSONL file, chosen by extension) and

@@ -1,6 +1,6 @@
-"""SQuAD fine-tuning: `squad.py:v1.1` or `squad.py:v2.0` (answers may be absent).
+"""SQuAD fine-tuning: `squad_input.py:v1.1` or `squad_input.py:v2.0` (answers may be absent).
 
-    python -m bertjax.main --config experiments/finetune/squad.py:v1.1 --workdir runs/squad \
+    python -m bertjax.main --config experiments/finetune/squad_input.py:v1.1 --workdir runs/squad \
         --config.init_checkpoint=runs/bert_base_converted \
         --config.data.train_file=train-v1.1.json --config.data.eval_file=dev-v1.1.json
 
@@ -20,7 +20,7 @@ with this config's lr and epochs (at batch 12) reports dev F1 88.41.
 import ml_collections
 
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import squad
+from data_pipeline.finetune import squad_input
 from experiments.finetune import base
 
 VERSIONS = ("v1.1", "v2.0")
@@ -28,11 +28,13 @@ VERSIONS = ("v1.1", "v2.0")
 
 def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
     if version not in VERSIONS:
-        raise ConfigError(f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}")
+        raise ConfigError(
+            f"squad_input.py:{version}: the version must be one of {', '.join(VERSIONS)}"
+        )
     config = base.get_config()
     config.task = "squad"
-    # run_squad.py's defaults; data_pipeline.finetune.squad.SquadConfig comments every option.
-    config.data = squad.default_config()
+    # run_squad.py's defaults; data_pipeline.finetune.squad_input.SquadConfig comments every option.
+    config.data = squad_input.default_config()
     config.data.tfds_name = f"squad/{version}"
     config.data.version_2_with_negative = version == "v2.0"
     # lr 3e-5 and 2 epochs are the original README.md's BERT-Base SQuAD 1.1 command

@@ -323,8 +323,9 @@ def train_and_evaluate(
     preempted or time-sliced job would; running again continues the same run.
     `devices` (default: all) are the ones the mesh spans. Returns what
     results.json holds: {"eval": the last evaluation, "best": the best by the
-    task's metric, "best_metric": that metric's name and direction, "task",
-    "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted` after saving when asked to stop.
+    task's metric, "best_metric": that metric's name and direction,
+    "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted`
+    after saving when asked to stop.
     """
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
         start_step = checkpoint.latest_step(workdir) or 0

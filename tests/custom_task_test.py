@@ -240,9 +240,11 @@ def _poisoned(first: int, count: int) -> Task:
                 bad = (index >= first - 1) & (index < first - 1 + count)
                 return {**batch, "length": tf.where(bad, np.float32("nan"), batch["length"])}
 
-            return setup_.train_dataset(**host).enumerate().map(poison)
+            return setup_.data.train(**host).enumerate().map(poison)
 
-        return dataclasses.replace(setup_, train_dataset=train_dataset)
+        return dataclasses.replace(
+            setup_, data=dataclasses.replace(setup_.data, train=train_dataset)
+        )
 
     return dataclasses.replace(SENTENCE_LENGTH, setup=poisoned_setup)
 

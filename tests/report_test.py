@@ -70,6 +70,9 @@ def test_restore_names_what_the_workdir_lacks(trained, tmp_path):
         inference.restore(str(tmp_path))
     for name in (workdir_lib.CONFIG_FILE, workdir_lib.MODEL_CONFIG_FILE):
         shutil.copy(f"{workdir}/{name}", tmp_path / name)
+    with pytest.raises(checkpoint.CheckpointError, match="no task.json"):
+        inference.restore(str(tmp_path))
+    shutil.copy(f"{workdir}/{workdir_lib.TASK_FILE}", tmp_path / workdir_lib.TASK_FILE)
     with pytest.raises(checkpoint.CheckpointError, match="no vocabulary"):
         inference.restore(str(tmp_path))
 

@@ -225,16 +225,6 @@ def test_a_resume_must_be_the_same_run(tmp_path, config):
         )
     os.rename(tmp_path / "saved.json", tmp_path / "config.json")
 
-    # A workdir written before packing existed resumes unpacked, and only so.
-    saved = json.loads((tmp_path / "config.json").read_text())
-    for key in ("pack_examples", "max_sequences_per_row"):
-        del saved["data"][key]
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(checkpoint.CheckpointError, match=re.escape("pack_examples False -> True")):
-        train.train_and_evaluate(
-            _changed(config, "data.pack_examples", True), workdir, devices=ONE_DEVICE
-        )
-
     # Longer, logging at another cadence, with worker processes: the same run goes on.
     longer = _changed(_changed(config, "num_train_steps", 10), "log_every_steps", 5)
     longer = _changed(longer, "data.num_workers", 1)

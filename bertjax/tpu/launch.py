@@ -95,7 +95,7 @@ from data_pipeline.errors import UserError
 FLAGS = flags.FLAGS
 
 SUBCOMMANDS = ("create", "setup", "run", "sweep", "status", "logs", "stop", "delete")
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 # Files the launcher makes; dry runs show these names instead of temporary paths.
 ARCHIVE = "<bertjax.tar.gz>"
 STARTUP_SCRIPT = "<startup.sh>"

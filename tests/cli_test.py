@@ -237,3 +237,14 @@ def test_check_known_keys():
         "config.optimizer",
         "config.optimizer.learning_rate",
     ]
+
+
+@pytest.mark.parametrize(
+    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "import_export")]
+)
+def test_a_package_command_helps_with_its_module_usage(command, module):
+    # absl prints the __main__ module's docstring; a package's __main__.py lends its command's.
+    source = (REPO / command.replace(".", "/") / f"{module}.py").read_text(encoding="utf-8")
+    first_line = source.split('"""', 1)[1].lstrip("\\").splitlines()[0]
+    result = run_python("-m", command, "--help")
+    assert first_line in result.stdout, result.stdout[:500]

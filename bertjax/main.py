@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from bertjax import preemption, tasks, train
 from bertjax import workdir as workdir_lib
+from bertjax.tpu import slices
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -67,6 +68,7 @@ def compilation_cache_dir(config, workdir: str, current: str | None) -> str | No
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
+    slices.libtpu_without_tpu()  # before jax starts
     if FLAGS.distributed:
         initialize_distributed()
     cache = compilation_cache_dir(FLAGS.config, FLAGS.workdir, jax.config.jax_compilation_cache_dir)

@@ -19,6 +19,7 @@ import tensorflow as tf
 from absl import flags
 
 from bertjax import inference, tasks
+from bertjax.tpu import slices
 from bertjax.workdir import CheckpointError
 from data_pipeline import cli
 
@@ -46,6 +47,7 @@ def define_flags() -> None:
 
 def main(argv) -> None:
     del argv
+    slices.libtpu_without_tpu()  # before jax starts
     values = flags.FLAGS
     where = predict(
         values.workdir,

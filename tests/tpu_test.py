@@ -81,3 +81,24 @@ def test_multislice_mesh_spans_slices_along_the_data_axis_only():
     assert (slice_index[:4] == 0).all() and (slice_index[4:] == 1).all()
     with pytest.raises(sharding.MeshError, match="must be a multiple of the 2 slices"):
         sharding.make_mesh({"data": 1, "fsdp": -1, "tensor": 1}, devices)
+
+
+def test_libtpu_settings_are_made_when_a_tool_starts_not_when_bertjax_is_imported():
+    import os
+    import subprocess
+    import sys
+
+    ours = ("TPU_SKIP_MDS_QUERY", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
+    env = {k: v for k, v in os.environ.items() if k not in (*ours, "ALLOW_MULTIPLE_LIBTPU_LOAD")}
+    # (TensorFlow's import sets TPU_SKIP_MDS_QUERY itself; the other two are ours alone.)
+    script = (
+        "import os; from bertjax import main; "
+        "assert 'TPU_WORKER_HOSTNAMES' not in os.environ; "
+        "from bertjax.tpu import slices; slices.libtpu_without_tpu(); "
+        "print(os.environ.get('TPU_WORKER_HOSTNAMES'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    # libtpu is installed here (the aot tests need it) and this host has no TPU.
+    assert result.stdout.strip() == "localhost", result.stderr[-2000:]

@@ -27,6 +27,7 @@ import numpy as np
 from absl import flags
 
 from bertjax.model import ATTENTION_IMPLEMENTATIONS, BertConfig, BertForPreTraining, BertModel
+from bertjax.tpu import slices
 from data_pipeline import cli
 from data_pipeline.config import ConfigError
 
@@ -121,6 +122,7 @@ def measure(
 
 def main(argv):
     del argv
+    slices.libtpu_without_tpu()  # before jax starts
     lengths = [int(x) for x in FLAGS.lengths]
     batch_sizes = [int(x) for x in FLAGS.batch_sizes]
     if len(batch_sizes) != len(lengths):

@@ -31,6 +31,7 @@ from ml_collections import config_flags
 
 from bertjax import sharding, train
 from bertjax.tasks.contract import host_share
+from bertjax.tpu import slices
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -116,6 +117,7 @@ def measure(config, workdir: str, steps: int) -> dict:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
+    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     with tempfile.TemporaryDirectory() as workdir:
         r = measure(FLAGS.config, workdir, FLAGS.steps)

@@ -45,6 +45,7 @@ from bertjax import flops, sharding, train
 from bertjax import model as model_lib
 from bertjax.bench import hf_flax
 from bertjax.tasks import pretraining
+from bertjax.tpu import slices
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
@@ -165,6 +166,7 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
+    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     if FLAGS.compare_hf_flax:
         hf_flax.import_hf_flax_bert()  # fail before compiling anything

@@ -41,6 +41,7 @@ from bertjax.convert import config_json, param_names
 from bertjax.convert.param_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
+from bertjax.tpu import slices
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
@@ -660,6 +661,7 @@ def define_flags() -> None:
 
 
 def main(argv: list[str]) -> None:
+    slices.libtpu_without_tpu()  # before jax starts
     command, first, second = _command_line(argv[1:])
     # What was initialized is printed below; orbax's notices are noise here.
     logging.set_verbosity(logging.ERROR)

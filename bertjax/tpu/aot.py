@@ -358,7 +358,7 @@ def format_report(r: dict) -> str:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()
+    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     tpu_slice = slices.parse(FLAGS.topology, num_slices=FLAGS.num_slices)
     result = compile_report(

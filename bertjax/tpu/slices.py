@@ -13,6 +13,7 @@ and HBM bandwidth per chip.
 
 import dataclasses
 import glob
+import importlib.util
 import math
 import os
 import re
@@ -159,15 +160,17 @@ def _shape(chips: int, dims: int) -> tuple[int, ...]:
 
 
 def libtpu_without_tpu() -> None:
-    """Settings for libtpu on a host with no TPU attached, where it only compiles (bertjax.tpu.aot).
+    """Settings for libtpu installed on a host with no TPU attached, where it only compiles
+    (bertjax.tpu.aot); nothing where libtpu is not installed or a TPU is.
 
     libtpu still looks for the TPU VM's metadata whenever jax starts, and prints a
     page of warnings; these settings answer it. Its lock file, which keeps two
     processes off one TPU, would also keep two compiling processes apart. They
-    must be set before jax starts its backends, and never on a TPU VM: the
-    ahead-of-time tool sets them when it starts, and so does any process that
-    has libtpu installed on a host without a TPU (the test suite's).
+    must be set before jax starts its backends: every bertjax tool that starts jax
+    calls this first thing in its `main`, and so does the test suite.
     """
+    if importlib.util.find_spec("libtpu") is None:
+        return
     if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
         return
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")

@@ -529,8 +529,7 @@ class Evaluator:
     def __init__(self, run: Run, workdir: str, jitted_eval_step, writer, stop):
         self.run, self.workdir, self.eval_step = run, workdir, jitted_eval_step
         self.writer, self.stop = writer, stop
-        metric = run.task.best_metric(run.config)
-        self.metric = metric
+        self.metric = metric = run.task.best_metric(run.config)
         self.results = workdir_lib.read_results(workdir)
         self.results.update(
             init_checkpoint=run.setup.init.checkpoint,

@@ -29,7 +29,7 @@ from absl import flags, logging
 from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import sharding, train
+from bertjax import metrics, sharding, train
 from bertjax.tasks.contract import host_share
 from bertjax.tpu import slices
 from data_pipeline import cli
@@ -68,7 +68,7 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
         raise ValueError(
             f"--steps={steps}: the run has only {len(batches)} train batches; lower --steps"
         )
-    real = [int(np.count_nonzero(b["input_mask"])) for b in batches]
+    real = [metrics.real_tokens(b) for b in batches]
     examples = [_examples(b) for b in batches]
     rows = batches[0]["input_ids"].shape[0]
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):

@@ -1,12 +1,17 @@
 """A task defined entirely here, sentence-length regression, trained by the one training loop.
 
 It is what the README's "Adding a task" section describes: a `Task` of plain
-functions handed to `train.train_and_evaluate`; nothing in bertjax/ knows it.
+functions, handed to `train.train_and_evaluate` or named by its import path
+(`config.task = "custom_task_test:SENTENCE_LENGTH"`); nothing in bertjax/ knows it.
 """
 
 import dataclasses
 import functools
 import json
+import os
+import pathlib
+import subprocess
+import sys
 from pydoc_data.topics import topics
 
 import jax
@@ -15,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax import checkpoint, flops, train
+from bertjax import checkpoint, flops, inference, train
 from bertjax import model as model_lib
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks import scores
@@ -211,6 +216,93 @@ def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path
         assert 0 < line["mfu"] <= 1
     assert json.loads((workdir / "results.json").read_text())["eval"] == results["eval"]
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir())[-1] == "150"
+
+
+SWEEP_EXPERIMENT = """\
+from experiments.pretrain import tiny_cpu
+
+
+def get_config():
+    c = tiny_cpu.get_config()
+    c.task = "custom_task_test:SENTENCE_LENGTH"
+    c.num_train_steps = 40
+    c.train_batch_size = 16
+    c.eval_batch_size = 16
+    c.eval_every_steps = 40
+    c.checkpoint_every_steps = 40
+    c.log_every_steps = 20
+    c.optimizer.warmup_steps = 5
+    c.data.vocab_file = {vocab!r}
+    c.data.vocab_size = 30522
+    c.data.max_seq_length = {length}
+    c.model.hidden_size = 64
+    c.model.num_attention_heads = 2
+    c.model.intermediate_size = 128
+    c.model.max_position_embeddings = 64
+    c.model.hidden_dropout_prob = 0.0
+    c.model.attention_probs_dropout_prob = 0.0
+    return c
+
+
+def get_sweep(h):
+    return h.sweep("optimizer.learning_rate", [1e-7, 2e-3])
+"""
+
+
+def test_a_task_named_by_its_import_path_sweeps_and_restores(tmp_path, bert_tokenizer_json):
+    experiment = tmp_path / "length_sweep.py"
+    experiment.write_text(SWEEP_EXPERIMENT.format(vocab=bert_tokenizer_json, length=LENGTH))
+    tests_dir = pathlib.Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), str(tests_dir.parent)])}
+    sweep_dir = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, "-m", "bertjax.sweep", "run", "--config", str(experiment)]
+        + ["--sweep_dir", str(sweep_dir)],
+        cwd=tests_dir.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    finals = {
+        workdir.name: json.loads((workdir / "results.json").read_text())["eval"]
+        for workdir in (sweep_dir / "trials").iterdir()
+        if workdir.is_dir()
+    }
+    assert len(finals) == 2
+    # The task's metric, lower is better: the trial that learned is the best one.
+    best = min(finals, key=lambda name: finals[name]["mean_absolute_error"])
+    assert "0.002" in best, finals
+    report = subprocess.run(
+        [sys.executable, "-m", "bertjax.sweep", "report", str(sweep_dir)],
+        cwd=tests_dir.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    (best_line,) = [line for line in report.stdout.splitlines() if line.startswith("best: ")]
+    assert best_line.endswith(best) and "mean_absolute_error" in best_line
+
+    # The workdir names the task by its path: restore finds the task's model again.
+    workdir = sweep_dir / "trials" / best
+    assert json.loads((workdir / "task.json").read_text())["kind"] == (
+        "custom_task_test:SENTENCE_LENGTH"
+    )
+    restored = inference.restore(str(workdir))
+    assert restored.kind == "custom_task_test:SENTENCE_LENGTH"
+    assert isinstance(restored.model, BertForSequenceClassification)
+
+
+def test_a_task_path_that_names_no_task_is_a_config_error():
+    from bertjax import tasks
+
+    with pytest.raises(tasks.ConfigError, match="cannot import no_such_module"):
+        tasks.get("no_such_module:TASK")
+    with pytest.raises(tasks.ConfigError, match="has no Task called 'LENGTH'"):
+        tasks.get("custom_task_test:LENGTH")
 
 
 def test_a_task_defined_outside_bertjax_compiles_ahead_of_time(config):

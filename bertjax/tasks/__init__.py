@@ -2,9 +2,16 @@
 
 Adding a task is one module in bertjax/tasks/ that builds a `Task`, one line in
 `table()`, its input code in data_pipeline/ if it needs new input, and an
-experiment config whose `task` names it. A task defined elsewhere (a notebook,
-a test) is handed to `train.train_and_evaluate(..., task=...)` directly.
+experiment config whose `task` names it. A task defined in your own module
+needs none of that: `config.task = "package.module:ATTRIBUTE"` names the `Task`
+by its import path (the module must be importable, on PYTHONPATH), and that
+path is the task's name in the workdir, so that restore, predict and sweeps find
+it again. A notebook can also hand a `Task` to `train.train_and_evaluate(...,
+task=...)` directly.
 """
+
+import dataclasses
+import importlib
 
 from data_pipeline.config import ConfigError
 
@@ -24,7 +31,10 @@ def table() -> dict:
 
 
 def get(name: str, *, where: str = "config.task"):
-    """The Task called `name`; an unknown name is an error naming `where`."""
+    """The Task called `name`, or at the import path `module:ATTRIBUTE`; an unknown name
+    is an error naming `where`."""
+    if ":" in name:
+        return _imported(name, where)
     tasks = table()
     if name not in tasks:
         raise ConfigError(f"{where}={name!r}: must be one of {', '.join(tasks)}")
@@ -34,3 +44,17 @@ def get(name: str, *, where: str = "config.task"):
 def for_config(config):
     """The task `config.task` names (pretraining when the config has no `task`)."""
     return get(config.task if "task" in config else DEFAULT)
+
+
+def _imported(path: str, where: str):
+    from bertjax.tasks.contract import Task
+
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{where}={path!r}: cannot import {module_name}: {e}") from e
+    task = getattr(module, attribute, None)
+    if not isinstance(task, Task):
+        raise ConfigError(f"{where}={path!r}: {module_name} has no Task called {attribute!r}")
+    return dataclasses.replace(task, name=path)

@@ -135,7 +135,57 @@ class ClassificationConfig:
     pack_examples: bool = True
 
     def __post_init__(self):
-        _check(self)
+        if self.source not in SOURCES:
+            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
+        if self.max_seq_length < 3:
+            fail("max_seq_length", self.max_seq_length, "must be at least 3 ([CLS] A [SEP])")
+        for metric in self.metrics:
+            if metric not in METRICS:
+                fail("metrics", self.metrics, f"{metric!r} is not one of {', '.join(METRICS)}")
+        if self.source == "glue":
+            if self.glue_task not in GLUE_TASKS:
+                fail("glue_task", self.glue_task, f"must be one of {', '.join(GLUE_TASKS)}")
+            task = GLUE_TASKS[self.glue_task]
+            if self.eval_split and self.eval_split not in task.eval_splits:
+                fail(
+                    "eval_split",
+                    self.eval_split,
+                    f"glue/{self.glue_task} has {', '.join(task.eval_splits)}",
+                )
+            if self.label_names or self.metrics:
+                option = "label_names" if self.label_names else "metrics"
+                fail(option, getattr(self, option), "source='glue' takes it from GLUE_TASKS")
+            if self.is_regression and not task.is_regression:
+                fail("is_regression", True, f"glue/{self.glue_task} is a classification task")
+            return
+        if not self.train_file and not self.eval_file:
+            fail(
+                "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
+            )
+        for option in ("train_file", "eval_file"):
+            path = getattr(self, option)
+            if path and os.path.splitext(path)[1].lower() not in FILE_FORMATS:
+                fail(option, path, f"the extension must be one of {', '.join(FILE_FORMATS)}")
+        if not self.text_a:
+            fail("text_a", self.text_a, "must name a column")
+        if not self.label:
+            fail("label", self.label, "must name a column")
+        if self.is_regression:
+            if self.label_names:
+                fail("label_names", self.label_names, "a regression task has no label names")
+            if {"accuracy", "f1", "matthews_corrcoef"} & set(self.metrics):
+                fail("metrics", self.metrics, "regression takes pearson and spearman")
+            return
+        if {"pearson", "spearman"} & set(self.metrics):
+            fail("metrics", self.metrics, "pearson and spearman are for is_regression=True")
+        if not self.train_file and not self.label_names:
+            fail("label_names", self.label_names, "without train_file the label set must be given")
+        if self.label_names and len(set(self.label_names)) != len(self.label_names):
+            fail("label_names", self.label_names, "has duplicates")
+        if self.label_names and len(self.label_names) < 2:
+            fail("label_names", self.label_names, "classification needs at least two labels")
+        if "f1" in self.metrics and self.label_names and len(self.label_names) != 2:
+            fail("metrics", self.metrics, "f1 needs exactly two labels")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -146,56 +196,6 @@ def default_config() -> ml_collections.ConfigDict:
 def from_config(data_config: Any) -> ClassificationConfig:
     """A ClassificationConfig from a ConfigDict, a dict or itself; unknown keys fail."""
     return task_config(ClassificationConfig, data_config)
-
-
-def _check(c: ClassificationConfig) -> None:
-    if c.source not in SOURCES:
-        fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
-    if c.max_seq_length < 3:
-        fail("max_seq_length", c.max_seq_length, "must be at least 3 ([CLS] A [SEP])")
-    for metric in c.metrics:
-        if metric not in METRICS:
-            fail("metrics", c.metrics, f"{metric!r} is not one of {', '.join(METRICS)}")
-    if c.source == "glue":
-        if c.glue_task not in GLUE_TASKS:
-            fail("glue_task", c.glue_task, f"must be one of {', '.join(GLUE_TASKS)}")
-        task = GLUE_TASKS[c.glue_task]
-        if c.eval_split and c.eval_split not in task.eval_splits:
-            fail(
-                "eval_split", c.eval_split, f"glue/{c.glue_task} has {', '.join(task.eval_splits)}"
-            )
-        if c.label_names or c.metrics:
-            option = "label_names" if c.label_names else "metrics"
-            fail(option, getattr(c, option), "source='glue' takes it from GLUE_TASKS")
-        if c.is_regression and not task.is_regression:
-            fail("is_regression", True, f"glue/{c.glue_task} is a classification task")
-        return
-    if not c.train_file and not c.eval_file:
-        fail("train_file", c.train_file, "source='files' needs train_file, eval_file or both")
-    for option in ("train_file", "eval_file"):
-        path = getattr(c, option)
-        if path and os.path.splitext(path)[1].lower() not in FILE_FORMATS:
-            fail(option, path, f"the extension must be one of {', '.join(FILE_FORMATS)}")
-    if not c.text_a:
-        fail("text_a", c.text_a, "must name a column")
-    if not c.label:
-        fail("label", c.label, "must name a column")
-    if c.is_regression:
-        if c.label_names:
-            fail("label_names", c.label_names, "a regression task has no label names")
-        if {"accuracy", "f1", "matthews_corrcoef"} & set(c.metrics):
-            fail("metrics", c.metrics, "regression takes pearson and spearman")
-        return
-    if {"pearson", "spearman"} & set(c.metrics):
-        fail("metrics", c.metrics, "pearson and spearman are for is_regression=True")
-    if not c.train_file and not c.label_names:
-        fail("label_names", c.label_names, "without train_file the label set must be given")
-    if c.label_names and len(set(c.label_names)) != len(c.label_names):
-        fail("label_names", c.label_names, "has duplicates")
-    if c.label_names and len(c.label_names) < 2:
-        fail("label_names", c.label_names, "classification needs at least two labels")
-    if "f1" in c.metrics and c.label_names and len(c.label_names) != 2:
-        fail("metrics", c.metrics, "f1 needs exactly two labels")
 
 
 # ----------------------------------------------------------------------------- examples
@@ -406,30 +406,22 @@ def make_classification_dataset(
     tokenizer,
     *,
     split: str,
-    batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    position=None,
     packed: packing.PackShape | None = None,
+    **batching,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
-    `tokenizer` is a data_pipeline.tokenizer tokenizer (make_tokenizer). `seed`
-    and `num_epochs` apply to training only. `packed` (from packed_shape, with the
-    same arguments) packs every batch into that shape.
+    `tokenizer` is a data_pipeline.tokenizer tokenizer (make_tokenizer). `batching` is
+    records.batch_indices' keyword arguments (batch_size required; seed, num_epochs and
+    position apply to training only). `packed` (from packed_shape, with the same
+    arguments) packs every batch into that shape.
     """
+    batch_size = batching["batch_size"]
     examples = task_split(task, split)
     indices, info = batch_indices(
         len(examples),
         training=split == "train",
-        batch_size=batch_size,
-        process_index=process_index,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        position=position,
+        **batching,
     )
     # Tokenized once here: the batches only gather (a tokenizer traced into the map
     # function would cost seconds per dataset, and tokenize every epoch again).
@@ -454,7 +446,7 @@ def make_classification_dataset(
         )
         per_example = {"label": tf.gather(labels, index), "example_weight": weight}
         if packed:
-            first_row = process_index * packed.rows
+            first_row = batching.get("process_index", 0) * packed.rows
             features = packing.pack(
                 features, per_example, packed, pad_id=vocab.pad_id, first_row=first_row
             )
@@ -475,28 +467,12 @@ def make_classification_dataset(
 
 
 def packed_shape(
-    task: ClassificationTask,
-    tokenizer,
-    *,
-    split: str,
-    batch_size: int,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    rows_multiple: int = 1,
+    task: ClassificationTask, tokenizer, *, split: str, **batching
 ) -> packing.PackShape:
-    """The packed shape that holds every batch of `split` on every process (packing.py)."""
-    examples = task_split(task, split)
-    return records.packed_shape(
-        example_lengths(examples, tokenizer, task.config.max_seq_length),
-        training=split == "train",
-        batch_size=batch_size,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        max_seq_length=task.config.max_seq_length,
-        rows_multiple=rows_multiple,
-    )
+    """records.packed_shape for `split`'s examples; `batching` is its keyword arguments."""
+    length = task.config.max_seq_length
+    lengths = example_lengths(task_split(task, split), tokenizer, length)
+    return records.packed_shape(lengths, length, split=split, **batching)
 
 
 def example_lengths(examples: Examples, tokenizer, max_seq_length: int) -> np.ndarray:

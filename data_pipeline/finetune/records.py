@@ -240,10 +240,10 @@ def batch_indices(
     *,
     training: bool,
     batch_size: int,
-    process_index: int,
-    process_count: int,
-    seed: int,
-    num_epochs: float,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
     position: Any = None,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
@@ -305,20 +305,21 @@ def batch_indices(
 
 def packed_shape(
     lengths: np.ndarray,
-    *,
-    training: bool,
-    batch_size: int,
-    process_count: int,
-    seed: int,
-    num_epochs: float,
     max_seq_length: int,
-    rows_multiple: int,
+    *,
+    split: str,
+    batch_size: int,
+    process_count: int = 1,
+    seed: int = 0,
+    num_epochs: float = 1.0,
+    rows_multiple: int = 1,
 ) -> packing.PackShape:
     """The packed shape (data_pipeline/packing.py) that holds every batch that batch_indices
-    draws, with these arguments, from examples of `lengths` tokens, on every process."""
+    draws for `split`, with these arguments, from examples of `lengths` tokens, on every
+    process."""
     plan, _ = batch_indices(
         len(lengths),
-        training=training,
+        training=split == "train",
         batch_size=batch_size * process_count,  # the global batches, then each host's share
         process_index=0,
         process_count=1,

@@ -574,28 +574,11 @@ def make_task_dataset(task: SquadTask, *, split: str, **kwargs) -> tuple[tf.data
     return dataset, info.num_batches
 
 
-def packed_shape(
-    task: SquadTask,
-    *,
-    split: str,
-    batch_size: int,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    rows_multiple: int = 1,
-) -> packing.PackShape:
-    """The packed shape that holds every batch of `split` on every process (packing.py)."""
+def packed_shape(task: SquadTask, *, split: str, **batching) -> packing.PackShape:
+    """records.packed_shape for `split`'s features; `batching` is its keyword arguments."""
     features = task_split(task, split)
-    return records.packed_shape(
-        features.input_mask.sum(axis=1),
-        training=split == "train",
-        batch_size=batch_size,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        max_seq_length=features.config.max_seq_length,
-        rows_multiple=rows_multiple,
-    )
+    lengths = features.input_mask.sum(axis=1)
+    return records.packed_shape(lengths, features.config.max_seq_length, split=split, **batching)
 
 
 def make_dataset(

@@ -114,7 +114,32 @@ class TaggingConfig:
     pack_examples: bool = True
 
     def __post_init__(self):
-        _check(self)
+        if self.source not in SOURCES:
+            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
+        if self.tagging_scheme not in TAGGING_SCHEMES:
+            fail(
+                "tagging_scheme",
+                self.tagging_scheme,
+                f"must be one of {', '.join(TAGGING_SCHEMES)}",
+            )
+        if self.max_seq_length < 3:
+            fail("max_seq_length", self.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
+        if self.source == "tfds":
+            if not self.tfds_name:
+                fail("tfds_name", self.tfds_name, "source='tfds' needs a dataset name")
+            if self.label_names:
+                fail("label_names", self.label_names, "source='tfds' takes the ClassLabel names")
+            return
+        if not self.train_file and not self.eval_file:
+            fail(
+                "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
+            )
+        if self.tag_column == 0:
+            fail("tag_column", self.tag_column, "column 0 holds the word")
+        if not self.train_file and not self.label_names:
+            fail("label_names", self.label_names, "without train_file the label set must be given")
+        if len(set(self.label_names)) != len(self.label_names):
+            fail("label_names", self.label_names, "has duplicates")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -125,29 +150,6 @@ def default_config() -> ml_collections.ConfigDict:
 def from_config(data_config: Any) -> TaggingConfig:
     """A TaggingConfig from a ConfigDict, a dict or itself; unknown keys fail."""
     return task_config(TaggingConfig, data_config)
-
-
-def _check(c: TaggingConfig) -> None:
-    if c.source not in SOURCES:
-        fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
-    if c.tagging_scheme not in TAGGING_SCHEMES:
-        fail("tagging_scheme", c.tagging_scheme, f"must be one of {', '.join(TAGGING_SCHEMES)}")
-    if c.max_seq_length < 3:
-        fail("max_seq_length", c.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
-    if c.source == "tfds":
-        if not c.tfds_name:
-            fail("tfds_name", c.tfds_name, "source='tfds' needs a dataset name")
-        if c.label_names:
-            fail("label_names", c.label_names, "source='tfds' takes the ClassLabel names")
-        return
-    if not c.train_file and not c.eval_file:
-        fail("train_file", c.train_file, "source='files' needs train_file, eval_file or both")
-    if c.tag_column == 0:
-        fail("tag_column", c.tag_column, "column 0 holds the word")
-    if not c.train_file and not c.label_names:
-        fail("label_names", c.label_names, "without train_file the label set must be given")
-    if len(set(c.label_names)) != len(c.label_names):
-        fail("label_names", c.label_names, "has duplicates")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -350,23 +352,15 @@ def encode_sentences(
 
 
 def make_tagging_dataset(
-    task: TaggingTask,
-    tokenizer,
-    *,
-    split: str,
-    batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    position=None,
-    packed: packing.PackShape | None = None,
+    task: TaggingTask, tokenizer, *, split: str, packed: packing.PackShape | None = None, **batching
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'); see the module docstring.
 
-    SplitInfo counts windows, not sentences. `seed` and `num_epochs` apply to training only.
+    SplitInfo counts windows, not sentences. `batching` is records.batch_indices' keyword
+    arguments (batch_size required; seed, num_epochs and position apply to training only).
     `packed` (from packed_shape, with the same arguments) packs every batch into that shape.
     """
+    batch_size = batching["batch_size"]
     sentences = task_split(task, split)
     features, stats = encode_sentences(
         sentences, tokenizer, max_seq_length=task.config.max_seq_length
@@ -381,12 +375,7 @@ def make_tagging_dataset(
     indices, info = batch_indices(
         stats.windows,
         training=split == "train",
-        batch_size=batch_size,
-        process_index=process_index,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        position=position,
+        **batching,
     )
     constants = {name: tf.constant(value) for name, value in features.items()}
     pad_id = tokenizer.vocab.pad_id
@@ -407,7 +396,7 @@ def make_tagging_dataset(
                 batch,
                 packed,
                 pad_id=pad_id,
-                first_row=process_index * packed.rows,
+                first_row=batching.get("process_index", 0) * packed.rows,
                 per_token=per_token,
                 token_padding=TOKEN_PADDING,
             )
@@ -423,31 +412,11 @@ def make_tagging_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE), info
 
 
-def packed_shape(
-    task: TaggingTask,
-    tokenizer,
-    *,
-    split: str,
-    batch_size: int,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    rows_multiple: int = 1,
-) -> packing.PackShape:
-    """The packed shape that holds every batch of `split` on every process (packing.py)."""
-    features, _ = encode_sentences(
-        task_split(task, split), tokenizer, max_seq_length=task.config.max_seq_length
-    )
-    return records.packed_shape(
-        features["input_mask"].sum(axis=1),
-        training=split == "train",
-        batch_size=batch_size,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        max_seq_length=task.config.max_seq_length,
-        rows_multiple=rows_multiple,
-    )
+def packed_shape(task: TaggingTask, tokenizer, *, split: str, **batching) -> packing.PackShape:
+    """records.packed_shape for `split`'s windows; `batching` is its keyword arguments."""
+    length = task.config.max_seq_length
+    features, _ = encode_sentences(task_split(task, split), tokenizer, max_seq_length=length)
+    return records.packed_shape(features["input_mask"].sum(axis=1), length, split=split, **batching)
 
 
 def tags_from_predictions(

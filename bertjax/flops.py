@@ -8,7 +8,7 @@ scores and weighted sum (dense [L, L], padding included), the feed-forward
 block and the task's head (below). A train step is 3x the forward pass (the
 backward pass computes two matmuls for each forward one). Not counted:
 LayerNorm, activations, softmax, dropout and the optimizer (XLA's count is
-1-3% higher for the BERT presets, more for toy widths; tests/flops_test.py
+1-3% higher for the BERT presets, more for toy widths; tests/bertjax/flops_test.py
 compares the two), nor what remat recomputes: MFU counts the model's FLOPs,
 not the hardware's. Pretraining's last layer counts what it computes: keys and
 values at every position, the rest at the [CLS] and masked positions alone

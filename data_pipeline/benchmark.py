@@ -146,7 +146,7 @@ def corpus_and_sentences():
         "of the plan, e.g. the budget and timeline. Members asked questions! Was it enough? "
         "The vote was postponed until the next meeting.\n\n"
     )
-    text = paragraph * 2000  # about 0.5 MB, as tests/sentences_test.py
+    text = paragraph * 2000  # about 0.5 MB, as tests/data_pipeline/sentences_test.py
     start = time.perf_counter()
     split_sentences(text)
     seconds = time.perf_counter() - start

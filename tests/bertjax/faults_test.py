@@ -1,0 +1,218 @@
+"""Faults as a user meets them, on `python -m bertjax.main` in subprocesses: SIGTERM and
+Ctrl-C at several moments, kill -9, two runs on one workdir, a full disk."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from support import REPO
+
+# A tiny model on the built-in corpus with the real vocabulary: a few seconds to start.
+SMALL = (
+    "--config.data.vocab_size=30522",
+    "--config.data.max_seq_length=64",
+    "--config.data.max_predictions_per_seq=10",
+    "--config.data.document_buffer_size=32",
+    "--config.model.hidden_size=64",
+    "--config.model.num_attention_heads=2",
+    "--config.model.intermediate_size=128",
+    "--config.model.max_position_embeddings=64",
+    "--config.train_batch_size=8",
+    "--config.eval_batch_size=8",
+    "--config.num_eval_steps=2",
+    "--config.eval_every_steps=0",
+    "--config.optimizer.warmup_steps=2",
+    "--config.log_every_steps=1",
+)
+PREEMPTED = 75
+
+
+def command(workdir, vocab, *overrides) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bertjax.main",
+        "--config",
+        os.path.join(REPO, "experiments/pretrain/tiny_cpu.py"),
+        f"--workdir={workdir}",
+        f"--config.data.vocab_file={vocab}",
+        *SMALL,
+        *overrides,
+    ]
+
+
+def start(workdir, vocab, *overrides) -> subprocess.Popen:
+    # The runs of one test, one after another, share a compilation cache beside their workdirs.
+    cache = os.path.join(os.path.dirname(workdir), "jax_cache")
+    return subprocess.Popen(
+        command(workdir, vocab, *overrides),
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "JAX_COMPILATION_CACHE_DIR": cache,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen, timeout=240) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stderr
+
+
+def last_line(stderr: str) -> str:
+    """The one line bertjax printed last (TensorFlow's C++ logging aside)."""
+    ours = [line for line in stderr.splitlines() if re.match(r"(error|stopped): ", line)]
+    return ours[-1] if ours else stderr[-2000:]
+
+
+def train_lines(workdir) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r["split"] == "train"]
+
+
+def wait_until(condition, process: subprocess.Popen, timeout=180) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"exited with {process.returncode}: {process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+def steps(workdir) -> list[int]:
+    folder = os.path.join(workdir, "checkpoints")
+    return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+
+
+def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, bert_tokenizer_json):
+    run = (
+        "--config.num_train_steps=60",
+        "--config.checkpoint_every_steps=50",
+        "--config.model.hidden_dropout_prob=0.1",  # dropout on: its rngs must resume too
+    )
+    straight, stopped = str(tmp_path / "straight"), str(tmp_path / "stopped")
+    # Trained to the end, then stopped during the end-of-run report.
+    process = start(straight, bert_tokenizer_json, *run, "--fill_mask_examples=200")
+    for line in process.stdout:
+        if line.startswith("fill-mask on held-out sentences"):
+            process.send_signal(signal.SIGTERM)
+            break
+    code, stderr = finish(process)
+    assert code == PREEMPTED, stderr
+    assert last_line(stderr) == (
+        "stopped: SIGTERM during the end-of-run report; the run was saved before it"
+    )
+    assert steps(straight) == [50, 60]
+
+    process = start(stopped, bert_tokenizer_json, *run)
+    wait_until(lambda: len(train_lines(stopped)) >= 20, process)
+    process.send_signal(signal.SIGTERM)
+    code, stderr = finish(process)
+    assert code == PREEMPTED, stderr
+    match = re.fullmatch(
+        r"stopped: SIGTERM at step (\d+): checkpoint \1 saved in ([\d.]+) s; run the same "
+        r"command to resume",
+        last_line(stderr),
+    )
+    assert match, last_line(stderr)
+    step = int(match.group(1))
+    assert 20 <= step < 50 and steps(stopped) == [step]
+    print(f"\nSIGTERM at step {step}: saved in {match.group(2)} s")
+
+    code, stderr = finish(start(stopped, bert_tokenizer_json, *run))
+    assert code == 0, stderr
+    assert "replaying" not in stderr  # the checkpoint said where the input stood
+    by_step = {r["step"]: r["loss"] for r in train_lines(stopped)}
+    assert by_step == {r["step"]: r["loss"] for r in train_lines(straight)}
+    assert steps(stopped) == [50, 60]
+
+
+def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, bert_tokenizer_json):
+    workdir = str(tmp_path / "run")
+    run = ("--config.num_train_steps=100000", "--config.checkpoint_every_steps=100000")
+    first = start(workdir, bert_tokenizer_json, *run)
+    # config.json is written once the run holds the workdir and listens for signals.
+    wait_until(lambda: os.path.exists(os.path.join(workdir, "config.json")), first)
+
+    code, stderr = finish(start(workdir, bert_tokenizer_json, *run))
+    assert code == 2
+    assert last_line(stderr).startswith(
+        f"error: {workdir}: in use by the run of process {first.pid} on "
+    ), last_line(stderr)
+
+    # kill -9 leaves the lock file but not the lock: the next run starts at once.
+    wait_until(lambda: len(train_lines(workdir)) >= 5, first)
+    first.kill()
+    first.wait()
+    assert os.path.exists(os.path.join(workdir, ".lock")) and not steps(workdir)
+    logged = len(train_lines(workdir))
+    again = start(workdir, bert_tokenizer_json, *run)
+    wait_until(lambda: len(train_lines(workdir)) > logged, again)
+    assert train_lines(workdir)[logged]["step"] == 1  # nothing was saved to resume from
+
+    # Ctrl-C while it trains.
+    again.send_signal(signal.SIGINT)
+    code, stderr = finish(again)
+    assert code == PREEMPTED, stderr
+    step = int(re.match(r"stopped: SIGINT at step (\d+):", last_line(stderr)).group(1))
+    assert step >= 1 and steps(workdir) == [step]
+
+
+def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, bert_tokenizer_json):
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs as a full disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    workdir = disk / "run"
+    # A 10 MiB disk in a private mount namespace; a checkpoint of this model takes ~24 MiB.
+    script = f"mount -t tmpfs -o size=10m tmpfs {disk} && exec " + " ".join(
+        command(workdir, bert_tokenizer_json, "--config.num_train_steps=20")
+    )
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {disk}"])
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a user namespace here")
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stderr
+    assert re.fullmatch(
+        rf"error: {workdir}/checkpoints: \d+ MiB free, a checkpoint needs about \d+ MiB; "
+        r"free some space \(the latest complete checkpoint: none\)",
+        last_line(result.stderr),
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, bert_tokenizer_json):
+    workdir = str(tmp_path / "run")
+    # Step 1 moves the parameters to about 1e30 (finite, so saved); step 2's loss is not.
+    blow_up = (
+        "--config.num_train_steps=20",
+        "--config.checkpoint_every_steps=1",
+        "--config.optimizer.learning_rate=1e30",
+        "--config.optimizer.warmup_steps=0",
+        "--config.optimizer.max_grad_norm=0",
+    )
+    code, stderr = finish(start(workdir, bert_tokenizer_json, *blow_up))
+    assert code == 2, stderr
+    assert re.fullmatch(
+        r"error: non-finite loss \(\S+\) by step 2; no checkpoint written after it\. .*",
+        last_line(stderr),
+    ), last_line(stderr)
+    assert os.listdir(os.path.join(workdir, "checkpoints")) == ["1"]  # committed, nothing partial

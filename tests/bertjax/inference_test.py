@@ -1,0 +1,155 @@
+"""The notebook API: restore (one device or a mesh, any training layout) and its helpers."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from support import REPO
+
+import bertjax
+from bertjax import checkpoint, inference, sharding, train
+
+
+@pytest.fixture(scope="module")
+def sharded_scan_run(tmp_path_factory, make_small_config):
+    """Two steps of a scan_layers model trained over an 8-device data x fsdp x tensor mesh."""
+    config = make_small_config()
+    config.num_train_steps = 2
+    config.eval_every_steps = 0
+    config.log_every_steps = 2
+    config.model.scan_layers = True
+    config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
+    workdir = str(tmp_path_factory.mktemp("scan_run"))
+    train.train_and_evaluate(config, workdir)
+    return config, workdir
+
+
+def _saved_params(config, workdir):
+    run = train.build_run(config, workdir)
+    manager = checkpoint.make_manager(workdir, max_to_keep=2)
+    state, _ = checkpoint.restore(manager, 2, run.abstract_state)
+    manager.close()
+    return jax.tree.map(np.asarray, state.params)
+
+
+def test_restore_puts_a_multi_device_scan_run_on_one_device_in_loop_layout(sharded_scan_run):
+    config, workdir = sharded_scan_run
+    restored = bertjax.restore(workdir)
+    assert restored.step == 2 and not restored.config.scan_layers
+    encoder = restored.params["bert"]["encoder"]
+    assert sorted(encoder) == ["layer_0", "layer_1"]
+    device = jax.local_devices()[0]
+    for leaf in jax.tree.leaves(restored.params):
+        assert leaf.sharding.device_set == {device}
+    saved = _saved_params(config, workdir)
+    stacked = saved["bert"]["encoder"]["layer"]
+    for i in range(2):
+        jax.tree.map(
+            lambda a, b, i=i: np.testing.assert_array_equal(np.asarray(a), b[i]),
+            encoder[f"layer_{i}"],
+            stacked,
+        )
+    np.testing.assert_array_equal(
+        np.asarray(restored.params["bert"]["embeddings"]["word_embeddings"]["embedding"]),
+        saved["bert"]["embeddings"]["word_embeddings"]["embedding"],
+    )
+
+
+def test_restore_over_a_mesh_splits_the_parameters(sharded_scan_run):
+    _, workdir = sharded_scan_run
+    mesh = sharding.make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
+    on_mesh = bertjax.restore(workdir, mesh=mesh)
+    single = bertjax.restore(workdir)
+    embedding = on_mesh.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert len(embedding.sharding.device_set) == 8
+    assert embedding.addressable_shards[0].data.shape == (30522 // 2, 64 // 4)
+    texts = ["The with statement closes the file.", "A list is mutable."]
+    np.testing.assert_allclose(
+        bertjax.embed(on_mesh, texts), bertjax.embed(single, texts), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_encode_is_independent_of_padding_and_batch(sharded_scan_run):
+    _, workdir = sharded_scan_run
+    restored = bertjax.restore(workdir)
+    short, long = "A tuple.", "The try statement specifies exception handlers for a group."
+    both = bertjax.encode(restored, [short, long])
+    alone = bertjax.encode(restored, [short])
+    n = int(alone["input_mask"].sum())
+    assert both["sequence_output"].shape[:2] == both["input_ids"].shape
+    assert both["input_mask"][0].sum() == n < both["input_mask"][1].sum()
+    np.testing.assert_allclose(
+        both["sequence_output"][0, :n], alone["sequence_output"][0, :n], atol=1e-5
+    )
+    np.testing.assert_allclose(both["pooled_output"][0], alone["pooled_output"][0], atol=1e-5)
+    vocab = restored.tokenizer.vocab
+    assert both["input_ids"][0, 0] == vocab.cls_id and both["input_ids"][0, n - 1] == vocab.sep_id
+
+    mean = bertjax.embed(restored, [short])
+    np.testing.assert_allclose(mean[0], alone["sequence_output"][0, :n].mean(0), rtol=1e-5)
+    np.testing.assert_array_equal(
+        bertjax.embed(restored, [short], pooling="cls")[0], alone["sequence_output"][0, 0]
+    )
+    with pytest.raises(ValueError, match="pooling='max'"):
+        bertjax.embed(restored, [short], pooling="max")
+    with pytest.raises(TypeError, match="list of texts"):
+        bertjax.encode(restored, short)
+    with pytest.raises(ValueError, match="text 0 is .* tokens"):
+        bertjax.encode(restored, ["word " * 100])
+
+
+def test_pairs_get_segment_ids_and_next_sentence_is_a_probability(sharded_scan_run):
+    _, workdir = sharded_scan_run
+    restored = bertjax.restore(workdir)
+    out = bertjax.encode(restored, ["First part."], pairs=["Second part."])
+    ids, segments = out["input_ids"][0], out["segment_ids"][0]
+    sep = restored.tokenizer.vocab.sep_id
+    first_sep = int(np.argmax(ids == sep))
+    assert (segments[: first_sep + 1] == 0).all() and (segments[first_sep + 1 :] == 1).all()
+    p = bertjax.next_sentence(restored, "First part.", "Second part.")
+    assert 0.0 < p < 1.0
+
+
+def test_attention_maps_are_distributions_over_the_text(sharded_scan_run):
+    _, workdir = sharded_scan_run
+    restored = bertjax.restore(workdir)
+    maps, tokens = inference.attention_maps(restored, "The pass statement does nothing.")
+    assert maps.shape == (2, 2, len(tokens), len(tokens))
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_restore_imports_no_trainer_code():
+    # The notebook API reads workdirs through workdir.py and the task table alone.
+    code = (
+        "import sys, bertjax; bertjax.restore; "
+        "print(sorted(m for m in ('bertjax.train', 'bertjax.metrics', 'bertjax.optim') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_workdir_written_before_an_option_existed_still_restores(sharded_scan_run, tmp_path):
+    # Workdirs (and `bertjax.convert import` output) written before packing have no
+    # pack_examples or max_sequences_per_row among their saved tokenizer settings.
+    _, workdir = sharded_scan_run
+    older = tmp_path / "older"
+    shutil.copytree(workdir, older, ignore=shutil.ignore_patterns(".lock"))
+    task = json.loads((older / "task.json").read_text())
+    for key in ("pack_examples", "max_sequences_per_row"):
+        del task["tokenizer_data"][key]
+    (older / "task.json").write_text(json.dumps(task))
+    restored = bertjax.restore(str(older))
+    text = ["The pass statement does nothing."]
+    np.testing.assert_allclose(
+        inference.encode(restored, text)["pooled_output"],
+        inference.encode(bertjax.restore(workdir), text)["pooled_output"],
+        rtol=1e-5,
+    )

@@ -1,0 +1,84 @@
+"""bertjax.main around the training loop: the platform a config expects, and the
+persistent compilation cache that spares a restarted run its compile."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from faults_test import SMALL
+from support import REPO
+
+
+def run_main(workdir, vocab, *overrides, env=()):
+    environment = {
+        **{k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"},
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        **dict(env),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.main",
+        "--config=experiments/pretrain/tiny_cpu.py",
+        f"--workdir={workdir}",
+        f"--config.data.vocab_file={vocab}",
+        *SMALL,
+        "--config.num_train_steps=2",
+        *overrides,
+    ]
+    return subprocess.run(
+        command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300
+    )
+
+
+def errors(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, bert_tokenizer_json):
+    workdir = tmp_path / "run"
+    result = run_main(workdir, bert_tokenizer_json, "--config.platform=tpu")
+    assert result.returncode == 2, result.stderr[-3000:]
+    (error,) = errors(result)
+    assert error.startswith("error: config.platform='tpu', but this run found 1 cpu device(s)")
+    assert "--config.platform=cpu runs here anyway" in error
+    assert not (workdir / "checkpoints").exists()
+    assert not (workdir / "compilation_cache").exists()
+
+
+def test_platforms():
+    import jax
+
+    from bertjax import sharding
+
+    sharding.check_platform("any", jax.devices())
+    sharding.check_platform("cpu", jax.devices())
+    with pytest.raises(sharding.MeshError, match="'tpuv4': must be one of tpu, gpu, cpu, any"):
+        sharding.check_platform("tpuv4", jax.devices())
+    with pytest.raises(sharding.MeshError, match="'gpu', but this run found 8 cpu device"):
+        sharding.check_platform("gpu", jax.devices())
+
+
+def test_compiled_steps_are_cached_in_the_workdir(tmp_path, bert_tokenizer_json):
+    workdir = tmp_path / "run"
+    result = run_main(workdir, bert_tokenizer_json)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cached = os.listdir(workdir / "compilation_cache")
+    assert any(name.startswith("jit_train_step-") for name in cached), cached
+
+
+def test_which_compilation_cache():
+    from ml_collections import ConfigDict
+
+    from bertjax.main import compilation_cache_dir
+
+    def chosen(setting, current):
+        config = ConfigDict({"compilation_cache_dir": setting})
+        return compilation_cache_dir(config, "/runs/a", current)
+
+    assert chosen("", None) == "/runs/a/compilation_cache"
+    assert chosen("", "/from/env") == "/from/env"  # JAX_COMPILATION_CACHE_DIR
+    assert chosen("gs://bucket/cache", "/from/env") == "gs://bucket/cache"
+    assert chosen("off", "/from/env") is None

@@ -1,0 +1,249 @@
+"""data_pipeline.cli: flags defined only when a tool runs; user errors, unknown config keys
+included, in one line with exit status 2."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+from support import REPO
+
+from data_pipeline import cli
+from data_pipeline.config import ConfigError, check_known_keys, key_paths
+
+TINY = "experiments/pretrain/tiny_cpu.py"
+TOOLS = (
+    "bertjax.main",
+    "bertjax.bench.throughput",
+    "bertjax.bench.packed_step",
+    "bertjax.bench.attention_kernels",
+    "bertjax.tpu.aot",
+    "bertjax.tpu.launch",
+    "bertjax.convert.import_export",
+    "bertjax.sweep.command",
+    "bertjax.predict",
+    "data_pipeline.benchmark",
+    "data_pipeline.tokenize_lines",
+    "data_pipeline.inspect_batches",
+    "data_pipeline.build_vocab",
+    "data_pipeline.builtin_tasks",
+    "data_pipeline.create_pretraining_data",
+)
+# What TensorFlow and XLA print from C++ while they load, whatever TF_CPP_MIN_LOG_LEVEL says.
+_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
+
+
+def run_python(*args, timeout=300):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def stderr_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if not _NATIVE_LOG.match(line)]
+
+
+def test_importing_every_tool_in_one_process_defines_no_flag():
+    script = textwrap.dedent(
+        f"""
+        import importlib
+        from absl import flags
+        for name in {TOOLS!r}:
+            importlib.import_module(name)
+        ours = {{
+            module: sorted(f.name for f in defined)
+            for module, defined in flags.FLAGS.flags_by_module_dict().items()
+            if module.split(".")[0] in ("bertjax", "data_pipeline", "experiments")
+        }}
+        print(ours)
+        """
+    )
+    result = run_python("-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{}"
+
+
+@pytest.mark.parametrize("name", [t for t in TOOLS if t != "bertjax.predict"])
+def test_every_tool_follows_the_convention(name):
+    path = REPO / (name.replace(".", "/") + ".py")
+    source = path.read_text(encoding="utf-8")
+    assert "def define_flags() -> None:" in source
+    assert re.search(r"^def main\(argv", source, re.M)
+    if path.stem in ("import_export", "command"):  # run as its package: python -m bertjax.sweep
+        runner = (path.parent / "__main__.py").read_text(encoding="utf-8")
+        assert f"cli.run({path.stem}.main, {path.stem}.define_flags" in runner
+    else:
+        assert "cli.run(main, define_flags" in source
+    assert "app.run(" not in source and "USER_ERRORS" not in source
+
+
+# --------------------------------------------------------------------------- unknown keys
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (
+            "--config.lerning_rate=1",
+            "unknown config key: config.lerning_rate; did you mean config.optimizer.learning_rate?",
+        ),
+        (
+            "--config.optimizer.lerning_rate=1",
+            "unknown config key: config.optimizer.lerning_rate; "
+            "did you mean config.optimizer.learning_rate?",
+        ),
+        (
+            "--config.data.max_seq_lenght=3",
+            "unknown config key: config.data.max_seq_lenght; "
+            "did you mean config.data.max_seq_length?",
+        ),
+    ],
+    ids=["top-level", "depth-2-optimizer", "depth-2-data"],
+)
+def test_trainer_names_an_unknown_override_before_training(tmp_path, override, message):
+    workdir = tmp_path / "workdir"
+    result = run_python(
+        "-m", "bertjax.main", "--config", TINY, "--workdir", str(workdir), override, timeout=120
+    )
+    assert stderr_lines(result) == [f"error: {message}"], result.stderr
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert not workdir.exists()
+
+
+def test_data_tool_names_an_unknown_override():
+    result = run_python(
+        "-m",
+        "data_pipeline.inspect_batches",
+        "--config",
+        TINY,
+        "--config.data.vocab_sise=5",
+        timeout=120,
+    )
+    assert stderr_lines(result) == [
+        "error: unknown config key: config.data.vocab_sise; did you mean config.data.vocab_size?"
+    ], result.stderr
+    assert result.returncode == 2
+
+
+def test_unknown_key_in_a_config_file(tmp_path):
+    config_file = tmp_path / "typo.py"
+    config_file.write_text(
+        textwrap.dedent(
+            """
+            from experiments.pretrain import tiny_cpu
+
+
+            def get_config():
+                config = tiny_cpu.get_config()
+                config.data.max_seq_lenght = 3
+                return config
+            """
+        )
+    )
+    result = run_python(
+        "-m", "data_pipeline.build_vocab", "--config", str(config_file), "--output", "unused.txt"
+    )
+    assert stderr_lines(result) == [
+        "error: unknown config key: config.data.max_seq_lenght; "
+        "did you mean config.data.max_seq_length?"
+    ], result.stderr
+    assert result.returncode == 2
+
+
+def test_missing_config_file_is_one_line():
+    result = run_python("-m", "data_pipeline.inspect_batches", "--config", "experiments/no_such.py")
+    assert stderr_lines(result) == ["error: --config=experiments/no_such.py: no such file"]
+    assert result.returncode == 2
+
+
+def test_config_file_rejecting_its_argument_is_one_line(tmp_path):
+    # glue.py's get_config raises a ConfigError (a UserError) for an unknown task;
+    # ml_collections and absl would wrap it in a multi-line "FATAL Flags parsing error".
+    workdir = tmp_path / "workdir"
+    result = run_python(
+        "-m",
+        "bertjax.main",
+        "--config",
+        "experiments/finetune/glue.py:nosuch",
+        "--workdir",
+        str(workdir),
+        timeout=120,
+    )
+    assert stderr_lines(result) == [
+        "error: glue.py:nosuch: the task must be one of "
+        "cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli"
+    ], result.stderr
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert not workdir.exists()
+
+
+# --------------------------------------------------------------------------- in process
+
+
+@pytest.fixture
+def config_flag_values():
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values)
+    return flag_values
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (
+            "--config.num_train_step=3",
+            r"config\.num_train_step; did you mean config\.num_train_steps\?",
+        ),
+        ("--config.data.max_seq_lenght=3", r"did you mean config\.data\.max_seq_length\?"),
+        ("--noconfig.data.whole_word_mask_x", r"did you mean config\.data\.whole_word_mask\?"),
+        ("--config.warmup_steps=3", r"did you mean config\.optimizer\.warmup_steps\?"),
+        ("--config.seed.x=3", r"config\.seed\.x; config\.seed is a value, not a group of keys"),
+        ("--config.zzzz=3", r"config\.zzzz; known keys: checkpoint_every_steps, "),
+    ],
+)
+def test_check_config_overrides(config_flag_values, override, match):
+    argv = ["prog", "--config", TINY, "--config.seed=1", override]
+    with pytest.raises(ConfigError, match=match):
+        cli.check_config_overrides(argv, config_flag_values)
+
+
+def test_check_config_overrides_passes_known_keys(config_flag_values):
+    argv = ["prog", f"--config={TINY}", "--config.optimizer.learning_rate=1", "--config.seed", "2"]
+    cli.check_config_overrides(argv, config_flag_values)
+
+
+def test_check_known_keys():
+    check_known_keys(["a", "b"], ["a", "b", "c"], "config")
+    with pytest.raises(ConfigError, match=r"^unknown config key: config\.x\.bb; did you mean"):
+        check_known_keys(["bb"], ["b", "bbb"], "config.x")
+    with pytest.raises(
+        ConfigError, match=r"config\.q; known keys: a, b \(also unknown: config\.r\)"
+    ):
+        check_known_keys(["a", "q", "r"], ["b", "a"], "config")
+    # A key at the wrong depth: the one elsewhere is suggested, never the key itself.
+    config = {"lerning_rate": 1, "optimizer": {"learning_rate": 2}}
+    with pytest.raises(ConfigError, match=r"did you mean config\.optimizer\.learning_rate\?"):
+        check_known_keys(config, ["optimizer"], "config", elsewhere=key_paths(config, "config"))
+    assert key_paths(config, "config") == [
+        "config.lerning_rate",
+        "config.optimizer",
+        "config.optimizer.learning_rate",
+    ]
+
+
+@pytest.mark.parametrize(
+    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "import_export")]
+)
+def test_a_package_command_helps_with_its_module_usage(command, module):
+    # absl prints the __main__ module's docstring; a package's __main__.py lends its command's.
+    source = (REPO / command.replace(".", "/") / f"{module}.py").read_text(encoding="utf-8")
+    first_line = source.split('"""', 1)[1].lstrip("\\").splitlines()[0]
+    result = run_python("-m", command, "--help")
+    assert first_line in result.stdout, result.stdout[:500]

@@ -1,0 +1,95 @@
+"""The notebooks in experiments/notebooks run end to end on a tiny workdir."""
+
+import os
+
+import jax
+import nbclient
+import nbformat
+import pytest
+from support import REPO
+
+from bertjax import train
+
+NOTEBOOKS = REPO / "experiments" / "notebooks"
+
+
+def run_notebook(name: str, monkeypatch) -> tuple[str, int]:
+    """Executes experiments/notebooks/NAME: (the text its cells printed, how many images)."""
+    # The kernel sees one CPU device, as a notebook on a laptop would.
+    monkeypatch.setenv("XLA_FLAGS", "")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    text = "".join(output.get("text", "") for output in outputs)
+    return text, sum("image/png" in output.get("data", {}) for output in outputs)
+
+
+@pytest.fixture(scope="module")
+def tiny_workdir(tmp_path_factory, make_small_config):
+    config = make_small_config()
+    config.num_train_steps = 4
+    config.eval_every_steps = 2
+    workdir = tmp_path_factory.mktemp("notebook_run")
+    # One device: the notebooks are tested here, restoring from a mesh in inference_test.py.
+    train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
+    return workdir
+
+
+def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch):
+    monkeypatch.setenv("BERTJAX_WORKDIR", str(tiny_workdir))
+    text, images = run_notebook("restore_and_probe.ipynb", monkeypatch)
+    assert "step 4: 2 layers, hidden 64" in text
+    assert text.count(" -> ") == 3
+    assert "does not exist" not in text
+    assert images == 3  # similarity heatmap, attention map, training curves
+    assert os.path.exists(tiny_workdir / "metrics.jsonl")
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory, make_small_config):
+    """A sweep of two learning rates, its trials trained in this process through the queue."""
+    from bertjax.sweep import command, hyper, trial_queue, worker
+    from bertjax.sweep.definition import SweepDefinition
+
+    sweep_dir = tmp_path_factory.mktemp("sweep")
+    trials = ({"optimizer.learning_rate": 1e-3}, {"optimizer.learning_rate": 3e-3})
+    definition = SweepDefinition(
+        config="tiny.py",
+        config_arg=None,
+        overrides={},
+        trials=trials,
+        space={"optimizer.learning_rate": hyper.Choice((1e-3, 3e-3))},
+        search="",
+        num_trials=len(trials),
+        metric="",
+        mode="min",
+        prune=False,
+        max_retries=0,
+        sweep_dir=str(sweep_dir),
+        config_values={},
+    )
+    storage = trial_queue.open_storage(trial_queue.storage_url(str(sweep_dir), ""), heartbeat_s=30)
+    study = trial_queue.open_study(storage, "sweep", direction="minimize", create=True)
+    trial_queue.record_sweep(study, definition)
+    for index, overrides in enumerate(trials):
+        trial_queue.enqueue(study, index, overrides, attempt=1)
+    while (trial := trial_queue.claim(study)) is not None:
+        params = worker.suggest(trial, trial.user_attrs["keys"], definition.space)
+        name = worker.trial_name(trial.user_attrs["index"], params)
+        workdir = sweep_dir / "trials" / name
+        trial.set_user_attr("workdir", str(workdir))
+        config = command.apply_overrides(make_small_config(), params, name)
+        results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
+        study.tell(trial, results["eval"]["loss"])
+    return sweep_dir
+
+
+def test_sweep_report_runs_and_shows_the_trials(tiny_sweep, monkeypatch):
+    monkeypatch.setenv("BERTJAX_SWEEP_DIR", str(tiny_sweep))
+    text, images = run_notebook("sweep_report.ipynb", monkeypatch)
+    assert "tiny.py: 2 trials" in text
+    assert text.count(" done ") == 2
+    assert "best: trial " in text and "final eval: {'loss'" in text
+    assert images == 2  # the metric against the learning rate, the training curves

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # TensorFlow's C++ logging is noise for a person reading the demo.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint format install clean bench-hf
+.PHONY: demo test test-fast coverage lint format install clean bench-hf
 
 $(STAMP): requirements.txt requirements-test.txt requirements-test-extras.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,12 +39,31 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Three xdist workers on two cores: many tests wait on subprocesses, servers and
-# signals, and a third worker keeps the cores busy meanwhile (on a 2-core machine,
-# before the suite was trimmed, pytest took 19.5 to 20.5 minutes with two workers,
-# 18.4 to 19 with three; now 17.1 with three).
+# The whole suite, lint first: what CI (.ci/run) runs. Three xdist workers on two
+# cores: many tests wait on subprocesses, servers and signals, and a third worker
+# keeps the cores busy meanwhile.
 test: lint
 	$(PY) -m pytest -n 3 --durations=15 tests
+
+# The unit tier: every test without a tier marker (tests/support/tiers.py), for the
+# edit loop. Add PYTEST_ARGS=... to pick tests (PYTEST_ARGS="-k losses").
+UNIT := not (slow or integration or emulator or tpu_compile or gpu)
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m "$(UNIT)" $(PYTEST_ARGS) tests
+
+# Line coverage of bertjax/ and data_pipeline/, child processes included (setup.cfg's
+# [coverage:run]): the unit tier, then the whole suite. The data stays in .coverage-data/.
+COVERAGE := $(PY) -m coverage
+coverage: $(STAMP)
+	rm -rf .coverage-data && mkdir .coverage-data
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 -q -m "$(UNIT)" tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) combine -q
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest -n 3 -q tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) combine -q
+	@echo "== unit tier (make test-fast)"
+	@COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) report --sort=cover
+	@echo "== whole suite (make test)"
+	@COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) report --sort=cover
 
 # Times our train step against Hugging Face's FlaxBertForPreTraining on BERT-Small,
 # batch 16 x 128, dropout 0.1 (the paper's) on both, in the same process, with the
@@ -69,4 +88,4 @@ bench-hf: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bertjax.bench.throughput $(BENCH_HF_FLAGS) --config.data.vocab_size=4096
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) demo_out .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) demo_out .pytest_cache .ruff_cache .coverage-data

@@ -70,22 +70,18 @@ os.environ["XLA_FLAGS"] = _xla_flags()
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
-# The longest tests (minutes each), started first so that the xdist workers
-# finish together instead of one running them alone at the end.
-_LONGEST_FIRST = (
-    "finetune_learning_test.py",
-    "sweep_test.py",
-    "multihost_test.py",
-    "faults_test.py",
-    "gcs_test.py",
-    "sharding_test.py",
-)
+# The tiers: markers, and the unit tier's time limit (tests/support/tiers.py).
+pytest_plugins = ["support.tiers"]
 
 
 def pytest_collection_modifyitems(items):
+    """Integration and emulator tests (minutes each) first, so that the xdist workers
+    finish together instead of one running them alone at the end; the unit tier last."""
+    order = ("integration", "emulator", "tpu_compile", "slow")
+
     def rank(item):
-        name = item.path.name
-        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+        marks = [i for i, name in enumerate(order) if item.get_closest_marker(name)]
+        return min(marks, default=len(order))
 
     items.sort(key=rank)
 

@@ -1,0 +1,138 @@
+"""bertjax.checkpoint on a state of a few small arrays: save, restore, rotation and refusals."""
+
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import checkpoint
+from bertjax.workdir import CheckpointError
+
+
+def tiny_state(step: int) -> dict:
+    """The shape of a train state: a step, parameters under "params" and optimizer moments."""
+    return {
+        "step": jnp.asarray(step, jnp.int32),
+        "params": {
+            "encoder": {"kernel": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) + step},
+            "head": {"bias": jnp.asarray([0.5, -1.5], jnp.bfloat16)},
+        },
+        "opt_state": {"mu": jnp.full((3,), step / 10, jnp.float32)},
+    }
+
+
+def abstract(tree):
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), tree)
+
+
+def assert_trees_equal(actual, expected):
+    assert jax.tree.structure(actual) == jax.tree.structure(expected)
+    for got, want in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def save_steps(workdir, steps, *, max_to_keep=3):
+    manager = checkpoint.make_manager(str(workdir), max_to_keep=max_to_keep)
+    for step in steps:
+        checkpoint.save(manager, step, tiny_state(step), {"stream_positions": [step, 2 * step]})
+        assert checkpoint.wait(manager, timeout_s=60)
+    return manager
+
+
+def test_a_saved_state_and_its_data_item_are_restored_equal(tmp_path):
+    manager = save_steps(tmp_path, [4])
+    state, data = checkpoint.restore(manager, 4, abstract(tiny_state(4)))
+    manager.close()
+    assert_trees_equal(state, tiny_state(4))
+    assert data == {"stream_positions": [4, 8]}
+
+
+def test_a_checkpoint_without_the_data_item_restores_with_no_data(tmp_path):
+    save_steps(tmp_path, [2]).close()
+    # As a checkpoint written before the data item existed.
+    shutil.rmtree(tmp_path / "checkpoints" / "2" / checkpoint.DATA_ITEM)
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=3)
+    state, data = checkpoint.restore(manager, 2, abstract(tiny_state(2)))
+    manager.close()
+    assert_trees_equal(state, tiny_state(2))
+    assert data is None
+
+
+def test_only_the_newest_checkpoints_are_kept_and_the_latest_step_is_the_newest(tmp_path):
+    assert checkpoint.latest_step(str(tmp_path)) is None
+    manager = save_steps(tmp_path, [1, 2, 3], max_to_keep=2)
+    assert list(manager.all_steps()) == [2, 3]
+    manager.close()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "3"]
+    assert checkpoint.latest_step(str(tmp_path)) == 3
+
+
+def test_restore_params_reads_a_subtree_of_the_parameters(tmp_path):
+    save_steps(tmp_path, [1, 2], max_to_keep=2).close()
+    wanted = {"encoder": tiny_state(0)["params"]["encoder"]}
+    latest = checkpoint.restore_params(str(tmp_path), abstract(wanted))
+    assert_trees_equal(latest, {"encoder": tiny_state(2)["params"]["encoder"]})
+    earlier = checkpoint.restore_params(str(tmp_path), abstract(wanted), step=1)
+    assert_trees_equal(earlier, {"encoder": tiny_state(1)["params"]["encoder"]})
+
+
+def test_restore_params_of_a_workdir_without_checkpoints_names_it(tmp_path):
+    with pytest.raises(CheckpointError, match=f"init_checkpoint='{tmp_path}': no checkpoint under"):
+        checkpoint.restore_params(str(tmp_path), {})
+
+
+def test_a_stray_step_directory_is_refused_by_name(tmp_path):
+    save_steps(tmp_path, [1]).close()
+    stray = tmp_path / "checkpoints" / "7"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match=f"{stray}: not a complete bertjax checkpoint"):
+        checkpoint.latest_step(str(tmp_path))
+    with pytest.raises(CheckpointError, match="move it out"):
+        checkpoint.make_manager(str(tmp_path), max_to_keep=3)
+
+
+def test_a_step_directory_without_the_state_item_is_refused(tmp_path):
+    save_steps(tmp_path, [1]).close()
+    state_dir = tmp_path / "checkpoints" / "1" / checkpoint.ITEM
+    state_dir.rename(tmp_path / "moved")
+    with pytest.raises(CheckpointError, match="/checkpoints/1: not a complete"):
+        checkpoint.check_step_dirs(tmp_path / "checkpoints")
+
+
+def test_check_step_dirs_ignores_missing_directories_and_unfinished_orbax_saves(tmp_path):
+    checkpoint.check_step_dirs(tmp_path / "nothing_here")
+    directory = tmp_path / "checkpoints"
+    (directory / "5.orbax-checkpoint-tmp-1234").mkdir(parents=True)
+    (directory / "notes").mkdir()
+    checkpoint.check_step_dirs(directory)
+    assert checkpoint.latest_step(str(tmp_path)) is None
+
+
+def test_wait_with_no_save_in_flight_returns_at_once(tmp_path):
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
+    assert checkpoint.wait(manager) is True
+    assert checkpoint.wait(manager, timeout_s=0.5) is True
+    manager.close()
+
+
+def test_wait_commits_the_save_in_flight(tmp_path):
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
+    checkpoint.save(manager, 9, tiny_state(9), {})
+    assert checkpoint.wait(manager) is True
+    assert manager.latest_step() == 9
+    manager.close()
+    assert checkpoint.latest_step(str(tmp_path)) == 9
+
+
+def test_check_space_refuses_a_state_bigger_than_the_disk(tmp_path):
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
+    checkpoint.check_space(manager, tiny_state(0))
+    huge = {"params": jax.ShapeDtypeStruct((2**40,), jnp.float32)}  # 4 TiB
+    with pytest.raises(CheckpointError, match=r"MiB free, .*latest complete checkpoint: none"):
+        checkpoint.check_space(manager, huge)
+    manager.close()

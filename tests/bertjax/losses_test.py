@@ -1,0 +1,315 @@
+"""bertjax.losses against sums written out by hand with NumPy, jitted as a step runs them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import losses
+
+
+def log_softmax(logits) -> np.ndarray:
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def nll(logits, label) -> float:
+    return -float(log_softmax(logits)[label])
+
+
+def as_floats(sums) -> dict[str, float]:
+    return {key: float(value) for key, value in sums.items()}
+
+
+def assert_sums(actual, expected):
+    assert set(actual) == set(expected)
+    np.testing.assert_allclose(
+        [float(actual[key]) for key in expected], list(expected.values()), rtol=1e-6, atol=1e-6
+    )
+
+
+# Two examples of two masked positions over a vocabulary of three; the second example's
+# second position is padding (weight 0) with logits that would dominate any sum.
+MLM_LOGITS = np.array(
+    [[[2.0, 1.0, 0.0], [0.0, 0.5, 3.0]], [[1.0, 1.5, -1.0], [50.0, -50.0, 0.0]]], np.float32
+)
+MLM_IDS = np.array([[0, 1], [1, 1]], np.int32)
+MLM_WEIGHTS = np.array([[1.0, 1.0], [1.0, 0.0]], np.float32)
+NSP_LOGITS = np.array([[0.3, -0.2], [-1.0, 2.0]], np.float32)
+NSP_LABELS = np.array([0, 0], np.int32)
+
+
+def pretraining_batch() -> dict:
+    return {
+        "masked_lm_ids": jnp.asarray(MLM_IDS),
+        "masked_lm_weights": jnp.asarray(MLM_WEIGHTS),
+        "next_sentence_labels": jnp.asarray(NSP_LABELS),
+    }
+
+
+def test_pretraining_sums_count_the_weighted_masked_positions_and_every_example():
+    sums = jax.jit(losses.pretraining_sums)(
+        jnp.asarray(MLM_LOGITS), jnp.asarray(NSP_LOGITS), pretraining_batch()
+    )
+    mlm_loss = nll([2.0, 1.0, 0.0], 0) + nll([0.0, 0.5, 3.0], 1) + nll([1.0, 1.5, -1.0], 1)
+    nsp_loss = nll([0.3, -0.2], 0) + nll([-1.0, 2.0], 0)
+    assert_sums(
+        sums,
+        {
+            "mlm_loss_sum": mlm_loss,
+            "mlm_correct": 2.0,  # positions 1 and 3 right, 2 wrong, 4 weighs nothing
+            "mlm_weight": 3.0,
+            "nsp_loss_sum": nsp_loss,
+            "nsp_correct": 1.0,
+            "nsp_count": 2.0,
+        },
+    )
+    assert set(sums) == set(losses.SUM_KEYS)
+    assert all(value.dtype == jnp.float32 for value in sums.values())
+
+
+def test_pretraining_sums_are_float32_for_bfloat16_logits():
+    sums = jax.jit(losses.pretraining_sums)(
+        jnp.asarray(MLM_LOGITS, jnp.bfloat16),
+        jnp.asarray(NSP_LOGITS, jnp.bfloat16),
+        pretraining_batch(),
+    )
+    assert all(value.dtype == jnp.float32 for value in sums.values())
+    assert float(sums["mlm_correct"]) == 2.0
+
+
+def test_sums_of_two_half_batches_add_up_to_the_whole_batch():
+    whole = jax.jit(losses.pretraining_sums)(
+        jnp.asarray(MLM_LOGITS), jnp.asarray(NSP_LOGITS), pretraining_batch()
+    )
+    halves = [
+        jax.jit(losses.pretraining_sums)(
+            jnp.asarray(MLM_LOGITS[rows]),
+            jnp.asarray(NSP_LOGITS[rows]),
+            {key: value[rows] for key, value in pretraining_batch().items()},
+        )
+        for rows in (slice(0, 1), slice(1, 2))
+    ]
+    assert_sums(whole, {key: float(halves[0][key] + halves[1][key]) for key in losses.SUM_KEYS})
+    for key in ("mlm_correct", "mlm_weight", "nsp_correct", "nsp_count"):
+        assert float(whole[key]) == float(halves[0][key]) + float(halves[1][key])
+
+
+def test_packed_nsp_counts_only_the_sequences_its_weights_mark():
+    # One row holding one sequence pair in slot 0; slot 1 is empty.
+    nsp_logits = jnp.asarray([[[0.3, -0.2], [9.0, -9.0]]], jnp.float32)
+    batch = {
+        "masked_lm_ids": jnp.zeros((1, 1), jnp.int32),
+        "masked_lm_weights": jnp.ones((1, 1), jnp.float32),
+        "next_sentence_labels": jnp.asarray([[1, 1]], jnp.int32),
+        "next_sentence_weights": jnp.asarray([[1.0, 0.0]], jnp.float32),
+    }
+    sums = jax.jit(losses.pretraining_sums)(jnp.zeros((1, 1, 3)), nsp_logits, batch)
+    assert float(sums["nsp_count"]) == 1.0
+    assert float(sums["nsp_correct"]) == 0.0
+    np.testing.assert_allclose(float(sums["nsp_loss_sum"]), nll([0.3, -0.2], 1), rtol=1e-6)
+    np.testing.assert_allclose(float(sums["mlm_loss_sum"]), np.log(3.0), rtol=1e-6)
+
+
+def test_nsp_weights_are_ones_per_example_unless_the_batch_is_packed():
+    labels = jnp.asarray([1, 0, 1], jnp.int32)
+    ones = losses.nsp_weights({"next_sentence_labels": labels})
+    assert ones.dtype == jnp.float32
+    np.testing.assert_array_equal(ones, [1.0, 1.0, 1.0])
+    packed = {
+        "next_sentence_labels": jnp.zeros((2, 2), jnp.int32),
+        "next_sentence_weights": jnp.asarray([[1, 0], [1, 1]], jnp.int32),
+    }
+    weights = losses.nsp_weights(packed)
+    assert weights.dtype == jnp.float32
+    np.testing.assert_array_equal(weights, [[1.0, 0.0], [1.0, 1.0]])
+
+
+def test_total_loss_divides_by_the_denominators_given():
+    sums = {"mlm_loss_sum": jnp.float32(6.0), "nsp_loss_sum": jnp.float32(3.0)}
+    # The whole batch's denominators, not this microbatch's.
+    assert float(losses.total_loss(sums, mlm_weight=4.0, nsp_count=2.0)) == 6.0 / 4.0 + 3.0 / 2.0
+    # No masked position at all: the MLM sum is not divided by zero.
+    no_mlm = {"mlm_loss_sum": jnp.float32(0.0), "nsp_loss_sum": jnp.float32(3.0)}
+    assert float(losses.total_loss(no_mlm, mlm_weight=0.0, nsp_count=2.0)) == 1.5
+
+
+def test_summarize_gives_means_from_sums():
+    sums = {
+        "mlm_loss_sum": np.float32(6.0),
+        "mlm_correct": jnp.float32(1.0),
+        "mlm_weight": np.float32(4.0),
+        "nsp_loss_sum": np.float32(1.0),
+        "nsp_correct": np.float32(1.0),
+        "nsp_count": np.float32(2.0),
+    }
+    summary = losses.summarize(sums)
+    assert summary == pytest.approx(
+        {
+            "loss": 1.5 + 0.5,
+            "mlm_loss": 1.5,
+            "mlm_accuracy": 0.25,
+            "mlm_perplexity": np.exp(1.5),
+            "nsp_loss": 0.5,
+            "nsp_accuracy": 0.5,
+        }
+    )
+    assert all(type(value) is float for value in summary.values())
+
+
+def test_summarize_of_empty_sums_is_zero_and_a_huge_loss_keeps_perplexity_finite():
+    empty = losses.summarize({key: 0.0 for key in losses.SUM_KEYS})
+    assert empty == {
+        "loss": 0.0,
+        "mlm_loss": 0.0,
+        "mlm_accuracy": 0.0,
+        "mlm_perplexity": 1.0,
+        "nsp_loss": 0.0,
+        "nsp_accuracy": 0.0,
+    }
+    huge = losses.summarize({**{key: 1.0 for key in losses.SUM_KEYS}, "mlm_loss_sum": 1e4})
+    assert huge["mlm_perplexity"] == pytest.approx(np.exp(80.0))
+
+
+# ------------------------------------------------------------------ fine-tuning
+
+CLASS_LOGITS = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0], [7.0, 0.0, 0.0]], np.float32)
+CLASS_LABELS = np.array([1, 0, 2], np.int32)
+# The third row pads an eval batch.
+EXAMPLE_WEIGHTS = np.array([1.0, 1.0, 0.0], np.float32)
+
+
+def test_classification_sums_leave_out_padding_rows():
+    batch = {"label": jnp.asarray(CLASS_LABELS), "example_weight": jnp.asarray(EXAMPLE_WEIGHTS)}
+    sums = jax.jit(losses.classification_sums)(jnp.asarray(CLASS_LOGITS), batch)
+    assert_sums(
+        sums,
+        {
+            "loss_sum": nll([1.0, 2.0, 0.5], 1) + nll([0.0, -1.0, 3.0], 0),
+            "correct": 1.0,
+            "weight": 2.0,
+        },
+    )
+
+
+def test_classification_sums_of_two_half_batches_add_up_to_the_whole_batch():
+    def sums(rows):
+        batch = {
+            "label": jnp.asarray(CLASS_LABELS[rows]),
+            "example_weight": jnp.asarray(EXAMPLE_WEIGHTS[rows]),
+        }
+        return jax.jit(losses.classification_sums)(jnp.asarray(CLASS_LOGITS[rows]), batch)
+
+    whole, first, second = sums(slice(0, 3)), sums(slice(0, 1)), sums(slice(1, 3))
+    assert_sums(whole, {key: float(first[key] + second[key]) for key in losses.FINETUNE_SUM_KEYS})
+
+
+def test_regression_sums_are_weighted_squared_errors():
+    batch = {
+        "label": jnp.asarray([1.0, 4.0, 2.5], jnp.float32),
+        "example_weight": jnp.asarray(EXAMPLE_WEIGHTS),
+    }
+    logits = jnp.asarray([[1.5], [2.0], [100.0]], jnp.float32)
+    assert as_floats(jax.jit(losses.regression_sums)(logits, batch)) == {
+        "loss_sum": 0.5**2 + 2.0**2,
+        "correct": 0.0,
+        "weight": 2.0,
+    }
+
+
+def test_packed_regression_sums_read_one_output_per_slot():
+    batch = {
+        "label": jnp.asarray([[1.0, 3.0], [2.0, 0.0]], jnp.float32),
+        "example_weight": jnp.asarray([[1.0, 1.0], [1.0, 0.0]], jnp.float32),
+    }
+    logits = jnp.asarray([[[0.0], [3.5]], [[2.0], [-8.0]]], jnp.float32)
+    assert as_floats(jax.jit(losses.regression_sums)(logits, batch)) == {
+        "loss_sum": 1.0 + 0.25 + 0.0,
+        "correct": 0.0,
+        "weight": 3.0,
+    }
+
+
+def test_token_weights_multiply_label_weights_by_their_examples_weight():
+    batch = {
+        "label_weights": jnp.asarray([[1, 1, 0], [1, 0, 1]], jnp.int32),
+        "example_weight": jnp.asarray([1.0, 0.0], jnp.float32),
+    }
+    weights = losses.token_weights(batch)
+    assert weights.dtype == jnp.float32
+    np.testing.assert_array_equal(weights, [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+
+
+def test_packed_token_weights_follow_the_example_each_token_belongs_to():
+    # Row 0 packs example 1 (kept) and example 2 (padding, weight 0), then a pad token;
+    # row 1 holds one kept example.
+    batch = {
+        "input_mask": jnp.asarray([[1, 1, 2, 2, 0], [1, 1, 1, 0, 0]], jnp.int32),
+        "label_weights": jnp.asarray([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], jnp.float32),
+        "example_weight": jnp.asarray([[1.0, 0.0], [1.0, 0.0]], jnp.float32),
+    }
+    np.testing.assert_array_equal(losses.token_weights(batch), [[1, 1, 0, 0, 0], [0, 1, 1, 0, 0]])
+
+
+def test_tagging_sums_count_the_labelled_tokens_of_kept_examples():
+    logits = np.array(
+        [
+            [[2.0, 0.0], [0.0, 1.0], [5.0, 0.0]],
+            [[0.0, 3.0], [1.0, 0.0], [0.0, 0.0]],
+        ],
+        np.float32,
+    )
+    batch = {
+        "label_ids": jnp.asarray([[0, 0, 1], [1, 0, 0]], jnp.int32),
+        "label_weights": jnp.asarray([[1, 1, 0], [1, 1, 1]], jnp.int32),
+        "example_weight": jnp.asarray([1.0, 0.0], jnp.float32),
+    }
+    assert_sums(
+        jax.jit(losses.tagging_sums)(jnp.asarray(logits), batch),
+        {"loss_sum": nll([2.0, 0.0], 0) + nll([0.0, 1.0], 0), "correct": 1.0, "weight": 2.0},
+    )
+
+
+def test_span_sums_take_each_softmax_over_the_examples_own_tokens():
+    # Three tokens of text, then two of padding whose huge logits must not count.
+    start = np.array([[1.0, 2.0, 0.0, 90.0, 90.0], [0.0, 0.0, 4.0, 0.0, 0.0]], np.float32)
+    end = np.array([[0.0, 0.5, 1.0, 90.0, 90.0], [3.0, 0.0, 0.0, 0.0, 0.0]], np.float32)
+    batch = {
+        "input_mask": jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], jnp.int32),
+        "start_positions": jnp.asarray([1, 2], jnp.int32),
+        "end_positions": jnp.asarray([2, 1], jnp.int32),
+        "example_weight": jnp.asarray([1.0, 1.0], jnp.float32),
+    }
+    sums = jax.jit(losses.span_sums)((jnp.asarray(start), jnp.asarray(end)), batch)
+    loss = (nll(start[0, :3], 1) + nll(end[0, :3], 2) + nll(start[1], 2) + nll(end[1], 1)) / 2
+    # Both of the first example's ends are right; the second's end is not.
+    assert_sums(sums, {"loss_sum": loss, "correct": 1.0, "weight": 2.0})
+
+
+def test_packed_span_sums_equal_the_unpacked_examples_sums():
+    start = np.array([0.5, 2.0, -1.0, 1.0, 3.0, 0.0], np.float32)
+    end = np.array([1.0, 0.0, 2.0, 0.0, 0.5, 7.0], np.float32)
+    # Example 1 holds tokens 0-2 (answer 1..2), example 2 tokens 3-4 (answer 4..4),
+    # slot 3 is empty and token 5 is padding.
+    packed = {
+        "input_mask": jnp.asarray([[1, 1, 1, 2, 2, 0]], jnp.int32),
+        "start_positions": jnp.asarray([[1, 4, 0]], jnp.int32),
+        "end_positions": jnp.asarray([[2, 4, 0]], jnp.int32),
+        "example_weight": jnp.asarray([[1.0, 1.0, 0.0]], jnp.float32),
+    }
+    sums = jax.jit(losses.span_sums)((jnp.asarray(start[None]), jnp.asarray(end[None])), packed)
+    loss = (nll(start[:3], 1) + nll(end[:3], 2) + nll(start[3:5], 1) + nll(end[3:5], 1)) / 2
+    assert_sums(sums, {"loss_sum": loss, "correct": 2.0, "weight": 2.0})
+    assert np.isfinite(float(sums["loss_sum"]))
+
+
+def test_summarize_finetune_gives_mean_loss_and_accuracy():
+    summary = losses.summarize_finetune(
+        {"loss_sum": jnp.float32(3.0), "correct": np.float32(3.0), "weight": jnp.float32(4.0)}
+    )
+    assert summary == {"loss": 0.75, "accuracy": 0.75}
+    assert losses.summarize_finetune({"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}) == {
+        "loss": 0.0,
+        "accuracy": 0.0,
+    }

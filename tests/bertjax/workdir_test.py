@@ -1,0 +1,190 @@
+"""bertjax.workdir: the files of a run read back as written, refusals that name the file,
+and one live run per workdir."""
+
+import json
+import os
+import re
+import socket
+
+import ml_collections
+import pytest
+
+from bertjax import workdir
+from bertjax.model import BertConfig
+from data_pipeline import config as data_config_lib
+
+
+def run_config(**overrides) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "num_train_steps": 100,
+            "log_every_steps": 10,
+            "optimizer": {"learning_rate": 1e-4, "warmup_steps": 10},
+            "mesh": {"data": -1, "model": 1},
+        }
+    )
+    config.update(overrides)
+    return config
+
+
+MODEL_CONFIG = BertConfig.from_preset("tiny", vocab_size=99)
+
+
+def describe(tmp_path, config=None) -> str:
+    """Writes a run's description into tmp_path/run from a vocabulary outside it."""
+    vocab = tmp_path / "source" / "my_vocab.txt"
+    vocab.parent.mkdir()
+    vocab.write_text("[PAD]\n[UNK]\nhello\n")
+    return workdir.write_run_description(
+        str(tmp_path / "run"),
+        config or run_config(),
+        MODEL_CONFIG,
+        str(vocab),
+        kind="sst2",
+        description={"max_seq_length": 64, "tokenizer_data": {"do_lower_case": False}},
+    )
+
+
+def test_read_json_of_a_missing_file_is_none(tmp_path):
+    assert workdir.read_json(str(tmp_path / "absent.json")) is None
+
+
+def test_read_json_of_malformed_json_names_the_file(tmp_path):
+    file = tmp_path / "results.json"
+    file.write_text('{"eval": ')
+    with pytest.raises(workdir.CheckpointError, match=f"^{re.escape(str(file))}: not valid JSON"):
+        workdir.read_json(str(file))
+
+
+def test_results_are_read_back_as_written(tmp_path):
+    assert workdir.read_results(str(tmp_path)) == {}
+    results = {"eval": {"accuracy": 0.75, "step": 10}, "best": {"accuracy": 0.8, "step": 5}}
+    workdir.write_results(str(tmp_path), results)
+    assert workdir.read_results(str(tmp_path)) == results
+    assert json.loads((tmp_path / workdir.RESULTS_FILE).read_text()) == results
+    assert [p.name for p in tmp_path.iterdir()] == [workdir.RESULTS_FILE]  # no temporary left
+
+
+def test_write_lines_writes_one_json_object_a_line(tmp_path):
+    file = tmp_path / "deep" / "predictions.jsonl"
+    workdir.write_lines(str(file), [{"id": 1, "label": "a"}, {"id": 2, "label": "b"}])
+    assert file.read_text() == '{"id": 1, "label": "a"}\n{"id": 2, "label": "b"}\n'
+    workdir.write_lines(str(file), [])
+    assert file.read_text() == ""
+
+
+def test_read_metrics_skips_a_half_written_last_line(tmp_path):
+    assert workdir.read_metrics(str(tmp_path)) == []
+    (tmp_path / workdir.METRICS_FILE).write_text(
+        '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo'
+    )
+    assert workdir.read_metrics(str(tmp_path)) == [
+        {"step": 1, "loss": 2.0},
+        {"step": 2, "loss": 1.5},
+    ]
+
+
+def test_a_run_description_is_read_back_as_written(tmp_path):
+    vocab = describe(tmp_path)
+    run = str(tmp_path / "run")
+    assert vocab == os.path.join(run, "vocab.txt")
+    assert (tmp_path / "run" / "vocab.txt").read_text() == "[PAD]\n[UNK]\nhello\n"
+    assert workdir.vocab_file(run) == vocab
+    assert workdir.require_vocab_file(run, what="init_checkpoint") == vocab
+    assert workdir.read_model_config(run) == MODEL_CONFIG
+    assert workdir.require_model_config(run, what="init_checkpoint") == MODEL_CONFIG
+    assert workdir.read_json(os.path.join(run, workdir.CONFIG_FILE)) == run_config().to_dict()
+    assert workdir.read_task(run) == (
+        "sst2",
+        {"max_seq_length": 64, "tokenizer_data": {"do_lower_case": False}},
+    )
+    tokenizer_data = workdir.read_tokenizer_data(run)
+    assert tokenizer_data == {**data_config_lib.default_config().to_dict(), "do_lower_case": False}
+    assert data_config_lib.default_config().do_lower_case is True  # so the override shows
+
+
+def test_a_run_description_with_the_workdirs_own_vocabulary_keeps_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vocab.json").write_text('{"[PAD]": 0}')
+    target = workdir.write_run_description(
+        str(run), run_config(), MODEL_CONFIG, str(run / "vocab.json"), kind="x", description={}
+    )
+    assert target == str(run / "vocab.json")
+    assert (run / "vocab.json").read_text() == '{"[PAD]": 0}'
+
+
+def test_a_workdir_without_vocabulary_or_model_config_is_named(tmp_path):
+    empty = str(tmp_path)
+    assert workdir.vocab_file(empty) is None and workdir.read_model_config(empty) is None
+    with pytest.raises(
+        workdir.CheckpointError, match=f"init_checkpoint='{empty}': no vocabulary .*vocab.txt"
+    ):
+        workdir.require_vocab_file(empty, what="init_checkpoint")
+    with pytest.raises(workdir.CheckpointError, match=f"model='{empty}': no model_config.json"):
+        workdir.require_model_config(empty, what="model")
+
+
+def test_read_task_refuses_a_workdir_without_task_json_or_a_task_name(tmp_path):
+    with pytest.raises(workdir.CheckpointError, match=f"{tmp_path}: no task.json"):
+        workdir.read_task(str(tmp_path))
+    (tmp_path / workdir.TASK_FILE).write_text('{"max_seq_length": 128}')
+    with pytest.raises(workdir.CheckpointError, match=r'task.json: no task name \("kind"\)'):
+        workdir.read_task(str(tmp_path))
+
+
+def test_check_same_shapes_names_the_field_that_differs():
+    workdir.check_same_shapes(MODEL_CONFIG, MODEL_CONFIG, where="here")
+    wider = BertConfig.from_preset("tiny", vocab_size=100)
+    with pytest.raises(
+        workdir.CheckpointError, match="here: the saved model has vocab_size=99, this run .*=100"
+    ):
+        workdir.check_same_shapes(MODEL_CONFIG, wider, where="here")
+
+
+def test_a_claimed_workdir_refuses_a_second_claim_until_released(tmp_path):
+    run = str(tmp_path / "run")
+    with workdir.claim(run):
+        owner = json.loads((tmp_path / "run" / workdir.LOCK_FILE).read_text())
+        assert owner["pid"] == os.getpid()
+        busy = f"{run}: in use by the run of process {os.getpid()} on {socket.gethostname()}"
+        with pytest.raises(workdir.WorkdirBusy, match=re.escape(busy)), workdir.claim(run):
+            pass
+        assert workdir.wait_until_free(run, timeout_s=0) is False
+    assert workdir.wait_until_free(run, timeout_s=0) is True
+    with workdir.claim(run):
+        pass
+
+
+def test_a_workdir_never_claimed_is_free(tmp_path):
+    assert workdir.wait_until_free(str(tmp_path), timeout_s=0) is True
+
+
+def test_check_same_run_accepts_the_same_config_and_resumable_changes(tmp_path):
+    run = str(tmp_path / "run")
+    workdir.check_same_run(run, run_config())  # nothing saved yet
+    describe(tmp_path)
+    workdir.check_same_run(run, run_config())
+    longer = run_config(num_train_steps=200, log_every_steps=1, mesh={"data": 2, "model": 4})
+    workdir.check_same_run(run, longer)
+
+
+def test_check_same_run_names_the_changed_key(tmp_path):
+    describe(tmp_path)
+    changed = run_config(optimizer={"learning_rate": 5e-5, "warmup_steps": 10})
+    with pytest.raises(
+        workdir.CheckpointError,
+        match=r"holds a run with another config \(optimizer.learning_rate 0.0001 -> 5e-05\)",
+    ):
+        workdir.check_same_run(str(tmp_path / "run"), changed)
+
+
+def test_check_same_run_refuses_a_shorter_run_and_counts_the_keys_it_does_not_show(tmp_path):
+    describe(tmp_path)
+    shorter = run_config(num_train_steps=50)
+    with pytest.raises(workdir.CheckpointError, match=r"\(num_train_steps 100 -> 50\)"):
+        workdir.check_same_run(str(tmp_path / "run"), shorter)
+    many = run_config(seed=1, a=1, b=2, c=3, d=4)
+    with pytest.raises(workdir.CheckpointError, match=r"a '\(none\)' -> 1, .* and 1 more\)"):
+        workdir.check_same_run(str(tmp_path / "run"), many)

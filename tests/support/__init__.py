@@ -1,5 +1,6 @@
-"""What the tests share besides fixtures: the checkout's paths, and helpers that start
-servers and processes (gcs_emulator, postgres_server, multihost_worker)."""
+"""What the tests share besides fixtures: the checkout's paths, helpers that start
+servers and processes (gcs_emulator, postgres_server, multihost_worker), and a sweep's
+definition and queue made in the test's process (sweeps)."""
 
 import pathlib
 

@@ -76,9 +76,6 @@ def open_storage(url: str, *, heartbeat_s: int) -> optuna.storages.RDBStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=heartbeat_s,
                 grace_period=4 * heartbeat_s,
-                heartbeat_stale_trial_callback=lambda study, trial: requeue(
-                    study, trial, failed=True
-                ),
             )
     except Exception as error:  # sqlalchemy's errors: a bad URL, a server not answering
         raise QueueError(f"--storage={_redacted(url)}: {str(error).splitlines()[0]}") from None
@@ -236,26 +233,33 @@ def end_interrupted(study, trial: optuna.Trial, why: str) -> None:
 
 
 def fail_gone_workers(study) -> None:
-    """Fails and queues again the RUNNING attempts whose worker is gone: on this host, a
-    process that has ended; anywhere, heartbeats older than the grace period."""
+    """Fails and queues again, to resume, the RUNNING attempts whose worker is gone: on
+    this host, a process that has ended; anywhere, heartbeats older than the grace period."""
     here = socket.gethostname()
     for frozen in study.get_trials(deepcopy=False, states=(RUNNING,)):
         worker = frozen.user_attrs.get("worker") or {}
         if worker.get("host") == here and not _alive(worker):
-            storage, storage_id = _storage(study), trial_id(frozen)
-            try:
-                storage.set_trial_user_attr(
-                    storage_id, "error", f"its worker (process {worker.get('pid')}) ended"
-                )
-                storage.set_trial_user_attr(storage_id, "interrupted", True)
-                if not storage.set_trial_state_values(storage_id, state=FAIL):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # another worker did it first
-            requeue(study, storage.get_trial(storage_id), failed=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
+            _end_gone(study, trial_id(frozen), f"its worker (process {worker.get('pid')}) ended")
+    for storage_id in _silent_trial_ids(study):
+        _end_gone(study, storage_id, "its worker's heartbeats stopped")
+
+
+def _end_gone(study, storage_id: int, why: str) -> None:
+    storage = _storage(study)
+    try:
+        storage.set_trial_user_attr(storage_id, "error", why)
+        storage.set_trial_user_attr(storage_id, "interrupted", True)
+        if not storage.set_trial_state_values(storage_id, state=FAIL):
+            return
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return  # another worker did it first
+    requeue(study, storage.get_trial(storage_id), failed=False)
+
+
+def _silent_trial_ids(study) -> list[int]:
+    """The RUNNING attempts whose heartbeats are older than the grace period (Optuna's own
+    check, which it keeps private; its public one fails them without a way to say why)."""
+    return _storage(study)._get_stale_trial_ids(study._study_id)
 
 
 def _alive(worker: dict) -> bool:

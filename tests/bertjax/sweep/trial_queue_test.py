@@ -178,13 +178,6 @@ def test_a_worker_whose_process_id_now_names_another_process_is_gone(tmp_path):
     assert trial_queue.claim(study).user_attrs["attempt"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trial_queue's docstring calls a worker whose heartbeats stopped gone and its "
-    "attempt interrupted (queued again as the same attempt, to resume), but open_storage's "
-    "heartbeat_stale_trial_callback requeues it with failed=True: the attempt counts as a "
-    "failure, is not marked interrupted, and with no retries left it is not queued at all",
-)
 def test_a_trial_whose_heartbeats_stopped_is_queued_again_to_resume(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},), max_retries=0)
     trial = trial_queue.claim(study)  # its worker, this process, is alive: only heartbeats tell
@@ -197,6 +190,7 @@ def test_a_trial_whose_heartbeats_stopped_is_queued_again_to_resume(tmp_path):
     again = trial_queue.claim(study)
     assert again is not None and again.user_attrs["attempt"] == 1
     assert old.user_attrs.get("interrupted")
+    assert old.user_attrs["error"] == "its worker's heartbeats stopped"
 
 
 def test_a_queued_copy_of_a_pruned_trial_is_dropped(tmp_path):

@@ -12,9 +12,10 @@ import pytest
 from bertjax import attention
 from bertjax.model import BertConfig, BertForPreTraining, BertModel
 
-pytestmark = pytest.mark.skipif(
-    jax.default_backend() != "gpu", reason="cuDNN attention needs a GPU"
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs a GPU"),
+]
 
 B, A, D = 4, 4, 64
 

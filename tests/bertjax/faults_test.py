@@ -13,6 +13,8 @@ import time
 import pytest
 from support import REPO
 
+pytestmark = pytest.mark.integration
+
 # A tiny model on the built-in corpus with the real vocabulary: a few seconds to start.
 SMALL = (
     "--config.data.vocab_size=30522",

@@ -26,6 +26,8 @@ from bertjax import workdir as workdir_lib
 from data_pipeline import builtin_corpus
 from experiments.finetune import classify
 
+pytestmark = [pytest.mark.integration, pytest.mark.emulator]
+
 pytest_plugins = ["support.gcs_emulator"]  # the fixtures gcs_emulator and gcs_bucket
 gfile = tf.io.gfile
 

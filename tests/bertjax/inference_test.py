@@ -13,6 +13,8 @@ from support import REPO
 import bertjax
 from bertjax import checkpoint, inference, sharding, train
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def sharded_scan_run(tmp_path_factory, make_small_config):

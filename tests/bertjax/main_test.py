@@ -9,6 +9,8 @@ import pytest
 from faults_test import SMALL
 from support import REPO
 
+pytestmark = pytest.mark.integration
+
 
 def run_main(workdir, vocab, *overrides, env=()):
     environment = {

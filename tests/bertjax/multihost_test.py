@@ -25,6 +25,8 @@ from support.multihost_worker import fingerprint
 
 from bertjax import checkpoint, train
 
+pytestmark = pytest.mark.integration
+
 WORKER = os.path.join(REPO, "tests", "support", "multihost_worker.py")
 # Both processes together; a hang (a collective one process never joins) fails here.
 TIMEOUT_S = 300

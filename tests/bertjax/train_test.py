@@ -13,6 +13,8 @@ import pytest
 from bertjax import checkpoint, sharding, train
 from data_pipeline import config as data_config_lib
 
+pytestmark = pytest.mark.integration
+
 # The loop is tested here, sharding in sharding_test.py and multihost_test.py: these runs
 # use one device (on 2 cores, conftest's 8 fake devices' collectives cost twice the CPU
 # time), except test_resume_continues_exactly, which resumes a run sharded over two.

@@ -196,6 +196,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.integration
 def test_cli_writes_a_vocab_and_a_summary(tmp_path):
     text_file = _write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "vocab.txt"
@@ -212,6 +213,7 @@ def test_cli_writes_a_vocab_and_a_summary(tmp_path):
     assert "[UNK]" in result.stdout
 
 
+@pytest.mark.integration
 def test_cli_reports_a_missing_file_in_one_line(tmp_path):
     result = _cli(
         "--config=experiments/pretrain/tiny_cpu.py",

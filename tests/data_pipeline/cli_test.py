@@ -48,6 +48,7 @@ def stderr_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if not _NATIVE_LOG.match(line)]
 
 
+@pytest.mark.integration
 def test_importing_every_tool_in_one_process_defines_no_flag():
     script = textwrap.dedent(
         f"""
@@ -85,6 +86,7 @@ def test_every_tool_follows_the_convention(name):
 # --------------------------------------------------------------------------- unknown keys
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "override,message",
     [
@@ -116,6 +118,7 @@ def test_trainer_names_an_unknown_override_before_training(tmp_path, override, m
     assert not workdir.exists()
 
 
+@pytest.mark.integration
 def test_data_tool_names_an_unknown_override():
     result = run_python(
         "-m",
@@ -131,6 +134,7 @@ def test_data_tool_names_an_unknown_override():
     assert result.returncode == 2
 
 
+@pytest.mark.integration
 def test_unknown_key_in_a_config_file(tmp_path):
     config_file = tmp_path / "typo.py"
     config_file.write_text(
@@ -156,12 +160,14 @@ def test_unknown_key_in_a_config_file(tmp_path):
     assert result.returncode == 2
 
 
+@pytest.mark.integration
 def test_missing_config_file_is_one_line():
     result = run_python("-m", "data_pipeline.inspect_batches", "--config", "experiments/no_such.py")
     assert stderr_lines(result) == ["error: --config=experiments/no_such.py: no such file"]
     assert result.returncode == 2
 
 
+@pytest.mark.integration
 def test_config_file_rejecting_its_argument_is_one_line(tmp_path):
     # glue.py's get_config raises a ConfigError (a UserError) for an unknown task;
     # ml_collections and absl would wrap it in a multi-line "FATAL Flags parsing error".
@@ -238,6 +244,7 @@ def test_check_known_keys():
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "import_export")]
 )

@@ -322,6 +322,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.integration
 def test_cli_writes_shards_with_two_workers(tmp_path, bert_tokenizer_json):
     files = write_text_corpus(tmp_path / "corpus", num_files=3, docs_per_file=16)
     out = tmp_path / "out"
@@ -354,6 +355,7 @@ def test_cli_writes_shards_with_two_workers(tmp_path, bert_tokenizer_json):
     assert "instances" in process.stdout
 
 
+@pytest.mark.integration
 def test_cli_error_is_one_line_without_traceback(tmp_path):
     missing = tmp_path / "missing.txt"
     process = run_cli(

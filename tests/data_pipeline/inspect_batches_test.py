@@ -77,6 +77,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.integration
 def test_cli_names_a_glob_that_matches_nothing(tmp_path):
     result = run_cli(
         "--config",
@@ -90,6 +91,7 @@ def test_cli_names_a_glob_that_matches_nothing(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.integration
 def test_cli_names_a_bad_option():
     result = run_cli(
         "--config", "experiments/pretrain/tiny_cpu.py", "--config.data.max_seq_length=4"

@@ -168,6 +168,7 @@ def test_bad_positions_are_named(tmp_path):
     assert issubclass(PositionError, UserError)
 
 
+@pytest.mark.integration
 def test_an_abandoned_iterator_does_not_hold_up_exit(tmp_path):
     files = write_corpus(tmp_path, 4, count=400)
     script = f"""

@@ -194,6 +194,7 @@ print("read", count, "batches at", time.time(), flush=True)
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "count,delete,workers",
     [(300, False, 0), (3, False, 0), (3, True, 0), (3, False, 2)],

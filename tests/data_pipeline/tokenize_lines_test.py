@@ -42,6 +42,7 @@ def test_decode_line_replaces_and_counts():
     assert decode_line(b"\xe2\x82") == ("\ufffd", 2)
 
 
+@pytest.mark.integration
 def test_tokenizes_lines_like_the_library(bert_json):
     lines = ["Hello, World!", "", "café\u200dnaïve 中文", " \t", "x" * 201]
     stdin = "\n".join(lines).encode() + b"\ncaf\xc3 ok \xff\xfehello\n"
@@ -60,6 +61,7 @@ def test_tokenizes_lines_like_the_library(bert_json):
     assert "replaced 3 invalid UTF-8 byte(s) on 1 line(s)" in result.stderr.decode()
 
 
+@pytest.mark.integration
 def test_cased_max_chars_and_sentencepiece(bert_json, sentencepiece_model):
     result = run_cli(
         "--vocab", str(bert_json), "--cased", "--max_chars_per_word", "3", stdin=b"abc abcd Hi\n"
@@ -76,6 +78,7 @@ def test_cased_max_chars_and_sentencepiece(bert_json, sentencepiece_model):
     assert json.loads(result.stdout)["ids"] == processor.encode("the cat")
 
 
+@pytest.mark.integration
 def test_missing_vocab_is_one_line_and_exit_code_2(tmp_path):
     missing = tmp_path / "no_such_vocab.txt"
     result = run_cli("--vocab", str(missing), stdin=b"hello\n")

@@ -61,6 +61,7 @@ def test_streams_share_one_pool_of_workers(small_config):
     assert all(os.path.exists(f"/proc/{pid}") for pid in pool.pids)
 
 
+@pytest.mark.integration
 def test_a_worker_loads_no_tensorflow():
     code = (
         "import sys, data_pipeline.workers; print(sorted({'tensorflow', 'jax'} & set(sys.modules)))"
@@ -142,6 +143,7 @@ def _running(pid):
         return False
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("end", ["exit", "kill -9", "SIGTERM"])
 def test_workers_end_with_their_parent(bert_tokenizer_json, end):
     script = PARENT_SCRIPT.format(vocab=bert_tokenizer_json, wait=end != "exit")

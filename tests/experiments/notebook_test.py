@@ -10,6 +10,8 @@ from support import REPO
 
 from bertjax import train
 
+pytestmark = pytest.mark.integration
+
 NOTEBOOKS = REPO / "experiments" / "notebooks"
 
 

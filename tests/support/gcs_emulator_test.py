@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 from etils import epath
 
+pytestmark = pytest.mark.emulator
+
 pytest_plugins = ["support.gcs_emulator"]  # the fixtures gcs_emulator and gcs_bucket
 gfile = tf.io.gfile
 

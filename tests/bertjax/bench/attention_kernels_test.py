@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from support import REPO
 
 from bertjax.bench import attention_kernels
+
+pytestmark = pytest.mark.integration
 
 # BERT-Tiny, one implementation, one timed step: the rows' shape, not their numbers.
 TINY = ("--preset=tiny", "--implementations=xla", "--steps=1")

@@ -17,6 +17,8 @@ from support import REPO
 from bertjax.bench import hf_flax
 from data_pipeline.errors import UserError
 
+pytestmark = pytest.mark.integration
+
 # What TensorFlow and XLA print from C++ while they load, whatever TF_CPP_MIN_LOG_LEVEL says.
 _NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
 

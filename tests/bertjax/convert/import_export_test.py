@@ -627,6 +627,7 @@ def test_existing_destinations_are_refused(small_workdir, tmp_path):
 # --------------------------------------------------------------------------- command line
 
 
+@pytest.mark.integration
 def test_cli_imports_with_positional_paths_and_flags_after_them(tf_small, tmp_path):
     result = run_cli(
         "import", "--format", "tf", str(tf_small), str(tmp_path / "w"), "--scan_layers"
@@ -636,6 +637,7 @@ def test_cli_imports_with_positional_paths_and_flags_after_them(tf_small, tmp_pa
     assert json.loads((tmp_path / "w" / "model_config.json").read_text())["scan_layers"] is True
 
 
+@pytest.mark.integration
 def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
     result = run_cli("export", "--format", "hf", str(small_workdir), str(small_workdir))
     assert result.returncode == 2
@@ -644,6 +646,7 @@ def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args,message",
     [

@@ -18,6 +18,8 @@ from support import REPO
 
 from bertjax.sweep import trial_queue
 
+pytestmark = pytest.mark.integration
+
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 

@@ -36,6 +36,7 @@ def test_the_queue_gives_each_trial_once_and_retries_failures_up_to_the_limit(tm
     assert statuses == [(0, "done", 1), (1, "failed", 2)]
 
 
+@pytest.mark.integration
 def test_a_trial_whose_worker_died_is_queued_again_to_resume(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},))
     trial = trial_queue.claim(study)
@@ -151,6 +152,7 @@ def test_an_interrupted_trial_is_queued_again_as_the_same_attempt(tmp_path):
     assert worker.suggest(again, again.user_attrs["keys"], definition.space) == {"seed": 1}
 
 
+@pytest.mark.integration
 def test_a_worker_on_another_host_is_not_judged_by_this_hosts_processes(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},))
     trial = trial_queue.claim(study)

@@ -121,6 +121,7 @@ def test_every_value_the_command_line_gets_is_the_value_the_config_flag_parses()
         assert parsed == value and type(parsed) is type(value), key
 
 
+@pytest.mark.integration
 def test_a_trial_runs_main_with_the_sweeps_overrides_then_its_own(tmp_path):
     definition = make_definition(
         tmp_path, config="glue.py", config_arg="mrpc", overrides={"seed": 3, "a.b": 2.0}

@@ -57,6 +57,7 @@ def test_description_refuses_what_it_does_not_know(values, message):
         Description.from_json(values, where="w/task.json")
 
 
+@pytest.mark.integration
 def test_importing_bertjax_starts_nothing():
     script = (
         "import os, sys; before = dict(os.environ); import bertjax; "

@@ -250,6 +250,7 @@ def get_sweep(h):
 """
 
 
+@pytest.mark.integration
 def test_a_task_named_by_its_import_path_sweeps_and_restores(tmp_path, bert_tokenizer_json):
     experiment = tmp_path / "length_sweep.py"
     experiment.write_text(SWEEP_EXPERIMENT.format(vocab=bert_tokenizer_json, length=LENGTH))

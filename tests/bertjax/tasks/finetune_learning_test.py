@@ -16,6 +16,8 @@ from support import REPO
 from bertjax.convert import import_export
 from data_pipeline import builtin_tasks
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def minilm_workdir(minilm_dir, tmp_path_factory):

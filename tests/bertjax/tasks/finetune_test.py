@@ -16,6 +16,8 @@ from bertjax.bench import packed_step
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, squad
 
+pytestmark = pytest.mark.integration
+
 TESTDATA = support.TESTDATA / "finetune"
 # What a task computes is tested here, not sharding (sharding_test.py and the two-process
 # tests in multihost_test.py fine-tune on meshes): one device keeps these runs clear of

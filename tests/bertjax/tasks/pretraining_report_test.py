@@ -10,6 +10,8 @@ from bertjax import checkpoint, inference, train
 from bertjax import workdir as workdir_lib
 from bertjax.tasks import pretraining_report
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, make_small_config):

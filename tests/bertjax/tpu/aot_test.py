@@ -11,6 +11,8 @@ from support import REPO
 from bertjax.tpu import aot, slices
 from data_pipeline.errors import UserError
 
+pytestmark = pytest.mark.tpu_compile
+
 TINY = "experiments/pretrain/tiny_cpu.py"
 
 

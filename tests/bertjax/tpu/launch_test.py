@@ -146,6 +146,7 @@ def one_error_line(result) -> str:
 # ---------------------------------------------------------------------- golden files
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_dry_run_prints_the_golden_commands(case):
     result = launcher(*GOLDEN[case], "--dry_run")
@@ -174,6 +175,7 @@ def remote_commands(text: str) -> list[str]:
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_remote_commands_and_startup_script_are_valid_bash(case):
@@ -199,6 +201,7 @@ def test_multi_host_run_is_distributed_and_single_host_is_not():
 # ------------------------------------------------------------------ real runs, fake gcloud
 
 
+@pytest.mark.integration
 def test_run_on_a_multi_host_slice_calls_gcloud_in_order(fake_gcloud):
     env, log = fake_gcloud
     result = launcher(*GOLDEN["run_multi_host"], env=env)
@@ -217,6 +220,7 @@ def test_run_on_a_multi_host_slice_calls_gcloud_in_order(fake_gcloud):
     assert dry_run == [shlex.join(command) for command in (free, start)]
 
 
+@pytest.mark.integration
 def test_a_failing_command_stops_the_sequence_in_one_line(fake_gcloud):
     env, log = fake_gcloud
     result = launcher(*GOLDEN["run_multi_host"], env={**env, "FAKE_GCLOUD_FAIL_ON": "pkill"})
@@ -227,6 +231,7 @@ def test_a_failing_command_stops_the_sequence_in_one_line(fake_gcloud):
     assert len(calls(log)) == 1  # training was not started
 
 
+@pytest.mark.integration
 def test_setup_ships_the_tracked_files_and_stops_when_the_copy_fails(fake_gcloud):
     env, log = fake_gcloud
     result = launcher(*GOLDEN["setup"], env={**env, "FAKE_GCLOUD_FAIL_ON": "scp"})
@@ -241,6 +246,7 @@ def test_setup_ships_the_tracked_files_and_stops_when_the_copy_fails(fake_gcloud
     assert not os.path.exists(scp[5]), "the archive is removed after the launch"
 
 
+@pytest.mark.integration
 def test_create_with_a_startup_script_uploads_the_code_first(fake_gcloud, tmp_path):
     env, log = fake_gcloud
     result = launcher(*GOLDEN["create_startup_script"], env=env)
@@ -261,6 +267,7 @@ def test_create_with_a_startup_script_uploads_the_code_first(fake_gcloud, tmp_pa
     assert "--distributed" in text and "/tmp/libtpu_lockfile" in text
 
 
+@pytest.mark.integration
 def test_xpk_run_calls_xpk(fake_gcloud):
     env, log = fake_gcloud
     result = launcher(*GOLDEN["xpk_run"], env=env)
@@ -274,6 +281,7 @@ def test_xpk_run_calls_xpk(fake_gcloud):
     )
 
 
+@pytest.mark.integration
 def test_missing_gcloud_is_one_line_and_runs_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -291,6 +299,7 @@ def test_missing_gcloud_is_one_line_and_runs_nothing(tmp_path):
 RUN = ["run", *BASE, "--accelerator_type", "v5p-32"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args, named",
     [
@@ -330,6 +339,7 @@ def test_bad_input_is_one_line_before_anything_runs(fake_gcloud, args, named):
     assert calls(log) == []
 
 
+@pytest.mark.integration
 def test_importing_the_launcher_starts_neither_jax_nor_tensorflow():
     script = "import sys, bertjax.tpu.launch; print([m for m in ('jax', 'tensorflow') if m in sys.modules])"
     result = subprocess.run(
@@ -341,6 +351,7 @@ def test_importing_the_launcher_starts_neither_jax_nor_tensorflow():
 # ------------------------------------------------- the remote commands on a stand-in worker
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("bash", "pkill", "pgrep", "setsid", "nohup")),
     reason="needs bash and procps",

@@ -83,6 +83,7 @@ def test_multislice_mesh_spans_slices_along_the_data_axis_only():
         sharding.make_mesh({"data": 1, "fsdp": -1, "tensor": 1}, devices)
 
 
+@pytest.mark.integration
 def test_libtpu_settings_are_made_when_a_tool_starts_not_when_bertjax_is_imported():
     import os
     import subprocess

@@ -94,7 +94,8 @@ def test_a_bad_sweep_fails_before_any_trial_runs(tmp_path, body, message):
     assert not (tmp_path / "sweep").exists()
 
 
-def tiny_config():
+def tiny_config_40_steps():
+    """tiny_cpu.py's config cut to 40 steps with 5 of warmup: a fresh copy."""
     config = tiny_cpu.get_config()
     config.num_train_steps = 40
     config.optimizer.warmup_steps = 5
@@ -115,13 +116,13 @@ def tiny_config():
 )
 def test_every_trial_is_checked_as_a_run_would(trials, message):
     with pytest.raises(command.SweepError, match=message):
-        command.check_trials(tiny_config(), hyper.as_sweep(trials, "test"))
+        command.check_trials(tiny_config_40_steps(), hyper.as_sweep(trials, "test"))
 
 
 def test_overrides_keep_the_configs_references():
-    config = command.apply_overrides(tiny_config(), {"data.vocab_size": 2048}, "trial 0")
+    config = command.apply_overrides(tiny_config_40_steps(), {"data.vocab_size": 2048}, "trial 0")
     assert config.model.vocab_size == 2048  # model.vocab_size follows data.vocab_size
-    assert tiny_config().model.vocab_size == 4096
+    assert tiny_config_40_steps().model.vocab_size == 4096
 
 
 def test_values_on_the_command_line_parse_back_to_themselves():

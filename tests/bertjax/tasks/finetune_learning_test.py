@@ -13,15 +13,7 @@ import sys
 import pytest
 from support import REPO
 
-from bertjax.convert import import_export
 from data_pipeline import builtin_tasks
-
-
-@pytest.fixture(scope="module")
-def minilm_workdir(minilm_dir, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("converted") / "minilm"
-    import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
-    return str(workdir)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real bert-base-uncased vocab and the tiny experiment config."""
+"""Shared fixtures: the real bert-base-uncased vocab and its tokenizer, the tiny experiment
+configs, MiniLM imported, and one small pretrained workdir."""
 
 import atexit
 import os
@@ -6,6 +7,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
+import typing
 import zipfile
 
 import pytest
@@ -191,3 +193,93 @@ def make_small_config(bert_tokenizer_json):
         return c
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tokenizer(bert_tokenizer_json):
+    """The bert-base-uncased WordPiece tokenizer with the pipeline's default settings
+    (lower case, words cut at 200 characters)."""
+    from data_pipeline import config as config_lib
+    from data_pipeline.tokenizer import make_tokenizer
+
+    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
+
+
+@pytest.fixture
+def small_data_config(data_config, bert_tokenizer_json):
+    """The pipeline's default data config on the bert-base-uncased vocab, cut to 64-token
+    sequences, 10 predictions each and a 16-document buffer; a fresh copy."""
+    data_config.update(
+        vocab_file=bert_tokenizer_json,
+        max_seq_length=64,
+        max_predictions_per_seq=10,
+        document_buffer_size=16,
+    )
+    return data_config
+
+
+@pytest.fixture
+def tiny_data_config_all_train(data_config, bert_tokenizer_json):
+    """The pipeline's default data config on the bert-base-uncased vocab, cut to 32-token
+    sequences, 5 predictions each and a 6-document buffer, with nothing held out
+    (eval_fraction=0: every document goes to the train split); a fresh copy."""
+    data_config.update(
+        vocab_file=bert_tokenizer_json,
+        max_seq_length=32,
+        max_predictions_per_seq=5,
+        document_buffer_size=6,
+        eval_fraction=0.0,
+    )
+    return data_config
+
+
+@pytest.fixture(scope="session")
+def minilm_workdir(minilm_dir, tmp_path_factory) -> pathlib.Path:
+    """all-MiniLM-L6-v2 (6 layers, hidden 384) imported as a pretraining workdir, the
+    folder `w` alone in its parent. Read it only: copy it to change it."""
+    from bertjax.convert import import_export
+
+    workdir = tmp_path_factory.mktemp("minilm_import") / "w"
+    import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
+    return workdir
+
+
+class PretrainedRun(typing.NamedTuple):
+    """What the pretrained_run fixture gives: its workdir, its config and its results."""
+
+    workdir: str
+    config: typing.Any  # the run's ml_collections.ConfigDict: copy it before changing it
+    results: dict  # what train.train_and_evaluate returned: {"eval": ..., "best": ...}
+
+
+@pytest.fixture(scope="session")
+def pretrained_run(tmp_path_factory, make_small_config) -> PretrainedRun:
+    """The one small pretraining run of the tests that read a pretrained workdir (restore,
+    fill-mask, the end-of-run report, notebooks, fine-tuning from it): make_small_config's
+    model in the scan layout, trained 4 steps over an 8-device data x fsdp x tensor mesh,
+    evaluated at steps 2 and 4, its checkpoint at step 4. Trained once a session (once a
+    pytest-xdist worker).
+
+    Read its workdir only, so the tests stay independent: a test that writes into a
+    workdir (resumes, trains on, writes files there) copies it first
+    (shutil.copytree(..., ignore=shutil.ignore_patterns(".lock"))).
+    The mesh and the scan layout are what the restore tests need (a multi-device scan run
+    restored on one device, in the loop layout) and the fine-tuning tests (an init
+    checkpoint in the scan layout); their own runs start from it on one device.
+    """
+    from bertjax import train
+
+    config = make_small_config()
+    config.num_train_steps = 4
+    config.eval_every_steps = 2
+    config.model.scan_layers = True
+    config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
+    workdir = str(tmp_path_factory.mktemp("pretrained") / "w")
+    results = train.train_and_evaluate(config, workdir)
+    return PretrainedRun(workdir, config, results)
+
+
+@pytest.fixture(scope="session")
+def pretrained_workdir(pretrained_run) -> str:
+    """The workdir of pretrained_run (4 steps, scan layout, an 8-device mesh): read only."""
+    return pretrained_run.workdir

@@ -69,7 +69,11 @@ def _upload_corpus(bucket: str) -> str:
 @pytest.fixture(scope="module")
 def pretrained(gcs_bucket, cwd, make_small_config, bert_tokenizer_json):
     """4 steps with the corpus, the vocabulary and the workdir in the bucket, stopped at 2
-    and resumed."""
+    and resumed.
+
+    Not conftest.py's pretrained_workdir: pretraining from and into the bucket, and its
+    resumption there, is what this module tests, and the tests after read that workdir.
+    """
     config = make_small_config()
     config.num_train_steps = config.eval_every_steps = 4
     config.checkpoint_every_steps = 2

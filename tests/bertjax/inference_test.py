@@ -17,23 +17,16 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sharded_scan_run(tmp_path_factory, make_small_config):
-    """Two steps of a scan_layers model trained over an 8-device data x fsdp x tensor mesh."""
-    config = make_small_config()
-    config.num_train_steps = 2
-    config.eval_every_steps = 0
-    config.log_every_steps = 2
-    config.model.scan_layers = True
-    config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
-    workdir = str(tmp_path_factory.mktemp("scan_run"))
-    train.train_and_evaluate(config, workdir)
-    return config, workdir
+def sharded_scan_run(pretrained_run):
+    """(config, workdir) of conftest.py's run: 4 steps of a scan_layers model trained over an
+    8-device data x fsdp x tensor mesh. Read only."""
+    return pretrained_run.config, pretrained_run.workdir
 
 
 def _saved_params(config, workdir):
     run = train.build_run(config, workdir)
     manager = checkpoint.make_manager(workdir, max_to_keep=2)
-    state, _ = checkpoint.restore(manager, 2, run.abstract_state)
+    state, _ = checkpoint.restore(manager, 4, run.abstract_state)
     manager.close()
     return jax.tree.map(np.asarray, state.params)
 
@@ -41,7 +34,7 @@ def _saved_params(config, workdir):
 def test_restore_puts_a_multi_device_scan_run_on_one_device_in_loop_layout(sharded_scan_run):
     config, workdir = sharded_scan_run
     restored = bertjax.restore(workdir)
-    assert restored.step == 2 and not restored.config.scan_layers
+    assert restored.step == 4 and not restored.config.scan_layers
     encoder = restored.params["bert"]["encoder"]
     assert sorted(encoder) == ["layer_0", "layer_1"]
     device = jax.local_devices()[0]

@@ -19,7 +19,6 @@ from data_pipeline import packing, schema
 from data_pipeline import pretraining_input as pretraining_data
 from data_pipeline.finetune import classification_input
 from data_pipeline.finetune.classification_input import ClassificationConfig
-from data_pipeline.tokenizer import make_tokenizer
 
 CLS, SEP, PAD = 101, 102, 0
 PAIRS = [
@@ -30,11 +29,6 @@ PAIRS = [
     ("The longest sentence here has quite a few more words than the others do.", ""),
     ("Tokens of one example never see another's.", ""),
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(bert_tokenizer_json):
-    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
 def encoded(tokenizer, pairs, max_seq_length=32):

@@ -18,18 +18,6 @@ CHUNK = pretraining_input.POSITION_FIELDS.index("chunk")
 WORDS = ["river", "bridge", "stone", "iron", "town", "market", "school", "garden", "castle"]
 
 
-@pytest.fixture
-def small_config(data_config, bert_tokenizer_json):
-    data_config.update(
-        vocab_file=bert_tokenizer_json,
-        max_seq_length=32,
-        max_predictions_per_seq=5,
-        document_buffer_size=6,
-        eval_fraction=0.0,
-    )
-    return data_config
-
-
 def write_corpus(folder, files, documents_per_file):
     """Documents of 1 to 5 sentences; of several files, the last gzipped, no final newline."""
     for f in range(files):
@@ -89,26 +77,32 @@ def check_resumes(config, num_batches, *, epochs=True, batch_size=8, **shard):
     ids=["one process", "by file", "by document 0", "by document 1"],
 )
 def test_text_files_resume_batch_for_batch(
-    tmp_path, small_config, files, process_index, process_count
+    tmp_path, tiny_data_config_all_train, files, process_index, process_count
 ):
-    small_config.update(source="text", text_files=write_corpus(tmp_path, files, 60 // files))
-    full = check_resumes(small_config, 40, process_index=process_index, process_count=process_count)
+    tiny_data_config_all_train.update(
+        source="text", text_files=write_corpus(tmp_path, files, 60 // files)
+    )
+    full = check_resumes(
+        tiny_data_config_all_train, 40, process_index=process_index, process_count=process_count
+    )
     # The batches are counted, and batch k's masks drawn from k's seed, across resumes too.
     assert [b["stream_position"][0][0] for b in full] == list(range(1, 41))
 
 
 @pytest.mark.parametrize("process_index,process_count", [(0, 1), (1, 2)])
-def test_builtin_corpus_resumes_batch_for_batch(small_config, process_index, process_count):
+def test_builtin_corpus_resumes_batch_for_batch(
+    tiny_data_config_all_train, process_index, process_count
+):
     # Long documents: chunks of 2 and single-row batches, for a batch that ends a chunk.
-    small_config.update(eval_fraction=0.1, document_buffer_size=2)
+    tiny_data_config_all_train.update(eval_fraction=0.1, document_buffer_size=2)
     shard = {"process_index": process_index, "process_count": process_count}
-    check_resumes(small_config, 60, epochs=False, batch_size=1, **shard)
+    check_resumes(tiny_data_config_all_train, 60, epochs=False, batch_size=1, **shard)
 
 
-def test_a_packed_stream_resumes_batch_for_batch(tmp_path, small_config):
+def test_a_packed_stream_resumes_batch_for_batch(tmp_path, tiny_data_config_all_train):
     # Rows of up to 3 pairs, packed within each chunk: a position counts the chunk's rows.
     corpus_files = write_corpus(tmp_path, 2, 30)
-    small_config.update(
+    tiny_data_config_all_train.update(
         source="text",
         text_files=corpus_files,
         max_seq_length=64,
@@ -116,14 +110,14 @@ def test_a_packed_stream_resumes_batch_for_batch(tmp_path, small_config):
         short_seq_prob=1.0,
         pack_examples=True,
     )
-    full = check_resumes(small_config, 40, batch_size=4)
+    full = check_resumes(tiny_data_config_all_train, 40, batch_size=4)
     pairs = np.array([b["next_sentence_weights"].sum(axis=1) for b in full])
     assert pairs.max() == 3 and pairs.mean() > 1.5
     assert [b["stream_position"][0][0] for b in full] == list(range(1, 41))
 
 
-def test_a_late_start_reads_about_one_chunk(tmp_path, small_config):
-    small_config.update(
+def test_a_late_start_reads_about_one_chunk(tmp_path, tiny_data_config_all_train):
+    tiny_data_config_all_train.update(
         source="text", text_files=write_corpus(tmp_path, 4, 100), document_buffer_size=16
     )
 
@@ -131,13 +125,18 @@ def test_a_late_start_reads_about_one_chunk(tmp_path, small_config):
         """The stream's first batch, and the documents read by then."""
         stats = corpus.CorpusStats()
         dataset = pretraining_input.make_pretraining_dataset(
-            small_config, split="train", batch_size=32, seed=0, stats=stats, position=position
+            tiny_data_config_all_train,
+            split="train",
+            batch_size=32,
+            seed=0,
+            stats=stats,
+            position=position,
         )
         return next(dataset.as_numpy_iterator()), stats.documents_read
 
     stats = corpus.CorpusStats()
     dataset = pretraining_input.make_pretraining_dataset(
-        small_config, split="train", batch_size=32, seed=0, stats=stats
+        tiny_data_config_all_train, split="train", batch_size=32, seed=0, stats=stats
     )
     for batch in dataset.as_numpy_iterator():
         if batch["stream_position"][-1][[EPOCH, CHUNK]].tolist() == [3, 5]:
@@ -151,12 +150,14 @@ def test_a_late_start_reads_about_one_chunk(tmp_path, small_config):
     assert read_late < 600 and read_at_start < 600, (read_late, read_at_start)
 
 
-def test_bad_positions_name_the_problem(tmp_path, small_config):
-    small_config.update(source="text", text_files=write_corpus(tmp_path, 2, 10), eval_fraction=0.2)
+def test_bad_positions_name_the_problem(tmp_path, tiny_data_config_all_train):
+    tiny_data_config_all_train.update(
+        source="text", text_files=write_corpus(tmp_path, 2, 10), eval_fraction=0.2
+    )
 
     def resume(position, split="train"):
         return pretraining_input.make_pretraining_dataset(
-            small_config, split=split, batch_size=4, seed=0, position=position
+            tiny_data_config_all_train, split=split, batch_size=4, seed=0, position=position
         )
 
     good = next(resume(None).as_numpy_iterator())["stream_position"][-1]

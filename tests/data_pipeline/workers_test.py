@@ -16,17 +16,6 @@ from data_pipeline import config as config_lib
 from data_pipeline import pretraining_input, workers
 
 
-@pytest.fixture
-def small_config(data_config, bert_tokenizer_json):
-    data_config.update(
-        vocab_file=bert_tokenizer_json,
-        max_seq_length=64,
-        max_predictions_per_seq=10,
-        document_buffer_size=16,
-    )
-    return data_config
-
-
 def batches(config, count, **kwargs):
     dataset = pretraining_input.make_pretraining_dataset(
         config, split="train", batch_size=16, seed=3, **kwargs
@@ -43,19 +32,19 @@ def assert_same(first, second):
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["pairs", "packed"])
-def test_workers_give_the_batches_of_the_threads_and_resume_the_same(small_config, pack):
-    small_config.pack_examples = pack
-    in_threads = batches(small_config, 24)
-    small_config.num_workers = 2
-    assert_same(in_threads, batches(small_config, 24))
-    resumed = batches(small_config, 8, position=in_threads[15]["stream_position"][-1])
+def test_workers_give_the_batches_of_the_threads_and_resume_the_same(small_data_config, pack):
+    small_data_config.pack_examples = pack
+    in_threads = batches(small_data_config, 24)
+    small_data_config.num_workers = 2
+    assert_same(in_threads, batches(small_data_config, 24))
+    resumed = batches(small_data_config, 8, position=in_threads[15]["stream_position"][-1])
     assert_same(in_threads[16:], resumed)
 
 
-def test_streams_share_one_pool_of_workers(small_config):
-    small_config.num_workers = 2
+def test_streams_share_one_pool_of_workers(small_data_config):
+    small_data_config.num_workers = 2
     for _ in range(3):  # an eval pass made again and again starts no process
-        batches(small_config, 2)
+        batches(small_data_config, 2)
     pool = workers.shared_pool(1)
     assert len(pool.pids) == 2
     assert all(os.path.exists(f"/proc/{pid}") for pid in pool.pids)
@@ -100,11 +89,11 @@ def test_a_worker_that_dies_is_an_error_naming_it_and_is_replaced():
         pool.close()
 
 
-def test_a_negative_num_workers_is_refused(small_config):
-    small_config.num_workers = -1
+def test_a_negative_num_workers_is_refused(small_data_config):
+    small_data_config.num_workers = -1
     with pytest.raises(config_lib.ConfigError, match=r"config.data.num_workers=-1"):
         pretraining_input.make_pretraining_dataset(
-            small_config, split="train", batch_size=2, seed=0
+            small_data_config, split="train", batch_size=2, seed=0
         )
 
 

@@ -28,30 +28,24 @@ def run_notebook(name: str, monkeypatch) -> tuple[str, int]:
     return text, sum("image/png" in output.get("data", {}) for output in outputs)
 
 
-@pytest.fixture(scope="module")
-def tiny_workdir(tmp_path_factory, make_small_config):
-    config = make_small_config()
-    config.num_train_steps = 4
-    config.eval_every_steps = 2
-    workdir = tmp_path_factory.mktemp("notebook_run")
-    # One device: the notebooks are tested here, restoring from a mesh in inference_test.py.
-    train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
-    return workdir
-
-
-def test_restore_and_probe_runs_and_shows_its_results(tiny_workdir, monkeypatch):
-    monkeypatch.setenv("BERTJAX_WORKDIR", str(tiny_workdir))
+def test_restore_and_probe_runs_and_shows_its_results(pretrained_workdir, monkeypatch):
+    # conftest.py's 4-step run, evaluated at steps 2 and 4: curves of two points a split.
+    monkeypatch.setenv("BERTJAX_WORKDIR", pretrained_workdir)
     text, images = run_notebook("restore_and_probe.ipynb", monkeypatch)
     assert "step 4: 2 layers, hidden 64" in text
     assert text.count(" -> ") == 3
     assert "does not exist" not in text
     assert images == 3  # similarity heatmap, attention map, training curves
-    assert os.path.exists(tiny_workdir / "metrics.jsonl")
+    assert os.path.exists(os.path.join(pretrained_workdir, "metrics.jsonl"))
 
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory, make_small_config):
-    """A sweep of two learning rates, its trials trained in this process through the queue."""
+    """A sweep of two learning rates, its trials trained in this process through the queue.
+
+    Trained here, not read from conftest.py's pretrained_workdir: the report needs a
+    sweep's trials, two runs that differ in their learning rate.
+    """
     from bertjax.sweep import command, hyper, trial_queue, worker
     from bertjax.sweep.definition import SweepDefinition
 

@@ -147,16 +147,6 @@ def small_workdir(hf_small, tmp_path_factory):
     return workdir
 
 
-@pytest.fixture(scope="module")
-def minilm_workdir(minilm_dir, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("minilm_import") / "w"
-    result = import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
-    # A sentence-transformers BertModel: no heads, names without "bert.".
-    assert result["initialized"] == ["predictions", "seq_relationship"]
-    assert result["ignored"] == ["bert.embeddings.position_ids"]
-    return workdir
-
-
 # --------------------------------------------------------------------------- the table
 
 
@@ -294,6 +284,9 @@ def test_minilm_workdir_layout(minilm_workdir):
     assert run_config["data"]["max_chars_per_word"] == 100
     assert run_config["model"]["hidden_size"] == 384
     assert run_config["converted_from"]["format"] == "hf"
+    # A sentence-transformers BertModel: no heads, names without "bert.".
+    assert run_config["converted_from"]["initialized"] == ["predictions", "seq_relationship"]
+    assert run_config["converted_from"]["ignored"] == ["bert.embeddings.position_ids"]
     assert [n for n in os.listdir(minilm_workdir.parent) if n != "w"] == []
 
 

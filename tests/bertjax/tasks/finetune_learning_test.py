@@ -13,17 +13,9 @@ import sys
 import pytest
 from support import REPO
 
-from bertjax.convert import import_export
 from data_pipeline import builtin_tasks
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def minilm_workdir(minilm_dir, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("converted") / "minilm"
-    import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
-    return str(workdir)
 
 
 @pytest.fixture(scope="module")

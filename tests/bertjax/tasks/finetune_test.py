@@ -1,4 +1,5 @@
-"""Fine-tuning end to end on small real-format files, from a tiny pretraining workdir."""
+"""Fine-tuning end to end on small real-format files, from the tiny pretraining workdir
+(conftest.py's pretrained_workdir, saved in the scan layout, which the tests only read)."""
 
 import json
 import pathlib
@@ -25,19 +26,6 @@ TESTDATA = support.TESTDATA / "finetune"
 ONE_DEVICE = jax.devices()[:1]
 
 
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory, make_small_config):
-    """Two pretraining steps of the small test model, saved in the scan layout."""
-    config = make_small_config()
-    config.num_train_steps = 2
-    config.eval_every_steps = 0
-    config.log_every_steps = 2
-    config.model.scan_layers = True
-    workdir = str(tmp_path_factory.mktemp("pretrained"))
-    train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
-    return workdir
-
-
 def _mrpc_config(init_checkpoint):
     config = classify.get_config()
     config.init_checkpoint = init_checkpoint
@@ -56,10 +44,10 @@ def _mrpc_config(init_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def mrpc_run(pretrained, tmp_path_factory):
+def mrpc_run(pretrained_workdir, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mrpc")
     return workdir, train.train_and_evaluate(
-        _mrpc_config(pretrained), str(workdir), devices=ONE_DEVICE
+        _mrpc_config(pretrained_workdir), str(workdir), devices=ONE_DEVICE
     )
 
 
@@ -81,15 +69,15 @@ def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
     assert checkpoint.latest_step(str(tmp_path)) == 2
 
 
-def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
-    config = _mrpc_config(pretrained)
+def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained_workdir):
+    config = _mrpc_config(pretrained_workdir)
     config.model.scan_layers = False  # the checkpoint has the scan layout
     run = train.build_run(config, "/nonexistent/not/written")
     with jax.set_mesh(run.mesh):
         state = train.create_state(run)
     saved = np.asarray(
         checkpoint.restore_params(
-            pretrained,
+            pretrained_workdir,
             {
                 "bert": {
                     "encoder": {
@@ -124,8 +112,8 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained):
     )
 
 
-def test_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
-    config = _mrpc_config(pretrained)
+def test_resume_gives_the_uninterrupted_result(pretrained_workdir, tmp_path):
+    config = _mrpc_config(pretrained_workdir)
     straight = train.train_and_evaluate(config, str(tmp_path / "straight"), devices=ONE_DEVICE)
     train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1, devices=ONE_DEVICE)
     resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"), devices=ONE_DEVICE)
@@ -169,11 +157,11 @@ PREDICTIONS = {
 
 
 @pytest.mark.parametrize("task", ["classification", "tagging", "squad"])
-def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path, task):
+def test_packed_batches_train_as_the_unpacked_ones(pretrained_workdir, tmp_path, task):
     # Without dropout a packed run computes what the unpacked one does, in fewer rows.
     losses, results = {}, {}
     for packed in (False, True):
-        config = _packing_config(task, pretrained)
+        config = _packing_config(task, pretrained_workdir)
         config.data.pack_examples = packed
         workdir = tmp_path / f"packed_{packed}"
         run = train.build_run(config, str(workdir), devices=ONE_DEVICE)
@@ -195,8 +183,8 @@ def test_packed_batches_train_as_the_unpacked_ones(pretrained, tmp_path, task):
         assert packed == pytest.approx(plain, rel=1e-4), step
 
 
-def test_the_packing_benchmark_times_both_layouts(pretrained, tmp_path):
-    config = _mrpc_config(pretrained)
+def test_the_packing_benchmark_times_both_layouts(pretrained_workdir, tmp_path):
+    config = _mrpc_config(pretrained_workdir)
     config.data.max_seq_length = 64
     config.train_batch_size = 16
     config.num_train_epochs = 8.0
@@ -224,10 +212,10 @@ def _ner_config(init_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def ner_run(pretrained, tmp_path_factory):
+def ner_run(pretrained_workdir, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("ner")
     return tmp_path, train.train_and_evaluate(
-        _ner_config(pretrained), str(tmp_path), devices=ONE_DEVICE
+        _ner_config(pretrained_workdir), str(tmp_path), devices=ONE_DEVICE
     )
 
 
@@ -256,8 +244,8 @@ def test_tagging_runs_and_scores_entities(ner_run):
         ({"num_train_epochs": 0.5}, "config.num_train_epochs=0.5,.* no global batch"),
     ],
 )
-def test_config_errors_name_the_key(pretrained, tmp_path, change, message):
-    config = _mrpc_config(pretrained)
+def test_config_errors_name_the_key(pretrained_workdir, tmp_path, change, message):
+    config = _mrpc_config(pretrained_workdir)
     for key, value in change.items():
         *parents, leaf = key.split(".")
         node = config
@@ -268,26 +256,26 @@ def test_config_errors_name_the_key(pretrained, tmp_path, change, message):
         train.build_run(config, str(tmp_path))
 
 
-def test_shape_fields_of_the_checkpoint_cannot_change(pretrained, tmp_path):
-    config = _mrpc_config(pretrained)
+def test_shape_fields_of_the_checkpoint_cannot_change(pretrained_workdir, tmp_path):
+    config = _mrpc_config(pretrained_workdir)
     with config.unlocked():
         config.model.hidden_size = 128
     with pytest.raises(ConfigError, match="config.model.hidden_size: not changeable"):
         train.build_run(config, str(tmp_path))
 
 
-def test_a_workdir_tokenized_with_another_vocabulary_is_refused(pretrained, tmp_path):
-    config = _mrpc_config(pretrained)
+def test_a_workdir_tokenized_with_another_vocabulary_is_refused(pretrained_workdir, tmp_path):
+    config = _mrpc_config(pretrained_workdir)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nother\n")
     with pytest.raises(checkpoint.CheckpointError, match="differs from config.init_checkpoint"):
         train.build_run(config, str(tmp_path))
 
 
 @pytest.fixture(scope="module")
-def squad_run(pretrained, tmp_path_factory):
+def squad_run(pretrained_workdir, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("squad")
     config = squad.get_config("v2.0")
-    config.init_checkpoint = pretrained
+    config.init_checkpoint = pretrained_workdir
     config.train_batch_size = 8
     config.eval_batch_size = 8
     config.num_train_epochs = 2.0
@@ -389,10 +377,10 @@ def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path):
     assert sorted(predictions) == sorted(questions)
 
 
-def test_glue_from_tfds_end_to_end(pretrained, tmp_path):
+def test_glue_from_tfds_end_to_end(pretrained_workdir, tmp_path):
     # tfds.testing.mock_data stands in for a prepared glue/stsb (no download here).
     config = glue.get_config("stsb")
-    config.init_checkpoint = pretrained
+    config.init_checkpoint = pretrained_workdir
     config.train_batch_size = 8
     config.eval_batch_size = 8
     config.num_train_epochs = 1.0

@@ -24,7 +24,7 @@ from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.config import ConfigError
 from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TaskDataError
-from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
+from data_pipeline.tokenizer import SentencePieceTokenizer
 from data_pipeline.vocab import load_vocab
 
 TESTDATA = support.TESTDATA / "finetune"
@@ -35,11 +35,6 @@ V1_CONFIG = squad_input.SquadConfig()
 V2_CONFIG = squad_input.SquadConfig(version_2_with_negative=True)
 # Windows of 28 - 12 - 3 = 13 pieces or more, 10 apart: several per context.
 SMALL = squad_input.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(bert_tokenizer_json):
-    return WordPieceTokenizer(load_vocab(bert_tokenizer_json), lower_case=True)
 
 
 @pytest.fixture(scope="module")

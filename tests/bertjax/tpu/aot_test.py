@@ -10,16 +10,11 @@ from support import REPO
 
 from bertjax.tpu import aot, slices
 from data_pipeline.errors import UserError
+from experiments.pretrain import tiny_cpu
 
 pytestmark = pytest.mark.tpu_compile
 
 TINY = "experiments/pretrain/tiny_cpu.py"
-
-
-def tiny_config():
-    from experiments.pretrain import tiny_cpu
-
-    return tiny_cpu.get_config()
 
 
 def run_aot(*args, timeout=300):
@@ -39,7 +34,7 @@ def our_lines(stderr: str) -> list[str]:
 
 
 def test_tiny_config_on_a_v5e_slice():
-    r = aot.compile_report(tiny_config(), slices.parse("v5e-8"))
+    r = aot.compile_report(tiny_cpu.get_config(), slices.parse("v5e-8"))
     assert (r["accelerator_type"], r["chips"], r["hosts"]) == ("v5litepod-8", 8, 1)
     assert r["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
     assert r["fits"] and r["eval_fits"]
@@ -57,7 +52,7 @@ def test_tiny_config_on_a_v5e_slice():
 
 
 def test_multislice_report():
-    config = tiny_config()
+    config = tiny_cpu.get_config()
     report = aot.compile_report(config, slices.parse("v6e-8", num_slices=2), with_eval=False)
     lines = aot.format_report(report).splitlines()
     assert lines[0].startswith("v6e-8 x 2 slices: 16 chips, 2 host(s), mesh {'data': 16")
@@ -95,7 +90,7 @@ def test_an_unknown_slice_is_one_line():
     ],
 )
 def test_configs_that_cannot_run_there_fail_before_compiling(overrides, topology, message):
-    config = tiny_config()
+    config = tiny_cpu.get_config()
     config.update(overrides)
     with pytest.raises(UserError, match=message):
         aot.compile_report(config, slices.parse(topology))
@@ -128,7 +123,7 @@ def test_splash_attention_compiles_for_a_tpu_slice(tmp_path):
 
     from bertjax import sharding, train
 
-    config = tiny_config()
+    config = tiny_cpu.get_config()
     config.model.attention_implementation = "splash"
     config.model.attention_probs_dropout_prob = 0.0  # the kernel has no attention dropout
     config.mesh.tensor = 2

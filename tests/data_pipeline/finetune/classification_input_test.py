@@ -8,21 +8,14 @@ import support
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
 from data_pipeline.finetune import classification_input
 from data_pipeline.finetune.classification_input import ClassificationConfig
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
-from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = support.TESTDATA / "finetune"
 MRPC_COLUMNS = dict(text_a="#1 String", text_b="#2 String", label="Quality")
 CLS, SEP, PAD = 101, 102, 0
-
-
-@pytest.fixture(scope="module")
-def tokenizer(bert_tokenizer_json):
-    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
 def mrpc_files(**changes) -> ClassificationConfig:

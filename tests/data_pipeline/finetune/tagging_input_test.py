@@ -11,21 +11,14 @@ import tensorflow_datasets as tfds
 from bertjax import losses
 from bertjax.model import BertConfig, BertForTokenClassification
 from bertjax.tasks import finetune
-from data_pipeline import config as config_lib
 from data_pipeline.config import ConfigError
 from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
-from data_pipeline.tokenizer import make_tokenizer
 
 TESTDATA = support.TESTDATA / "finetune"
 TRAIN, DEV = str(TESTDATA / "ner_train.txt"), str(TESTDATA / "ner_dev.txt")
 CLS, SEP = 101, 102
 NER_LABELS = ("B-LOC", "B-ORG", "B-PER", "I-ORG", "I-PER", "O")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(bert_tokenizer_json):
-    return make_tokenizer(config_lib.default_config(), bert_tokenizer_json)
 
 
 def load(**options) -> tagging_input.TaggingTask:

@@ -207,6 +207,7 @@ def model_outputs(config, variables, inputs, *, grad=False):
     return jax.jit(jax.grad(loss))(variables["params"])
 
 
+@pytest.mark.slow
 def test_a_model_with_splash_equals_xla():
     # Trains (deterministic=False) as with the kernel: hidden dropout on, layers scanned.
     xla = model_config(scan_layers=True, hidden_dropout_prob=0.1)
@@ -224,6 +225,7 @@ def test_a_model_with_splash_equals_xla():
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, atol=1e-4, rtol=1e-4), grads, want)
 
 
+@pytest.mark.slow
 def test_splash_under_a_data_and_tensor_parallel_mesh():
     # 8 fake CPU devices: the batch over data, the heads over tensor, the kernel in
     # shard_map on each device's rows and heads.

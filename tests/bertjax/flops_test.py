@@ -158,6 +158,7 @@ def squares(outputs) -> jax.Array:
     return sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(outputs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pretraining", "classification", "tagging", "squad"])
 def test_count_against_xla_cost_analysis(kind):
     c = model_lib.BertConfig(
@@ -280,6 +281,7 @@ def test_entries_of_other_hosts_are_kept(cache_home, monkeypatch):
 # ------------------------------------------------------------------- in a training run
 
 
+@pytest.mark.integration
 def test_training_logs_mfu(make_small_config, tmp_path, cache_home, capsys):
     config = make_small_config()
     config.num_train_steps = 4
@@ -308,6 +310,7 @@ def test_training_logs_mfu(make_small_config, tmp_path, cache_home, capsys):
     assert all(re.search(r" tokens/s  mfu \d+\.\d%  eta ", line) for line in shown), shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packed", [False, True], ids=["pairs", "packed_rows"])
 def test_benchmark_reports_mfu_and_the_share_outside_the_matmuls(tmp_path, cache_home, packed):
     from bertjax.bench import throughput

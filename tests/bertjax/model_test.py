@@ -155,6 +155,7 @@ def loop_reference():
     return batch, params, *outputs_and_grads(config, params, batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -199,6 +200,7 @@ def test_every_parameter_has_logical_axis_names(scan_layers):
     )
 
 
+@pytest.mark.slow
 def test_constraints_are_valid_under_a_mesh():
     # One device, so nothing is split; a malformed logical spec (wrong rank, unknown
     # or repeated name) would still fail here.
@@ -298,6 +300,7 @@ def full_encoder_heads(module, input_ids, input_mask, segment_ids, positions, cl
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packed", [False, True], ids=["one_pair_a_row", "packed"])
 def test_the_last_layer_at_the_heads_positions_is_the_whole_encoder_there(packed):
     config = small_config()

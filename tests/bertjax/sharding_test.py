@@ -78,6 +78,7 @@ def run_steps(config, batches, mesh, devices, tmp_path):
     return state, losses
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "mesh",
     [

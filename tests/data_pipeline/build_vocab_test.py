@@ -110,6 +110,7 @@ def test_learn_wordpiece_vocab_in_bounded_memory(tmp_path, data_config, monkeypa
     assert os.listdir(out.parent) == ["vocab.txt"]  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_learned_vocab_covers_held_out_builtin_sentences(tmp_path, data_config):
     config = from_config(data_config)
     path = str(tmp_path / "vocab.txt")

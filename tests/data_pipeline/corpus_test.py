@@ -429,6 +429,7 @@ def test_tfds_process_shards_cover_the_split(tiny_tfds, data_config, tfds_split,
     assert shuffled == [d.doc_id for d in _read(config, shuffle_seed=3)[0]]
 
 
+@pytest.mark.slow
 def test_tfds_reading_resumes_at_a_position(tiny_tfds, data_config):
     config = _tfds_config(data_config, tfds_name="bertjax_tiny_corpus", tfds_data_dir=tiny_tfds)
     _check_resumes_after_every_document(config, shuffle_seed=3)

@@ -15,6 +15,7 @@ def summary_of(dataset, vocab, batches):
     return stats.summary()
 
 
+@pytest.mark.slow
 def test_offline_and_online_statistics_agree(tmp_path, data_config, bert_tokenizer_json):
     data_config.update(vocab_file=bert_tokenizer_json, dupe_factor=2, shuffle_buffer_size=2000)
     vocab = load_vocab(bert_tokenizer_json)

@@ -116,6 +116,7 @@ def test_positions_restart_at_each_packed_example():
     assert position_ids(mask).tolist() == [[0, 1, 2, 0, 1, 0, 6, 7], list(range(8))]
 
 
+@pytest.mark.slow
 def test_the_plan_holds_every_batch_of_every_host(tokenizer, tmp_path):
     train = tmp_path / "train.tsv"
     rng = np.random.default_rng(0)
@@ -174,6 +175,7 @@ def packed_and_plain(tokenizer):
     return as_np(plain), as_np(packed)
 
 
+@pytest.mark.slow
 def test_packed_rows_give_each_example_its_unpacked_logits_and_loss(tokenizer):
     plain, packed = packed_and_plain(tokenizer)
     model = BertForSequenceClassification(TINY, num_labels=3)
@@ -280,6 +282,7 @@ def packed_pretraining_batch(bert_tokenizer_json, tmp_path_factory):
 PACKED_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "cls_positions")
 
 
+@pytest.mark.slow
 def test_packed_pretraining_rows_give_each_pair_its_unpacked_logits_and_losses(
     packed_pretraining_batch,
 ):

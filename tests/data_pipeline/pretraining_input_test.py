@@ -102,6 +102,7 @@ def test_statistics_over_thousands_of_sequences(bert_config):
     assert 0.03 < s["share_short"] < 0.35
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_and_eval_is_fixed(bert_config):
     def first(split, seed):
         dataset = pretraining_input.make_pretraining_dataset(

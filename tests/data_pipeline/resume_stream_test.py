@@ -94,6 +94,7 @@ def write_packable_corpus(folder, count=RECORDS):
     return str(folder / "part-*.tfrecord")
 
 
+@pytest.mark.slow
 def test_a_packed_tfrecord_stream_resumes_at_every_batch(tmp_path):
     config = tfrecord_config(write_packable_corpus(tmp_path))
     config.pack_examples = True  # rows of up to 3 records, each window's packed alone
@@ -114,6 +115,7 @@ def test_a_packed_tfrecord_stream_resumes_at_every_batch(tmp_path):
     assert sorted(ids) == list(range(RECORDS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "num_files,process_count", [(3, 1), (4, 2), (1, 2)], ids=["one", "by-file", "by-record"]
 )

@@ -71,6 +71,7 @@ def check_resumes(config, num_batches, *, epochs=True, batch_size=8, **shard):
     return full
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "files,process_index,process_count",
     [(3, 0, 1), (4, 1, 2), (1, 0, 2), (1, 1, 2)],

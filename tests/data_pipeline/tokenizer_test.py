@@ -336,6 +336,7 @@ def reference_words(text, lower_case):
     return words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
 def test_words_match_reference_for_every_character(bert_json, lower_case):
     """Every character whose Unicode data is unchanged since 3.2, in a word-final-sigma context.

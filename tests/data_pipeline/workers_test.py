@@ -31,6 +31,7 @@ def assert_same(first, second):
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pack", [False, True], ids=["pairs", "packed"])
 def test_workers_give_the_batches_of_the_threads_and_resume_the_same(small_data_config, pack):
     small_data_config.pack_examples = pack

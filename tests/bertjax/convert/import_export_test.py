@@ -210,6 +210,7 @@ SENTENCES = [
 RELATED = [(0, 1), (2, 3)]
 
 
+@pytest.mark.slow
 def test_minilm_matches_transformers(minilm_dir, minilm_workdir):
     restored = inference.restore(str(minilm_workdir))
     assert restored.config.hidden_act == "gelu"  # Hugging Face's "gelu" is the erf form.
@@ -258,6 +259,7 @@ def test_minilm_matches_transformers(minilm_dir, minilm_workdir):
     assert min(similarity[p] for p in RELATED) > max(similarity[p] for p in unrelated) + 0.2
 
 
+@pytest.mark.slow
 def test_attention_maps_match_transformers(minilm_dir, minilm_workdir):
     restored = bertjax.restore(str(minilm_workdir))
     text = "The with statement closes the file for you."
@@ -293,6 +295,7 @@ def test_minilm_workdir_layout(minilm_workdir):
 # --------------------------------------------------------------------------- heads and round trip
 
 
+@pytest.mark.slow
 def test_pretraining_heads_match_transformers(hf_small, small_workdir):
     config, params = restore(small_workdir)
     assert config.hidden_act == "gelu_tanh"
@@ -439,6 +442,7 @@ def test_tf_import_matches_transformers(hf_small, tf_small, tmp_path):
     ]
 
 
+@pytest.mark.integration
 def test_pretraining_starts_from_a_converted_workdir(small_workdir, make_small_config, tmp_path):
     config = make_small_config()
     config.init_checkpoint = str(small_workdir)

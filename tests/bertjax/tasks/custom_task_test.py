@@ -176,6 +176,7 @@ def config(make_small_config):
     return config
 
 
+@pytest.mark.integration
 def test_a_task_defined_outside_bertjax_trains_through_the_loop(config, tmp_path):
     workdir = tmp_path / "length"
     # One device: the loop's sharding is the sharding tests' concern.
@@ -308,6 +309,7 @@ def test_a_task_path_that_names_no_task_is_a_config_error():
         tasks.get("custom_task_test:LENGTH")
 
 
+@pytest.mark.tpu_compile
 def test_a_task_defined_outside_bertjax_compiles_ahead_of_time(config):
     from bertjax.tpu import aot, slices
 
@@ -344,6 +346,7 @@ def _poisoned(first: int, count: int) -> Task:
     return dataclasses.replace(SENTENCE_LENGTH, setup=poisoned_setup)
 
 
+@pytest.mark.integration
 def test_non_finite_steps_are_skipped_up_to_a_limit(config, tmp_path):
     config.num_train_steps = 6
     config.log_every_steps = 1

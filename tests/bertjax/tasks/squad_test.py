@@ -534,6 +534,7 @@ TINY = BertConfig(
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
+@pytest.mark.slow
 def test_packed_windows_give_their_unpacked_logits_loss_and_answers(tokenizer):
     config = squad_input.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
     features = squad_input.make_features(squad_input.read_squad_json(SHORT), tokenizer, config)

@@ -214,6 +214,7 @@ TINY = BertConfig(
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
+@pytest.mark.slow
 def test_packed_windows_give_their_unpacked_logits_loss_and_tags(tokenizer):
     task = load(max_seq_length=32)
     args = dict(split="eval", batch_size=4)

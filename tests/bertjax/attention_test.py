@@ -244,6 +244,7 @@ def test_splash_under_a_data_and_tensor_parallel_mesh():
         np.testing.assert_allclose(g, w, atol=3e-5)
 
 
+@pytest.mark.slow
 def test_packed_examples_in_a_model_do_not_see_each_other():
     config = model_config()
     input_ids, ids, segment_ids = model_inputs()

@@ -229,6 +229,7 @@ def test_constraints_are_valid_under_a_mesh():
 # --------------------------------------------------------------------------- masking and precision
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["no_dropout", "dropout"])
 def test_padding_keys_get_no_attention(dtype, deterministic):
@@ -259,6 +260,7 @@ def test_padding_keys_get_no_attention(dtype, deterministic):
     )
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_is_close_to_float32():
     batch = make_batch(small_config())
     variables = init(BertForPreTraining(small_config()), batch)

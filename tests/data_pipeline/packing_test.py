@@ -195,6 +195,7 @@ def test_packed_rows_give_each_example_its_unpacked_logits_and_loss(tokenizer):
         np.testing.assert_allclose(packed_sums[key], plain_sums[key], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_no_token_attends_across_packed_examples(tokenizer):
     _, packed = packed_and_plain(tokenizer)
     model = BertForSequenceClassification(TINY, num_labels=3)
@@ -308,6 +309,7 @@ def test_packed_pretraining_rows_give_each_pair_its_unpacked_logits_and_losses(
     assert float(packed_sums["mlm_weight"]) == plain["masked_lm_weights"].sum()
 
 
+@pytest.mark.slow
 def test_no_token_attends_across_packed_pretraining_pairs(packed_pretraining_batch):
     packed, _ = packed_pretraining_batch
     model = BertForPreTraining(TINY)

@@ -100,6 +100,7 @@ def test_builtin_corpus_resumes_batch_for_batch(
     check_resumes(tiny_data_config_all_train, 60, epochs=False, batch_size=1, **shard)
 
 
+@pytest.mark.slow
 def test_a_packed_stream_resumes_batch_for_batch(tmp_path, tiny_data_config_all_train):
     # Rows of up to 3 pairs, packed within each chunk: a position counts the chunk's rows.
     corpus_files = write_corpus(tmp_path, 2, 30)
@@ -117,6 +118,7 @@ def test_a_packed_stream_resumes_batch_for_batch(tmp_path, tiny_data_config_all_
     assert [b["stream_position"][0][0] for b in full] == list(range(1, 41))
 
 
+@pytest.mark.slow
 def test_a_late_start_reads_about_one_chunk(tmp_path, tiny_data_config_all_train):
     tiny_data_config_all_train.update(
         source="text", text_files=write_corpus(tmp_path, 4, 100), document_buffer_size=16

@@ -307,6 +307,7 @@ def test_pretraining_heads_match_transformers(hf_small, small_workdir):
     print(f"heads: MLM max abs diff {mlm_diff:.2e}, NSP {nsp_diff:.2e}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["per_layer", "scan_layers"])
 def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan_layers):
     config, params = restore(small_workdir)

@@ -1,0 +1,187 @@
+"""data_pipeline.files: bytes read as they are, local and through tf.io.gfile, with errors
+that name the path; writes that leave the old file whole when they fail."""
+
+import errno
+import json
+import os
+import pathlib
+import re
+
+import pytest
+import tensorflow as tf  # imported here, not in a test body: it takes seconds of CPU
+
+from data_pipeline import files
+
+# Not UTF-8: a lone continuation byte, Latin-1's "ü", and an overlong encoding of "/".
+INVALID_UTF8 = b"Z\xfcrich \x80 \xc0\xaf\n"
+
+
+def test_read_bytes_gives_a_local_files_bytes_unchanged(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"\x00\xffline one\r\nline two\n" + INVALID_UTF8)
+    assert files.read_bytes(str(path)) == b"\x00\xffline one\r\nline two\n" + INVALID_UTF8
+
+
+def test_read_bytes_does_not_decode_invalid_utf8(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes(INVALID_UTF8)
+    data = files.read_bytes(str(tmp_path / "latin1.txt"))
+    assert data == INVALID_UTF8
+    with pytest.raises(UnicodeDecodeError):
+        data.decode("utf-8")  # left to the caller, who names the file and line
+
+
+def test_read_bytes_of_an_empty_file_is_empty(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    assert files.read_bytes(str(tmp_path / "empty")) == b""
+
+
+def test_read_bytes_of_a_missing_local_file_names_it(tmp_path):
+    path = str(tmp_path / "missing.txt")
+    with pytest.raises(FileNotFoundError) as caught:
+        files.read_bytes(path)
+    assert caught.value.errno == errno.ENOENT
+    assert caught.value.filename == path
+    assert path in str(caught.value)
+
+
+def test_read_bytes_of_a_directory_is_an_os_error_naming_it(tmp_path):
+    with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path))):
+        files.read_bytes(str(tmp_path))
+
+
+def test_read_bytes_through_gfile_reads_a_file_url(tmp_path):
+    (tmp_path / "data.bin").write_bytes(INVALID_UTF8)
+    assert files.read_bytes(f"file://{tmp_path}/data.bin") == INVALID_UTF8
+
+
+def test_read_bytes_through_gfile_turns_not_found_into_file_not_found(tmp_path):
+    path = f"file://{tmp_path}/missing.txt"
+    with pytest.raises(FileNotFoundError) as caught:
+        files.read_bytes(path)
+    assert caught.value.errno == errno.ENOENT
+    assert caught.value.filename == path
+    assert str(caught.value) == f"[Errno 2] no such file: '{path}'"
+
+
+def test_read_bytes_through_gfile_turns_other_failures_into_one_line_os_errors():
+    with pytest.raises(OSError) as caught:
+        files.read_bytes("nosuch://bucket/file.txt")
+    assert not isinstance(caught.value, FileNotFoundError)
+    assert not isinstance(caught.value, tf.errors.OpError)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "nosuch://bucket/file.txt" in message and "'nosuch' not implemented" in message
+
+
+def test_temporary_names_are_hidden_unique_siblings(tmp_path):
+    path = str(tmp_path / "results.json")
+    first, second = files.temporary_name(path), files.temporary_name(path)
+    assert first != second
+    for name in (first, second):
+        assert os.path.dirname(name) == str(tmp_path)
+        assert re.fullmatch(r"\.results\.json\.tmp-[0-9a-f]{32}", os.path.basename(name))
+    assert re.fullmatch(r"\.x\.tmp-[0-9a-f]{32}", files.temporary_name("x"))
+
+
+def test_atomic_write_writes_text_as_utf8(tmp_path):
+    path = tmp_path / "out.txt"
+    files.atomic_write(str(path), "Zürich\n")
+    assert path.read_bytes() == b"Z\xc3\xbcrich\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_atomic_write_writes_bytes_as_they_are(tmp_path):
+    path = tmp_path / "out.bin"
+    files.atomic_write(str(path), INVALID_UTF8)
+    assert path.read_bytes() == INVALID_UTF8
+
+
+def test_atomic_write_replaces_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "step.txt"
+    path.write_text("old and longer\n")
+    files.atomic_write(str(path), "new\n")
+    assert path.read_text() == "new\n"
+    assert os.listdir(tmp_path) == ["step.txt"]
+
+
+def test_atomic_write_makes_the_missing_directories(tmp_path):
+    path = tmp_path / "a" / "b" / "c.txt"
+    files.atomic_write(str(path), "x")
+    assert path.read_text() == "x"
+
+
+def test_atomic_write_of_a_bare_name_writes_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files.atomic_write("bare.txt", "here")
+    assert (tmp_path / "bare.txt").read_text() == "here"
+    assert os.listdir(tmp_path) == ["bare.txt"]
+
+
+def test_text_utf8_cannot_encode_fails_and_leaves_the_old_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n")
+    with pytest.raises(UnicodeEncodeError):
+        files.atomic_write(str(path), "[PAD]\n\udc80\n")  # a lone surrogate
+    assert path.read_text() == "[PAD]\n[UNK]\n"
+    assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{"step": 1}\n')
+    with pytest.raises(TypeError):
+        files.atomic_write(str(path), 5)  # neither text nor bytes: the write itself fails
+    assert path.read_text() == '{"step": 1}\n'
+    assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_a_write_stopped_before_its_rename_leaves_the_old_file_and_no_temporary(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "results.json"
+    path.write_text('{"step": 1}\n')
+    written = []
+
+    def killed_before_rename(source, destination, overwrite=False):
+        written.append(pathlib.Path(source).read_bytes())  # the new data is whole in the temporary
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io.gfile, "rename", killed_before_rename)
+    with pytest.raises(KeyboardInterrupt):
+        files.atomic_write(str(path), '{"step": 2}\n')
+    assert written == [b'{"step": 2}\n']
+    assert path.read_text() == '{"step": 1}\n'
+    assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_atomic_write_json_is_indented_with_sorted_keys_and_a_final_newline(tmp_path):
+    path = tmp_path / "r.json"
+    files.atomic_write_json(str(path), {"b": [1, 2], "a": {"z": "ü", "y": None}})
+    assert path.read_text(encoding="utf-8") == (
+        '{\n  "a": {\n    "y": null,\n    "z": "\\u00fc"\n  },\n  "b": [\n    1,\n    2\n  ]\n}\n'
+    )
+    assert json.loads(path.read_text()) == {"b": [1, 2], "a": {"z": "ü", "y": None}}
+
+
+def test_atomic_copy_copies_onto_the_destination_and_leaves_no_temporary(tmp_path):
+    source = tmp_path / "src" / "vocab.txt"
+    source.parent.mkdir()
+    source.write_bytes(INVALID_UTF8)
+    (tmp_path / "out").mkdir()
+    destination = tmp_path / "out" / "vocab.txt"
+    destination.write_text("old")
+    files.atomic_copy(str(source), str(destination))
+    assert destination.read_bytes() == INVALID_UTF8
+    assert os.listdir(tmp_path / "out") == ["vocab.txt"]
+    assert source.read_bytes() == INVALID_UTF8
+
+
+def test_atomic_copy_of_a_missing_source_names_it_and_leaves_the_destination(tmp_path):
+    destination = tmp_path / "vocab.txt"
+    destination.write_text("old")
+    missing = str(tmp_path / "missing.txt")
+    # TensorFlow's own error (read_bytes alone turns them into OSErrors).
+    with pytest.raises(tf.errors.NotFoundError, match=re.escape(missing)):
+        files.atomic_copy(missing, str(destination))
+    assert destination.read_text() == "old"
+    assert os.listdir(tmp_path) == ["vocab.txt"]

@@ -1,0 +1,30 @@
+"""What the SQuAD tests share: the test files and configs, and the helpers that find a
+question and its rows (tests/data_pipeline/finetune/squad_input_test.py reads, windows
+and batches them; tests/bertjax/tasks/squad_test.py decodes answers from them).
+
+The files (tests/testdata/finetune/squad_*.json) are small files in the official
+formats: 1.1 with several gold answers per question, 2.0 with unanswerable questions
+and their plausible answers.
+"""
+
+import numpy as np
+
+from data_pipeline.finetune import squad_input
+from support import TESTDATA
+
+V1 = TESTDATA / "finetune" / "squad_v1.1.json"
+V2 = TESTDATA / "finetune" / "squad_v2.0.json"
+V1_CONFIG = squad_input.SquadConfig()
+V2_CONFIG = squad_input.SquadConfig(version_2_with_negative=True)
+# Windows of 28 - 12 - 3 = 13 pieces or more, 10 apart: several per context.
+SMALL = squad_input.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
+
+
+def example(data, question_start):
+    (found,) = [e for e in data.examples if e.question.startswith(question_start)]
+    return found
+
+
+def rows_of(features, qid):
+    index = [e.qid for e in features.data.examples].index(qid)
+    return np.flatnonzero(features.example_index == index)

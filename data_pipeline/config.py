@@ -184,7 +184,20 @@ def _fail(option: str, value: Any, why: str) -> None:
     raise ConfigError(f"config.data.{option}={value!r}: {why}")
 
 
+def _check_types(c: DataConfig) -> None:
+    """Each option has its default's type (an int is a float too): a dict read from JSON
+    is not checked by ConfigDict, as the command line is."""
+    for field in dataclasses.fields(c):
+        value, kind = getattr(c, field.name), type(field.default)
+        ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
+        if kind is not bool and isinstance(value, bool):
+            ok = False
+        if not ok:
+            _fail(field.name, value, f"must be of type {kind.__name__}")
+
+
 def _check(c: DataConfig) -> None:
+    _check_types(c)
     if c.source not in SOURCES:
         _fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
     if c.source == "text" and not c.text_files.strip():

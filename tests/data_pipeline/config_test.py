@@ -234,13 +234,15 @@ def test_max_seq_length_must_fit_the_models_positions():
         config_lib.check_max_positions(DataConfig(max_seq_length=128), 64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="library bug: a value of the wrong type (a dict read from JSON, say) fails in "
-    "_check with a TypeError ('<' not supported between 'str' and 'int') that names no "
-    "option, against the module's 'every error names the option it is about'",
-)
 def test_a_value_of_the_wrong_type_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"^config\.data\.max_seq_length='128'"):
+    with pytest.raises(
+        ConfigError, match=r"^config\.data\.max_seq_length='128': must be of type int"
+    ):
         DataConfig(max_seq_length="128")
+    with pytest.raises(ConfigError, match=r"^config\.data\.do_lower_case=1: must be of type bool"):
+        DataConfig(do_lower_case=1)
+    with pytest.raises(
+        ConfigError, match=r"^config\.data\.max_seq_length=True: must be of type int"
+    ):
+        DataConfig(max_seq_length=True)
+    assert DataConfig(masked_lm_prob=1).masked_lm_prob == 1  # an int is a float

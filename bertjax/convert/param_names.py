@@ -108,6 +108,8 @@ def group_of(path: str) -> str | None:
 
 def names(fmt: str, num_layers: int) -> dict[str, tuple[str, Layout]]:
     """Our path -> (the format's name, layout), every layer spelled out."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: must be one of {', '.join(FORMATS)}")
     column = FORMATS.index(fmt) + 1
     return {
         row[0].format(i=i): (row[column].format(i=i), row[3])

@@ -257,7 +257,8 @@ def test_a_task_named_by_its_import_path_sweeps_and_restores(tmp_path, bert_toke
     experiment.write_text(SWEEP_EXPERIMENT.format(vocab=bert_tokenizer_json, length=LENGTH))
     # This file's folder on the path, as a user's own package would be.
     here = str(pathlib.Path(__file__).resolve().parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, str(REPO)])}
+    path = [here, str(REPO / "tests"), str(REPO)]  # the module imports tests/support
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     sweep_dir = tmp_path / "sweep"
     result = subprocess.run(
         [sys.executable, "-m", "bertjax.sweep", "run", "--config", str(experiment)]

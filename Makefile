@@ -52,13 +52,14 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q -m "$(UNIT)" $(PYTEST_ARGS) tests
 
 # Line coverage of bertjax/ and data_pipeline/, child processes included (setup.cfg's
-# [coverage:run]): the unit tier, then the whole suite. The data stays in .coverage-data/.
+# [coverage:run]): the unit tier, then the whole suite. The data stays in .coverage-data/;
+# the unit tier's CPU limit is off (tracing doubles the CPU a test uses).
 COVERAGE := $(PY) -m coverage
 coverage: $(STAMP)
 	rm -rf .coverage-data && mkdir .coverage-data
-	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 -q -m "$(UNIT)" tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 -q -o unit_cpu_limit_s=0 -m "$(UNIT)" tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) combine -q
-	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest -n 3 -q tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest -n 3 -q -o unit_cpu_limit_s=0 tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) combine -q
 	@echo "== unit tier (make test-fast)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) report --sort=cover

@@ -274,6 +274,7 @@ def test_bfloat16_compute_is_close_to_float32():
     np.testing.assert_allclose(nsp16, nsp32, atol=0.02)
 
 
+@pytest.mark.slow
 def test_mlm_logits_are_the_full_sequence_logits_at_the_masked_positions():
     config = small_config()
     batch = make_batch(config)

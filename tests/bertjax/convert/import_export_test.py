@@ -422,6 +422,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_tf_import_matches_transformers(hf_small, tf_small, tmp_path):
     workdir = tmp_path / "w"
     import_export.import_checkpoint("tf", str(tf_small), str(workdir))

@@ -77,15 +77,20 @@ pytest_plugins = ["support.tiers"]
 
 
 def pytest_collection_modifyitems(items):
-    """Integration and emulator tests (minutes each) first, so that the xdist workers
-    finish together instead of one running them alone at the end; the unit tier last."""
+    """Files with integration and emulator tests (minutes each) first, so that the xdist
+    workers finish together instead of one running them alone at the end; the unit tier
+    last. A file's tests stay together, in their order, so that its module fixtures are
+    made once."""
     order = ("integration", "emulator", "tpu_compile", "slow")
 
     def rank(item):
         marks = [i for i, name in enumerate(order) if item.get_closest_marker(name)]
         return min(marks, default=len(order))
 
-    items.sort(key=rank)
+    file_rank = {}
+    for item in items:
+        file_rank[item.path] = min(file_rank.get(item.path, len(order)), rank(item))
+    items.sort(key=lambda item: file_rank[item.path])
 
 
 # Packages installed off the import path (requirements-test-extras.txt says why).

@@ -341,7 +341,7 @@ def test_builtin_reading_resumes_at_a_position(data_config):
 # ----------------------------------------------------------------------------- TFDS
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tfds():
     import tensorflow as tf  # noqa: F401  (tfds needs TensorFlow imported first)
     import tensorflow_datasets
@@ -349,9 +349,12 @@ def tfds():
     return tensorflow_datasets
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_tfds(tfds, tmp_path_factory):
-    """A 25-document TFDS dataset, 'bertjax_tiny_corpus', prepared into a temporary data_dir."""
+    """A 25-document TFDS dataset, 'bertjax_tiny_corpus', prepared into a temporary data_dir.
+
+    Once per process: TFDS registers the builder class by name when it is defined, and
+    refuses a second class of the same name."""
 
     class BertjaxTinyCorpus(tfds.core.GeneratorBasedBuilder):
         VERSION = tfds.core.Version("1.0.0")

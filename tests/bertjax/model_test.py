@@ -365,6 +365,7 @@ def test_sequence_longer_than_the_position_table_fails():
 # --------------------------------------------------------------------------- dropout and init
 
 
+@pytest.mark.slow
 def test_dropout_only_when_not_deterministic():
     config = small_config()
     batch = make_batch(config)

@@ -9,49 +9,28 @@ import json
 import numpy as np
 import pytest
 import support
+from support import init_workdir
 
 from bertjax import flops, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForSequenceClassification
-from bertjax.tasks import classification, finetune, pretraining
+from bertjax.tasks import classification, finetune
 from bertjax.tasks.contract import Description, Initialization
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify
-from experiments.pretrain import tiny_cpu
 
 TASK = classification.TASK
 TESTDATA = support.TESTDATA / "finetune"
 # What the init checkpoint's model_config.json says: L=1, H=16, A=2, I=32, V=9.
-SAVED = BertConfig(
-    num_hidden_layers=1,
-    hidden_size=16,
-    num_attention_heads=2,
-    intermediate_size=32,
-    vocab_size=9,
-    max_position_embeddings=64,
-)
+WORDS = ["the", "a", "council", "train"]
+SAVED = init_workdir.model_config(WORDS)
 
 
 @pytest.fixture(scope="module")
 def init_checkpoint(tmp_path_factory) -> str:
     """A pretraining workdir's description (model config, vocabulary, task.json) without a
     checkpoint: all a fine-tuning setup reads of it."""
-    root = tmp_path_factory.mktemp("init")
-    vocab = root / "v.txt"
-    words = ["the", "a", "council", "train"]
-    vocab.write_text(
-        "".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])
-    )
-    config = tiny_cpu.get_config()
-    workdir_lib.write_run_description(
-        str(root / "w"),
-        config,
-        SAVED,
-        str(vocab),
-        kind="pretraining",
-        description=pretraining.describe(config.data).to_json(),
-    )
-    return str(root / "w")
+    return init_workdir.write(tmp_path_factory.mktemp("init"), WORDS)
 
 
 def mrpc_config(init_checkpoint, changes=()):

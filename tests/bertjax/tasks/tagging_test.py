@@ -9,27 +9,21 @@ import json
 import numpy as np
 import pytest
 import support
+from support import init_workdir
 
 from bertjax import flops, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForTokenClassification
-from bertjax.tasks import finetune, pretraining, tagging
+from bertjax.tasks import finetune, tagging
 from bertjax.tasks.contract import Description, Initialization
 from data_pipeline.config import ConfigError
 from experiments.finetune import ner
-from experiments.pretrain import tiny_cpu
 
 TASK = tagging.TASK
 TESTDATA = support.TESTDATA / "finetune"
 # What the init checkpoint's model_config.json says: L=1, H=16, A=2, I=32, V=8.
-SAVED = BertConfig(
-    num_hidden_layers=1,
-    hidden_size=16,
-    num_attention_heads=2,
-    intermediate_size=32,
-    vocab_size=8,
-    max_position_embeddings=64,
-)
+WORDS = ["vienna", "home", "."]
+SAVED = init_workdir.model_config(WORDS)
 # ner_train.txt's tags, sorted.
 LABELS = ("B-LOC", "B-ORG", "B-PER", "I-ORG", "I-PER", "O")
 # ner_dev.txt: "Oliveira visited Greenfield in Vienna ." and "Tomasz stayed home ."
@@ -40,20 +34,7 @@ DEV_TAGS = [["B-PER", "O", "B-ORG", "O", "B-LOC", "O"], ["B-PER", "O", "O", "O"]
 def init_checkpoint(tmp_path_factory) -> str:
     """A pretraining workdir's description (model config, vocabulary, task.json) without a
     checkpoint: all a fine-tuning setup reads of it."""
-    root = tmp_path_factory.mktemp("init")
-    vocab = root / "v.txt"
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "vienna", "home", "."]
-    vocab.write_text("".join(t + "\n" for t in tokens))
-    config = tiny_cpu.get_config()
-    workdir_lib.write_run_description(
-        str(root / "w"),
-        config,
-        SAVED,
-        str(vocab),
-        kind="pretraining",
-        description=pretraining.describe(config.data).to_json(),
-    )
-    return str(root / "w")
+    return init_workdir.write(tmp_path_factory.mktemp("init"), WORDS)
 
 
 def ner_config(init_checkpoint, changes=()):

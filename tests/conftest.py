@@ -73,7 +73,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 # The tiers: markers, and the unit tier's time limit (tests/support/tiers.py).
-pytest_plugins = ["support.tiers"]
+pytest_plugins = ["support.tiers", "support.squad"]  # squad: the SQuAD files' fixtures
 
 
 def pytest_collection_modifyitems(items):

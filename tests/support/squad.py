@@ -5,9 +5,13 @@ and batches them; tests/bertjax/tasks/squad_test.py decodes answers from them).
 The files (tests/testdata/finetune/squad_*.json) are small files in the official
 formats: 1.1 with several gold answers per question, 2.0 with unanswerable questions
 and their plausible answers.
+
+A plugin of conftest.py, it gives both files the same
+module fixtures: the two files read and their features.
 """
 
 import numpy as np
+import pytest
 
 from data_pipeline.finetune import squad_input
 from support import TESTDATA
@@ -28,3 +32,28 @@ def example(data, question_start):
 def rows_of(features, qid):
     index = [e.qid for e in features.data.examples].index(qid)
     return np.flatnonzero(features.example_index == index)
+
+
+@pytest.fixture(scope="module")
+def v1_data():
+    return squad_input.read_squad_json(V1)
+
+
+@pytest.fixture(scope="module")
+def v2_data():
+    return squad_input.read_squad_json(V2)
+
+
+@pytest.fixture(scope="module")
+def v1_features(v1_data, tokenizer):
+    return squad_input.make_features(v1_data, tokenizer, V1_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def v2_features(v2_data, tokenizer):
+    return squad_input.make_features(v2_data, tokenizer, V2_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def small_features(v1_data, tokenizer):
+    return squad_input.make_features(v1_data, tokenizer, SMALL)

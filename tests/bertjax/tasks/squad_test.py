@@ -13,7 +13,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from support.squad import SMALL, V1, V1_CONFIG, V2, V2_CONFIG, example, rows_of
+from support.squad import V1_CONFIG, V2_CONFIG, example, rows_of
 
 from bertjax import losses
 from bertjax.tasks import scores
@@ -21,31 +21,6 @@ from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.finetune import squad_input
 from data_pipeline.tokenizer import SentencePieceTokenizer
 from data_pipeline.vocab import load_vocab
-
-
-@pytest.fixture(scope="module")
-def v1_data():
-    return squad_input.read_squad_json(V1)
-
-
-@pytest.fixture(scope="module")
-def v2_data():
-    return squad_input.read_squad_json(V2)
-
-
-@pytest.fixture(scope="module")
-def v1_features(v1_data, tokenizer):
-    return squad_input.make_features(v1_data, tokenizer, V1_CONFIG)
-
-
-@pytest.fixture(scope="module")
-def v2_features(v2_data, tokenizer):
-    return squad_input.make_features(v2_data, tokenizer, V2_CONFIG)
-
-
-@pytest.fixture(scope="module")
-def small_features(v1_data, tokenizer):
-    return squad_input.make_features(v1_data, tokenizer, SMALL)
 
 
 def oracle_logits(features):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import support
 import tensorflow as tf
-from support.squad import SMALL, V1, V1_CONFIG, V2, V2_CONFIG, example, rows_of
+from support.squad import V1, V1_CONFIG, V2, example, rows_of
 
 from bertjax import losses
 from bertjax.model import BertConfig, BertForQuestionAnswering
@@ -29,31 +29,6 @@ from data_pipeline.finetune.records import TaskDataError
 
 # One-sentence contexts: several windows fit a row.
 SHORT = support.TESTDATA / "finetune" / "squad_short.json"
-
-
-@pytest.fixture(scope="module")
-def v1_data():
-    return squad_input.read_squad_json(V1)
-
-
-@pytest.fixture(scope="module")
-def v2_data():
-    return squad_input.read_squad_json(V2)
-
-
-@pytest.fixture(scope="module")
-def v1_features(v1_data, tokenizer):
-    return squad_input.make_features(v1_data, tokenizer, V1_CONFIG)
-
-
-@pytest.fixture(scope="module")
-def v2_features(v2_data, tokenizer):
-    return squad_input.make_features(v2_data, tokenizer, V2_CONFIG)
-
-
-@pytest.fixture(scope="module")
-def small_features(v1_data, tokenizer):
-    return squad_input.make_features(v1_data, tokenizer, SMALL)
 
 
 def tokens(tokenizer, ids):

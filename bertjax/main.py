@@ -16,12 +16,10 @@ import io
 import os
 import sys
 
-import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import preemption, tasks, train
-from bertjax import workdir as workdir_lib
+from bertjax import tasks
 from bertjax.tpu import slices
 from data_pipeline import cli
 
@@ -48,6 +46,8 @@ def define_flags() -> None:
 
 def initialize_distributed() -> None:
     """What --distributed does: joins the other processes of a multi-host run."""
+    import jax
+
     # jax reads JAX_COORDINATOR_ADDRESS itself but not the process count and index.
     count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
     jax.distributed.initialize(
@@ -60,6 +60,8 @@ def compilation_cache_dir(config, workdir: str, current: str | None) -> str | No
     """Where JAX's persistent compilation cache goes, so that a restarted run loads its
     compiled steps: config.compilation_cache_dir; if '', `current` (the directory
     JAX_COMPILATION_CACHE_DIR names) or else WORKDIR/compilation_cache; None for 'off'."""
+    from bertjax import workdir as workdir_lib
+
     path = config.compilation_cache_dir
     if path == "off":
         return None
@@ -69,6 +71,12 @@ def compilation_cache_dir(config, workdir: str, current: str | None) -> str | No
 def main(argv):
     del argv  # cli.run refuses positional arguments
     slices.libtpu_without_tpu()  # before jax starts
+    # Imported here, not at the top: `--help`, a bad flag or a bad config key answer
+    # in a fraction of a second instead of after seconds of TensorFlow and JAX imports.
+    import jax
+
+    from bertjax import preemption, train
+
     if FLAGS.distributed:
         initialize_distributed()
     cache = compilation_cache_dir(FLAGS.config, FLAGS.workdir, jax.config.jax_compilation_cache_dir)

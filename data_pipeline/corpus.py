@@ -561,7 +561,9 @@ def _tfds_records(
     field = config.tfds_text_field
     # Resuming skips the records read before: raw reads, no sentence splitting.
     dataset = dataset.skip(start.offset)
-    dataset = dataset.map(lambda example: (example["tfds_id"], example[field]))
+    # Graph code only: autograph's rewrite of Python source costs seconds at a program start.
+    by_id = tf.autograph.experimental.do_not_convert(lambda x: (x["tfds_id"], x[field]))
+    dataset = dataset.map(by_id)
     # Reading runs ahead in TensorFlow's threads while Python splits sentences.
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     prefix = f"tfds:{config.tfds_name}:"

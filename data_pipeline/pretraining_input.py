@@ -230,6 +230,8 @@ def _chunks(config, documents, start: tuple[int, ...], *, once: bool) -> tf.data
 
 
 def _tokenize(tokenizer):
+    # Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+    @tf.autograph.experimental.do_not_convert
     def tokenize(doc_ids, sentences, counts, header, drop):
         ids = tokenizer.tokenize(sentences)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
@@ -245,6 +247,7 @@ def _instances(config, chunks: tf.data.Dataset, run) -> tf.data.Dataset:
     dtypes = [tf.as_dtype(schema.feature_dtype(name)) for name in names]
     shapes = _shapes(config)
 
+    @tf.autograph.experimental.do_not_convert
     def make(*chunk):
         values = tf.numpy_function(
             lambda *c: run("instances", *c), chunk, [*dtypes, tf.int64], stateful=False
@@ -351,6 +354,7 @@ def _mask(config, dataset, run, batch_size: int, first: int, features):
     shapes = _shapes(config)
     masked = workers.BatchMasks.OUTPUTS
 
+    @tf.autograph.experimental.do_not_convert
     def mask(index, batch):
         values = tf.numpy_function(
             lambda *b: run("masks", *b),

@@ -427,8 +427,12 @@ def _eval_rows(share: _Share, window: int, pack=None) -> tf.data.Dataset:
     records = share.read()
     if pack is None:
         return records
-    rows = records.batch(window).enumerate().map(lambda i, w: pack(w, tf.stack([i, i])))
-    return rows.unbatch()
+
+    @tf.autograph.experimental.do_not_convert
+    def pack_window(index, window_records):
+        return pack(window_records, tf.stack([index, index]))
+
+    return records.batch(window).enumerate().map(pack_window).unbatch()
 
 
 def _check_train_start(share: _Share, start: tuple[int, ...], window: int, packed: bool) -> None:
@@ -449,12 +453,15 @@ def _check_train_start(share: _Share, start: tuple[int, ...], window: int, packe
         )
 
 
+# Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+@tf.autograph.experimental.do_not_convert
 def _parse(serialized, *positions, config: config_lib.DataConfig):
     """A batch of serialized records (and, in training, their stream positions) -> a batch."""
     batch = parse_examples(serialized, config.max_seq_length, config.max_predictions_per_seq)
     return {**batch, "stream_position": positions[0]} if positions else batch
 
 
+@tf.autograph.experimental.do_not_convert
 def _with_position(rows, *positions):
     """A batch of packed rows, with their stream positions in training."""
     return {**rows, "stream_position": positions[0]} if positions else rows
@@ -506,6 +513,7 @@ def _train_rows(share: _Share, window, seed, start, pack=None):
     first_window = first_record if pack else max(first_record - 1, 0) // window
     names = tf.constant(share.files)
 
+    @tf.autograph.experimental.do_not_convert
     def epoch_rows(epoch):
         resumed = tf.cast(epoch == first_epoch, tf.int64)
         begin = resumed * first_window * window
@@ -514,6 +522,7 @@ def _train_rows(share: _Share, window, seed, start, pack=None):
             order = tf.random.experimental.stateless_shuffle(order, tf.stack([file_seed, epoch]))
         windows = share.interleaved(tf.gather(names, order)).skip(begin).batch(window)
 
+        @tf.autograph.experimental.do_not_convert
         def shuffle(index, records):
             count = tf.size(records, tf.int64)
             seed = tf.random.experimental.stateless_fold_in(

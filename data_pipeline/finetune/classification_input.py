@@ -434,6 +434,8 @@ def make_classification_dataset(
     vocab = tokenizer.vocab
     length = task.config.max_seq_length
 
+    # Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+    @tf.autograph.experimental.do_not_convert
     def encode(index, weight, *position):
         features = lay_out(
             tf.gather(pieces_a, index),

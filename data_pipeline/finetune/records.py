@@ -282,6 +282,8 @@ def batch_indices(
     epochs = -(-num_batches * global_batch // num_examples)
     seed = seed % 2**63
 
+    # Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+    @tf.autograph.experimental.do_not_convert
     def permutation(epoch):
         order = tf.random.experimental.stateless_shuffle(
             tf.range(num_examples, dtype=tf.int32),
@@ -293,13 +295,16 @@ def batch_indices(
     first_epoch, skip = divmod(done * global_batch, num_examples)
     dataset = tf.data.Dataset.range(first_epoch, epochs).flat_map(permutation).skip(skip)
     dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches - done)
-    dataset = dataset.enumerate(done + 1).map(
-        lambda after, order: (
+
+    @tf.autograph.experimental.do_not_convert
+    def rows(after, order):
+        return (
             order[start : start + batch_size],
             tf.ones([batch_size], tf.float32),
             tf.fill([batch_size, 1], after),
         )
-    )
+
+    dataset = dataset.enumerate(done + 1).map(rows)
     return dataset, SplitInfo(num_examples, global_batch, num_batches)
 
 

@@ -614,6 +614,8 @@ def make_dataset(
         for name in ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
     }
 
+    # Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+    @tf.autograph.experimental.do_not_convert
     def gather(index, weight, *position):
         real = weight > 0
         batch = {}

@@ -380,6 +380,8 @@ def make_tagging_dataset(
     constants = {name: tf.constant(value) for name, value in features.items()}
     pad_id = tokenizer.vocab.pad_id
 
+    # Graph code only: autograph's rewrite of Python source costs seconds at every program start.
+    @tf.autograph.experimental.do_not_convert
     def gather(index, weight, *position):
         batch = {name: tf.gather(value, index) for name, value in constants.items()}
         real = weight > 0

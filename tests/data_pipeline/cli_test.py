@@ -254,3 +254,50 @@ def test_a_package_command_helps_with_its_module_usage(command, module):
     first_line = source.split('"""', 1)[1].lstrip("\\").splitlines()[0]
     result = run_python("-m", command, "--help")
     assert first_line in result.stdout, result.stdout[:500]
+
+
+# What a tool imports before it answers: TensorFlow and JAX take seconds of CPU to import
+# (and log to stderr), so `--help` and the errors found in the flags come before them.
+HEAVY = ("tensorflow", "jax", "flax", "optax", "orbax")
+_REPORT_IMPORTS = textwrap.dedent(
+    """
+    import atexit, runpy, sys
+    atexit.register(lambda: print("imported:", *[m for m in {heavy!r} if m in sys.modules],
+                                  file=sys.stderr))
+    sys.argv = [{command!r}, *{args!r}]
+    runpy.run_module({command!r}, run_name="__main__", alter_sys=True)
+    """
+)
+
+
+def heavy_imports(command: str, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs `python -m COMMAND ARGS`; returns the result and the heavy modules it imported."""
+    script = _REPORT_IMPORTS.format(heavy=HEAVY, command=command, args=list(args))
+    result = run_python("-c", script, timeout=120)
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("imported:")]
+    return result, line.split()[1:]
+
+
+PROGRAMS = [
+    {
+        "bertjax.convert.import_export": "bertjax.convert",
+        "bertjax.sweep.command": "bertjax.sweep",
+    }.get(t, t)
+    for t in TOOLS
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", PROGRAMS)
+def test_help_answers_before_tensorflow_and_jax_start(command):
+    result, imported = heavy_imports(command, "--help")
+    assert "--" in result.stdout, result.stderr[-2000:]
+    assert imported == []
+
+
+@pytest.mark.integration
+def test_a_bad_config_key_is_named_before_tensorflow_and_jax_start(tmp_path):
+    args = ("--config", TINY, "--workdir", str(tmp_path / "w"), "--config.lerning_rate=1")
+    result, imported = heavy_imports("bertjax.main", *args)
+    assert result.returncode == 2 and "did you mean config.optimizer" in result.stderr
+    assert imported == []

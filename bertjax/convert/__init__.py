@@ -1,3 +1,3 @@
-"""Released BERT checkpoints in and out: import and export (import_export.py, run as
-`python -m bertjax.convert`), the rename table (names.py) and the checkpoints'
-config files (config_json.py)."""
+"""Released BERT checkpoints in and out: import and export (import_export.py; the command,
+`python -m bertjax.convert`, is command.py), the rename table (param_names.py) and the
+checkpoints' config files (config_json.py)."""

@@ -1,8 +1,8 @@
-"""`python -m bertjax.convert import|export ...`: see import_export.py."""
+"""`python -m bertjax.convert import|export ...`: see command.py."""
 
-from bertjax.convert import import_export
+from bertjax.convert import command
 from data_pipeline import cli
 
-__doc__ = import_export.__doc__  # what --help prints: absl shows the __main__ module's docstring
+__doc__ = command.__doc__  # what --help prints: absl shows the __main__ module's docstring
 
-cli.run(import_export.main, import_export.define_flags, positional_args=True)
+cli.run(command.main, command.define_flags, positional_args=True)

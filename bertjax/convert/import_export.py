@@ -1,17 +1,6 @@
-"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face.
-
-    python -m bertjax.convert import --format {tf,hf} SOURCE WORKDIR \
-        [--do_lower_case | --no_do_lower_case] [--scan_layers]
-    python -m bertjax.convert export --format hf WORKDIR OUT_DIR [--step N]
-
-The README's "Import Google and Hugging Face checkpoints" describes the two
-formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
-workdir (workdir.py) whose config.json also records "converted_from"; import
-with --scan_layers when the run that continues from it sets
-config.model.scan_layers. Every check runs before anything is written; the
-output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
-renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
-where that rename copies each object and so is not atomic.
+"""The conversions behind `python -m bertjax.convert` (command.py describes them):
+`import_checkpoint` turns a Google TF or Hugging Face BERT checkpoint into a new
+workdir, `export_hf` writes a workdir's checkpoint as a Hugging Face BertForPreTraining.
 """
 
 import contextlib
@@ -30,7 +19,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import logging
 from flax import linen as nn
 from flax import traverse_util
 
@@ -41,7 +30,6 @@ from bertjax.convert import config_json, param_names
 from bertjax.convert.param_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
-from bertjax.tpu import slices
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
@@ -628,75 +616,3 @@ def _staging_dir(final: str) -> Iterator[str]:
                 with contextlib.suppress(tf.errors.OpError):
                     gfile.rmtree(folder)
         raise
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-FLAGS = flags.FLAGS
-COMMANDS = {
-    "import": "import --format {tf,hf} SOURCE WORKDIR",
-    "export": "export --format hf WORKDIR OUT_DIR",
-}
-# The flags each command takes besides --format.
-_COMMAND_FLAGS = {
-    "import": ("do_lower_case", "no_do_lower_case", "scan_layers"),
-    "export": ("step",),
-}
-
-
-def define_flags() -> None:
-    flags.DEFINE_enum(
-        "format", None, FORMATS, "import: the checkpoint's format; export: hf.", required=True
-    )
-    flags.DEFINE_bool(
-        "do_lower_case", None, "import: an uncased model (only when the checkpoint does not say)."
-    )
-    flags.DEFINE_bool(
-        "no_do_lower_case", False, "import: a cased model (only when the checkpoint does not say)."
-    )
-    flags.mark_bool_flags_as_mutual_exclusive(["do_lower_case", "no_do_lower_case"])
-    flags.DEFINE_bool("scan_layers", False, "import: write the scan_layers parameter layout.")
-    flags.DEFINE_integer("step", None, "export: the checkpoint to export; default the latest.")
-
-
-def main(argv: list[str]) -> None:
-    slices.libtpu_without_tpu()  # before jax starts
-    command, first, second = _command_line(argv[1:])
-    # What was initialized is printed below; orbax's notices are noise here.
-    logging.set_verbosity(logging.ERROR)
-    if command == "export":
-        result = export_hf(first, second, FLAGS.step)
-        print(f"exported {first} step {result['step']} to {result['out_dir']}")
-        return
-    do_lower_case = False if FLAGS.no_do_lower_case else FLAGS.do_lower_case
-    result = import_checkpoint(
-        FLAGS.format, first, second, do_lower_case=do_lower_case, scan_layers=FLAGS.scan_layers
-    )
-    config = result["config"]
-    print(
-        f"imported {first} ({config.num_hidden_layers} layers, hidden "
-        f"{config.hidden_size}, {result['num_parameters']:,} parameters) into "
-        f"{result['workdir']}; vocabulary {result['vocab_file']} "
-        f"(do_lower_case={result['do_lower_case']})"
-    )
-    for group in result["initialized"]:
-        print(f"  {group}: not in the checkpoint, initialized freshly")
-    if result["ignored"]:
-        print(f"  ignored (not parameters): {', '.join(result['ignored'])}")
-
-
-def _command_line(args: list[str]) -> tuple[str, str, str]:
-    """The command and its two paths, from the arguments that are not flags."""
-    if not args or args[0] not in COMMANDS:
-        raise app.UsageError(f"expected a command, import or export; got: {' '.join(args)}")
-    command, paths = args[0], args[1:]
-    if len(paths) != 2:
-        raise app.UsageError(f"usage: python -m bertjax.convert {COMMANDS[command]}")
-    for other, names in _COMMAND_FLAGS.items():
-        for name in names:
-            if other != command and FLAGS[name].present:
-                raise app.UsageError(f"--{name} is an option of {other}, not of {command}")
-    if command == "export" and FLAGS.format != "hf":
-        raise app.UsageError("export writes --format hf only")
-    return command, *paths

@@ -23,7 +23,7 @@ TOOLS = (
     "bertjax.bench.attention_kernels",
     "bertjax.tpu.aot",
     "bertjax.tpu.launch",
-    "bertjax.convert.import_export",
+    "bertjax.convert.command",
     "bertjax.sweep.command",
     "bertjax.predict",
     "data_pipeline.benchmark",
@@ -75,7 +75,7 @@ def test_every_tool_follows_the_convention(name):
     source = path.read_text(encoding="utf-8")
     assert "def define_flags() -> None:" in source
     assert re.search(r"^def main\(argv", source, re.M)
-    if path.stem in ("import_export", "command"):  # run as its package: python -m bertjax.sweep
+    if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.convert
         runner = (path.parent / "__main__.py").read_text(encoding="utf-8")
         assert f"cli.run({path.stem}.main, {path.stem}.define_flags" in runner
     else:
@@ -246,7 +246,7 @@ def test_check_known_keys():
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "import_export")]
+    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "command")]
 )
 def test_a_package_command_helps_with_its_module_usage(command, module):
     # absl prints the __main__ module's docstring; a package's __main__.py lends its command's.

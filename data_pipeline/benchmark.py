@@ -33,10 +33,9 @@ import tempfile
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import app, flags
 
-from data_pipeline import builtin_corpus, cli, create_pretraining_data, pretraining_input
+from data_pipeline import builtin_corpus, cli, create_pretraining_data
 from data_pipeline import config as config_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.sentences import split_sentences
@@ -69,6 +68,12 @@ def online(data, *, batch_size, seconds, cores=None, warmup_batches=20):
 
 
 def _measure(data, batch_size, seconds, cores, warmup_batches):
+    # Imported here, not at the top: TensorFlow takes seconds, which `--help` and a bad
+    # flag should not wait for.
+    import tensorflow as tf
+
+    from data_pipeline import pretraining_input
+
     dataset = pretraining_input.make_pretraining_dataset(
         data, split="train", batch_size=batch_size, seed=0
     )
@@ -155,14 +160,16 @@ def corpus_and_sentences():
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
+    cores = [int(n) for n in FLAGS.cores]
+    available = len(os.sched_getaffinity(0))
+    if min(cores) < 1 or max(cores) > available:
+        raise app.UsageError(
+            f"--cores={','.join(FLAGS.cores)}: this process may run on {available} CPUs"
+        )
     base = config_lib.from_config(config_lib.default_config())
     resolve_vocab_file(base)  # learn and cache the vocab before timing anything
     print(f"cpu cores: {os.cpu_count()}")
     corpus_and_sentences()
-    cores = [int(n) for n in FLAGS.cores]
-    available = len(os.sched_getaffinity(0))
-    if min(cores) < 1 or max(cores) > available:
-        raise app.UsageError(f"--cores={FLAGS.cores}: this process may run on {available} CPUs")
     per_core_128 = None
     for length, predictions in ((128, 20), (512, 80)):
         data = base.replace(max_seq_length=length, max_predictions_per_seq=predictions)

@@ -33,20 +33,22 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
-import tensorflow as tf
 from absl import flags, logging
 from ml_collections import config_flags
 from sentencepiece import sentencepiece_model_pb2
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from data_pipeline import builtin_corpus, cli, files
-from data_pipeline import corpus as corpus_lib
-from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.config import ConfigError, DataConfig, from_config
+
+if TYPE_CHECKING:  # imported where used, see count_words
+    import tensorflow as tf
+
+    from data_pipeline import tokenizer as tokenizer_lib
 
 # Bump when a change here changes what is learned, so cached vocabularies are relearned.
 _ALGORITHM_VERSION = 1
@@ -120,6 +122,11 @@ def count_words(
     Words longer than `max_word_chars` (or config.max_chars_per_word, which
     makes them [UNK]) are counted in `total_words` only.
     """
+    # Imported where used, not at the top: TensorFlow and the modules that import it
+    # (corpus, tokenizer, tensorflow-text's learner) take seconds, which `--help`, a bad
+    # flag or a bad option should not wait for.
+    import tensorflow as tf
+
     word_limit = min(max_word_chars, config.max_chars_per_word)
     tokenizer = _word_splitter(config)
 
@@ -152,6 +159,8 @@ def wordpiece_tokens(word_counts: dict[str, int], vocab_size: int) -> list[str]:
     most the non-special entries; words with a character outside it are left out
     of learning (and become [UNK] when tokenized).
     """
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
     specials = list(vocab_lib.SPECIAL_TOKENS)
     room = vocab_size - len(specials)
     if room < 2:
@@ -214,6 +223,8 @@ def _search_threshold(
     side: a handful of learner runs instead of tensorflow-text's ~log2(max count)
     binary-search steps, each of which re-learns from all words.
     """
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
     counts = sorted((c for _, c in words), reverse=True)
     # No piece is seen more often than all words together.
     ceiling = sum(counts) + 1
@@ -269,6 +280,8 @@ def learn_wordpiece_vocab(
     corpus size; so is the learner's time (pure Python, roughly distinct words
     x word length squared per run, a few runs: minutes at a million words).
     """
+    from data_pipeline import corpus as corpus_lib
+
     corpus_lib.check_sources(config)
     start = time.monotonic()
     counter = count_words(config, max_words_in_memory=max_words_in_memory)
@@ -310,6 +323,8 @@ def train_sentencepiece(
     """
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
+    from data_pipeline import corpus as corpus_lib
+
     corpus_lib.check_sources(config)
     start = time.monotonic()
     model = io.BytesIO()
@@ -372,6 +387,10 @@ def train_sentencepiece(
 
 def resolve_vocab_file(config: DataConfig) -> str:
     """config.vocab_file when set, else a vocabulary learned once and cached (see cache_key)."""
+    import tensorflow as tf
+
+    from data_pipeline import corpus as corpus_lib
+
     if config.vocab_file:
         if not tf.io.gfile.exists(config.vocab_file):
             raise vocab_lib.VocabError(
@@ -429,6 +448,8 @@ def cache_key(config: DataConfig) -> str:
 
 
 def _key_fields(config: DataConfig) -> dict:
+    from data_pipeline import corpus as corpus_lib
+
     fields = {
         "algorithm_version": _ALGORITHM_VERSION,
         "source": config.source,
@@ -465,11 +486,15 @@ def _size_and_mtime(path: str) -> tuple[int, int]:
     if "://" not in path:
         stat = os.stat(path)
         return stat.st_size, stat.st_mtime_ns
+    import tensorflow as tf
+
     stat = tf.io.gfile.stat(path)
     return stat.length, stat.mtime_nsec
 
 
 def _sentences(config: DataConfig, split: str = "train") -> Iterator[str]:
+    from data_pipeline import corpus as corpus_lib
+
     for document in corpus_lib.iter_documents(config, split=split):
         for sentence in document.sentences:
             if sentence.strip():
@@ -483,8 +508,9 @@ def _sentencepiece_sentences(config: DataConfig) -> Iterator[str]:
         yield sentence.replace("\x00", "").lower() if config.do_lower_case else sentence
 
 
-def _sentence_batches(config: DataConfig, *, split: str, errors: list) -> tf.data.Dataset:
+def _sentence_batches(config: DataConfig, *, split: str, errors: list) -> "tf.data.Dataset":
     """Sentences in batches, so the Python generator costs once per batch, not per sentence."""
+    import tensorflow as tf
 
     def batches():
         sentences = _stop_on_error(_sentences(config, split), errors)
@@ -508,12 +534,14 @@ def _stop_on_error(items: Iterator, errors: list) -> Iterator:
         errors.append(e)
 
 
-def _word_splitter(config: DataConfig) -> tokenizer_lib.WordPieceTokenizer:
+def _word_splitter(config: DataConfig) -> "tokenizer_lib.WordPieceTokenizer":
     """A WordPieceTokenizer for its `words`, which needs no vocabulary yet.
 
     A Vocab needs the specials plus at least one ordinary token, hence the
     placeholder "a"; WordPiece itself is never run with this vocabulary.
     """
+    from data_pipeline import tokenizer as tokenizer_lib
+
     vocab = vocab_lib.wordpiece_vocab("<word splitter>", (*vocab_lib.SPECIAL_TOKENS, "a"))
     return tokenizer_lib.WordPieceTokenizer(
         vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
@@ -539,6 +567,10 @@ def define_flags() -> None:
 
 def _sample_summary(config: DataConfig, vocab_file: str, max_sentences: int) -> str:
     """Whole-word coverage and [UNK] share over held-out sentences (else train ones); '' if none."""
+    import tensorflow as tf
+
+    from data_pipeline import tokenizer as tokenizer_lib
+
     for split in ("eval", "train"):
         sentences = list(itertools.islice(_sentences(config, split), max_sentences))
         if sentences:

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from absl import flags
 
 from data_pipeline import builtin_corpus, cli, files
-from data_pipeline.corpus import is_eval_document
 
 TOPICS = ("builtin:topic:debugger", "builtin:topic:string-methods")
 TOPIC_LABELS = ("debugger", "string-methods")
@@ -46,6 +45,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _split_of(sentences: Sequence[str]) -> str:
+    """'eval' for a held-out text (corpus.is_eval_document), else 'train'."""
+    # Imported here, not at the top: corpus imports TensorFlow, seconds that `--help`
+    # and a bad flag should not wait for.
+    from data_pipeline.corpus import is_eval_document
+
+    return "eval" if is_eval_document(sentences, EVAL_FRACTION) else "train"
+
+
 def topic_examples(
     documents: Sequence[tuple[str, Sequence[str]]],
 ) -> dict[str, list[tuple[str, str]]]:
@@ -57,8 +65,7 @@ def topic_examples(
             text = _one_line(sentence)
             if len(text.split()) < 4:
                 continue
-            split = "eval" if is_eval_document([text], EVAL_FRACTION) else "train"
-            splits[split].append((text, label))
+            splits[_split_of([text])].append((text, label))
     for rows in splits.values():
         rows.sort()  # interleave the labels by text rather than by source order
     return splits
@@ -71,7 +78,7 @@ def cloze_questions(
     rng = random.Random(seed)
     splits = {"train": [], "eval": []}
     for name, sentences in documents:
-        split = "eval" if is_eval_document(sentences, EVAL_FRACTION) else "train"
+        split = _split_of(sentences)
         paragraphs = []
         for start in range(0, len(sentences) - SENTENCES_PER_CONTEXT + 1, SENTENCES_PER_CONTEXT):
             window = [_one_line(s) for s in sentences[start : start + SENTENCES_PER_CONTEXT]]
@@ -111,7 +118,7 @@ def code_sentences(
     """{'train', 'eval'} -> sentences as [(word, tag)], for every sentence whose quotes pair up."""
     splits = {"train": [], "eval": []}
     for _, sentences in documents:
-        split = "eval" if is_eval_document(sentences, EVAL_FRACTION) else "train"
+        split = _split_of(sentences)
         for sentence in sentences:
             parts = _one_line(sentence).split('"')
             if len(parts) % 2 == 0:  # an unpaired quote: no telling what is code

@@ -39,21 +39,21 @@ import random
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorflow as tf
 from absl import flags, logging
 from ml_collections import config_flags
 
-from data_pipeline import cli, corpus, files, instances, masking, tfrecords
+from data_pipeline import cli, files, instances, masking
 from data_pipeline import config as config_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.errors import UserError
-from data_pipeline.pretraining_input import masking_spec
-from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.workers import split_documents
+
+if TYPE_CHECKING:  # imported where used, see write_pretraining_data
+    from data_pipeline import corpus
 
 # Sentences tokenized per graph call, and calls queued ahead of the consumer.
 _SENTENCES_PER_CALL = 2048
@@ -100,6 +100,11 @@ def write_pretraining_data(
     start = time.perf_counter()
     config = config_lib.from_config(data_config)
     _check_options(config, num_workers, num_shards_per_worker)
+    # Imported where used, not at the top: TensorFlow and the modules that import it
+    # (corpus, tfrecords, tokenizer) take seconds, which `--help`, a bad flag or a bad
+    # option should not wait for.
+    from data_pipeline import corpus, tfrecords
+
     corpus.check_sources(config)
     vocab_file = resolve_vocab_file(config)
     vocab_lib.load_vocab(vocab_file)
@@ -158,6 +163,8 @@ def _check_worker_shards(
     config: config_lib.DataConfig, splits: Iterable[str], num_workers: int
 ) -> None:
     """Every corpus shard of every split has at least two documents to pair."""
+    from data_pipeline import corpus
+
     for split in splits:
         for worker in range(num_workers):
             corpus.check_two_documents(
@@ -180,6 +187,8 @@ def _write_tasks(
 ) -> list[dict]:
     """Copies the vocabulary next to the data and writes every task's shards, this
     process and `num_helpers` spawned ones sharing them; returns each task's counts."""
+    import tensorflow as tf
+
     try:
         with _Helpers(num_helpers) as helpers:
             files.atomic_copy(vocab_file, os.path.join(output_dir, os.path.basename(vocab_file)))
@@ -204,6 +213,8 @@ def _split_metadata(
     vocab_file: str,
 ) -> dict:
     """`{split}-metadata.json`: the counts of the split's shards (`parts`) and the settings."""
+    from data_pipeline import corpus
+
     stats = corpus.CorpusStats()
     for part in parts:
         stats.merge(corpus.CorpusStats(**part["corpus"]))
@@ -239,6 +250,8 @@ def _passes(config: config_lib.DataConfig, split: str) -> int:
 @functools.cache
 def _tokenizer(config: config_lib.DataConfig, vocab_file: str):
     """One tokenizer per process and config: building the lookup tables takes a while."""
+    from data_pipeline.tokenizer import make_tokenizer
+
     return make_tokenizer(config, vocab_file)
 
 
@@ -246,6 +259,11 @@ def _write_task(
     task: _Task, config: config_lib.DataConfig, vocab_file: str, output_dir: str
 ) -> dict:
     """Writes shard `task.worker` of `task.split`; returns its counts."""
+    import tensorflow as tf
+
+    from data_pipeline import corpus, tfrecords
+    from data_pipeline.pretraining_input import masking_spec
+
     start = time.perf_counter()
     tokenizer = _tokenizer(config, vocab_file)
     vocab = tokenizer.vocab
@@ -322,6 +340,8 @@ def encode_instances(
     rng: np.random.Generator,
 ) -> list[bytes]:
     """Packs, masks (one draw per instance) and serializes a block, in a shuffled order."""
+    from data_pipeline import tfrecords
+
     packed = instances.pack_instances(
         block, max_seq_length=config.max_seq_length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
     )
@@ -332,7 +352,7 @@ def encode_instances(
 
 
 def tokenize_documents(
-    documents: Iterable[corpus.Document], tokenizer
+    documents: Iterable["corpus.Document"], tokenizer
 ) -> Iterator[tuple[str, list[list[int]]]]:
     """(doc_id, sentences as token ids); sentences that tokenize to nothing go.
 
@@ -355,6 +375,7 @@ def tokenize_documents(
 @functools.cache
 def _graph_tokenizer(tokenizer):
     """tf.string [N] -> (int32 token ids of all sentences, int32 [N] tokens per sentence)."""
+    import tensorflow as tf
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(sentences):
@@ -364,7 +385,7 @@ def _graph_tokenizer(tokenizer):
     return lambda sentences: tuple(t.numpy() for t in tokenize(tf.constant(sentences)))
 
 
-def _document_batches(documents: Iterable[corpus.Document]):
+def _document_batches(documents: Iterable["corpus.Document"]):
     ids, sentences, counts = [], [], []
     for document in documents:
         ids.append(document.doc_id)
@@ -492,6 +513,8 @@ def _take(counter) -> int:
 
 def _helper_main(setup, counter, done) -> None:
     """A spawned process: after its setup, writes shards until none is left."""
+    from data_pipeline import corpus
+
     received = setup.get()
     if received is None:
         return
@@ -523,6 +546,8 @@ def _helper_main(setup, counter, done) -> None:
 
 
 def _prepare_output_dir(output_dir: str, splits: Iterable[str], overwrite: bool) -> None:
+    import tensorflow as tf
+
     try:
         if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
             raise WriterError(f"--output_dir={output_dir}: exists and is not a folder")
@@ -545,6 +570,8 @@ def _prepare_output_dir(output_dir: str, splits: Iterable[str], overwrite: bool)
 
 def _remove_stale_shards(output_dir: str, split: str, keep: set[str]) -> None:
     """After an --overwrite run: shards of an earlier run with more workers or shards go."""
+    import tensorflow as tf
+
     for path in tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*-*.tfrecord")):
         if os.path.basename(path) not in keep:
             tf.io.gfile.remove(path)

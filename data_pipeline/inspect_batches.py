@@ -11,11 +11,10 @@ import sys
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import flags
 from ml_collections import config_flags
 
-from data_pipeline import batch_statistics, cli, corpus, pretraining_input, schema
+from data_pipeline import cli, schema
 from data_pipeline import config as config_lib
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.vocab import load_vocab
@@ -31,6 +30,12 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     positions = config.model.get("max_position_embeddings") if "model" in config else None
     if positions is not None:
         config_lib.check_max_positions(data, positions)
+    # Imported here, not at the top: `--help`, a bad flag or a bad config answer at once
+    # instead of after seconds of TensorFlow imports.
+    import tensorflow as tf
+
+    from data_pipeline import batch_statistics, corpus, pretraining_input
+
     corpus_stats = corpus.CorpusStats()
     start = time.perf_counter()
     vocab_file = resolve_vocab_file(data)

@@ -21,12 +21,9 @@ whether the last layer computes only the positions the heads read.
 import statistics
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from bertjax.model import ATTENTION_IMPLEMENTATIONS, BertConfig, BertForPreTraining, BertModel
 from bertjax.tpu import slices
 from data_pipeline import cli
 from data_pipeline.config import ConfigError
@@ -84,6 +81,13 @@ def measure(
 ):
     """(median seconds of one forward and backward, temporary bytes of the compiled step)
     of BertModel, or of BertForPreTraining where trim_last_layer is not None."""
+    # Imported here, not at the top: `--help` and a bad --lengths or --trim_last_layer
+    # answer in a fraction of a second, before JAX loads.
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax.model import BertConfig, BertForPreTraining, BertModel
+
     config = BertConfig.from_preset(
         preset,
         attention_probs_dropout_prob=0.0,
@@ -130,15 +134,19 @@ def main(argv):
             f"--batch_sizes has {len(batch_sizes)} values and --lengths {len(lengths)}: "
             "give one batch size per length"
         )
+    trims = [None]
+    if FLAGS.trim_last_layer:
+        trims = [_parse_bool("--trim_last_layer", x) for x in FLAGS.trim_last_layer]
+    import jax
+
+    from bertjax.model import ATTENTION_IMPLEMENTATIONS
+
     for implementation in FLAGS.implementations:
         if implementation not in ATTENTION_IMPLEMENTATIONS:
             raise ConfigError(
                 f"--implementations: {implementation!r} is not one of "
                 f"{', '.join(ATTENTION_IMPLEMENTATIONS)}"
             )
-    trims = [None]
-    if FLAGS.trim_last_layer:
-        trims = [_parse_bool("--trim_last_layer", x) for x in FLAGS.trim_last_layer]
     device = jax.devices()[0]
     print(f"jax {jax.__version__}, {jax.device_count()} x {device.device_kind}; {FLAGS.preset}")
     for length, batch_size in zip(lengths, batch_sizes, strict=True):

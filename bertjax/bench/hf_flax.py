@@ -6,16 +6,15 @@ it imports anywhere, tests included.
 """
 
 import functools
+import importlib.metadata
 import statistics
 import time
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-import optax
-
-from bertjax import losses, sharding, train
-from bertjax.convert import config_json
 from data_pipeline.errors import UserError
+
+if TYPE_CHECKING:  # imported where used: a refused --compare_hf_flax loads no JAX
+    from bertjax import train
 
 
 class HFFlaxUnavailableError(UserError):
@@ -28,6 +27,8 @@ def median_step_times(runs, batch, rng, steps: int) -> list[float]:
     The runs take turns, step by step, so load from other processes on a shared
     machine falls on each alike. Each run's first step is not timed.
     """
+    import jax
+
     states = [state for _, state in runs]
     times = [[] for _ in runs]
     for i in range(steps + 1):
@@ -43,6 +44,11 @@ def median_step_times(runs, batch, rng, steps: int) -> list[float]:
 def import_hf_flax_bert():
     """transformers' BertConfig and FlaxBertForPreTraining, or an error that says how to get them."""
     try:
+        # Its version tells transformers 5 (no Flax models) without the seconds its
+        # import takes (it loads PyTorch).
+        version = importlib.metadata.version("transformers")
+        if int(version.split(".")[0]) >= 5:
+            raise ImportError(f"transformers {version} has none")
         from transformers import BertConfig, FlaxBertForPreTraining
     except ImportError as e:
         raise HFFlaxUnavailableError(
@@ -59,6 +65,12 @@ def hf_flax_train_step(state, batch, rng, *, model, tx):
     picked out of the full [batch, length, vocab] ones: that cost is what the
     comparison measures. The loss is ours, MLM over the masked positions + NSP.
     """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from bertjax import losses
+
     step_rng = jax.random.fold_in(rng, state.step)
 
     def loss_fn(params):
@@ -82,13 +94,19 @@ def hf_flax_train_step(state, batch, rng, *, model, tx):
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), sums
 
 
-def compile_hf_flax(run: train.Run, batch):
+def compile_hf_flax(run: "train.Run", batch):
     """hf_flax_train_step for run's model shapes and optimizer, compiled for `batch`.
 
     Returns (compiled step, initial state, compile seconds). Call inside
     run.mesh: parameters are replicated and the batch is split like ours, so on
     one device neither is sharded.
     """
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax import sharding, train
+    from bertjax.convert import config_json
+
     hf_bert_config, hf_bert_for_pretraining = import_hf_flax_bert()
     m = run.setup.model.config
     hf_config = hf_bert_config(**config_json.to_hf(m))

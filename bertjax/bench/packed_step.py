@@ -23,14 +23,10 @@ import statistics
 import tempfile
 import time
 
-import jax
 import numpy as np
 from absl import flags, logging
-from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import metrics, sharding, train
-from bertjax.tasks.contract import host_share
 from bertjax.tpu import slices
 from data_pipeline import cli
 
@@ -58,6 +54,14 @@ def _examples(batch) -> int:
 def _prepared(config, workdir: str, packed: bool, steps: int):
     """(run, jitted step, state, device batches, real tokens per batch, rows, examples per
     batch) of one run."""
+    # Imported here, not at the top: `--help`, a bad flag or config key answer in a
+    # fraction of a second, before TensorFlow and JAX load.
+    import jax
+    from flax import linen as nn
+
+    from bertjax import metrics, sharding, train
+    from bertjax.tasks.contract import host_share
+
     config = config.copy_and_resolve_references()
     with config.unlocked():
         config.data.pack_examples = packed
@@ -82,6 +86,11 @@ def _prepared(config, workdir: str, packed: bool, steps: int):
 
 
 def measure(config, workdir: str, steps: int) -> dict:
+    import jax
+    from flax import linen as nn
+
+    from bertjax import sharding
+
     runs = {
         packed: _prepared(config, os.path.join(workdir, f"packed_{packed}"), packed, steps)
         for packed in (False, True)
@@ -121,6 +130,8 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
     with tempfile.TemporaryDirectory() as workdir:
         r = measure(FLAGS.config, workdir, FLAGS.steps)
+    import jax
+
     print(
         f"train_batch_size {r['batch_size']} x {r['max_seq_length']} tokens; "
         f"{jax.device_count()} {jax.devices()[0].platform} device(s); "

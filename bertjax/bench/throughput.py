@@ -35,16 +35,11 @@ import os
 import tempfile
 import time
 
-import jax
 import numpy as np
 from absl import flags, logging
-from flax import linen as nn
 from ml_collections import config_flags
 
-from bertjax import flops, sharding, train
-from bertjax import model as model_lib
 from bertjax.bench import hf_flax
-from bertjax.tasks import pretraining
 from bertjax.tpu import slices
 from data_pipeline import cli
 
@@ -94,6 +89,15 @@ def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0, sequen
 
 def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) -> dict:
     """The figures of the module docstring for a pretraining config's train step."""
+    # Imported here, not at the top: `--help`, a bad flag or config key and a refused
+    # --compare_hf_flax answer in a fraction of a second, before TensorFlow and JAX load.
+    import jax
+    from flax import linen as nn
+
+    from bertjax import flops, sharding, train
+    from bertjax import model as model_lib
+    from bertjax.tasks import pretraining
+
     task = pretraining.TASK
     config = task.without_data(config, workdir)
     run = train.build_run(config, os.path.join(workdir, "run"), task=task)
@@ -172,6 +176,8 @@ def main(argv):
         hf_flax.import_hf_flax_bert()  # fail before compiling anything
     with tempfile.TemporaryDirectory() as workdir:
         result = measure(FLAGS.config, workdir, FLAGS.steps, compare_hf_flax=FLAGS.compare_hf_flax)
+    import jax
+
     r = result
     print(
         f"model L={r['num_hidden_layers']} H={r['hidden_size']} A={r['num_attention_heads']} "

@@ -115,11 +115,15 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: dict, where: s
 
 def check_trials(config, sweep: hyper.Sweep) -> None:
     """Every trial's config, checked as a run would check it before reading data."""
-    from bertjax import train
-
+    trial_configs = []
     for index, overrides in enumerate(sweep.trials):
         where = f"trial {index} ({worker_lib.trial_name(index, overrides)})"
-        trial_config = apply_overrides(config, overrides, where)
+        trial_configs.append((where, apply_overrides(config, overrides, where)))
+    # Imported after every trial's keys are checked: a misspelt key answers in a fraction
+    # of a second, before TensorFlow and JAX load.
+    from bertjax import train
+
+    for where, trial_config in trial_configs:
         try:
             train.check_config(trial_config.copy_and_resolve_references())
         except UserError as error:
@@ -140,6 +144,8 @@ def definition_from_flags() -> SweepDefinition:
         raise SweepError(f"--parallel={FLAGS.parallel}: must be at least 1")
     if FLAGS.max_retries < 0:
         raise SweepError(f"--max_retries={FLAGS.max_retries}: must be at least 0")
+    if FLAGS.metric and not FLAGS.mode:
+        raise SweepError(f"--metric={FLAGS.metric} needs --mode=max or --mode=min")
     config = FLAGS.config
     check_trials(config, sweep)
     overrides = dict(config_flags.get_override_values(config_flag))
@@ -165,8 +171,6 @@ def default_mode(config) -> str:
     (pretraining: the lowest loss; fine-tuning: the highest score)."""
     from bertjax import tasks
 
-    if FLAGS.metric:
-        raise SweepError(f"--metric={FLAGS.metric} needs --mode=max or --mode=min")
     return "max" if tasks.for_config(config).best_metric(config).higher_is_better else "min"
 
 
@@ -293,14 +297,14 @@ def worker_command() -> int | None:
 
 
 def report_command(sweep_dirs: list[str]) -> int | None:
-    from bertjax.sweep import report
-
     if not sweep_dirs:
         raise SweepError("report: name one or more sweep directories")
     for sweep_dir in sweep_dirs:
         url = trial_queue.storage_url(sweep_dir, FLAGS.storage)
         if not FLAGS.storage and not os.path.isfile(url[len("sqlite:///") :]):
             raise SweepError(f"{sweep_dir}: not a sweep directory (no sweep.db)")
+    from bertjax.sweep import report
+
     print(report.report(sweep_dirs, FLAGS.storage, FLAGS.study_name, FLAGS.metric, FLAGS.mode))
     return None
 

@@ -35,7 +35,6 @@ import warnings
 
 import optuna
 
-from bertjax import workdir as workdir_lib
 from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
@@ -252,6 +251,10 @@ class Worker:
             os.path.join(trials_dir, name + ".json"),
             {"index": index, "overrides": params, "command": command},
         )
+        # Imported here, not at the top: bertjax.sweep's command imports this module, and
+        # its --help and a bad sweep answer before TensorFlow and JAX load.
+        from bertjax import workdir as workdir_lib
+
         # A run of this trial stopped a moment ago (its worker killed) may still be saving.
         workdir_lib.wait_until_free(workdir, STOP_GRACE_S)
         self._say(f"trial {name}: started (attempt {attempt})")
@@ -269,6 +272,8 @@ class Worker:
 
     def _record(self, trial, name, status, pruned, workdir, log_file, minutes) -> None:
         """Ends the attempt by the run's exit: done, pruned, interrupted or failed."""
+        from bertjax import workdir as workdir_lib
+
         results = workdir_lib.read_results(workdir)
         for key in ("eval", "best", "best_metric"):
             if key in results:
@@ -384,6 +389,8 @@ def report_evals(
     trial: optuna.Trial, definition: SweepDefinition, workdir: str, reported: int
 ) -> int:
     """Reports the evaluations in metrics.jsonl after the first `reported` to the pruner."""
+    from bertjax import workdir as workdir_lib
+
     evals = [r for r in workdir_lib.read_metrics(workdir) if r.get("split") == "eval"]
     metric = metric_name(definition, workdir_lib.read_results(workdir))
     for record in evals[reported:]:

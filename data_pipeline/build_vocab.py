@@ -130,6 +130,7 @@ def count_words(
     word_limit = min(max_word_chars, config.max_chars_per_word)
     tokenizer = _word_splitter(config)
 
+    @tf.autograph.experimental.do_not_convert  # graph code: no autograph rewrite at start
     def words(sentences):
         flat = tokenizer.words(sentences).flat_values
         keep = tf.strings.length(flat, unit="UTF8_CHAR") <= word_limit

@@ -280,7 +280,7 @@ def heavy_imports(command: str, *args: str) -> tuple[subprocess.CompletedProcess
 
 PROGRAMS = [
     {
-        "bertjax.convert.import_export": "bertjax.convert",
+        "bertjax.convert.command": "bertjax.convert",
         "bertjax.sweep.command": "bertjax.sweep",
     }.get(t, t)
     for t in TOOLS

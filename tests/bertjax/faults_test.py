@@ -50,17 +50,11 @@ def command(workdir, vocab, *overrides) -> list[str]:
 
 
 def start(workdir, vocab, *overrides) -> subprocess.Popen:
-    # The runs of one test, one after another, share a compilation cache beside their workdirs.
-    cache = os.path.join(os.path.dirname(workdir), "jax_cache")
+    # The compiled steps come from the session's compilation cache (conftest.py).
     return subprocess.Popen(
         command(workdir, vocab, *overrides),
         cwd=REPO,
-        env={
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "JAX_COMPILATION_CACHE_DIR": cache,
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        },
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,13 +11,13 @@ import sys
 import time
 
 import pytest
-from support import REPO
+from support import REPO, SMALL_VOCAB_SIZE
 
 pytestmark = pytest.mark.integration
 
-# A tiny model on the built-in corpus with the real vocabulary: a few seconds to start.
+# A tiny model on the built-in corpus with conftest's small vocabulary: seconds to start.
 SMALL = (
-    "--config.data.vocab_size=30522",
+    f"--config.data.vocab_size={SMALL_VOCAB_SIZE}",
     "--config.data.max_seq_length=64",
     "--config.data.max_predictions_per_seq=10",
     "--config.data.document_buffer_size=32",
@@ -96,7 +96,7 @@ def steps(workdir) -> list[int]:
     return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
 
 
-def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, bert_tokenizer_json):
+def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, small_vocab_file):
     run = (
         "--config.num_train_steps=60",
         "--config.checkpoint_every_steps=50",
@@ -104,7 +104,7 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, be
     )
     straight, stopped = str(tmp_path / "straight"), str(tmp_path / "stopped")
     # Trained to the end, then stopped during the end-of-run report.
-    process = start(straight, bert_tokenizer_json, *run, "--fill_mask_examples=200")
+    process = start(straight, small_vocab_file, *run, "--fill_mask_examples=200")
     for line in process.stdout:
         if line.startswith("fill-mask on held-out sentences"):
             process.send_signal(signal.SIGTERM)
@@ -116,7 +116,7 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, be
     )
     assert steps(straight) == [50, 60]
 
-    process = start(stopped, bert_tokenizer_json, *run)
+    process = start(stopped, small_vocab_file, *run)
     wait_until(lambda: len(train_lines(stopped)) >= 20, process)
     process.send_signal(signal.SIGTERM)
     code, stderr = finish(process)
@@ -131,7 +131,7 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, be
     assert 20 <= step < 50 and steps(stopped) == [step]
     print(f"\nSIGTERM at step {step}: saved in {match.group(2)} s")
 
-    code, stderr = finish(start(stopped, bert_tokenizer_json, *run))
+    code, stderr = finish(start(stopped, small_vocab_file, *run))
     assert code == 0, stderr
     assert "replaying" not in stderr  # the checkpoint said where the input stood
     by_step = {r["step"]: r["loss"] for r in train_lines(stopped)}
@@ -139,14 +139,14 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, be
     assert steps(stopped) == [50, 60]
 
 
-def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, bert_tokenizer_json):
+def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, small_vocab_file):
     workdir = str(tmp_path / "run")
     run = ("--config.num_train_steps=100000", "--config.checkpoint_every_steps=100000")
-    first = start(workdir, bert_tokenizer_json, *run)
+    first = start(workdir, small_vocab_file, *run)
     # config.json is written once the run holds the workdir and listens for signals.
     wait_until(lambda: os.path.exists(os.path.join(workdir, "config.json")), first)
 
-    code, stderr = finish(start(workdir, bert_tokenizer_json, *run))
+    code, stderr = finish(start(workdir, small_vocab_file, *run))
     assert code == 2
     assert last_line(stderr).startswith(
         f"error: {workdir}: in use by the run of process {first.pid} on "
@@ -158,7 +158,7 @@ def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, bert_tokenizer_json):
     first.wait()
     assert os.path.exists(os.path.join(workdir, ".lock")) and not steps(workdir)
     logged = len(train_lines(workdir))
-    again = start(workdir, bert_tokenizer_json, *run)
+    again = start(workdir, small_vocab_file, *run)
     wait_until(lambda: len(train_lines(workdir)) > logged, again)
     assert train_lines(workdir)[logged]["step"] == 1  # nothing was saved to resume from
 
@@ -170,15 +170,15 @@ def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, bert_tokenizer_json):
     assert step >= 1 and steps(workdir) == [step]
 
 
-def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, bert_tokenizer_json):
+def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, small_vocab_file):
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a small tmpfs as a full disk")
     disk = tmp_path / "disk"
     disk.mkdir()
     workdir = disk / "run"
-    # A 10 MiB disk in a private mount namespace; a checkpoint of this model takes ~24 MiB.
-    script = f"mount -t tmpfs -o size=10m tmpfs {disk} && exec " + " ".join(
-        command(workdir, bert_tokenizer_json, "--config.num_train_steps=20")
+    # A 1 MiB disk in a private mount namespace; a checkpoint of this model takes ~3 MiB.
+    script = f"mount -t tmpfs -o size=1m tmpfs {disk} && exec " + " ".join(
+        command(workdir, small_vocab_file, "--config.num_train_steps=20")
     )
     probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {disk}"])
     if probe.returncode:
@@ -195,7 +195,7 @@ def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, bert_tokenizer_
     assert "Traceback" not in result.stderr
 
 
-def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, bert_tokenizer_json):
+def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, small_vocab_file):
     workdir = str(tmp_path / "run")
     # Step 1 moves the parameters to about 1e30 (finite, so saved); step 2's loss is not.
     blow_up = (
@@ -205,7 +205,7 @@ def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, bert_
         "--config.optimizer.warmup_steps=0",
         "--config.optimizer.max_grad_norm=0",
     )
-    code, stderr = finish(start(workdir, bert_tokenizer_json, *blow_up))
+    code, stderr = finish(start(workdir, small_vocab_file, *blow_up))
     assert code == 2, stderr
     assert re.fullmatch(
         r"error: non-finite loss \(\S+\) by step 2; no checkpoint written after it\. .*",

@@ -8,7 +8,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from support import REPO
+from support import REPO, SMALL_VOCAB_SIZE
 
 import bertjax
 from bertjax import checkpoint, inference, sharding, train
@@ -61,7 +61,7 @@ def test_restore_over_a_mesh_splits_the_parameters(sharded_scan_run):
     single = bertjax.restore(workdir)
     embedding = on_mesh.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     assert len(embedding.sharding.device_set) == 8
-    assert embedding.addressable_shards[0].data.shape == (30522 // 2, 64 // 4)
+    assert embedding.addressable_shards[0].data.shape == (SMALL_VOCAB_SIZE // 2, 64 // 4)
     texts = ["The with statement closes the file.", "A list is mutable."]
     np.testing.assert_allclose(
         bertjax.embed(on_mesh, texts), bertjax.embed(single, texts), rtol=1e-5, atol=1e-5

@@ -191,9 +191,9 @@ def wait_pair(tmp_path, procs, name: str) -> list[tuple[int, str, str]]:
     ]
 
 
-def test_two_processes_from_the_command_line_to_the_end(tmp_path, bert_tokenizer_json):
+def test_two_processes_from_the_command_line_to_the_end(tmp_path, small_vocab_file):
     workdir = str(tmp_path / "pretrained")
-    pretrain = command(workdir, bert_tokenizer_json, "--config.log_every_steps=5")
+    pretrain = command(workdir, small_vocab_file, "--config.log_every_steps=5")
     # Pretraining with its end-of-run report (which restores the checkpoint on every process).
     first = start_pair(
         tmp_path,

@@ -7,3 +7,6 @@ import pathlib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TESTDATA = REPO / "tests" / "testdata"
+# The entries of conftest's small_vocab_file: it splits evenly over any mesh axis of the
+# tests (2, 4 or 8 devices).
+SMALL_VOCAB_SIZE = 3072

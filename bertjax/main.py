@@ -1,4 +1,4 @@
-"""Trains the task an experiment config names (`config.task`; pretraining when absent).
+r"""Trains the task an experiment config names (`config.task`; pretraining when absent).
 
     python -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir DIR \
         [--config.KEY=VALUE ...]

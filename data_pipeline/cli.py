@@ -7,10 +7,11 @@ A tool module defines `define_flags()` and `main(argv)`, and ends with
 
 so its flags exist only when it runs as a program: any set of tool modules
 imports into one process (a test, a notebook) without clashing flag names.
-`run` is also the one place where user errors are caught: a `UserError`, an
-`OSError` (a file that cannot be read or written) or TensorFlow's equivalent is
-printed as one line, `error: ...`, on stderr and the exit status is 2
-(`UserError.EXIT_CODE`). So is an unknown key in a `--config.KEY=VALUE`
+`--help` prints the usage and exits with 0. `run` is also the one place where
+user errors are caught: a bad flag (unknown, missing, or of the wrong type), a
+usage error, a `UserError`, an `OSError` (a file that cannot be read or
+written) or TensorFlow's equivalent is printed as one line, `error: ...`, on
+stderr and the exit status is 2 (`UserError.EXIT_CODE`). So is an unknown key in a `--config.KEY=VALUE`
 override, at any depth, with the closest known key, and a `UserError` raised
 while a config file loads (its `get_config` rejecting the argument after the
 colon, as in `glue.py:nosuch`); ml_collections and absl would print a long
@@ -21,7 +22,6 @@ traceback instead. A run stopped on request (`Preempted`, after saving) prints
 import os
 import re
 import sys
-import textwrap
 from collections.abc import Callable
 
 import ml_collections
@@ -97,7 +97,14 @@ def _check_path(config: ml_collections.ConfigDict, path: str, name: str) -> None
         node, prefix = node[key], f"{prefix}.{key}"
 
 
+# absl's help flags, which print the usage and exit with status 1; here they exit with 0.
+_HELP = {"help": True, "?": True, "helpshort": True, "helpfull": False}
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
+    for arg in argv[1 : argv.index("--") if "--" in argv else None]:
+        if arg.startswith("-") and arg.lstrip("-") in _HELP:
+            app.usage(shorthelp=_HELP[arg.lstrip("-")], writeto_stdout=True, exitcode=0)
     _check_config_files(argv)
     try:
         return flags.FLAGS(argv)
@@ -129,15 +136,9 @@ def _user_error_cause(error: BaseException) -> UserError | None:
 
 
 def _flags_error(error: flags.Error):
-    """Any other bad flag, reported as absl's app.parse_flags_with_usage does."""
-    message = str(error)
-    if "\n" in message:
-        message = "FATAL Flags parsing error:\n" + textwrap.indent(message, "  ") + "\n"
-    else:
-        message = f"FATAL Flags parsing error: {message}\n"
-    sys.stderr.write(message)
-    sys.stderr.write("Pass --helpshort or --helpfull to see help on flags.\n")
-    sys.exit(1)
+    """Any other bad flag (a missing required flag, a value of the wrong type), in one line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    _fail(f"{' '.join(lines)} (--help lists the flags)")
 
 
 def _check_config_files(argv: list[str]) -> None:
@@ -150,12 +151,14 @@ def _check_config_files(argv: list[str]) -> None:
 
 
 def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
-    if len(argv) > 1 and not positional_args:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     try:
+        if len(argv) > 1 and not positional_args:
+            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
         return main(argv)
+    except app.UsageError as error:
+        _fail(str(error))
     except Preempted as stopped:
         _print_stopped(stopped)
         sys.exit(Preempted.EXIT_CODE)

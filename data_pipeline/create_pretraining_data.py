@@ -1,4 +1,4 @@
-"""Offline pretraining data: documents in, masked instances out as sharded TFRecords.
+r"""Offline pretraining data: documents in, masked instances out as sharded TFRecords.
 
     python -m data_pipeline.create_pretraining_data --config experiments/pretrain/tiny_cpu.py \
         --output_dir /tmp/bert_data --num_workers 2

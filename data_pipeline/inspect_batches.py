@@ -1,4 +1,4 @@
-"""Shows what the model will see: decoded pretraining examples and batch statistics.
+r"""Shows what the model will see: decoded pretraining examples and batch statistics.
 
     python -m data_pipeline.inspect_batches --config experiments/pretrain/tiny_cpu.py \
         [--split eval] [--num_batches N] [--dump FILE.jsonl] [--config.data.KEY=VALUE ...]

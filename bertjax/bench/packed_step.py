@@ -1,4 +1,4 @@
-"""Useful tokens per second of a run's train step, with and without packing.
+r"""Useful tokens per second of a run's train step, with and without packing.
 
     python -m bertjax.bench.packed_step --config experiments/finetune/builtin_topics.py \
         --config.init_checkpoint=runs/minilm [--steps 20] [--json]

@@ -1,4 +1,4 @@
-"""Compiles the real pretraining train step and measures it.
+r"""Compiles the real pretraining train step and measures it.
 
     python -m bertjax.bench.throughput --config experiments/pretrain/tiny_cpu.py \
         [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax]

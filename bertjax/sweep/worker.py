@@ -1,4 +1,4 @@
-"""Runs a sweep's trials: takes them from the queue, N at a time, each `bertjax.main` in its
+r"""Runs a sweep's trials: takes them from the queue, N at a time, each `bertjax.main` in its
 own process on its own share of the devices.
 
 A trial runs as

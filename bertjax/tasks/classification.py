@@ -1,4 +1,4 @@
-"""Sentence (pair) classification and regression as a task: the pooled [CLS] output to K
+r"""Sentence (pair) classification and regression as a task: the pooled [CLS] output to K
 logits, or one score (paper section 4.1, GLUE).
 
     python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \

@@ -1,4 +1,4 @@
-"""What the fine-tuning tasks share: one output layer on a pretrained BertModel, all trained.
+r"""What the fine-tuning tasks share: one output layer on a pretrained BertModel, all trained.
 
     python -m bertjax.main --config experiments/finetune/glue.py:mrpc --workdir DIR \
         --config.init_checkpoint=PRETRAINED_OR_CONVERTED_WORKDIR

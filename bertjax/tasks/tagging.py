@@ -1,4 +1,4 @@
-"""Tagging as a task: a label per word from the sequence output of its first piece
+r"""Tagging as a task: a label per word from the sequence output of its first piece
 (paper section 5.3, CoNLL-2003 NER).
 
     python -m bertjax.main --config experiments/finetune/ner.py --workdir DIR \

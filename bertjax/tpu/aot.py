@@ -1,4 +1,4 @@
-"""Compiles an experiment's train and eval steps for a Cloud TPU slice, on any host.
+r"""Compiles an experiment's train and eval steps for a Cloud TPU slice, on any host.
 
     python -m bertjax.tpu.aot --config experiments/pretrain/bert_base.py --topology v5p-8 \
         [--num_slices N] [--find_batch] [--json] [--config.KEY=VALUE ...]

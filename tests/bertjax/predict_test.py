@@ -250,7 +250,7 @@ def run_predict(*flags):
 @pytest.mark.integration
 def test_the_program_needs_workdir_and_input_and_names_a_missing_input(tmp_path):
     result = run_predict("--input", str(tmp_path / "x.tsv"))
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert "--workdir" in result.stderr
     result = run_predict("--workdir", str(tmp_path), "--input", str(tmp_path / "x.tsv"))
     assert result.returncode == 2

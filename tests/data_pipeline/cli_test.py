@@ -291,7 +291,7 @@ PROGRAMS = [
 @pytest.mark.parametrize("command", PROGRAMS)
 def test_help_answers_before_tensorflow_and_jax_start(command):
     result, imported = heavy_imports(command, "--help")
-    assert "--" in result.stdout, result.stderr[-2000:]
+    assert result.returncode == 0 and "--" in result.stdout, result.stderr[-2000:]
     assert imported == []
 
 
@@ -301,3 +301,21 @@ def test_a_bad_config_key_is_named_before_tensorflow_and_jax_start(tmp_path):
     result, imported = heavy_imports("bertjax.main", *args)
     assert result.returncode == 2 and "did you mean config.optimizer" in result.stderr
     assert imported == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--config", TINY], "flag --workdir=None: Flag --workdir must have a value"),
+        (["--workdir=w", "--config", TINY, "--config.num_train_steps=abc"], "invalid literal"),
+        (["--nosuch"], "Unknown command line flag 'nosuch'"),
+        (["--workdir=w", "--config", TINY, "extra"], "unexpected arguments: extra"),
+    ],
+    ids=["missing-flag", "wrong-type", "unknown-flag", "positional"],
+)
+def test_a_flag_error_is_one_line_with_exit_status_2(args, message):
+    result, imported = heavy_imports("bertjax.main", *args)
+    errors = [line for line in stderr_lines(result) if not line.startswith("imported:")]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
+    assert result.returncode == 2 and imported == []

@@ -658,5 +658,6 @@ def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
 )
 def test_cli_usage_errors(args, message):
     result = run_cli(*args)
-    assert result.returncode == 1
-    assert message in result.stderr
+    assert result.returncode == 2
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert message in error

@@ -278,7 +278,7 @@ class PretrainedRun(typing.NamedTuple):
 
 
 @pytest.fixture(scope="session")
-def pretrained_run(tmp_path_factory, make_small_config) -> PretrainedRun:
+def pretrained_run(tmp_path_factory, make_small_config, bert_tokenizer_json) -> PretrainedRun:
     """The one small pretraining run of the tests that read a pretrained workdir (restore,
     fill-mask, the end-of-run report, notebooks, fine-tuning from it): make_small_config's
     model in the scan layout, trained 4 steps over an 8-device data x fsdp x tensor mesh,
@@ -295,6 +295,8 @@ def pretrained_run(tmp_path_factory, make_small_config) -> PretrainedRun:
     from bertjax import train
 
     config = make_small_config()
+    # The real vocabulary: the fine-tuning tests pack real sentences by their lengths in it.
+    config.data.vocab_file, config.data.vocab_size = bert_tokenizer_json, 30522
     config.num_train_steps = 4
     config.eval_every_steps = 2
     config.model.scan_layers = True

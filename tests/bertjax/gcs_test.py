@@ -67,7 +67,7 @@ def _upload_corpus(bucket: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def pretrained(gcs_bucket, cwd, make_small_config, bert_tokenizer_json):
+def pretrained(gcs_bucket, cwd, make_small_config, small_vocab_file):
     """4 steps with the corpus, the vocabulary and the workdir in the bucket, stopped at 2
     and resumed.
 
@@ -79,7 +79,7 @@ def pretrained(gcs_bucket, cwd, make_small_config, bert_tokenizer_json):
     config.checkpoint_every_steps = 2
     config.data.source = "text"
     config.data.text_files = _upload_corpus(gcs_bucket)
-    config.data.vocab_file = _upload(bert_tokenizer_json, f"{gcs_bucket}/vocab/tokenizer.json")
+    config.data.vocab_file = _upload(small_vocab_file, f"{gcs_bucket}/vocab/vocab.txt")
     workdir = f"{gcs_bucket}/runs/pretrain"
     train.train_and_evaluate(config, workdir, stop_after=2)
     assert checkpoint.latest_step(workdir) == 2
@@ -95,7 +95,7 @@ def test_pretraining_resumes_and_writes_its_workdir_in_the_bucket(pretrained):
     workdir, results = pretrained
     assert results["eval"]["step"] == 4
     assert workdir_lib.read_results(workdir)["eval"] == results["eval"]
-    for name in ("config.json", "model_config.json", "task.json", "vocab.json"):
+    for name in ("config.json", "model_config.json", "task.json", "vocab.txt"):
         assert gfile.exists(f"{workdir}/{name}"), name
     with gfile.GFile(f"{workdir}/{workdir_lib.METRICS_FILE}") as f:
         lines = [json.loads(line) for line in f]

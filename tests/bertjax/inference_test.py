@@ -8,7 +8,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from support import REPO, SMALL_VOCAB_SIZE
+from support import REPO
 
 import bertjax
 from bertjax import checkpoint, inference, sharding, train
@@ -55,13 +55,13 @@ def test_restore_puts_a_multi_device_scan_run_on_one_device_in_loop_layout(shard
 
 
 def test_restore_over_a_mesh_splits_the_parameters(sharded_scan_run):
-    _, workdir = sharded_scan_run
+    config, workdir = sharded_scan_run
     mesh = sharding.make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
     on_mesh = bertjax.restore(workdir, mesh=mesh)
     single = bertjax.restore(workdir)
     embedding = on_mesh.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     assert len(embedding.sharding.device_set) == 8
-    assert embedding.addressable_shards[0].data.shape == (SMALL_VOCAB_SIZE // 2, 64 // 4)
+    assert embedding.addressable_shards[0].data.shape == (config.data.vocab_size // 2, 64 // 4)
     texts = ["The with statement closes the file.", "A list is mutable."]
     np.testing.assert_allclose(
         bertjax.embed(on_mesh, texts), bertjax.embed(single, texts), rtol=1e-5, atol=1e-5

@@ -39,9 +39,9 @@ def errors(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error:")]
 
 
-def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, bert_tokenizer_json):
+def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, small_vocab_file):
     workdir = tmp_path / "run"
-    result = run_main(workdir, bert_tokenizer_json, "--config.platform=tpu")
+    result = run_main(workdir, small_vocab_file, "--config.platform=tpu")
     assert result.returncode == 2, result.stderr[-3000:]
     (error,) = errors(result)
     assert error.startswith("error: config.platform='tpu', but this run found 1 cpu device(s)")
@@ -63,9 +63,9 @@ def test_platforms():
         sharding.check_platform("gpu", jax.devices())
 
 
-def test_compiled_steps_are_cached_in_the_workdir(tmp_path, bert_tokenizer_json):
+def test_compiled_steps_are_cached_in_the_workdir(tmp_path, small_vocab_file):
     workdir = tmp_path / "run"
-    result = run_main(workdir, bert_tokenizer_json)
+    result = run_main(workdir, small_vocab_file)
     assert result.returncode == 0, result.stderr[-3000:]
     cached = os.listdir(workdir / "compilation_cache")
     assert any(name.startswith("jit_train_step-") for name in cached), cached

@@ -118,7 +118,7 @@ def test_two_processes_train_evaluate_checkpoint_and_resume(tmp_path, make_small
     assert without_timing(written) == without_timing(first["metrics"])
     losses = [m["loss"] for m in written if m["split"] == "train"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
-    for name in ("config.json", "model_config.json", "vocab.json"):
+    for name in ("config.json", "model_config.json", "vocab.txt"):
         assert os.path.exists(os.path.join(workdir, name))
 
     # Identical parameters on every device of both processes; the resume

@@ -68,7 +68,7 @@ def test_resume_continues_exactly(tmp_path, config, caplog):
     evals = [m for m in read_metrics(straight) if m["split"] == "eval"]
     assert [m["step"] for m in evals] == [4, 8]
     # The workdir describes the run on its own.
-    for name in ("config.json", "model_config.json", "vocab.json"):
+    for name in ("config.json", "model_config.json", "vocab.txt"):
         assert os.path.exists(os.path.join(straight, name))
 
 

@@ -323,7 +323,7 @@ def test_a_task_defined_outside_bertjax_compiles_ahead_of_time(config):
     )
     assert report["analytic_flops_per_step"] == per_step
     # The compiler's count is the task's matmuls plus what is not a matmul (at this toy
-    # width, mostly the optimizer's update of the 30,522-entry embedding).
+    # width, mostly the optimizer's update of the embedding).
     assert report["xla_flops_per_step"] > per_step
 
 

@@ -381,6 +381,7 @@ def test_dropout_only_when_not_deterministic():
     assert not np.allclose(first, plain)
 
 
+@pytest.mark.slow  # initializes a full-vocabulary model: 8 to 12 s of CPU
 def test_initialization_matches_the_original():
     config = small_config(vocab_size=30522)
     params = flat(nn.unbox(init(BertForPreTraining(config), make_batch(config))["params"]))

@@ -401,6 +401,7 @@ def test_initialization_matches_the_original():
 # --------------------------------------------------------------------------- Hugging Face parity
 
 
+@pytest.mark.slow  # imports PyTorch and transformers: 13 s of CPU for the first
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
 def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
     torch = pytest.importorskip("torch")

@@ -11,11 +11,11 @@ imports into one process (a test, a notebook) without clashing flag names.
 user errors are caught: a bad flag (unknown, missing, or of the wrong type), a
 usage error, a `UserError`, an `OSError` (a file that cannot be read or
 written) or TensorFlow's equivalent is printed as one line, `error: ...`, on
-stderr and the exit status is 2 (`UserError.EXIT_CODE`). So is an unknown key in a `--config.KEY=VALUE`
-override, at any depth, with the closest known key, and a `UserError` raised
-while a config file loads (its `get_config` rejecting the argument after the
-colon, as in `glue.py:nosuch`); ml_collections and absl would print a long
-traceback instead. A run stopped on request (`Preempted`, after saving) prints
+stderr and the exit status is 2 (`UserError.EXIT_CODE`). So is an unknown key
+in a `--config.KEY=VALUE` override, at any depth, with the closest known key,
+and a `UserError` raised while a config file loads (its `get_config` rejecting
+the argument after the colon, as in `glue.py:nosuch`); ml_collections and absl
+would print a long traceback instead. A run stopped on request (`Preempted`, after saving) prints
 `stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`).
 """
 
@@ -103,8 +103,9 @@ _HELP = {"help": True, "?": True, "helpshort": True, "helpfull": False}
 
 def _parse_flags(argv: list[str]) -> list[str]:
     for arg in argv[1 : argv.index("--") if "--" in argv else None]:
-        if arg.startswith("-") and arg.lstrip("-") in _HELP:
-            app.usage(shorthelp=_HELP[arg.lstrip("-")], writeto_stdout=True, exitcode=0)
+        name = arg.lstrip("-")
+        if arg.startswith("-") and name in _HELP:
+            app.usage(shorthelp=_HELP[name], writeto_stdout=True, exitcode=0)
     _check_config_files(argv)
     try:
         return flags.FLAGS(argv)

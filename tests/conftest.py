@@ -181,11 +181,10 @@ def small_vocab_file(bert_tokenizer_json, tmp_path_factory) -> str:
     from data_pipeline.vocab import load_vocab
 
     tokens = [t for t in load_vocab(bert_tokenizer_json).tokens if not t.startswith("[unused")]
-    suffixes = [t for t in tokens if t.startswith("##") and len(t) == 3]
-    words = [t for t in tokens if not (t.startswith("##") and len(t) == 3)]
-    words = words[: SMALL_VOCAB_SIZE - len(suffixes)]
+    suffix = {t for t in tokens if t.startswith("##") and len(t) == 3}
+    words = [t for t in tokens if t not in suffix][: SMALL_VOCAB_SIZE - len(suffix)]
     path = tmp_path_factory.mktemp("small_vocab") / "vocab.txt"
-    path.write_text("\n".join(words + suffixes) + "\n", encoding="utf-8")
+    path.write_text("\n".join(words + [t for t in tokens if t in suffix]) + "\n", encoding="utf-8")
     return str(path)
 
 

@@ -15,18 +15,16 @@ The default output sits next to the input: FILE.predictions.jsonl, or the
 directory FILE.predictions/ for SQuAD.
 """
 
-import os
-
 from absl import flags
 
 from bertjax import tasks
 from bertjax.tpu import slices
-from data_pipeline import cli
+from data_pipeline import cli, files
 
 
 def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
     """Writes the predictions for `input_path`; returns where they went."""
-    if not _exists(input_path):
+    if not files.exists(input_path):
         raise FileNotFoundError(f"--input={input_path}: no such file")
     # Imported here, not at the top: `--help`, a usage error and a missing local --input
     # answer in a fraction of a second instead of after seconds of TensorFlow and JAX imports.
@@ -40,14 +38,6 @@ def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch
             f"--workdir={workdir}: a {task.name} workdir; predict needs a fine-tuned one"
         )
     return task.predict_file(restored, input_path, output, batch_size)
-
-
-def _exists(path: str) -> bool:
-    if "://" not in path:  # a local file needs no TensorFlow
-        return os.path.exists(path)
-    import tensorflow as tf
-
-    return tf.io.gfile.exists(path)
 
 
 def define_flags() -> None:

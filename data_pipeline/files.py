@@ -19,6 +19,13 @@ def _tf():
     return tf
 
 
+def exists(path: str) -> bool:
+    """Whether a local file or Cloud Storage object is there (TensorFlow only for a URL)."""
+    if "://" not in path:
+        return os.path.exists(path)
+    return _tf().io.gfile.exists(path)
+
+
 def read_bytes(path: str) -> bytes:
     """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
     (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""

@@ -185,3 +185,9 @@ def test_atomic_copy_of_a_missing_source_names_it_and_leaves_the_destination(tmp
         files.atomic_copy(missing, str(destination))
     assert destination.read_text() == "old"
     assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+def test_exists_for_a_local_path(tmp_path):
+    (tmp_path / "there.txt").write_text("x")
+    assert files.exists(str(tmp_path / "there.txt")) and files.exists(str(tmp_path))
+    assert not files.exists(str(tmp_path / "missing.txt"))

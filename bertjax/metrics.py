@@ -9,6 +9,7 @@ utilisation, a fraction; bertjax.flops; absent where the devices' peak is
 unknown).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -96,6 +97,15 @@ class TrainWindow:
     def add(self, sums, tokens: int) -> None:
         self.sums = sums if self.sums is None else jax.tree.map(jnp.add, self.sums, sums)
         self.tokens += tokens
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Leaves the time spent in the block (an evaluation) out of the window's rates."""
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.start += self.clock() - started
 
     def rates(self, step: int, *, flops_per_step: float, peak_flops: float | None, hosts: int):
         """steps/s, tokens/s of all `hosts` (each reads as many as this one, give or take

@@ -143,6 +143,16 @@ class Run:
     state_shardings: Any
     abstract_state: Any
 
+    @functools.cached_property
+    def eval_batches(self):
+        """This host's eval batches (a tf.data.Dataset): `num_eval_steps` of them (0: the
+        whole split), the same ones each time it is read. Made once per run: making the
+        pipeline traces its functions, a second or more of CPU each time."""
+        dataset = self.setup.data.eval(**host_share(self.config, "eval_batch_size"))
+        if self.setup.evaluation.num_steps:
+            dataset = dataset.take(self.setup.evaluation.num_steps)
+        return dataset
+
 
 def check_config(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError for a bad option that shows without reading data or devices: the
@@ -401,7 +411,8 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
             step % setup.evaluation.every_steps == 0 or step == num_steps
         )
         if evaluates:
-            evaluator.record(step, state.params)
+            with log.window.paused():  # the train line's rates are of training alone
+                evaluator.record(step, state.params)
         due = (
             (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
             or (evaluates and setup.evaluation.checkpoint_each)
@@ -618,8 +629,7 @@ def check_eval_shares(run: Run) -> None:
         return
     hosts = jax.process_count()
     wanted = evaluation.num_steps if hosts > 1 and evaluation.num_steps else 1
-    dataset = run.setup.data.eval(**host_share(run.config, "eval_batch_size"))
-    count = sum(1 for _ in dataset.take(wanted).as_numpy_iterator())
+    count = sum(1 for _ in run.eval_batches.take(wanted).as_numpy_iterator())
     if hosts == 1:
         if not count:
             raise ConfigError(
@@ -644,11 +654,8 @@ def evaluate(run: Run, params, jitted_eval_step, stop=None) -> tuple[dict, Any] 
     """The task's held-out metrics over `num_eval_steps` batches (0: the whole split),
     and the predictions they scored; None if `stop` (StopRequests) cut it short."""
     evaluation = run.setup.evaluation
-    dataset = run.setup.data.eval(**host_share(run.config, "eval_batch_size"))
-    if evaluation.num_steps:
-        dataset = dataset.take(evaluation.num_steps)
     outputs = []
-    for batch in dataset.as_numpy_iterator():
+    for batch in run.eval_batches.as_numpy_iterator():
         if stop is not None and stop.pending:
             return None
         batch = sharding.make_global_batch(batch, run.mesh)

@@ -34,6 +34,17 @@ def test_window_adds_sums_and_tokens_and_gives_rates():
     }
 
 
+def test_time_in_a_paused_block_is_left_out_of_the_rates():
+    clock = FakeClock()
+    window = metrics.TrainWindow(0, clock=clock)
+    clock.now += 1.0  # a step
+    with window.paused():
+        clock.now += 30.0  # an evaluation
+    clock.now += 1.0  # another step
+    rates = window.rates(2, flops_per_step=1.0, peak_flops=None, hosts=1)
+    assert rates["steps_per_second"] == 1.0
+
+
 def test_window_without_a_peak_reports_no_mfu():
     clock = FakeClock()
     window = metrics.TrainWindow(0, clock=clock)

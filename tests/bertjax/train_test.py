@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from bertjax import checkpoint, sharding, train
+from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
+from data_pipeline import make_pretraining_dataset
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +42,18 @@ def final_params(workdir, config):
     return jax.tree.map(np.asarray, state.params)
 
 
-def test_resume_continues_exactly(tmp_path, config, caplog):
+def test_resume_continues_exactly(tmp_path, config, caplog, monkeypatch):
+    pipelines = []  # the input pipelines each run makes, by split
+
+    def counted(data_config, split, **kwargs):
+        pipelines.append(split)
+        return make_pretraining_dataset(data_config, split=split, **kwargs)
+
+    monkeypatch.setattr(pretraining, "make_pretraining_dataset", counted)
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.train_and_evaluate(config, straight, devices=TWO_DEVICES)
+    # Two evaluations (steps 4 and 8) and the eval-split check read one eval pipeline.
+    assert sorted(pipelines) == ["eval", "train"]
     train.train_and_evaluate(config, resumed, stop_after=4, devices=TWO_DEVICES)
     assert checkpoint.latest_step(resumed) == 4
     # A checkpoint from before input positions were recorded: the stream is replayed.

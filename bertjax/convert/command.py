@@ -4,7 +4,7 @@ r"""Imports released BERT checkpoints into a bertjax workdir, and exports a work
         [--do_lower_case | --no_do_lower_case] [--scan_layers]
     python -m bertjax.convert export --format hf WORKDIR OUT_DIR [--step N]
 
-The README's "Import Google and Hugging Face checkpoints" describes the two
+docs/checkpoints.md, "Import Google and Hugging Face checkpoints", describes the two
 formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
 workdir (workdir.py) whose config.json also records "converted_from"; import
 with --scan_layers when the run that continues from it sets

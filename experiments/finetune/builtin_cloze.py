@@ -9,7 +9,7 @@ SQuAD 1.1-format questions made from the built-in corpus by a rule
 (data_pipeline/builtin_tasks.py): the context is three sentences, the question
 is one of them with a word replaced by "what", the answer is that word.
 Hardware: a 2-core CPU; one epoch of the 2,213 training questions is 138 steps
-of 16 x 128. Expected result: see the README's fine-tuning section.
+of 16 x 128. Expected result: see docs/finetuning.md.
 """
 
 import ml_collections

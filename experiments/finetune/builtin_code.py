@@ -14,7 +14,7 @@ pads each). Hardware: a 2-core CPU; one epoch is 222 steps of 32 sentences.
 Expected result: held-out entity F1 0.348 from the pretrained MiniLM, 0.225 from
 random init (--config.random_init=True), about 3.5 minutes each; `python -m
 bertjax.bench.packed_step` with this config gives the packed and unpacked step
-times (README, Sequence packing).
+times (docs/performance.md, "Sequence packing").
 """
 
 import ml_collections

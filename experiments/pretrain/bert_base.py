@@ -12,7 +12,7 @@ Pod configuration (16 TPU chips) in 4 days for all 1,000,000 steps (paper,
 Appendix A.2); phase 1 is 90% of those steps. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_base.py --topology v5p-8` compiles this step for a
 TPU slice on any host and prints its memory per chip and its roofline time;
-README, "Will it fit?", lists what it printed. Those are bounds: real steps
+docs/cloud-tpu.md, "Will it fit?", lists what it printed. Those are bounds: real steps
 also wait on collectives and on the host pipeline (`python -m
 data_pipeline.benchmark` measures it).
 
@@ -31,7 +31,7 @@ Paths to override (every YOUR_BUCKET):
   once with `tfds build wikipedia/20230601.en --data_dir gs://YOUR_BUCKET/tensorflow_datasets`
   (a Beam dataset: for the English dump use a distributed runner such as Dataflow).
 - The workdir and phase 2's `init_checkpoint`: gs:// URLs, which every host
-  reads and writes directly (README, "Cloud Storage"); a multi-host run needs a
+  reads and writes directly (docs/cloud-tpu.md, "Cloud Storage"); a multi-host run needs a
   workdir every host sees.
 
 Data: the paper used BooksCorpus + English Wikipedia. TFDS has no BookCorpus with

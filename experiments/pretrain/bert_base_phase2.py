@@ -11,7 +11,7 @@ Time: not measured on a TPU. The paper's 4 days on 16 TPU chips (Appendix
 A.2) cover both phases. A step at length 512 holds 4x the tokens of one at 128
 and attention grows with the square of the length. `python -m bertjax.tpu.aot
 --config experiments/pretrain/bert_base_phase2.py --topology v5p-8` prints
-the step's FLOPs, memory per chip and roofline time on a slice; README, "Will
+the step's FLOPs, memory per chip and roofline time on a slice; docs/cloud-tpu.md, "Will
 it fit?", lists what it printed. A bound: real steps also wait on collectives
 and the host.
 

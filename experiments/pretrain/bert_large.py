@@ -11,7 +11,7 @@ Time: not measured on a TPU. The paper trained BERT-Large on 16 Cloud TPUs
 (64 TPU chips) in 4 days for all 1,000,000 steps (paper, Appendix A.2); phase 1
 is 90% of those steps. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_large.py --topology v5p-8` prints the step's FLOPs,
-memory per chip and roofline time on a slice; README, "Will it fit?", lists
+memory per chip and roofline time on a slice; docs/cloud-tpu.md, "Will it fit?", lists
 what it printed. Bounds: real steps also wait on collectives and the host.
 
 Expected result: the published numbers describe the finished model, after

@@ -10,14 +10,14 @@ slice (64 chips, 16 hosts), the paper's 64 TPU chips.
 Time: not measured on a TPU. The paper's 4 days on 64 TPU chips (Appendix
 A.2) cover both phases. `python -m bertjax.tpu.aot --config
 experiments/pretrain/bert_large_phase2.py --topology v5p-8 --noeval` prints the
-step's FLOPs, memory per chip and roofline time on a slice; README, "Will it
+step's FLOPs, memory per chip and roofline time on a slice; docs/cloud-tpu.md, "Will it
 fit?", lists what it printed. A bound: real steps also wait on collectives and
 the host.
 
 Memory: at 64 rows of 512 per chip (a v4-8) or 32 (a v5e-8) the step does
 not fit in a v4 or v5e chip as written; add `--config.model.remat_policy=full`
 (activations recomputed in the backward pass) or
-`--config.optimizer.num_microbatches=N` (README, "Will it fit?", has the
+`--config.optimizer.num_microbatches=N` (docs/cloud-tpu.md, "Will it fit?", has the
 figures). The v4-128 above puts 4 sequences on a chip.
 
 Expected result (docs/reference.md#published-numbers; not yet reproduced with bertjax, and

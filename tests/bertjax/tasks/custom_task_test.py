@@ -1,6 +1,6 @@
 """A task defined entirely here, sentence-length regression, trained by the one training loop.
 
-It is what the README's "Adding a task" section describes: a `Task` of plain
+It is what docs/finetuning.md's "Adding a task" section describes: a `Task` of plain
 functions, handed to `train.train_and_evaluate` or named by its import path
 (`config.task = "custom_task_test:SENTENCE_LENGTH"`); nothing in bertjax/ knows it.
 """

@@ -1,6 +1,6 @@
 """Fine-tuning learns: the real pretrained all-MiniLM-L6-v2, imported, on built-in-corpus tasks.
 
-These are the README's fine-tuning figures at a smaller size: the same configs
+These are docs/finetuning.md's figures at a smaller size: the same configs
 (experiments/finetune/builtin_topics.py, builtin_cloze.py), task files
 (data_pipeline/builtin_tasks.py) and command, `python -m bertjax.main`.
 """
@@ -26,7 +26,7 @@ def task_dir(tmp_path_factory):
 
 
 def train(config: str, workdir, *overrides: str) -> dict:
-    """`python -m bertjax.main` as the README runs it: one CPU device and XLA's usual code
+    """`python -m bertjax.main` as docs/finetuning.md runs it: one CPU device and XLA's usual code
     generation (not the fast compiles conftest sets for child programs), so that minutes
     of steps run at full speed. Returns results.json."""
     env = {**os.environ, "XLA_FLAGS": ""}

@@ -13,6 +13,7 @@ import threading
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 
 from bertjax import workdir as workdir_lib
@@ -36,11 +37,25 @@ def make_manager(workdir: str, *, max_to_keep: int) -> ocp.CheckpointManager:
 def _read_only_manager(workdir: str) -> ocp.CheckpointManager:
     directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
     check_step_dirs(directory)
-    return ocp.CheckpointManager(
-        directory,
-        options=ocp.CheckpointManagerOptions(read_only=True, create=False),
-        item_names=(ITEM, DATA_ITEM),
+    # The options a read-only manager keeps (orbax warns about each one it changes), and
+    # without orbax's warning that the directory is read-only: reading is what was asked.
+    options = ocp.CheckpointManagerOptions(
+        read_only=True,
+        create=False,
+        save_interval_steps=0,
+        max_to_keep=None,
+        cleanup_tmp_directories=False,
     )
+    absl_logger = absl_logging.get_absl_logger()
+    absl_logger.addFilter(_not_read_only_notice)
+    try:
+        return ocp.CheckpointManager(directory, options=options, item_names=(ITEM, DATA_ITEM))
+    finally:
+        absl_logger.removeFilter(_not_read_only_notice)
+
+
+def _not_read_only_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Given directory is read only")
 
 
 def check_step_dirs(directory: epath.Path) -> None:

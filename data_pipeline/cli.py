@@ -16,7 +16,9 @@ in a `--config.KEY=VALUE` override, at any depth, with the closest known key,
 and a `UserError` raised while a config file loads (its `get_config` rejecting
 the argument after the colon, as in `glue.py:nosuch`); ml_collections and absl
 would print a long traceback instead. A run stopped on request (`Preempted`, after saving) prints
-`stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`).
+`stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`). The start-up lines of
+TensorFlow, XLA and libtpu are left out of stderr (native_log.py) unless
+`-v`/`--verbosity` is given.
 """
 
 import os
@@ -29,6 +31,7 @@ from absl import app, flags, logging
 from ml_collections.config_flags.config_flags import is_config_flag
 
 from data_pipeline import config as config_lib
+from data_pipeline import native_log
 from data_pipeline.errors import Preempted, UserError
 
 
@@ -152,8 +155,9 @@ def _check_config_files(argv: list[str]) -> None:
 
 
 def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
-    if not flags.FLAGS["verbosity"].present:
+    if not flags.FLAGS["verbosity"].present:  # -v N brings both back
         logging.set_verbosity(logging.WARNING)
+        native_log.filter_stderr()
     try:
         if len(argv) > 1 and not positional_args:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -175,7 +179,7 @@ def exit_preempted(stopped: Preempted) -> None:
     (from a signal handler that must not raise: bertjax/preemption.py)."""
     _print_stopped(stopped)
     sys.stdout.flush()
-    sys.stderr.flush()
+    native_log.drain()
     os._exit(Preempted.EXIT_CODE)
 
 

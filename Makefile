@@ -30,6 +30,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m bertjax.main --config experiments/pretrain/tiny_cpu.py --workdir demo_out \
 		--fill_mask_examples 5
+	@echo
+	@echo "BERT-Tiny after minutes of CPU is too weak to fine-tune usefully (chance accuracy);"
+	@echo "'make minilm' imports a real pretrained checkpoint to fine-tune from (README, step 3)."
 
 # A real pretrained checkpoint to fine-tune from, offline: all-MiniLM-L6-v2 (a 6-layer,
 # width-384 BERT with bert-base-uncased's vocabulary), which `make install` fetched

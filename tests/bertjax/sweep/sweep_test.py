@@ -212,14 +212,17 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
     with postgres_server.start() as (url, why):
         if url is None:
             pytest.skip(f"no PostgreSQL server here: {why}")
-        config = write_config(tmp_path, 'def get_sweep(h):\n    return h.sweep("seed", [0, 1])\n')
+        # The run takes the first trial, long enough that the worker, which starts after
+        # it, finds the second still queued (under load it once found both done).
+        steps = 'h.sweep("num_train_steps", [300, 5]), h.sweep("eval_every_steps", [300, 5])'
+        sweep = f'def get_sweep(h):\n    return h.zip(h.sweep("seed", [0, 1]), {steps})\n'
+        config = write_config(tmp_path, sweep)
         args = ["--storage", url, "--study_name", "two"]
-        short = ["--config.num_train_steps=5", "--config.eval_every_steps=5"]
         sweep_dir = tmp_path / "sweep"
         with open(tmp_path / "run.log", "w") as run_log:
             run = subprocess.Popen(
                 [sys.executable, "-m", "bertjax.sweep", "run", "--config", str(config)]
-                + ["--sweep_dir", str(sweep_dir), *args, *short],
+                + ["--sweep_dir", str(sweep_dir), *args],
                 cwd=REPO,
                 env=ENV,
                 stdout=run_log,

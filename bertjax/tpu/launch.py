@@ -23,10 +23,11 @@ create: a TPU VM (`gcloud compute tpus tpu-vm create`), or with --queued a
     queued resource, as multislice (--num_slices > 1) always is; --spot or
     --reserved picks the capacity, --runtime_version the image (the chip's
     default from bertjax.tpu.slices).
-setup: packs this checkout's files that git does not ignore (`git ls-files
-    --cached --others --exclude-standard`: new files too; and --config if
-    given), copies them to every worker, unpacks them into ~/bertjax (over
-    what is there) and installs the pinned environment there:
+setup: packs this checkout's files that git tracks (`git ls-files --cached`:
+    never a run's outputs; and --config if given), at most --max_archive_mib
+    (the dry run shows the count and size), copies them to every worker,
+    unpacks them into ~/bertjax (over what is there) and installs the pinned
+    environment there:
     `pip install -r requirements.txt` and `pip install -e .[tpu]` in
     ~/bertjax/.venv. The TPU images are Ubuntu 22.04, whose python3 is 3.10;
     bertjax needs 3.11, so setup installs python3.11 from apt where python3 is
@@ -155,6 +156,9 @@ def define_flags() -> None:
     flags.DEFINE_string("docker_image", None, "xpk: image with this checkout and its environment.")
     flags.DEFINE_integer("max_restarts", 10, "xpk: restarts of the workload after a failure.")
     flags.DEFINE_bool("dry_run", False, "Print the commands instead of running them.")
+    flags.DEFINE_float(
+        "max_archive_mib", 100.0, "setup, create --startup_script: refuse a larger code archive."
+    )
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -170,12 +174,16 @@ class Plan:
     def uses(self, placeholder: str) -> bool:
         return any(placeholder in arg for command in self.commands for arg in command)
 
-    def dry_run_text(self) -> str:
+    def dry_run_text(self, archive: list[str] | None = None) -> str:
+        """The commands as a shell would run them; `archive`: the files the code archive
+        would hold, summed up in a line."""
         lines = []
         if self.uses(ARCHIVE):
             lines.append(
                 f"# {ARCHIVE}: this checkout's files (git ls-files), packed by the launcher"
             )
+            if archive is not None:
+                lines.append(f"#   {archive_summary(archive)}")
         if self.startup_script is not None:
             lines.append(f"# {STARTUP_SCRIPT}: the startup script, written by the launcher:")
             lines += [f"#   {line}".rstrip() for line in self.startup_script.splitlines()]
@@ -654,10 +662,11 @@ def plan(subcommand: str, options) -> Plan:
 
 
 def repository_files(extra: str | None = None) -> list[str]:
-    """This checkout's files that git does not ignore, and `extra` (relative to REPO)."""
+    """This checkout's files that git tracks, and `extra` (relative to REPO): never the
+    outputs of runs, whatever .gitignore says of them."""
     try:
         listed = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            ["git", "ls-files", "-z", "--cached"],
             cwd=REPO,
             capture_output=True,
             check=True,
@@ -682,6 +691,27 @@ def _walk(root: pathlib.Path):
             yield os.path.relpath(os.path.join(directory, file), root)
 
 
+def archive_files(config: str | None, limit_mib: float) -> list[str]:
+    """The files the code archive holds (the tracked ones and `config`), checked against
+    `limit_mib` before anything is packed."""
+    names = repository_files(config and repo_relative_config(config).partition(":")[0])
+    sizes = {name: (REPO / name).stat().st_size for name in names}
+    total = sum(sizes.values()) / 2**20
+    if total > limit_mib:
+        largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+        shown = ", ".join(f"{name} ({sizes[name] / 2**20:.1f} MiB)" for name in largest)
+        raise LaunchError(
+            f"the code archive would hold {total:.1f} MiB, over --max_archive_mib={limit_mib:g}; "
+            f"largest: {shown}. Untrack what the workers do not need, or raise the limit"
+        )
+    return names
+
+
+def archive_summary(names: list[str]) -> str:
+    total = sum((REPO / name).stat().st_size for name in names) / 2**20
+    return f"{len(names)} files, {total:.1f} MiB before compression"
+
+
 def pack(path: str, names: list[str]) -> None:
     with tarfile.open(path, "w:gz") as archive:
         for name in names:
@@ -694,12 +724,12 @@ def check_programs(commands: list[list[str]]) -> None:
             raise LaunchError(f"{program}: not found on PATH; {INSTALL[program]}")
 
 
-def execute(plan: Plan, name: str, config: str | None) -> None:
+def execute(plan: Plan, name: str, config: str | None, limit_mib: float) -> None:
     check_programs(plan.commands)
+    names = archive_files(config, limit_mib) if plan.uses(ARCHIVE) else None
     with tempfile.TemporaryDirectory(prefix="bertjax-launch-") as scratch:
         files = {}
-        if plan.uses(ARCHIVE):
-            names = repository_files(config and repo_relative_config(config).partition(":")[0])
+        if names is not None:
             files[ARCHIVE] = os.path.join(scratch, "bertjax.tar.gz")
             pack(files[ARCHIVE], names)
             megabytes = os.path.getsize(files[ARCHIVE]) / 2**20
@@ -736,10 +766,13 @@ def main(argv):
     subcommand = parse_subcommand(argv[1:])
     launch = plan(subcommand, FLAGS)
     if FLAGS.dry_run:
-        print(launch.dry_run_text())
+        names = None
+        if launch.uses(ARCHIVE):
+            names = archive_files(FLAGS.config, FLAGS.max_archive_mib)
+        print(launch.dry_run_text(names))
         return
     try:
-        execute(launch, FLAGS.name, FLAGS.config)
+        execute(launch, FLAGS.name, FLAGS.config, FLAGS.max_archive_mib)
     except KeyboardInterrupt:  # how `logs --follow` ends
         sys.exit(130)
 

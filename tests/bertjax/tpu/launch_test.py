@@ -13,6 +13,7 @@ logs its arguments and fails when asked to. No test reaches Google Cloud.
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -153,11 +154,42 @@ def test_dry_run_prints_the_golden_commands(case):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     golden = GOLDEN_DIR / f"{case}.txt"
+    # The archive's file count and size change with every commit: checked below instead.
+    printed = ARCHIVE_SUMMARY.sub("", result.stdout)
     if UPDATE_GOLDEN:
         golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(result.stdout)
+        golden.write_text(printed)
     assert golden.exists(), f"{golden} missing: run with BERTJAX_UPDATE_GOLDEN=1"
-    assert result.stdout == golden.read_text()
+    assert printed == golden.read_text()
+
+
+ARCHIVE_SUMMARY = re.compile(r"^#   (\d+) files, ([\d.]+) MiB before compression\n", re.M)
+
+
+@pytest.mark.integration
+def test_setup_ships_only_tracked_files_and_says_how_many_and_how_big():
+    result = launcher(*GOLDEN["setup"], "--dry_run")
+    (match,) = ARCHIVE_SUMMARY.finditer(result.stdout)
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--cached"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
+    names = [
+        name for name in tracked.split("\0") if name and os.path.isfile(os.path.join(REPO, name))
+    ]
+    assert int(match.group(1)) == len(names)
+    total = sum(os.path.getsize(os.path.join(REPO, name)) for name in names) / 2**20
+    assert float(match.group(2)) == pytest.approx(total, abs=0.05)
+
+
+@pytest.mark.integration
+def test_an_archive_over_the_limit_is_refused_before_any_command(fake_gcloud):
+    env, log = fake_gcloud
+    for dry_run in ([], ["--dry_run"]):
+        result = launcher(*GOLDEN["setup"], "--max_archive_mib=0.5", *dry_run, env=env)
+        assert result.returncode == 2
+        error = one_error_line(result)
+        assert "over --max_archive_mib=0.5; largest: " in error, error
+    assert not calls(log)
 
 
 def test_no_golden_file_is_left_over():

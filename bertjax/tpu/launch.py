@@ -695,11 +695,10 @@ def archive_files(config: str | None, limit_mib: float) -> list[str]:
     """The files the code archive holds (the tracked ones and `config`), checked against
     `limit_mib` before anything is packed."""
     names = repository_files(config and repo_relative_config(config).partition(":")[0])
-    sizes = {name: (REPO / name).stat().st_size for name in names}
-    total = sum(sizes.values()) / 2**20
+    total = _mib(names)
     if total > limit_mib:
-        largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
-        shown = ", ".join(f"{name} ({sizes[name] / 2**20:.1f} MiB)" for name in largest)
+        largest = sorted(names, key=lambda name: _mib([name]), reverse=True)[:3]
+        shown = ", ".join(f"{name} ({_mib([name]):.1f} MiB)" for name in largest)
         raise LaunchError(
             f"the code archive would hold {total:.1f} MiB, over --max_archive_mib={limit_mib:g}; "
             f"largest: {shown}. Untrack what the workers do not need, or raise the limit"
@@ -708,8 +707,12 @@ def archive_files(config: str | None, limit_mib: float) -> list[str]:
 
 
 def archive_summary(names: list[str]) -> str:
-    total = sum((REPO / name).stat().st_size for name in names) / 2**20
-    return f"{len(names)} files, {total:.1f} MiB before compression"
+    return f"{len(names)} files, {_mib(names):.1f} MiB before compression"
+
+
+def _mib(names: list[str]) -> float:
+    """The files' size in MiB (relative to REPO)."""
+    return sum((REPO / name).stat().st_size for name in names) / 2**20
 
 
 def pack(path: str, names: list[str]) -> None:

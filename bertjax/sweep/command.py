@@ -1,5 +1,5 @@
-r"""Hyperparameter sweeps: the trials an experiment config's `get_sweep(h)` defines, run and
-reported.
+r"""Hyperparameter sweeps: the trials an experiment config's `get_hyper(hyper)` defines, run
+and reported.
 
     python -m bertjax.sweep run --config FILE[:ARG] --sweep_dir DIR [--parallel N] \
         [--search tpe|random --num_trials K] [--prune] [--metric NAME --mode max|min] \
@@ -76,19 +76,26 @@ def define_flags() -> None:
 
 
 def load_sweep(config_file: str, config_arg: str | None) -> hyper.Sweep:
-    """The Sweep that `get_sweep(h[, arg])` in `config_file` returns."""
+    """The Sweep that `get_hyper(hyper[, arg])` in `config_file` returns."""
     spec = importlib.util.spec_from_file_location("bertjax_sweep_config", config_file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    get_sweep = getattr(module, "get_sweep", None)
-    if get_sweep is None:
-        raise SweepError(f"{config_file}: defines no get_sweep(h) beside get_config()")
-    takes_arg = len(inspect.signature(get_sweep).parameters) > 1
-    if config_arg is not None and not takes_arg:
-        value = get_sweep(hyper)
-    else:
-        value = get_sweep(hyper, config_arg) if config_arg is not None else get_sweep(hyper)
-    return hyper.as_sweep(value, f"{config_file}: get_sweep")
+    get_hyper = getattr(module, "get_hyper", None)
+    if get_hyper is None and hasattr(module, "get_sweep"):
+        raise SweepError(
+            f"{config_file}: get_sweep(h) is now get_hyper(hyper), as in big_vision: rename it "
+            "and write hyper.product([...]), hyper.zipit([...]), hyper.chainit([...]) with keys "
+            '"config.KEY"'
+        )
+    if get_hyper is None:
+        raise SweepError(f"{config_file}: defines no get_hyper(hyper) beside get_config()")
+    takes_arg = len(inspect.signature(get_hyper).parameters) > 1
+    try:
+        if config_arg is not None and takes_arg:
+            return hyper.as_sweep(get_hyper(hyper, config_arg))
+        return hyper.as_sweep(get_hyper(hyper))
+    except hyper.SweepError as error:
+        raise SweepError(f"{config_file}: get_hyper: {error}") from None
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict, where: str):
@@ -137,7 +144,7 @@ def definition_from_flags() -> SweepDefinition:
     config_arg = arg if _ else None
     sweep = load_sweep(config_file, config_arg)
     if not sweep.trials:
-        raise SweepError(f"{config_file}: get_sweep returned no trials")
+        raise SweepError(f"{config_file}: get_hyper returned no trials")
     if FLAGS.search and FLAGS.num_trials < 1:
         raise SweepError(f"--search={FLAGS.search} needs --num_trials of 1 or more")
     if FLAGS.parallel < 1:

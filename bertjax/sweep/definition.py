@@ -14,7 +14,7 @@ from bertjax.sweep import hyper
 
 @dataclasses.dataclass(frozen=True)
 class SweepDefinition:
-    """A sweep: its config, the trials and space of its `get_sweep`, and how `run` runs them."""
+    """A sweep: its config, the trials and space of its `get_hyper`, and how `run` runs them."""
 
     config: str  # the config file, as --config names it
     config_arg: str | None  # the argument after its colon (`glue.py:mrpc`), if any

@@ -1,23 +1,26 @@
-"""Sweeps as an experiment config defines them: `get_sweep(h)` beside `get_config()`.
+"""Sweeps as an experiment config defines them: `get_hyper(hyper)` beside `get_config()`, as in
+big_vision and scenic.
 
-    def get_sweep(h):
-        return h.product(
-            h.sweep("optimizer.learning_rate", [5e-5, 4e-5, 3e-5, 2e-5]),
-            h.sweep("num_train_epochs", [2.0, 3.0, 4.0]),
-        )
+    def get_hyper(hyper):
+        return hyper.product([
+            hyper.sweep("config.optimizer.learning_rate", [5e-5, 4e-5, 3e-5, 2e-5]),
+            hyper.sweep("config.num_train_epochs", [2.0, 3.0, 4.0]),
+        ])
 
-`h` is this module. A sweep is a list of trials, each a dict of dotted config
-keys (the keys of `--config.KEY=VALUE`) to values: bool, int, float or str.
-`sweep` gives one trial per value of a key, `fixed` one trial, `uniform` and
-`loguniform` `n` seeded draws; `product` crosses sweeps, `zip` pairs them
-trial by trial (a one-trial sweep pairs with every trial), `chain` runs one
-after the other. A config file with an argument (`glue.py:mrpc`) may define
-`get_sweep(h, arg)`.
+`hyper` is this module. A sweep is a list of trials, each setting config keys to values:
+bool, int, float or str. A key is written `config.KEY`, KEY the dotted key of
+`--config.KEY=VALUE`; the trials hold KEY, as a sweep directory records them (its trials'
+names, its queue and its report). `sweep` gives one trial per value of a key, `fixed`
+`length` trials of one value (one by default), `uniform` and `loguniform` `n` seeded
+draws; `product` crosses a list of sweeps, `zipit` pairs them trial by trial (a one-trial
+sweep pairs with every trial), `chainit` runs one after the other. `get_hyper` may also
+return a list of dicts, {"config.KEY": value, ...} each. A config file with an argument
+(`glue.py:mrpc`) may define `get_hyper(hyper, arg)`.
 
 Every sweep also knows its search space, for `bertjax.sweep run --search tpe`:
 each key's values become a categorical choice, and a `uniform` or
 `loguniform` key the continuous range it draws from. A search treats the keys
-as independent, so what `zip` pairs is not kept.
+as independent, so what `zipit` pairs is not kept.
 """
 
 import dataclasses
@@ -53,6 +56,7 @@ class Range:
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
+    # KEY without "config.": what a sweep directory records and its trials are named by.
     trials: tuple[dict[str, Value], ...]
     space: dict[str, Choice | Range]
 
@@ -63,38 +67,41 @@ class Sweep:
         return iter(self.trials)
 
 
-def sweep(key: str, values) -> Sweep:
-    """One trial per value of `key`."""
+def sweep(name: str, values) -> Sweep:
+    """One trial per value of `name` (config.KEY)."""
+    key = _key(name)
+    if isinstance(values, str | dict) or not hasattr(values, "__iter__"):
+        raise SweepError(f"sweep({name!r}, {values!r}): the values are a list")
     values = tuple(values)
-    _check_key(key)
     if not values:
-        raise SweepError(f"sweep({key!r}, ...): no values")
+        raise SweepError(f"sweep({name!r}, ...): no values")
     for value in values:
-        _check_value(key, value)
+        _check_value(name, value)
     return Sweep(tuple({key: value} for value in values), {key: Choice(_unique(values))})
 
 
-def fixed(key_or_values: str | dict, value: Value | None = None) -> Sweep:
-    """One trial: `fixed(key, value)` or `fixed({key: value, ...})`."""
-    values = key_or_values if isinstance(key_or_values, dict) else {key_or_values: value}
-    for key, v in values.items():
-        _check_key(key)
-        _check_value(key, v)
-    return Sweep((dict(values),), {key: Choice((v,)) for key, v in values.items()})
+def fixed(name: str, value: Value, length: int = 1) -> Sweep:
+    """`length` trials of `name` (config.KEY) set to `value`."""
+    key = _key(name)
+    _check_value(name, value)
+    if not (isinstance(length, int) and length >= 1):
+        raise SweepError(f"fixed({name!r}, ..., length={length!r}): length is an integer >= 1")
+    return Sweep(tuple({key: value} for _ in range(length)), {key: Choice((value,))})
 
 
-def uniform(key: str, low: float, high: float, n: int, *, seed: int = 0) -> Sweep:
-    """`n` values of `key` drawn uniformly from [low, high] with `seed`."""
-    return _draw(key, low, high, n, seed, log=False)
+def uniform(name: str, low: float, high: float, n: int, *, seed: int = 0) -> Sweep:
+    """`n` values of `name` (config.KEY) drawn uniformly from [low, high] with `seed`."""
+    return _draw(name, low, high, n, seed, log=False)
 
 
-def loguniform(key: str, low: float, high: float, n: int, *, seed: int = 0) -> Sweep:
-    """`n` values of `key` drawn log-uniformly from [low, high] with `seed` (learning rates)."""
-    return _draw(key, low, high, n, seed, log=True)
+def loguniform(name: str, low: float, high: float, n: int, *, seed: int = 0) -> Sweep:
+    """`n` values of `name` (config.KEY) drawn log-uniformly from [low, high] with `seed`
+    (learning rates)."""
+    return _draw(name, low, high, n, seed, log=True)
 
 
-def product(*sweeps) -> Sweep:
-    """Every combination, the last sweep varying fastest."""
+def product(sweeps) -> Sweep:
+    """Every combination of a list of sweeps, the last varying fastest."""
     sweeps = _sweeps("product", sweeps)
     _check_disjoint("product", sweeps)
     trials = tuple(
@@ -104,14 +111,15 @@ def product(*sweeps) -> Sweep:
     return Sweep(trials, {k: v for s in sweeps for k, v in s.space.items()})
 
 
-def zip(*sweeps) -> Sweep:  # noqa: A001 - `h.zip`, as the sweep vocabulary names it
-    """Trial i of each sweep together; all of one length, or one trial (repeated)."""
-    sweeps = _sweeps("zip", sweeps)
-    _check_disjoint("zip", sweeps)
+def zipit(sweeps) -> Sweep:
+    """Trial i of each sweep of a list together; all of one length, or one trial (repeated)."""
+    sweeps = _sweeps("zipit", sweeps)
+    _check_disjoint("zipit", sweeps)
     lengths = {len(s) for s in sweeps} - {1}
     if len(lengths) > 1:
-        described = ", ".join(f"{'/'.join(s.space)}: {len(s)}" for s in sweeps)
-        raise SweepError(f"zip: the sweeps have different numbers of trials ({described})")
+        names = ["/".join(f"config.{key}" for key in s.space) for s in sweeps]
+        described = ", ".join(f"{name}: {len(s)}" for name, s in zip(names, sweeps, strict=True))
+        raise SweepError(f"zipit: the sweeps have different numbers of trials ({described})")
     length = lengths.pop() if lengths else 1
     trials = tuple(
         {k: v for s in sweeps for k, v in s.trials[i if len(s) > 1 else 0].items()}
@@ -120,9 +128,9 @@ def zip(*sweeps) -> Sweep:  # noqa: A001 - `h.zip`, as the sweep vocabulary name
     return Sweep(trials, {k: v for s in sweeps for k, v in s.space.items()})
 
 
-def chain(*sweeps) -> Sweep:
-    """The trials of each sweep, one sweep after the other."""
-    sweeps = _sweeps("chain", sweeps)
+def chainit(sweeps) -> Sweep:
+    """The trials of each sweep of a list, one sweep after the other."""
+    sweeps = _sweeps("chainit", sweeps)
     space: dict[str, Choice | Range] = {}
     for s in sweeps:
         for key, part in s.space.items():
@@ -130,24 +138,25 @@ def chain(*sweeps) -> Sweep:
     return Sweep(tuple(t for s in sweeps for t in s.trials), space)
 
 
-def as_sweep(value, where: str) -> Sweep:
-    """What `get_sweep` returned, as a Sweep: a Sweep, or a list of trial dicts."""
+def as_sweep(value) -> Sweep:
+    """What `get_hyper` returned, as a Sweep: a Sweep, or a list of dicts of config.KEY."""
     if isinstance(value, Sweep):
         return value
     if not isinstance(value, list | tuple) or not all(isinstance(t, dict) for t in value):
-        raise SweepError(f"{where}: get_sweep must return h.product(...) etc. or a list of dicts")
-    return chain(*(fixed(dict(t)) for t in value)) if value else Sweep((), {})
+        raise SweepError("get_hyper must return hyper.product([...]) etc. or a list of dicts")
+    trials = [product([fixed(name, v) for name, v in t.items()]) for t in value]
+    return chainit(trials) if trials else Sweep((), {})
 
 
-def _draw(key: str, low: float, high: float, n: int, seed: int, *, log: bool) -> Sweep:
-    name = "loguniform" if log else "uniform"
-    _check_key(key)
+def _draw(name: str, low: float, high: float, n: int, seed: int, *, log: bool) -> Sweep:
+    function = "loguniform" if log else "uniform"
+    key = _key(name)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise SweepError(f"{name}({key!r}, {low}, {high}, ...): needs finite low < high")
+        raise SweepError(f"{function}({name!r}, {low}, {high}, ...): needs finite low < high")
     if log and low <= 0:
-        raise SweepError(f"{name}({key!r}, {low}, {high}, ...): needs low > 0")
+        raise SweepError(f"{function}({name!r}, {low}, {high}, ...): needs low > 0")
     if not (isinstance(n, int) and n >= 1):
-        raise SweepError(f"{name}({key!r}, ..., n={n}): n must be an integer >= 1")
+        raise SweepError(f"{function}({name!r}, ..., n={n}): n must be an integer >= 1")
     rng = np.random.default_rng(seed)
     if log:
         draws = np.exp(rng.uniform(math.log(low), math.log(high), n))
@@ -158,21 +167,24 @@ def _draw(key: str, low: float, high: float, n: int, seed: int, *, log: bool) ->
     return Sweep(tuple({key: v} for v in values), {key: Range(float(low), float(high), log)})
 
 
-def _sweeps(name: str, sweeps) -> list[Sweep]:
-    if len(sweeps) == 1 and isinstance(sweeps[0], list | tuple):
-        sweeps = sweeps[0]  # big_vision's style: product([a, b])
+def _sweeps(function: str, sweeps) -> list[Sweep]:
+    if isinstance(sweeps, Sweep | str | dict) or not hasattr(sweeps, "__iter__"):
+        raise SweepError(
+            f"{function}: takes one list of sweeps, {function}([hyper.sweep(...), ...])"
+        )
+    sweeps = list(sweeps)
     for s in sweeps:
         if not isinstance(s, Sweep):
-            raise SweepError(f"{name}: takes sweeps (h.sweep, h.fixed, ...), not {s!r}")
-    return list(sweeps)
+            raise SweepError(f"{function}: takes sweeps (hyper.sweep, hyper.fixed, ...), not {s!r}")
+    return sweeps
 
 
-def _check_disjoint(name: str, sweeps: list[Sweep]) -> None:
+def _check_disjoint(function: str, sweeps: list[Sweep]) -> None:
     seen = set()
     for s in sweeps:
         for key in s.space:
             if key in seen:
-                raise SweepError(f"{name}: {key} is swept twice")
+                raise SweepError(f"{function}: config.{key} is swept twice")
             seen.add(key)
 
 
@@ -192,15 +204,21 @@ def _unique(values: tuple) -> tuple:
     return tuple(out)
 
 
-def _check_key(key: str) -> None:
-    if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
-        raise SweepError(f"{key!r}: a sweep key is a dotted config key, e.g. optimizer.lr")
-    if key.startswith("config."):
-        raise SweepError(f"{key}: write the key without 'config.' ({key[len('config.') :]})")
+def _key(name) -> str:
+    """The key of the trials for `name`, config.KEY: KEY, as --config.KEY=VALUE names it."""
+    if not isinstance(name, str) or not name.startswith("config."):
+        to_write = f"; write config.{name}" if isinstance(name, str) and name else ""
+        raise SweepError(
+            f"{name!r}: a sweep key is written config.KEY, KEY as in --config.KEY=VALUE{to_write}"
+        )
+    key = name[len("config.") :]
+    if any(not part for part in key.split(".")):
+        raise SweepError(f"{name!r}: a sweep key is a dotted config key, e.g. config.optimizer.lr")
+    return key
 
 
-def _check_value(key: str, value) -> None:
+def _check_value(name: str, value) -> None:
     if not isinstance(value, Value):
-        raise SweepError(f"{key}={value!r}: a swept value is a bool, int, float or str")
+        raise SweepError(f"{name}={value!r}: a swept value is a bool, int, float or str")
     if isinstance(value, float) and not math.isfinite(value):
-        raise SweepError(f"{key}={value}: must be a finite number")
+        raise SweepError(f"{name}={value}: must be a finite number")

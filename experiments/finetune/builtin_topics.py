@@ -32,14 +32,16 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
-def get_sweep(h):
+def get_hyper(hyper):
     """A reduced paper grid for this machine: three of Appendix A.3's learning rates x two
     epoch counts, batch 16 (docs/sweeps.md runs it with --parallel 2).
 
     python -m bertjax.sweep run --config experiments/finetune/builtin_topics.py \
         --sweep_dir runs/topics_sweep --parallel 2 --config.init_checkpoint=runs/minilm
     """
-    return h.product(
-        h.sweep("optimizer.learning_rate", [5e-5, 3e-5, 2e-5]),
-        h.sweep("num_train_epochs", [2.0, 3.0]),
+    return hyper.product(
+        [
+            hyper.sweep("config.optimizer.learning_rate", [5e-5, 3e-5, 2e-5]),
+            hyper.sweep("config.num_train_epochs", [2.0, 3.0]),
+        ]
     )

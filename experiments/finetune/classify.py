@@ -28,15 +28,17 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
-def get_sweep(h):
+def get_hyper(hyper):
     """The paper's fine-tuning grid (Appendix A.3), 18 runs, chosen on the dev set:
 
     python -m bertjax.sweep run --config experiments/finetune/classify.py --sweep_dir runs/grid \
         --config.init_checkpoint=runs/converted_bert --config.data.train_file=... (as above)
     python -m bertjax.sweep report runs/grid
     """
-    return h.product(
-        h.sweep("train_batch_size", [16, 32]),
-        h.sweep("optimizer.learning_rate", [5e-5, 3e-5, 2e-5]),
-        h.sweep("num_train_epochs", [2.0, 3.0, 4.0]),
+    return hyper.product(
+        [
+            hyper.sweep("config.train_batch_size", [16, 32]),
+            hyper.sweep("config.optimizer.learning_rate", [5e-5, 3e-5, 2e-5]),
+            hyper.sweep("config.num_train_epochs", [2.0, 3.0, 4.0]),
+        ]
     )

@@ -46,7 +46,7 @@ def get_config(task: str = "mrpc") -> ml_collections.ConfigDict:
     return config
 
 
-def get_sweep(h, task: str = "mrpc"):
+def get_hyper(hyper, task: str = "mrpc"):
     """The paper's GLUE protocol (§4.1): batch 32, 3 epochs, the learning rate chosen on dev
     among four. One sweep per task; `bertjax.sweep report` on all their directories ends
     with each task's best rate.
@@ -55,4 +55,4 @@ def get_sweep(h, task: str = "mrpc"):
         --config.init_checkpoint=runs/bert_base_converted
     """
     del task  # the same grid for every task
-    return h.sweep("optimizer.learning_rate", [5e-5, 4e-5, 3e-5, 2e-5])
+    return hyper.sweep("config.optimizer.learning_rate", [5e-5, 4e-5, 3e-5, 2e-5])

@@ -103,11 +103,13 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
-def get_sweep(h):
+def get_hyper(hyper):
     """Peak learning rate x warmup, 6 runs of `make demo`'s length (about an hour on 2 cores
     with --parallel 2; `python -m bertjax.sweep run --config experiments/pretrain/tiny_cpu.py
     --sweep_dir runs/tiny_sweep --parallel 2`)."""
-    return h.product(
-        h.sweep("optimizer.learning_rate", [1e-3, 2e-3, 4e-3]),
-        h.sweep("optimizer.warmup_steps", [100, 300]),
+    return hyper.product(
+        [
+            hyper.sweep("config.optimizer.learning_rate", [1e-3, 2e-3, 4e-3]),
+            hyper.sweep("config.optimizer.warmup_steps", [100, 300]),
+        ]
     )

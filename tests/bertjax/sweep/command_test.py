@@ -24,18 +24,28 @@ def tiny_config():
 @pytest.mark.parametrize(
     "trials, message",
     [
-        ([{"optimizer.warmup": 3}], r"trial 0 \(000-warmup=3\): unknown config key: "),
-        ([{"seed": 1}, {"optimizer.learning_rate": "fast"}], r"trial 1 \(.*learning_rate=fast"),
-        ([{"optimizer.learning_rate": -1.0}], r"learning_rate=-1.0: must be above 0"),
-        ([{"optimizer.warmup_steps": 100}], r"warmup_steps=100 is above num_train_steps=40"),
-        ([{"seed.value": 1}], r"config.seed is a value, not a group"),
-        ([{"model.num_hidden_layers": 2.5}], r"model.num_hidden_layers=2.5"),
-        ([{"data.max_seq_length": 1024}], r"max_seq_length"),
+        (
+            [{"config.optimizer.warmup": 3}],
+            r"trial 0 \(000-warmup=3\): unknown config key: config.optimizer.warmup; "
+            r"did you mean config.optimizer.warmup_steps\?",
+        ),
+        (
+            [{"config.seed": 1}, {"config.optimizer.learning_rate": "fast"}],
+            r"trial 1 \(.*learning_rate=fast",
+        ),
+        ([{"config.optimizer.learning_rate": -1.0}], r"learning_rate=-1.0: must be above 0"),
+        (
+            [{"config.optimizer.warmup_steps": 100}],
+            r"warmup_steps=100 is above num_train_steps=40",
+        ),
+        ([{"config.seed.value": 1}], r"config.seed is a value, not a group"),
+        ([{"config.model.num_hidden_layers": 2.5}], r"model.num_hidden_layers=2.5"),
+        ([{"config.data.max_seq_length": 1024}], r"max_seq_length"),
     ],
 )
 def test_every_trial_is_checked_as_a_run_would(trials, message):
     with pytest.raises(command.SweepError, match=message):
-        command.check_trials(tiny_config(), hyper.as_sweep(trials, "test"))
+        command.check_trials(tiny_config(), hyper.as_sweep(trials))
 
 
 def test_overrides_keep_the_configs_references():
@@ -68,47 +78,58 @@ def test_the_experiment_configs_sweeps_are_valid():
             command.apply_overrides(config, overrides, "test")
 
 
-def write_experiment(tmp_path, get_sweep: str, name="experiment.py") -> str:
+def write_experiment(tmp_path, get_hyper: str, name="experiment.py") -> str:
     path = tmp_path / name
     path.write_text(
         "from experiments.pretrain import tiny_cpu\n\n\n"
         "def get_config(arg=None):\n"
-        "    return tiny_cpu.get_config()\n\n\n" + textwrap.dedent(get_sweep)
+        "    return tiny_cpu.get_config()\n\n\n" + textwrap.dedent(get_hyper)
     )
     return str(path)
 
 
-def test_a_sweep_is_what_get_sweep_returns_given_the_configs_argument(tmp_path):
+def test_a_sweep_is_what_get_hyper_returns_given_the_configs_argument(tmp_path):
     with_arg = write_experiment(
         tmp_path,
         """\
-        def get_sweep(h, arg="one"):
-            return h.sweep("seed", [0, 1] if arg == "two" else [0])
+        def get_hyper(hyper, arg="one"):
+            return hyper.sweep("config.seed", [0, 1] if arg == "two" else [0])
         """,
     )
     assert list(command.load_sweep(with_arg, "two")) == [{"seed": 0}, {"seed": 1}]
     assert list(command.load_sweep(with_arg, None)) == [{"seed": 0}]
-    # A get_sweep without the argument serves every argument of get_config.
+    # A get_hyper without the argument serves every argument of get_config.
     without = write_experiment(
-        tmp_path, 'def get_sweep(h):\n    return [{"seed": 3}]\n', name="plain.py"
+        tmp_path, 'def get_hyper(hyper):\n    return [{"config.seed": 3}]\n', name="plain.py"
     )
     swept = command.load_sweep(without, "mrpc")
     assert list(swept) == [{"seed": 3}] and swept.space == {"seed": hyper.Choice((3,))}
 
 
 @pytest.mark.parametrize(
-    "get_sweep, error, message",
+    "get_hyper, error, message",
     [
-        ("X = 1\n", command.SweepError, r": defines no get_sweep\(h\) beside get_config\(\)$"),
+        ("X = 1\n", command.SweepError, r": defines no get_hyper\(hyper\) beside get_config\(\)$"),
         (
-            "def get_sweep(h):\n    return 'seed=1'\n",
-            hyper.SweepError,
-            ": get_sweep: get_sweep must",
+            "def get_hyper(hyper):\n    return 'seed=1'\n",
+            command.SweepError,
+            ": get_hyper: get_hyper must return",
+        ),
+        (
+            'def get_sweep(h):\n    return h.sweep("seed", [0])\n',
+            command.SweepError,
+            r": get_sweep\(h\) is now get_hyper\(hyper\), as in big_vision: rename it and "
+            r"write hyper.product\(\[...\]\), .* with keys \"config.KEY\"$",
+        ),
+        (
+            'def get_hyper(hyper):\n    return hyper.sweep("seed", [0])\n',
+            command.SweepError,
+            r": get_hyper: 'seed': a sweep key is written config.KEY, .*; write config.seed$",
         ),
     ],
 )
-def test_a_config_file_without_a_sweep_is_refused_by_its_name(tmp_path, get_sweep, error, message):
-    path = write_experiment(tmp_path, get_sweep)
+def test_a_config_file_without_a_sweep_is_refused_by_its_name(tmp_path, get_hyper, error, message):
+    path = write_experiment(tmp_path, get_hyper)
     with pytest.raises(error, match=f"^{re.escape(path)}{message}"):
         command.load_sweep(path, None)
 

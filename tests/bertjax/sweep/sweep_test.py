@@ -77,11 +77,15 @@ def write_config(directory: pathlib.Path, sweep_body: str, name="experiment.py")
     "body, message",
     [
         (
-            'def get_sweep(h):\n    return h.sweep("optimizer.learning_rat", [1e-3])\n',
+            'def get_hyper(hyper):\n    return hyper.sweep("config.optimizer.learning_rat", [1e-3])\n',
             "error: trial 0 (000-learning_rat=0.001): unknown config key: "
             "config.optimizer.learning_rat",
         ),
-        ("X = 1\n", "defines no get_sweep(h) beside get_config()"),
+        ("X = 1\n", "defines no get_hyper(hyper) beside get_config()"),
+        (
+            'def get_sweep(h):\n    return h.sweep("seed", [0])\n',
+            "get_sweep(h) is now get_hyper(hyper), as in big_vision: rename it",
+        ),
     ],
 )
 def test_a_bad_sweep_fails_before_any_trial_runs(tmp_path, body, message):
@@ -106,9 +110,12 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     config = write_config(
         tmp_path,
         """\
-        def get_sweep(h):
-            return h.zip(
-                h.sweep("data.short_seq_prob", [0.1, 0.5, 0.0]), h.sweep("seed", [0, 1, 0])
+        def get_hyper(hyper):
+            return hyper.zipit(
+                [
+                    hyper.sweep("config.data.short_seq_prob", [0.1, 0.5, 0.0]),
+                    hyper.sweep("config.seed", [0, 1, 0]),
+                ]
             )
         """,
     )
@@ -214,8 +221,14 @@ def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):
             pytest.skip(f"no PostgreSQL server here: {why}")
         # The run takes the first trial, long enough that the worker, which starts after
         # it, finds the second still queued (under load it once found both done).
-        steps = 'h.sweep("num_train_steps", [300, 5]), h.sweep("eval_every_steps", [300, 5])'
-        sweep = f'def get_sweep(h):\n    return h.zip(h.sweep("seed", [0, 1]), {steps})\n'
+        steps = (
+            'hyper.sweep("config.num_train_steps", [300, 5]), '
+            'hyper.sweep("config.eval_every_steps", [300, 5])'
+        )
+        sweep = (
+            "def get_hyper(hyper):\n"
+            f'    return hyper.zipit([hyper.sweep("config.seed", [0, 1]), {steps}])\n'
+        )
         config = write_config(tmp_path, sweep)
         args = ["--storage", url, "--study_name", "two"]
         sweep_dir = tmp_path / "sweep"

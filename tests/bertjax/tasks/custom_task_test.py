@@ -246,8 +246,8 @@ def get_config():
     return c
 
 
-def get_sweep(h):
-    return h.sweep("optimizer.learning_rate", [1e-7, 2e-3])
+def get_hyper(hyper):
+    return hyper.sweep("config.optimizer.learning_rate", [1e-7, 2e-3])
 """
 
 

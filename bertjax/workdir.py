@@ -77,8 +77,14 @@ def read_json(file: str) -> dict | None:
 
 
 def read_model_config(workdir: str) -> BertConfig | None:
-    values = read_json(os.path.join(workdir, MODEL_CONFIG_FILE))
-    return None if values is None else BertConfig.from_dict(values)
+    path = os.path.join(workdir, MODEL_CONFIG_FILE)
+    values = read_json(path)
+    if values is None:
+        return None
+    try:
+        return BertConfig.from_dict(values)
+    except (data_config_lib.ConfigError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
 
 
 def require_model_config(workdir: str, *, what: str) -> BertConfig:

@@ -57,7 +57,10 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.ERROR)
     if command == "export":
         result = import_export.export_hf(first, second, FLAGS.step)
-        print(f"exported {first} step {result['step']} to {result['out_dir']}")
+        print(
+            f"exported {first} step {result['step']} to {result['out_dir']} as a "
+            f"transformers {result['class']}"
+        )
         return
     do_lower_case = False if FLAGS.no_do_lower_case else FLAGS.do_lower_case
     result = import_export.import_checkpoint(

@@ -1,6 +1,6 @@
 """The conversions behind `python -m bertjax.convert` (command.py describes them):
 `import_checkpoint` turns a Google TF or Hugging Face BERT checkpoint into a new
-workdir, `export_hf` writes a workdir's checkpoint as a Hugging Face BertForPreTraining.
+workdir, `export_hf` writes a workdir's checkpoint as the Hugging Face model of its task.
 """
 
 import contextlib
@@ -23,11 +23,11 @@ from absl import logging
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import checkpoint
+from bertjax import checkpoint, inference
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
-from bertjax.convert import config_json, param_names
-from bertjax.convert.param_names import FORMATS
+from bertjax.convert import config_json, param_names, tokenizer_files
+from bertjax.convert.param_names import FORMATS, HF_CLASSES
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
@@ -407,17 +407,25 @@ def _model_config(config: BertConfig) -> ml_collections.ConfigDict:
 
 
 def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
-    """Writes `workdir`'s checkpoint (latest or `step`) as a Hugging Face BertForPreTraining.
+    """Writes `workdir`'s checkpoint (latest or `step`) as the Hugging Face model of its task.
 
-    OUT_DIR gets config.json, model.safetensors, vocab.txt and
-    tokenizer_config.json; transformers.BertForPreTraining.from_pretrained(OUT_DIR)
-    loads it with nothing missing or unexpected.
+    A pretraining or converted workdir becomes a BertForPreTraining, a fine-tuned
+    one the transformers class of its head (HF_CLASSES), with its labels. OUT_DIR
+    gets config.json, model.safetensors and the tokenizer (tokenizer_files.py):
+    `AutoModelFor...from_pretrained(OUT_DIR)` loads it with nothing missing or
+    unexpected, and `AutoTokenizer.from_pretrained(OUT_DIR)` tokenizes as the run did.
     """
     workdir = workdir_lib.absolute(workdir)
     out_dir = workdir_lib.absolute(out_dir)
     config = workdir_lib.read_model_config(workdir)
     if config is None:
         raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
+    kind, _ = workdir_lib.read_task(workdir)
+    if kind not in HF_CLASSES:
+        raise ConversionError(
+            f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: a {kind} workdir; export writes "
+            f"the models of {', '.join(HF_CLASSES)} workdirs"
+        )
     vocab_file = workdir_lib.vocab_file(workdir)
     if vocab_file is None:
         raise ConversionError(
@@ -436,48 +444,65 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"{vocab_file}: {len(vocab)} entries, but model_config.json has "
             f"vocab_size={config.vocab_size}"
         )
-    run_config_file = os.path.join(workdir, workdir_lib.CONFIG_FILE)
-    data = _read_json(run_config_file).get("data", {}) if _isfile(run_config_file) else {}
     step = _checkpoint_step(workdir, step)
     _check_empty_destination(out_dir)
 
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(functools.partial(_init_params, config), jax.random.key(0)),
-    )
-    params = checkpoint.restore_params(workdir, abstract, step)
-    tensors = tensors_from_params(params, config, "hf")
+    restored = inference.restore(workdir, step)
+    tensors = tensors_from_params(restored.params, config, "hf", kind=kind)
     hf_config = {
-        "architectures": ["BertForPreTraining"],
+        "architectures": [HF_CLASSES[kind]],
         "model_type": "bert",
         **config_json.to_hf(config),
+        **_hf_labels(kind, restored.task),
         "position_embedding_type": "absolute",
         "pad_token_id": vocab.pad_id,
         "tie_word_embeddings": True,
     }
-    tokenizer_config = {
-        "tokenizer_class": "BertTokenizer",
-        "model_max_length": config.max_position_embeddings,
-    }
-    if "do_lower_case" in data:
-        tokenizer_config["do_lower_case"] = data["do_lower_case"]
+    tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
+    tokenizer = tokenizer_files.hf_tokenizer_files(
+        vocab,
+        do_lower_case=tokenizer_data["do_lower_case"],
+        max_chars_per_word=tokenizer_data["max_chars_per_word"],
+        max_length=config.max_position_embeddings,
+    )
     with _staging_dir(out_dir) as staging:
         files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
-        files.atomic_write_json(os.path.join(staging, "tokenizer_config.json"), tokenizer_config)
+        for name, values in tokenizer.items():
+            files.atomic_write_json(os.path.join(staging, name), values)
         with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
             f.write("".join(token + "\n" for token in vocab.tokens))
         with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
             f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
-    return {"out_dir": out_dir, "step": step, "config": config}
+    return {"out_dir": out_dir, "step": step, "config": config, "class": HF_CLASSES[kind]}
 
 
-def tensors_from_params(params, config: BertConfig, format: str) -> dict[str, np.ndarray]:
-    """The checkpoint tensors (float32, the format's names and layouts) of our parameters."""
+def _hf_labels(kind: str, task) -> dict:
+    """config.json's head fields: the number of labels and their names, or regression."""
+    if kind == "classification" and task.num_labels == 1:
+        return {"num_labels": 1, "problem_type": "regression"}
+    if kind in ("classification", "tagging"):
+        names = task.label_names or tuple(f"LABEL_{i}" for i in range(task.num_labels))
+        extra = {"problem_type": "single_label_classification"} if kind == "classification" else {}
+        return {
+            "num_labels": len(names),
+            "id2label": dict(enumerate(names)),
+            "label2id": {name: i for i, name in enumerate(names)},
+            **extra,
+        }
+    return {}
+
+
+def tensors_from_params(
+    params, config: BertConfig, format: str, kind: str = "pretraining"
+) -> dict[str, np.ndarray]:
+    """The checkpoint tensors (float32, the format's names and layouts) of our parameters:
+    a `kind` workdir's model as that format's class for its task holds them."""
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
-    table = param_names.names(format, config.num_hidden_layers)
-    assert set(flat) == set(table), sorted(set(flat) ^ set(table))
+    table = param_names.names(format, config.num_hidden_layers, kind)
+    # A token or span head's transformers class has no pooler; ours computes one unused.
+    unused = {path for path in flat if path.startswith("bert/pooler/") and path not in table}
+    assert set(flat) - unused == set(table), sorted((set(flat) - unused) ^ set(table))
     return {
         name: param_names.from_ours(flat[path], layout, format)
         for path, (name, layout) in table.items()

@@ -5,6 +5,9 @@ Two formats:
     tf  google-research/bert's TF1 checkpoints (tf.compat.v1.train.Saver variable names)
     hf  Hugging Face transformers' BertForPreTraining state dict (as in model.safetensors)
 
+A fine-tuned model is exported only, and only to hf: the encoder's rows of TABLE
+and its head from HF_HEADS, under the names of its transformers class (HF_CLASSES).
+
 Each row of TABLE is (our path, TF name, HF name, layout); `{i}` is a layer
 index. A layout says how a source tensor becomes ours: transpose it when that
 format stores the matrix [out, in] (PyTorch's Linear, and the original's NSP
@@ -82,6 +85,29 @@ TABLE = [
 # BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
 OPTIONAL_GROUPS = ("bert/pooler", "predictions", "seq_relationship")
 
+# The transformers class each task's workdir is exported as.
+HF_CLASSES = {
+    "pretraining": "BertForPreTraining",
+    "classification": "BertForSequenceClassification",
+    "tagging": "BertForTokenClassification",
+    "squad": "BertForQuestionAnswering",
+}
+# The fine-tuning heads (model.py) in transformers' names, [out, in] as every Linear.
+_CLASSIFIER = [
+    ("classifier/kernel", "classifier.weight", KERNEL),
+    ("classifier/bias", "classifier.bias", SAME),
+]
+HF_HEADS = {
+    "classification": _CLASSIFIER,
+    "tagging": _CLASSIFIER,
+    "squad": [
+        ("qa_outputs/kernel", "qa_outputs.weight", KERNEL),
+        ("qa_outputs/bias", "qa_outputs.bias", SAME),
+    ],
+}
+# transformers' token and span classes have no pooler (add_pooling_layer=False).
+HF_WITHOUT_POOLER = ("tagging", "squad")
+
 # Hugging Face names of tensors tied to another one: the MLM decoder is the
 # word embedding table and its bias the MLM output bias.
 HF_TIED = {
@@ -106,16 +132,28 @@ def group_of(path: str) -> str | None:
     return None
 
 
-def names(fmt: str, num_layers: int) -> dict[str, tuple[str, Layout]]:
-    """Our path -> (the format's name, layout), every layer spelled out."""
+def names(fmt: str, num_layers: int, kind: str = "pretraining") -> dict[str, tuple[str, Layout]]:
+    """Our path -> (the format's name, layout), every layer spelled out, for the model of a
+    `kind` workdir (a task of HF_CLASSES)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: must be one of {', '.join(FORMATS)}")
+    if kind not in HF_CLASSES or (kind != "pretraining" and fmt != "hf"):
+        raise ValueError(f"no {fmt} names for a {kind} model")
     column = FORMATS.index(fmt) + 1
-    return {
+    table = {
         row[0].format(i=i): (row[column].format(i=i), row[3])
         for row in TABLE
         for i in (range(num_layers) if "{i}" in row[0] else [None])
     }
+    if kind == "pretraining":
+        return table
+    encoder = {
+        path: entry
+        for path, entry in table.items()
+        if path.startswith("bert/")
+        and not (kind in HF_WITHOUT_POOLER and group_of(path) == "bert/pooler")
+    }
+    return {**encoder, **{path: (name, layout) for path, name, layout in HF_HEADS[kind]}}
 
 
 def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:

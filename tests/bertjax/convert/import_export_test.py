@@ -316,6 +316,7 @@ def test_round_trip_through_hugging_face(hf_small, small_workdir, tmp_path, scan
     assert sorted(os.listdir(exported)) == [
         "config.json",
         "model.safetensors",
+        "tokenizer.json",
         "tokenizer_config.json",
         "vocab.txt",
     ]

@@ -1,0 +1,183 @@
+"""`bertjax.convert export --format hf` of fine-tuned workdirs: each task's model as its
+transformers class, with its labels, and a tokenizer that tokenizes as the run did.
+
+The workdirs are all-MiniLM-L6-v2's encoder (its real weights and the
+bert-base-uncased vocabulary) under a random head, saved with the description a
+fine-tuning run writes. The oracles are transformers' Auto classes in eval mode,
+loading the export as a user would.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import linen as nn
+from support import REPO
+
+import bertjax
+from bertjax import checkpoint
+from bertjax import workdir as workdir_lib
+from bertjax.convert import import_export
+from bertjax.model import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bertjax.tasks.contract import Description
+from experiments.pretrain import tiny_cpu
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Café résumé: naïve Ångström measurements (unbelievably) precise!",
+    # 150 characters: one word under the original's 200-character limit, over transformers'
+    # default of 100, so only a tokenizer that states the limit keeps it out of [UNK].
+    "supercalifragilistic" * 7 + "expialidocious!",
+]
+PAIRS = ["Where does it jump?", "Is it precise?", "中文 and spaces\tand\ttabs"]
+# case -> (our head, its labels, the transformers Auto class that loads it).
+HEADS = {
+    "classification": (
+        BertForSequenceClassification,
+        ("negative", "positive"),
+        "AutoModelForSequenceClassification",
+    ),
+    "regression": (BertForSequenceClassification, (), "AutoModelForSequenceClassification"),
+    "tagging": (
+        BertForTokenClassification,
+        ("B-PER", "I-PER", "O"),
+        "AutoModelForTokenClassification",
+    ),
+    "squad": (BertForQuestionAnswering, (), "AutoModelForQuestionAnswering"),
+}
+
+
+def finetuned_workdir(minilm_workdir, root, case: str) -> str:
+    """A `case` workdir (HEADS) at step 3: MiniLM's encoder, a random head, and the run's
+    description; its tokenizer keeps words up to 200 characters, as bertjax's own runs do."""
+    head, labels, _ = HEADS[case]
+    kind = "classification" if case == "regression" else case
+    num_labels = 1 if case == "regression" else len(labels)
+    pretrained = bertjax.restore(str(minilm_workdir))
+    tokenizer_data = {**pretrained.task.tokenizer_data, "max_chars_per_word": 200}
+    workdir = os.path.join(root, case)
+    workdir_lib.write_run_description(
+        workdir,
+        tiny_cpu.get_config(),
+        pretrained.config,
+        workdir_lib.vocab_file(str(minilm_workdir)),
+        kind=kind,
+        description=Description(
+            max_seq_length=128,
+            tokenizer_data=tokenizer_data,
+            num_labels=num_labels,
+            label_names=labels,
+        ).to_json(),
+    )
+    model = head(pretrained.config) if head is BertForQuestionAnswering else None
+    model = model or head(pretrained.config, num_labels)
+    ids = np.zeros((1, 4), np.int32)
+    shapes = jax.eval_shape(
+        lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, ids, deterministic=True))
+    )["params"]
+    rng = np.random.default_rng(7)
+    params = jax.tree.map(lambda x: rng.normal(0.0, 0.5, x.shape).astype(x.dtype), shapes)
+    params["bert"] = pretrained.params["bert"]
+    with checkpoint.make_manager(workdir, max_to_keep=1) as manager:
+        checkpoint.save(manager, 3, {"params": params}, data={})
+    return workdir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(HEADS))
+def test_an_exported_head_gives_bertjaxs_tokens_and_logits_in_transformers(
+    minilm_workdir, tmp_path, case
+):
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, case)
+    out = tmp_path / "exported"
+    result = import_export.export_hf(workdir, str(out))
+    head, labels, auto = HEADS[case]
+    assert (result["step"], result["class"]) == (3, head.__name__)
+
+    load = getattr(transformers, auto).from_pretrained
+    model, info = load(str(out), output_loading_info=True)
+    assert not any(info.values()), info
+    assert type(model).__name__ == head.__name__  # ours are named as transformers' are
+    if labels:
+        assert model.config.id2label == dict(enumerate(labels))
+        assert model.config.label2id == {name: i for i, name in enumerate(labels)}
+    if case == "regression":
+        assert (model.config.num_labels, model.config.problem_type) == (1, "regression")
+
+    restored = bertjax.restore(workdir)
+    ours = bertjax.encode(restored, TEXTS, PAIRS)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    theirs = tokenizer(TEXTS, PAIRS, padding=True, return_tensors="np")
+    np.testing.assert_array_equal(theirs["input_ids"], ours["input_ids"])
+    np.testing.assert_array_equal(theirs["token_type_ids"], ours["segment_ids"])
+    np.testing.assert_array_equal(theirs["attention_mask"], ours["input_mask"])
+    assert restored.tokenizer.vocab.unk_id not in ours["input_ids"][2]
+
+    got = restored.apply(ours)
+    with torch.no_grad():
+        output = model.eval()(**{k: torch.tensor(v, dtype=torch.long) for k, v in theirs.items()})
+    want = (output.start_logits, output.end_logits) if case == "squad" else (output.logits,)
+    got = got if case == "squad" else (got,)
+    real = ours["input_mask"].astype(bool)
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g), w.numpy()
+        if case in ("tagging", "squad"):  # padding positions are the models' own business
+            g, w = g[real], w[real]
+        np.testing.assert_allclose(g, w, atol=1e-4, rtol=0)
+        print(f"{case}: max abs logit difference {np.max(np.abs(g - w)):.2e}")
+
+
+def run_export(workdir, out) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "bertjax.convert", "export", "--format", "hf"]
+    return subprocess.run(
+        [*command, str(workdir), str(out)], cwd=REPO, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    "model_config, kind, error",
+    [
+        (
+            BertConfig(
+                num_hidden_layers=1, hidden_size=8, num_attention_heads=2, intermediate_size=16
+            ).to_dict(),
+            "my.module:TASK",
+            "{task}: a my.module:TASK workdir; export writes the models of pretraining, "
+            "classification, tagging, squad workdirs",
+        ),
+        (
+            {"vocab_size": 10},
+            "classification",
+            "{model}: missing BertConfig field(s): hidden_size, intermediate_size, "
+            "num_attention_heads, num_hidden_layers",
+        ),
+    ],
+    ids=["custom_task", "incomplete_model_config"],
+)
+def test_a_workdir_that_cannot_be_exported_is_refused_by_its_file(
+    tmp_path, model_config, kind, error
+):
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / workdir_lib.MODEL_CONFIG_FILE).write_text(json.dumps(model_config))
+    (workdir / workdir_lib.TASK_FILE).write_text(json.dumps({"kind": kind}))
+    result = run_export(workdir, tmp_path / "out")
+    assert result.returncode == 2, result.stderr
+    paths = {
+        "task": workdir / workdir_lib.TASK_FILE,
+        "model": workdir / workdir_lib.MODEL_CONFIG_FILE,
+    }
+    assert result.stderr.splitlines() == ["error: " + error.format(**paths)]
+    assert not (tmp_path / "out").exists()

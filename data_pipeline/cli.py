@@ -109,6 +109,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
         name = arg.lstrip("-")
         if arg.startswith("-") and name in _HELP:
             app.usage(shorthelp=_HELP[name], writeto_stdout=True, exitcode=0)
+    # Before the flags load the config files, which may import TensorFlow.
+    if not _asks_for_verbosity(argv):
+        native_log.filter_stderr()
     _check_config_files(argv)
     try:
         return flags.FLAGS(argv)
@@ -126,6 +129,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
         except config_lib.ConfigError as error:
             _fail(str(error))
         raise
+
+
+def _asks_for_verbosity(argv: list[str]) -> bool:
+    """Whether `argv` sets absl's -v/--verbosity, which brings the start-up lines back."""
+    argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
+    end = argv.index("--") if "--" in argv else None
+    names = {"v", "verbosity"}
+    return any(a.startswith("-") and a.lstrip("-").split("=")[0] in names for a in argv[1:end])
 
 
 def _user_error_cause(error: BaseException) -> UserError | None:
@@ -155,9 +166,8 @@ def _check_config_files(argv: list[str]) -> None:
 
 
 def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
-    if not flags.FLAGS["verbosity"].present:  # -v N brings both back
+    if not flags.FLAGS["verbosity"].present:  # -v N brings absl's INFO lines back
         logging.set_verbosity(logging.WARNING)
-        native_log.filter_stderr()
     try:
         if len(argv) > 1 and not positional_args:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")

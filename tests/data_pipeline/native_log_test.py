@@ -70,3 +70,47 @@ def test_a_tool_shows_its_own_lines_in_order_and_noise_only_with_v(tmp_path, ver
     assert code == 1
     own = f"progress 1/2\r{KEPT[2]}\nthe last line\n"
     assert written == (f"{NOISE[1]}\n{own}" if verbose else own)
+
+
+CONFIG_PROGRAM = textwrap.dedent(
+    """
+    import sys
+    from absl import flags
+    from ml_collections import config_flags
+    from data_pipeline import cli
+
+    def main(argv):
+        print("x =", flags.FLAGS.config.x, file=sys.stderr)
+
+    cli.run(main, lambda: config_flags.DEFINE_config_file("config", None, "The config."))
+    """
+)
+# A config file that imports TensorFlow (as the fine-tuning configs do) writes its noise
+# while the flags are parsed, before the tool's main starts.
+CONFIG_FILE = textwrap.dedent(
+    """
+    import os
+    import ml_collections
+
+    os.write(2, ({noise!r} + "\\n").encode())
+
+    def get_config():
+        return ml_collections.ConfigDict({{"x": 1}})
+    """
+)
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "-v"])
+def test_noise_while_the_flags_load_a_config_file_is_filtered_too(tmp_path, verbose):
+    config = tmp_path / "config.py"
+    config.write_text(CONFIG_FILE.format(noise=NOISE[0]))
+    args = [f"--config={config}", "--config.x=2", *(["-v", "0"] if verbose else [])]
+    result = subprocess.run(
+        [sys.executable, "-c", CONFIG_PROGRAM, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"{NOISE[0]}\nx = 2\n" if verbose else "x = 2\n")

@@ -4,6 +4,10 @@ The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_m
 `embed`, `next_sentence`, `attention_maps`, and for fine-tuned workdirs
 `classify`, `tag`, `answer`. They load on first use: `import bertjax` imports
 neither jax nor TensorFlow and changes no environment variable.
+
+In a Jupyter kernel that first use also keeps TensorFlow's, XLA's and libtpu's
+start-up lines out of the cells (data_pipeline/native_log.py), as the tools
+do; BERTJAX_VERBOSE=1 in the kernel's environment keeps them.
 """
 
 __version__ = "0.1.0"
@@ -26,6 +30,15 @@ __all__ = list(_API)
 def __getattr__(name):
     if name in _API:
         import importlib
+        import os
+        import sys
 
+        from bertjax.tpu import slices
+
+        slices.libtpu_without_tpu()  # before jax starts; nothing on a TPU host
+        if "ipykernel" in sys.modules and not os.environ.get("BERTJAX_VERBOSE"):
+            from data_pipeline import native_log
+
+            native_log.filter_stderr()
         return getattr(importlib.import_module(f"bertjax.{_API[name]}"), name)
     raise AttributeError(f"module 'bertjax' has no attribute {name!r}")

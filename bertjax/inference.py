@@ -26,6 +26,8 @@ next_sentence need the pretraining heads.
 
 import dataclasses
 import os
+import signal
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,6 +98,7 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
 
     # The checkpoint's own layout first; then the loop layout for inference.
     saved_model = make_model(saved_config, task)
+    _end_quietly_on_sigterm()
     boxed = jax.eval_shape(lambda rng: _init(saved_model, rng), jax.random.key(0))
     if mesh is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -123,6 +126,21 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
         kind=kind,
         task=task,
     )
+
+
+def _end_quietly_on_sigterm() -> None:
+    """Once jax has started: SIGTERM ends the process as it would without libtpu.
+
+    libtpu, when installed on a host without a TPU (to compile for one), puts a
+    crash reporter on SIGTERM that prints a page of stack trace, as when Jupyter
+    stops a kernel that is slow to exit. Python does not see that handler
+    (signal.getsignal still says SIG_DFL, or None), so setting the default again
+    removes it; a handler the program set (a tool's preemption handler) is left.
+    """
+    jax.local_devices()  # starts the backends, which install the reporter
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _init(model: nn.Module, rng):

@@ -148,3 +148,20 @@ def test_a_workdir_written_before_an_option_existed_still_restores(sharded_scan_
         inference.encode(bertjax.restore(workdir), text)["pooled_output"],
         rtol=1e-5,
     )
+
+
+def test_sigterm_after_a_restore_ends_the_process_without_a_stack_trace(sharded_scan_run):
+    # As Jupyter stops a kernel slow to exit. With libtpu installed (to compile for TPUs),
+    # jax's start would otherwise leave libtpu's crash reporter on SIGTERM, a page of trace.
+    code = (
+        "import os, signal, sys, time, bertjax\n"
+        f"bertjax.restore({sharded_scan_run[1]!r})\n"
+        "print('restored', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert (result.returncode, result.stdout) == (-15, "restored\n")
+    assert "SIGTERM received" not in result.stderr, result.stderr[-2000:]

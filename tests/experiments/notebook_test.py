@@ -9,6 +9,7 @@ import pytest
 from support import REPO
 
 from bertjax import train
+from data_pipeline import native_log
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +36,8 @@ def test_restore_and_probe_runs_and_shows_its_results(pretrained_workdir, monkey
     assert "step 4: 2 layers, hidden 64" in text
     assert text.count(" -> ") == 3
     assert "does not exist" not in text
+    # Restoring starts TensorFlow, XLA and libtpu; none of their start-up lines shows.
+    assert [line for line in text.splitlines() if native_log.is_noise(line)] == []
     assert images == 3  # similarity heatmap, attention map, training curves
     assert os.path.exists(os.path.join(pretrained_workdir, "metrics.jsonl"))
 

@@ -132,11 +132,7 @@ def _multislice_devices(shape: dict[str, int], devices, slices: int) -> np.ndarr
     """Slices talk over the data-center network, far slower than the chips' links within a
     slice, so only the data axis, whose one all-reduce per step is the least traffic,
     spans slices (Cloud TPU Multislice); fsdp and tensor stay within each slice."""
-    if shape["data"] % slices:
-        raise MeshError(
-            f"config.mesh: the data axis ({shape['data']}) must be a multiple of the "
-            f"{slices} slices, which only it spans"
-        )
+    check_slices(shape, slices)
     within = (shape["data"] // slices, shape["fsdp"], shape["tensor"])
     return mesh_utils.create_hybrid_device_mesh(within, (slices, 1, 1), devices)
 
@@ -145,18 +141,45 @@ def data_parallel_size(mesh: Mesh) -> int:
     return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
 
 
+def check_slices(shape: Mapping[str, int], slices: int) -> None:
+    """Only the data axis spans slices (_multislice_devices)."""
+    if shape["data"] % slices:
+        raise MeshError(
+            f"config.mesh: the data axis ({shape['data']}) must be a multiple of the "
+            f"{slices} slices, which only it spans"
+        )
+
+
+def check_tensor_within_host(
+    mesh_config: Mapping[str, int], shape: Mapping[str, int], per_host: int
+):
+    """The tensor axis must fit on a host of `per_host` devices: from the sizes alone, for a
+    mesh whose devices are not at hand (make_mesh checks the devices themselves)."""
+    if shape["tensor"] > per_host:
+        raise MeshError(
+            f"config.mesh={dict(mesh_config)}: the tensor axis ({shape['tensor']}) would span "
+            f"hosts, but each host reads its own data; keep the tensor axis within a host "
+            f"({per_host} devices)"
+        )
+
+
 def check_batch_size(batch_size: int, mesh: Mesh, *, option: str) -> None:
     """A global batch must split evenly over the batch axes and over the hosts."""
-    parallel = data_parallel_size(mesh)
+    check_batch_split(batch_size, mesh.shape, jax.process_count(), option=option)
+
+
+def check_batch_split(
+    batch_size: int, shape: Mapping[str, int], processes: int, *, option: str
+) -> None:
+    """check_batch_size for a mesh of `shape` over `processes` hosts, known by their sizes."""
+    parallel = math.prod(shape[axis] for axis in BATCH_AXES)
     if batch_size % parallel:
         raise MeshError(
             f"{option}={batch_size} is not divisible by the data-parallel size {parallel} "
-            f"(mesh data={mesh.shape['data']} x fsdp={mesh.shape['fsdp']})"
+            f"(mesh data={shape['data']} x fsdp={shape['fsdp']})"
         )
-    if batch_size % jax.process_count():
-        raise MeshError(
-            f"{option}={batch_size} is not divisible by the {jax.process_count()} processes"
-        )
+    if batch_size % processes:
+        raise MeshError(f"{option}={batch_size} is not divisible by the {processes} processes")
 
 
 def logical_shardings(boxed_tree, mesh: Mesh):

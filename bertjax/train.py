@@ -160,6 +160,35 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     tasks.for_config(config).check_config(config)
 
 
+def check_devices(
+    config: ml_collections.ConfigDict, *, devices: int, hosts: int, slices: int, per_host: int
+) -> None:
+    """What build_run checks of the config against its devices, from their counts alone
+    (`devices` over `hosts` hosts of `per_host` each, in `slices` slices): for a run whose
+    machines are not at hand (bertjax.tpu.launch), after check_config. Reads no data and
+    starts no backend."""
+    tasks.for_config(config).check_hosts(config, hosts)
+    shape = sharding.mesh_shape(config.mesh, devices)
+    sharding.check_slices(shape, slices)
+    sharding.check_tensor_within_host(config.mesh, shape, per_host)
+    check_batch_sizes(config, shape, hosts, config.optimizer.num_microbatches)
+
+
+def check_batch_sizes(config, shape, processes: int, num_microbatches: int) -> None:
+    """The global batches split evenly over the batch axes of a mesh of `shape` and over
+    `processes` hosts, and so do the train batch's microbatches."""
+    for key in ("train_batch_size", "eval_batch_size"):
+        sharding.check_batch_split(config[key], shape, processes, option=f"config.{key}")
+    if config.train_batch_size % num_microbatches:
+        raise ConfigError(
+            f"config.train_batch_size={config.train_batch_size} is not divisible by "
+            f"config.optimizer.num_microbatches={num_microbatches}"
+        )
+    sharding.check_batch_split(
+        config.train_batch_size // num_microbatches, shape, processes, option="the microbatch size"
+    )
+
+
 def build_run(
     config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None, devices=None
 ) -> Run:
@@ -171,20 +200,11 @@ def build_run(
     devices = jax.devices() if devices is None else devices
     sharding.check_platform(config.platform, devices)
     mesh = sharding.make_mesh(config.mesh, devices)
+    task.check_hosts(config, jax.process_count())
     with jax.set_mesh(mesh):  # for a task that shapes its batches to it (packing)
         setup = task.setup(config, workdir)
-    for key in ("train_batch_size", "eval_batch_size"):
-        sharding.check_batch_size(config[key], mesh, option=f"config.{key}")
     optimizer = optim.from_config(setup.objective.optimizer)
-    microbatches = optimizer.num_microbatches
-    if config.train_batch_size % microbatches:
-        raise ConfigError(
-            f"config.train_batch_size={config.train_batch_size} is not divisible by "
-            f"config.optimizer.num_microbatches={microbatches}"
-        )
-    sharding.check_batch_size(
-        config.train_batch_size // microbatches, mesh, option="the microbatch size"
-    )
+    check_batch_sizes(config, mesh.shape, jax.process_count(), optimizer.num_microbatches)
     tx = optim.make_optimizer(optimizer, setup.objective.num_train_steps)
     state_shardings, abstract_state = sharded_abstract_state(
         functools.partial(_init_state, setup=setup, tx=tx),

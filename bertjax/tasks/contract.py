@@ -11,6 +11,9 @@ reads `config.task` or compares a task's name.
     task.check_config(config)              checks every option it can without
                                            reading data (a sweep checks its
                                            trials with it before any starts)
+    task.check_hosts(config, hosts)        what a run on that many hosts cannot
+                                           take (the launcher checks it before
+                                           it starts a TPU slice)
     task.best_metric(config) -> Metric     what results.json's "best" and a
                                            sweep rank runs by, from the config alone
     task.forward_flops(model config, model inputs, description) -> FLOPs
@@ -161,6 +164,10 @@ def _unchanged(config, workdir: str):
     return config
 
 
+def _any_hosts(config, hosts: int) -> None:
+    del config, hosts
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     name: str
@@ -175,6 +182,9 @@ class Task:
     check_config: Callable[[Any], None]
     # (config, workdir) -> a config that builds without the run's data
     without_data: Callable[[Any, str], Any] = _unchanged
+    # (config, hosts) -> None: raises ConfigError for an option a run on `hosts` hosts
+    # cannot take, from the count alone
+    check_hosts: Callable[[Any, int], None] = _any_hosts
     # (restored, input path, output path or "", batch size) -> where predictions went
     predict_file: Callable[..., str] | None = None
     # (workdir, config, results, *, out, fill_mask_examples): lines for a person at the end

@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import os
 
-import jax
 import jax.numpy as jnp
 
 from bertjax import flops, losses
@@ -57,12 +56,15 @@ def check_config(config) -> None:
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
             raise ConfigError(f"config.{key}={config[key]}: must be >= 0")
-    if jax.process_count() > 1 and config.eval_every_steps and not config.num_eval_steps:
+
+
+def check_hosts(config, hosts: int) -> None:
+    if hosts > 1 and config.eval_every_steps and not config.num_eval_steps:
         # Every host must run the same number of eval steps (they are collective),
         # and hosts' shares of the held-out split differ in size.
         raise ConfigError(
             "config.num_eval_steps=0 (the whole split) works on one host only; "
-            f"set it for this {jax.process_count()}-host run"
+            f"set it for this {hosts}-host run"
         )
 
 
@@ -223,6 +225,7 @@ TASK = Task(
     forward_flops=forward_flops,
     batch_shapes=batch_shapes,
     check_config=check_config,
+    check_hosts=check_hosts,
     without_data=without_data,
     report=_report,
 )

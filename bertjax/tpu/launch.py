@@ -5,10 +5,11 @@ r"""Trains on Cloud TPU from your machine: creates a slice, ships the code, star
     python -m bertjax.tpu.launch setup --name NAME --zone ZONE
     python -m bertjax.tpu.launch run --name NAME --zone ZONE --accelerator_type v5p-32 \
         --config experiments/pretrain/bert_base.py --workdir gs://BUCKET/runs/base \
-        [--override KEY=VALUE ...]
+        [--config.KEY=VALUE ...]
     python -m bertjax.tpu.launch logs --name NAME --zone ZONE [--lines N] [--follow]
     python -m bertjax.tpu.launch status|stop|delete --name NAME --zone ZONE
-    python -m bertjax.tpu.launch create ... --startup_script --config FILE --workdir gs://...
+    python -m bertjax.tpu.launch create ... --startup_script --config FILE --workdir gs://... \
+        [--config.KEY=VALUE ...]
     python -m bertjax.tpu.launch run|status|logs|stop|delete --xpk_cluster CLUSTER ...
 
 Each subcommand is a short sequence of `gcloud` commands (`xpk` and `kubectl`
@@ -18,6 +19,15 @@ that fails stops the rest: `error: gcloud ... exited with status N`, exit
 status 2. A bad flag is reported in one line before anything runs. Give every
 subcommand the same --name, --zone and --project, and --queued or --num_slices
 for a queued resource.
+
+run and create --startup_script take --config FILE[:ARG] and --config.KEY=VALUE
+as bertjax.main does, and the workers get them as written, in order. Before
+any command, and with --dry_run too, the config is loaded here and checked as
+bertjax.main checks it before training: an unknown key (with the closest known
+one), a value of the wrong type, an inconsistent option, and against the
+slice's chips and hosts the mesh and the batch sizes. What needs the run's
+files (its data, the workdir) is checked on the workers; a fine-tuning
+config's init_checkpoint is read from here, so give it as a gs:// URL.
 
 create: a TPU VM (`gcloud compute tpus tpu-vm create`), or with --queued a
     queued resource, as multislice (--num_slices > 1) always is; --spot or
@@ -45,7 +55,8 @@ sweep: on every worker, stops what ran before and starts `bertjax.sweep worker
     trials of a sweep that `python -m bertjax.sweep run --storage URL --sweep_dir
     gs://...` started until none is left, --parallel at a time. Single-host
     slices only; a queued resource with --num_slices N gives N workers. stop,
-    status and logs cover sweep workers too.
+    status and logs cover sweep workers too. The trials' configs come from the
+    database, as the sweep's `run` wrote them, so sweep takes no --config.
 status: the TPU's state, then on every worker the training process and the
     last lines of its log.
 logs: the last --lines of every worker's log; --follow follows worker 0's.
@@ -88,6 +99,7 @@ import tarfile
 import tempfile
 
 from absl import flags
+from ml_collections import config_flags
 
 from bertjax.tpu import slices
 from data_pipeline import cli
@@ -137,15 +149,18 @@ def define_flags() -> None:
     flags.DEFINE_bool("reserved", False, "create: the project's reserved capacity.")
     flags.DEFINE_string("runtime_version", None, "create: TPU VM image; the chip's default.")
     flags.DEFINE_bool("startup_script", False, "create: a boot script that starts training.")
-    flags.DEFINE_string(
-        "config", None, "run, create --startup_script: experiment config file of this checkout."
+    config_flags.DEFINE_config_file(
+        "config",
+        None,
+        "run, create --startup_script: experiment config file of this checkout, FILE or "
+        "FILE:ARG; --config.KEY=VALUE sets a value, as for bertjax.main.",
+        lock_config=True,
     )
     flags.DEFINE_string(
         "workdir",
         None,
         "run, create --startup_script: bertjax.main's --workdir; gs://... but on one host.",
     )
-    flags.DEFINE_multi_string("override", [], "run: KEY=VALUE, passed on as --config.KEY=VALUE")
     flags.DEFINE_string("storage", None, "sweep: the sweep's database (postgresql://...).")
     flags.DEFINE_string("study_name", "sweep", "sweep: the sweep's name in the database.")
     flags.DEFINE_integer("parallel", 1, "sweep: trials at once on each worker.")
@@ -193,7 +208,8 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Training:
-    """What `bertjax.main` runs: arguments already checked, config relative to the repo."""
+    """What `bertjax.main` runs: arguments already checked, config relative to the repo,
+    `overrides` the --config.KEY=VALUE arguments as given."""
 
     config: str
     workdir: str
@@ -203,7 +219,7 @@ class Training:
     def command(self, python: str) -> str:
         args = ["--config", self.config, "--workdir", self.workdir]
         args += ["--distributed"] * self.distributed
-        args += [f"--config.{override}" for override in self.overrides]
+        args += self.overrides
         return f"{python} -m bertjax.main {shlex.join(args)}"
 
 
@@ -561,36 +577,92 @@ def check_slice(subcommand: str, options) -> slices.Slice | None:
     )
 
 
-def check_training(options, tpu_slice: slices.Slice, why_gcs: str | None, needs: str) -> Training:
-    """The training command's arguments; `why_gcs` says why the workdir must be in gs://,
-    `needs` what needs them."""
-    for flag in ("config", "workdir"):
-        if not getattr(options, flag):
-            raise LaunchError(f"--{flag}: required {needs}")
-    for override in options.override:
-        if not re.fullmatch(r"[A-Za-z_][\w.\[\]]*=.*", override, flags=re.DOTALL):
-            raise LaunchError(
-                f"--override={override}: not KEY=VALUE (e.g. --override train_batch_size=512)"
-            )
+def config_overrides(argv: list[str]) -> tuple[str, ...]:
+    """The --config.KEY=VALUE arguments of the command line `argv` (flag files read), in
+    order, each as one argument: `--config.KEY VALUE` joined by `=`, `--[no]config.KEY`
+    (a boolean) as it is."""
+    argv = FLAGS.read_flags_from_files(argv, force_gnu=False)
+    overrides = []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--":
+            break
+        match = re.match(r"--?((no)?config\.([^=]+))(=.*)?\Z", arg, flags=re.DOTALL)
+        if not match:
+            continue
+        name, negated, key, value = match.groups()
+        if value is None and not negated and not FLAGS[f"config.{key}"].boolean:
+            value = "=" + next(args, "")
+        overrides.append(f"--{name}{value or ''}")
+    return tuple(overrides)
+
+
+def check_training(
+    options, tpu_slice: slices.Slice, why_gcs: str | None, needs: str, overrides: tuple[str, ...]
+) -> Training:
+    """The training command's arguments, its config checked for the slice; `why_gcs` says
+    why the workdir must be in gs://, `needs` what needs them."""
+    if not options["config"].present:
+        raise LaunchError(f"--config: required {needs}")
+    if not options.workdir:
+        raise LaunchError(f"--workdir: required {needs}")
     if why_gcs and not options.workdir.startswith("gs://"):
         raise LaunchError(f"--workdir={options.workdir}: must be gs://BUCKET/...: {why_gcs}")
-    return Training(
-        config=repo_relative_config(options.config),
+    training = Training(
+        config=repo_relative_config(config_file(options)),
         workdir=options.workdir,
-        overrides=tuple(options.override),
+        overrides=overrides,
         distributed=tpu_slice.hosts > 1,
     )
+    check_config(options.config, tpu_slice, options.accelerator_type)
+    return training
+
+
+def check_config(config, tpu_slice: slices.Slice, accelerator_type: str) -> None:
+    """What bertjax.main checks of the config before it trains (its keys and values were
+    checked as --config loaded): the task's checks, then the mesh and the batch sizes
+    against the slice's chips and hosts. Starts no backend and reads no data (a fine-tuning
+    config's init checkpoint is read for its model config, as bertjax.main reads it)."""
+    # Imported here, not at the top: the trainer's imports take seconds.
+    from bertjax import train
+
+    train.check_config(config)
+    slice_flags = f"--accelerator_type={accelerator_type}" + (
+        f" --num_slices={tpu_slice.num_slices}" if tpu_slice.num_slices > 1 else ""
+    )
+    if config.platform not in ("tpu", "any"):
+        raise LaunchError(
+            f"config.platform={config.platform!r}, but {slice_flags} is a TPU slice "
+            "(--config.platform=tpu runs it there)"
+        )
+    try:
+        train.check_devices(
+            config,
+            devices=tpu_slice.devices_count,
+            hosts=tpu_slice.hosts,
+            slices=tpu_slice.num_slices,
+            per_host=tpu_slice.chips // tpu_slice.hosts_per_slice,
+        )
+    except UserError as error:
+        raise LaunchError(
+            f"{error} ({slice_flags}: {tpu_slice.devices_count} chips on {tpu_slice.hosts} "
+            f"host{'s' * (tpu_slice.hosts > 1)})"
+        ) from None
+
+
+def config_file(options) -> str | None:
+    """--config as given (FILE or FILE:ARG), None if not given."""
+    return options["config"].config_filename if options["config"].present else None
 
 
 def repo_relative_config(config: str) -> str:
     """`config` (a file, maybe with `:ARGUMENT`) as the workers see it: relative to the repo."""
     file, colon, argument = config.partition(":")
     path = pathlib.Path(file).expanduser()
-    found = next((p for p in (path, REPO / path) if p.is_file()), None)
-    if found is None:
+    if not path.is_file():
         raise LaunchError(f"--config={config}: no such file")
     try:
-        relative = found.resolve().relative_to(REPO)
+        relative = path.resolve().relative_to(REPO)
     except ValueError:
         raise LaunchError(
             f"--config={config}: not in this checkout ({REPO}), so the workers do not have it"
@@ -608,12 +680,35 @@ def gcs_reason(subcommand: str, options, tpu_slice: slices.Slice | None) -> str 
     return None
 
 
-def plan(subcommand: str, options) -> Plan:
+def check_overrides(subcommand: str, options, overrides: tuple[str, ...]) -> None:
+    """Config overrides only where a run starts from the command line's config."""
+    if not overrides or subcommand == "run":
+        return
+    if subcommand == "sweep":
+        raise LaunchError(
+            f"{overrides[0]}: sweep workers take their trials' configs from the sweep's "
+            "database; give --config.KEY=VALUE to `python -m bertjax.sweep run`"
+        )
+    if subcommand != "create" or not options.startup_script:
+        raise LaunchError(
+            f"{overrides[0]}: only run and create --startup_script start training, "
+            "with --config and its overrides"
+        )
+
+
+def plan(subcommand: str, options, overrides: tuple[str, ...] = ()) -> Plan:
+    """The commands of `subcommand`, every flag checked; `overrides`: the --config.KEY=VALUE
+    arguments as given (config_overrides)."""
     check_name(options.name, xpk_workload=bool(options.xpk_cluster))
     if not options.zone:
         raise LaunchError("--zone: required (e.g. us-central2-b)")
     if options.spot and options.reserved:
         raise LaunchError("--spot and --reserved: choose one")
+    check_overrides(subcommand, options, overrides)
+    if subcommand == "sweep" and options["config"].present:
+        raise LaunchError(
+            "--config: sweep workers take their trials' configs from the sweep's database"
+        )
     tpu_slice = check_slice(subcommand, options)
     training = None
     if options.xpk_cluster:
@@ -628,7 +723,7 @@ def plan(subcommand: str, options) -> Plan:
             if not options.docker_image:
                 raise LaunchError("--docker_image: required with --xpk_cluster")
             why = gcs_reason(subcommand, options, None)
-            training = check_training(options, tpu_slice, why, "for run")
+            training = check_training(options, tpu_slice, why, "for run", overrides)
         return xpk(subcommand, options, tpu_slice, training)
 
     queued = options.queued or options.num_slices > 1
@@ -636,15 +731,15 @@ def plan(subcommand: str, options) -> Plan:
     if subcommand == "create":
         if options.startup_script:
             why = gcs_reason(subcommand, options, tpu_slice)
-            training = check_training(options, tpu_slice, why, "with --startup_script")
+            training = check_training(options, tpu_slice, why, "with --startup_script", overrides)
         return create(target, tpu_slice, options, training)
     if subcommand == "setup":
-        if options.config:  # shipped too
-            repo_relative_config(options.config)
+        if options["config"].present:  # shipped too
+            repo_relative_config(config_file(options))
         return setup(target)
     if subcommand == "run":
         why = gcs_reason(subcommand, options, tpu_slice)
-        training = check_training(options, tpu_slice, why, "for run")
+        training = check_training(options, tpu_slice, why, "for run", overrides)
         return run(target, training, options.stop_timeout_s)
     if subcommand == "sweep":
         check_sweep(options, tpu_slice)
@@ -767,15 +862,17 @@ def _short(command: list[str]) -> str:
 
 def main(argv):
     subcommand = parse_subcommand(argv[1:])
-    launch = plan(subcommand, FLAGS)
+    # The overrides as the command line gives them: ml_collections reads them there too.
+    launch = plan(subcommand, FLAGS, config_overrides(sys.argv))
+    config = config_file(FLAGS)
     if FLAGS.dry_run:
         names = None
         if launch.uses(ARCHIVE):
-            names = archive_files(FLAGS.config, FLAGS.max_archive_mib)
+            names = archive_files(config, FLAGS.max_archive_mib)
         print(launch.dry_run_text(names))
         return
     try:
-        execute(launch, FLAGS.name, FLAGS.config, FLAGS.max_archive_mib)
+        execute(launch, FLAGS.name, config, FLAGS.max_archive_mib)
     except KeyboardInterrupt:  # how `logs --follow` ends
         sys.exit(130)
 

@@ -30,6 +30,23 @@ def test_mesh_shape_fills_one_axis_and_checks_the_product():
         sharding.mesh_shape({"data": -1, "tensor": 3}, 8)
 
 
+def test_batches_and_the_tensor_axis_checked_from_sizes_alone():
+    """What bertjax.tpu.launch checks of a slice it has not started."""
+    shape = {"data": 4, "fsdp": 2, "tensor": 2}
+    sharding.check_batch_split(16, shape, 2, option="config.train_batch_size")
+    with pytest.raises(
+        sharding.MeshError, match=r"=12 is not divisible by the data-parallel size 8"
+    ):
+        sharding.check_batch_split(12, shape, 2, option="config.train_batch_size")
+    with pytest.raises(sharding.MeshError, match="=8 is not divisible by the 16 processes"):
+        sharding.check_batch_split(8, {"data": 8, "fsdp": 1, "tensor": 1}, 16, option="x")
+    sharding.check_tensor_within_host({"tensor": 2}, shape, 4)
+    with pytest.raises(sharding.MeshError, match=r"the tensor axis \(2\) would span hosts"):
+        sharding.check_tensor_within_host({"tensor": 2}, shape, 1)
+    with pytest.raises(sharding.MeshError, match="must be a multiple of the 8 slices"):
+        sharding.check_slices(shape, 8)
+
+
 def test_rules_name_exactly_the_models_logical_axes():
     assert sorted(name for name, _ in sharding.RULES) == sorted(model_lib.LOGICAL_AXES)
 

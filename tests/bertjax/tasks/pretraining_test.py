@@ -6,7 +6,6 @@ import dataclasses
 import math
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -129,16 +128,16 @@ def test_a_missing_key_is_named():
         TASK.check_config(config)
 
 
-def test_evaluating_the_whole_split_is_for_one_host_only(monkeypatch):
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
+def test_evaluating_the_whole_split_is_for_one_host_only():
     with pytest.raises(
         ConfigError,
         match=r"config.num_eval_steps=0 \(the whole split\) works on one host only; "
         "set it for this 2-host run",
     ):
-        TASK.check_config(tiny_config(num_eval_steps=0))
-    TASK.check_config(tiny_config(num_eval_steps=5))
-    TASK.check_config(tiny_config(num_eval_steps=0, eval_every_steps=0))  # no evaluation
+        TASK.check_hosts(tiny_config(num_eval_steps=0), 2)
+    TASK.check_hosts(tiny_config(num_eval_steps=0), 1)
+    TASK.check_hosts(tiny_config(num_eval_steps=5), 2)
+    TASK.check_hosts(tiny_config(num_eval_steps=0, eval_every_steps=0), 2)  # no evaluation
 
 
 # ------------------------------------------------------------------ what runs are ranked by

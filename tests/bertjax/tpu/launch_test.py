@@ -48,6 +48,7 @@ GOLDEN = {
         "create",
         *BASE,
         *["--accelerator_type", "v5p-32", "--spot", "--startup_script", *BERT_BASE],
+        "--config.data.vocab_file=gs://BUCKET/vocab.txt",
     ],
     "setup": ["setup", *BASE],
     "setup_multislice": ["setup", *BASE, "--num_slices", "2"],
@@ -55,7 +56,7 @@ GOLDEN = {
         "run",
         *TINY,
         *["--accelerator_type", "v5e-8", "--config", "experiments/pretrain/bert_mini.py"],
-        *["--workdir", "runs/mini", "--override", "num_train_steps=10000"],
+        *["--workdir", "runs/mini", "--config.num_train_steps=10000"],
     ],
     # The example of the issue.
     "run_multi_host": ["run", *BASE, "--accelerator_type", "v5p-32", *BERT_BASE],
@@ -79,7 +80,7 @@ GOLDEN = {
         *XPK,
         *["--docker_image", "us-docker.pkg.dev/my-project/bertjax/bertjax:latest"],
         *["--accelerator_type", "v5p-32", "--num_slices", "2", *BERT_BASE],
-        *["--override", "train_batch_size=512"],
+        *["--config.train_batch_size", "512"],
     ],
     "xpk_status": ["status", *BASE, *XPK],
     "xpk_logs": ["logs", *BASE, *XPK, "--follow"],
@@ -228,6 +229,9 @@ def test_multi_host_run_is_distributed_and_single_host_is_not():
     single = (GOLDEN_DIR / "run_single_host.txt").read_text()
     assert "--distributed" not in single
     assert "--config.num_train_steps=10000" in single
+    boot = (GOLDEN_DIR / "create_startup_script.txt").read_text()
+    (train,) = [line for line in boot.splitlines() if "-m bertjax.main" in line]
+    assert train.endswith(" --config.data.vocab_file=gs://BUCKET/vocab.txt && return")
 
 
 # ------------------------------------------------------------------ real runs, fake gcloud
@@ -346,7 +350,7 @@ RUN = ["run", *BASE, "--accelerator_type", "v5p-32"]
          "--workdir=runs/base"),
         ([*RUN, "--config", "experiments/pretrain/nosuch.py", "--workdir", "gs://B/r"],
          "--config=experiments/pretrain/nosuch.py"),
-        ([*RUN, *BERT_BASE, "--override", "train_batch_size"], "--override=train_batch_size"),
+        ([*RUN, *BERT_BASE, "--override", "num_train_steps=10"], "flag 'override'"),
         (["create", *BASE, "--accelerator_type", "v5p-32", "--spot", "--reserved"], "--spot"),
         (["create", *TINY, "--accelerator_type", "v5e-8", "--startup_script",
           "--config", "experiments/pretrain/bert_mini.py", "--workdir", "runs/mini"],
@@ -358,6 +362,14 @@ RUN = ["run", *BASE, "--accelerator_type", "v5p-32"]
         (["sweep", *BASE, "--accelerator_type", "v5p-32", "--storage", "postgresql://h/d"],
          "--accelerator_type=v5p-32: a sweep worker runs its trials on one host"),
         (["sweep", *TINY, *XPK, "--storage", "postgresql://h/d"], "--xpk_cluster"),
+        (["sweep", *TINY, "--storage", "postgresql://h/d", *BERT_BASE[:2], "--config.seed=1"],
+         "--config.seed=1: sweep workers take their trials' configs from the sweep's database"),
+        (["sweep", *TINY, "--storage", "postgresql://h/d", *BERT_BASE[:2]],
+         "--config: sweep workers take"),
+        (["setup", *BASE, *BERT_BASE[:2], "--config.seed=1"],
+         "--config.seed=1: only run and create --startup_script"),
+        (["create", *BASE, "--accelerator_type", "v5p-32", *BERT_BASE, "--config.seed=1"],
+         "--config.seed=1: only run and create --startup_script"),
         (["launch", *BASE], "unknown subcommand 'launch'"),
         (["status", "now", *BASE], "unexpected argument 'now'"),
         ([*BASE], "no subcommand"),
@@ -369,6 +381,128 @@ def test_bad_input_is_one_line_before_anything_runs(fake_gcloud, args, named):
     assert result.returncode == 2
     assert named in one_error_line(result)
     assert calls(log) == []
+
+
+# ------------------------------------------------------ the config, checked before launching
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "override, error",
+    [
+        ("--config.data.vocab_fle=x",
+         "error: unknown config key: config.data.vocab_fle; did you mean config.data.vocab_file?"),
+        ("--config.num_train_steps=abc",
+         "error: flag --config.num_train_steps=abc: invalid literal for int() with base 10: "
+         "'abc' (--help lists the flags)"),
+    ],
+)  # fmt: skip
+def test_a_bad_config_key_or_value_is_one_line_before_any_command(fake_gcloud, override, error):
+    env, log = fake_gcloud
+    for dry_run in ([], ["--dry_run"]):
+        result = launcher(*GOLDEN["run_multi_host"], override, *dry_run, env=env)
+        assert result.returncode == 2
+        assert one_error_line(result) == error
+        assert result.stdout == ""
+    assert calls(log) == []
+
+
+STARTUP = ["create", *BASE, "--accelerator_type", "v5p-32", "--startup_script", *BERT_BASE]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "args, error, dry_run",
+    [
+        ([*GOLDEN["run_multi_host"], "--config.train_batch_size=100"],
+         "error: config.train_batch_size=100 is not divisible by the data-parallel size 16 "
+         "(mesh data=16 x fsdp=1) (--accelerator_type=v5p-32: 16 chips on 4 hosts)", False),
+        ([*GOLDEN["run_multi_host"], "--config.train_batch_size=100"],
+         "error: config.train_batch_size=100 is not divisible", True),
+        ([*STARTUP, "--config.train_batch_size=100"],
+         "error: config.train_batch_size=100 is not divisible", False),
+        ([*GOLDEN["run_multi_host"], "--config.num_eval_steps=0"],
+         "error: config.num_eval_steps=0 (the whole split) works on one host only; set it for "
+         "this 4-host run (--accelerator_type=v5p-32: 16 chips on 4 hosts)", False),
+        ([*GOLDEN["run_multi_host"], "--num_slices=2", "--config.mesh.data=1",
+          "--config.mesh.fsdp=-1"],
+         "error: config.mesh: the data axis (1) must be a multiple of the 2 slices, which only "
+         "it spans (--accelerator_type=v5p-32 --num_slices=2: 32 chips on 8 hosts)", False),
+        ([*GOLDEN["run_multi_host"], "--config.num_train_steps=100"],
+         "error: config.optimizer.warmup_steps=10000 is above num_train_steps=100", False),
+    ],
+)  # fmt: skip
+def test_a_config_that_cannot_run_on_the_slice_is_refused_before_any_command(
+    fake_gcloud, args, error, dry_run
+):
+    """The checks bertjax.main makes before training, against the slice's chips and hosts."""
+    env, log = fake_gcloud
+    result = launcher(*args, *["--dry_run"] * dry_run, env=env)
+    assert result.returncode == 2
+    assert one_error_line(result).startswith(error)
+    assert result.stdout == ""
+    assert calls(log) == []
+
+
+# Values as a shell would hand them over: spaces, quotes and shell syntax, each given
+# in one of the forms absl takes.
+OVERRIDES = [
+    '--config.data.vocab_file=gs://BUCKET/it\'s a "vocab" $(touch PWNED) `id`.txt',
+    *["--config.data.tfds_data_dir", "gs://BUCKET/tfds  data"],
+    "--noconfig.data.do_lower_case",
+    "--config.num_train_steps=100000",
+]
+AS_PASSED_ON = [
+    '--config.data.vocab_file=gs://BUCKET/it\'s a "vocab" $(touch PWNED) `id`.txt',
+    "--config.data.tfds_data_dir=gs://BUCKET/tfds  data",
+    "--noconfig.data.do_lower_case",
+    "--config.num_train_steps=100000",
+]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("bash", "setsid", "nohup")), reason="needs bash"
+)
+def test_workers_get_the_overrides_exactly_as_written(tmp_path):
+    """What bertjax.main's argv holds on a worker, from run's ssh command and from the boot
+    script, each run by bash with a stand-in python that records its arguments."""
+    home = tmp_path / "home"
+    python = home / "bertjax" / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    argv_file = tmp_path / "argv.json"
+    recorder = tmp_path / "recorder.py"
+    recorder.write_text(
+        f"import json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {recorder} "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "HOME": str(home)}
+    expected = ["-m", "bertjax.main", "--config", "experiments/pretrain/bert_base.py"]
+    expected += ["--workdir", "gs://BUCKET/runs/base", "--distributed", *AS_PASSED_ON]
+
+    def argv_of(command: str) -> list[str]:
+        argv_file.unlink(missing_ok=True)
+        subprocess.run(["bash", "-c", command], cwd=home, env=env, check=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while not argv_file.exists() and time.monotonic() < deadline:  # run's is detached
+            time.sleep(0.1)
+        return json.loads(argv_file.read_text())
+
+    result = launcher(*GOLDEN["run_multi_host"], *OVERRIDES, "--dry_run")
+    assert result.returncode == 0, result.stderr
+    free, start = remote_commands(result.stdout)
+    assert argv_of(start) == expected
+
+    result = launcher(*STARTUP, *OVERRIDES, "--dry_run")
+    assert result.returncode == 0, result.stderr
+    (train,) = [line for line in result.stdout.splitlines() if "-m bertjax.main" in line]
+    train = train.removeprefix("#").strip().removesuffix("&& return")
+    assert train.startswith("/opt/bertjax/.venv/bin/python ")
+    assert argv_of(train.replace("/opt/bertjax/.venv/bin/python", shlex.quote(str(python)))) == (
+        expected
+    )
+    assert not list(tmp_path.rglob("PWNED"))
 
 
 @pytest.mark.integration

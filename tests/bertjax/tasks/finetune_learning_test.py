@@ -2,18 +2,25 @@
 
 These are docs/finetuning.md's figures at a smaller size: the same configs
 (experiments/finetune/builtin_topics.py, builtin_cloze.py), task files
-(data_pipeline/builtin_tasks.py) and command, `python -m bertjax.main`.
+(data_pipeline/builtin_tasks.py) and command, `python -m bertjax.main`; the topic
+classifier is then exported as the README does and checked in transformers.
 """
 
+import csv
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from support import REPO
 
+import bertjax
 from data_pipeline import builtin_tasks
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +82,28 @@ def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task
     )
     assert pretrained["eval"]["accuracy"] >= 0.85
     assert pretrained["eval"]["accuracy"] - scratch["eval"]["accuracy"] >= 0.2
+
+    # Exported as the README's step 4 does, the classifier answers the same in transformers.
+    exported = tmp_path / "exported"
+    command = ["-m", "bertjax.convert", "export", "--format", "hf", tmp_path / "pretrained"]
+    subprocess.run([sys.executable, *command, exported], cwd=REPO, check=True, timeout=600)
+    with open(task_dir / "topics_eval.tsv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    texts = [row["text"] for row in rows]
+    ours = bertjax.classify(bertjax.restore(str(tmp_path / "pretrained")), texts)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(exported))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
+    with torch.no_grad():
+        logits = model.eval()(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+    theirs = torch.softmax(logits, -1).numpy()
+    labels = [model.config.id2label[i] for i in range(theirs.shape[1])]
+    probabilities = np.array([[row["probabilities"][label] for label in labels] for row in ours])
+    same = sum(row["label"] == labels[i] for row, i in zip(ours, theirs.argmax(-1), strict=True))
+    difference = np.abs(probabilities - theirs).max()
+    print(
+        f"exported: {same}/{len(texts)} labels as bertjax's, probabilities within {difference:.1e}"
+    )
+    assert same == len(texts) and difference < 1e-4
 
 
 def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp_path):

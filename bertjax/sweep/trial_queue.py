@@ -12,6 +12,7 @@ Optuna trial is one attempt at one trial of the sweep, with user attributes:
     keys       the config keys it sets (its parameters)
     attempt    1 for the first attempt, 2 after one failure, ...
     worker     {"host", "pid", "started"} of the worker that took it
+    workdir    the trial's workdir, once its worker names it
     error      why an attempt failed; interrupted: stopped before the end, to go on
     duplicate  a second copy of a queued attempt, dropped when taken (see claim)
 States: WAITING (queued), RUNNING (a worker has it and records heartbeats),
@@ -19,20 +20,28 @@ then COMPLETE (its value is the metric), FAIL or PRUNED. A failed attempt is
 queued again while attempts are left; an interrupted one (stopped on request,
 or its worker gone) is queued again with the same attempt number, and its run
 resumes from its checkpoint. A worker is gone when its process on this host
-has ended, or, anywhere, when its heartbeats stop for `grace` seconds.
+has ended, or, anywhere, when its heartbeats (from a thread of their own,
+`heartbeats`, whatever its trial is doing) stop for the grace period of 4
+heartbeats, unless a live run holds the trial's workdir: a worker too starved
+or stopped to record them is not gone while its run goes on. On one machine
+the workdir's lock has the last word; across machines, the heartbeats.
 
 This is the one module that reaches into Optuna's private attributes (a trial's
 id in its storage, a study's storage: Optuna has no public handle on either),
 each in one small function here.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import socket
+import threading
 import warnings
 
 import optuna
 import psutil
+import sqlalchemy.exc
 
 from bertjax.sweep import hyper
 from bertjax.sweep.definition import SweepDefinition
@@ -43,6 +52,8 @@ WAITING, RUNNING = optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNN
 COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 PRUNED = optuna.trial.TrialState.PRUNED
 DUPLICATE_ATTR = "duplicate"  # a second copy of a queued attempt, dropped unrun
+# What a database busy or out of reach raises: Optuna wraps SQLAlchemy's errors in a session.
+_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 
 
 class QueueError(UserError):
@@ -143,6 +154,27 @@ def heartbeat(study, trial: optuna.Trial) -> None:
     _storage(study).record_heartbeat(trial_id(trial))
 
 
+@contextlib.contextmanager
+def heartbeats(study, trial: optuna.Trial, interval_s: float):
+    """Records `trial`'s heartbeats every `interval_s` from a thread of their own while the
+    block runs, however long its worker takes to start, wait for or watch the run."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(interval_s):
+            # A database busy or out of reach for a moment: the next beat may get through.
+            with contextlib.suppress(_STORAGE_ERRORS):
+                heartbeat(study, trial)
+
+    thread = threading.Thread(target=beat, name=f"heartbeats of trial {trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _storage(study) -> optuna.storages.BaseStorage:
     return study._storage  # the study's own storage: Optuna gives no other handle
 
@@ -234,14 +266,16 @@ def end_interrupted(study, trial: optuna.Trial, why: str) -> None:
 
 def fail_gone_workers(study) -> None:
     """Fails and queues again, to resume, the RUNNING attempts whose worker is gone: on
-    this host, a process that has ended; anywhere, heartbeats older than the grace period."""
+    this host, a process that has ended; anywhere, heartbeats older than the grace period,
+    unless a live run on this machine holds the trial's workdir."""
     here = socket.gethostname()
     for frozen in study.get_trials(deepcopy=False, states=(RUNNING,)):
         worker = frozen.user_attrs.get("worker") or {}
         if worker.get("host") == here and not _alive(worker):
             _end_gone(study, trial_id(frozen), f"its worker (process {worker.get('pid')}) ended")
     for storage_id in _silent_trial_ids(study):
-        _end_gone(study, storage_id, "its worker's heartbeats stopped")
+        if not _run_holds(_storage(study).get_trial(storage_id).user_attrs.get("workdir")):
+            _end_gone(study, storage_id, "its worker's heartbeats stopped")
 
 
 def _end_gone(study, storage_id: int, why: str) -> None:
@@ -260,6 +294,31 @@ def _silent_trial_ids(study) -> list[int]:
     """The RUNNING attempts whose heartbeats are older than the grace period (Optuna's own
     check, which it keeps private; its public one fails them without a way to say why)."""
     return _storage(study)._get_stale_trial_ids(study._study_id)
+
+
+def _run_holds(workdir: str | None) -> bool:
+    """Whether a live run holds the lock of `workdir` (bertjax.workdir.claim), a local one.
+
+    Probed with a shared lock, which no run takes: it fails while a run holds the
+    exclusive one, and two workers probing at once do not fail each other. A run
+    that tried to start in the instant of the probe would be turned away, but only
+    a run of the silent attempt itself, which the probe then finds gone."""
+    if not workdir or "://" in workdir:
+        return False  # a workdir in a bucket has a lease, not a lock: heartbeats tell
+    # Imported here, not at the top: only a silent trial needs it, and it loads JAX.
+    from bertjax import workdir as workdir_lib
+
+    try:
+        fd = os.open(os.path.join(workdir, workdir_lib.LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return False  # no run has held it here
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False  # closing the file drops the shared lock again
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _alive(worker: dict) -> bool:

@@ -14,11 +14,13 @@ thread pools follow); GPUs by CUDA_VISIBLE_DEVICES; TPU chips by
 TPU_VISIBLE_CHIPS and the process bounds Google documents for several
 processes on one TPU VM.
 
-While a trial runs its worker records Optuna heartbeats, and with pruning
-reports each evaluation of the metric to the pruner, which may stop the trial
-(SIGTERM: the run saves and exits). A trial process dies with its worker
-(the kernel sends it SIGTERM), so a killed worker leaves no run behind, only
-a checkpoint to resume from.
+From the moment a worker takes a trial until it records its end, a thread of
+its own records Optuna heartbeats (trial_queue.heartbeats), whatever the
+slot is doing: importing, waiting for the workdir, watching the run. With
+pruning the worker reports each evaluation of the metric to the pruner, which
+may stop the trial (SIGTERM: the run saves and exits). A trial process dies
+with its worker (the kernel sends it SIGTERM), so a killed worker leaves no
+run behind, only a checkpoint to resume from.
 """
 
 import glob
@@ -216,7 +218,8 @@ class Worker:
                     self.stop.wait(5 * POLL_S)
                     continue
                 return
-            self._run(trial, share)
+            with trial_queue.heartbeats(self.study, trial, self.heartbeat_s):
+                self._run(trial, share)
 
     def _new_search_trial(self) -> optuna.Trial | None:
         if not self.definition.search:
@@ -257,6 +260,9 @@ class Worker:
 
         # A run of this trial stopped a moment ago (its worker killed) may still be saving.
         workdir_lib.wait_until_free(workdir, STOP_GRACE_S)
+        if trial_queue.frozen_trial(self.study, trial).state != trial_queue.RUNNING:
+            self._say(f"trial {name}: given up as stale meanwhile; its queued copy goes on")
+            return
         self._say(f"trial {name}: started (attempt {attempt})")
         started = time.time()
         log_file = os.path.join(log_dir(trials_dir), name + ".log")
@@ -265,9 +271,10 @@ class Worker:
         try:
             self._record(trial, name, status, pruned, workdir, log_file, minutes)
         except optuna.exceptions.UpdateFinishedTrialError:
-            # Another worker found this one silent for the grace period (a database too
-            # busy for its heartbeats) and queued the trial again. That attempt resumes the
-            # same workdir, and finds the run finished if it is.
+            # Another worker found this one silent for the grace period (stopped, or a
+            # database too busy for its heartbeats) while its run held no lock it could see,
+            # and queued the trial again. That attempt resumes the same workdir, and finds
+            # the run finished if it is.
             self._say(f"trial {name}: given up as stale meanwhile; its queued copy goes on")
 
     def _record(self, trial, name, status, pruned, workdir, log_file, minutes) -> None:
@@ -329,13 +336,10 @@ class Worker:
             self._children.add(child)
             if self.stop.is_set():
                 child.send_signal(signal.SIGTERM)
-        pruned, reported, beat = False, 0, time.time()
+        pruned, reported = False, 0
         try:
             while child.poll() is None:
                 time.sleep(POLL_S)
-                if time.time() - beat >= self.heartbeat_s:
-                    trial_queue.heartbeat(self.study, trial)
-                    beat = time.time()
                 if self.definition.prune and not pruned:
                     reported = report_evals(trial, self.definition, workdir, reported)
                     if trial.should_prune():

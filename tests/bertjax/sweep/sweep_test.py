@@ -1,6 +1,7 @@
 """bertjax.sweep end to end, as `python -m bertjax.sweep` processes: a bad sweep refused before
-any trial runs, a real sweep killed and resumed by two workers, with its report, and two workers
-sharing a PostgreSQL server. Each module's rules are tested beside this file, without a run."""
+any trial runs, a real sweep killed and resumed by two workers, with its report, a worker silent
+past the grace period whose trial still runs once, and two workers sharing a PostgreSQL server.
+Each module's rules are tested beside this file, without a run."""
 
 import csv
 import json
@@ -13,9 +14,11 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 from support import REPO
 
+from bertjax import workdir as workdir_lib
 from bertjax.sweep import trial_queue
 
 pytestmark = pytest.mark.integration
@@ -211,6 +214,70 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     assert other.returncode == 2
     (line,) = error_lines(other.stderr)
     assert "holds another sweep: its overrides was {}" in line
+
+
+def test_a_worker_silent_past_the_grace_period_does_not_run_its_trial_twice(tmp_path):
+    # A loaded host or a long compile can starve a worker of its heartbeats while its trial
+    # runs on; here the worker and the run are stopped for longer than the grace period
+    # (4 heartbeats of 1 s) while `run` is started again. The run holds its workdir: the
+    # trial is left to it, and runs once.
+    config = write_config(
+        tmp_path, 'def get_hyper(hyper):\n    return hyper.sweep("config.seed", [0])\n'
+    )
+    sweep_dir = tmp_path / "sweep"
+    args = ["run", "--config", str(config), "--sweep_dir", str(sweep_dir), "--heartbeat_s", "1"]
+    processes, stopped = {}, []
+    try:
+        with open(tmp_path / "first.log", "w") as log:
+            processes["first"] = subprocess.Popen(
+                [sys.executable, "-m", "bertjax.sweep", *args],
+                cwd=REPO,
+                env=ENV,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        lock = f"trials/*/{workdir_lib.LOCK_FILE}"
+        wait_for(lambda: list(sweep_dir.glob(lock)), 300, "the trial's run to hold its workdir")
+        worker = psutil.Process(processes["first"].pid)
+        (run,) = [p for p in worker.children() if "bertjax.main" in p.cmdline()]
+        for process in (worker, run):
+            process.suspend()
+            stopped.append(process)
+        time.sleep(6)  # the last heartbeat now older than the grace period
+        with open(tmp_path / "again.log", "w") as log:
+            processes["again"] = subprocess.Popen(
+                [sys.executable, "-m", "bertjax.sweep", *args],
+                cwd=REPO,
+                env=ENV,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        # `run` again looks for gone workers before it says what it queued.
+        again_log = tmp_path / "again.log"
+        wait_for(lambda: "queued now" in again_log.read_text(), 300, "the queue looked at")
+        storage = trial_queue.open_storage(f"sqlite:///{sweep_dir / 'sweep.db'}", heartbeat_s=1)
+        study = trial_queue.open_study(storage, "sweep", direction="minimize", create=False)
+        (record,) = trial_queue.records(study)
+        assert [t.state for t in record.attempts] == [trial_queue.RUNNING], again_log.read_text()
+        for process in stopped:
+            process.resume()
+        stopped.clear()
+        for name, process in processes.items():
+            status = process.wait(timeout=600)
+            assert status == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    finally:
+        for process in stopped:
+            process.resume()
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    logs = (tmp_path / "first.log").read_text() + (tmp_path / "again.log").read_text()
+    assert logs.count(": started (attempt 1)") == 1 and "given up" not in logs, logs[-3000:]
+    (record,) = trial_queue.records(study)
+    assert record.status == "done" and len(record.attempts) == 1
+    (trial_log,) = (sweep_dir / "trials").glob("*.log")
+    assert trial_log.read_text().count("\n$ ") == 1  # one run of the trial
 
 
 def test_two_workers_share_a_sweep_in_a_postgresql_server(tmp_path):

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from support.sweeps import make_study
 
+from bertjax import workdir as workdir_lib
 from bertjax.sweep import trial_queue, worker
 
 
@@ -180,12 +181,16 @@ def test_a_worker_whose_process_id_now_names_another_process_is_gone(tmp_path):
     assert trial_queue.claim(study).user_attrs["attempt"] == 1
 
 
+def silence(sweep_dir) -> None:
+    """Every attempt's last heartbeat an hour ago, past the grace period of 4 heartbeats of 30 s."""
+    with sqlite3.connect(sweep_dir / "sweep.db") as db:
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
+
+
 def test_a_trial_whose_heartbeats_stopped_is_queued_again_to_resume(tmp_path):
     study, _ = make_study(tmp_path, trials=({"seed": 0},), max_retries=0)
     trial = trial_queue.claim(study)  # its worker, this process, is alive: only heartbeats tell
-    # Its last heartbeat an hour ago, past the grace period of 4 heartbeats of 30 s.
-    with sqlite3.connect(tmp_path / "sweep.db") as db:
-        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
+    silence(tmp_path)
     trial_queue.fail_gone_workers(study)
     old = trial_queue.frozen_trial(study, trial)
     assert old.state == trial_queue.FAIL
@@ -193,6 +198,39 @@ def test_a_trial_whose_heartbeats_stopped_is_queued_again_to_resume(tmp_path):
     assert again is not None and again.user_attrs["attempt"] == 1
     assert old.user_attrs.get("interrupted")
     assert old.user_attrs["error"] == "its worker's heartbeats stopped"
+
+
+def test_a_silent_trial_whose_run_holds_its_workdir_is_left_to_it(tmp_path):
+    # A worker too starved or stopped to record heartbeats (a loaded host, a long compile)
+    # while its run goes on: the run's lock on the workdir says the trial is alive.
+    study, _ = make_study(tmp_path, trials=({"seed": 0},))
+    trial = trial_queue.claim(study)
+    run_dir = tmp_path / "trials" / "000-seed=0"
+    trial.set_user_attr("workdir", str(run_dir))
+    with workdir_lib.claim(str(run_dir)):  # as the trial's run holds it
+        silence(tmp_path)
+        trial_queue.fail_gone_workers(study)
+        assert trial_queue.frozen_trial(study, trial).state == trial_queue.RUNNING
+        assert trial_queue.claim(study) is None
+    # The run ended (killed with its worker, on this machine or another): heartbeats tell.
+    trial_queue.fail_gone_workers(study)
+    old = trial_queue.frozen_trial(study, trial)
+    assert old.state == trial_queue.FAIL and old.user_attrs["interrupted"]
+    assert old.user_attrs["error"] == "its worker's heartbeats stopped"
+    assert trial_queue.claim(study).user_attrs["attempt"] == 1
+
+
+def test_heartbeats_go_on_while_the_block_runs_and_end_with_it(tmp_path):
+    study, _ = make_study(tmp_path, trials=({"seed": 0},))
+    trial = trial_queue.claim(study)
+    with trial_queue.heartbeats(study, trial, interval_s=0.2):
+        silence(tmp_path)
+        time.sleep(1.0)  # the worker busy with anything but its heartbeats
+        trial_queue.fail_gone_workers(study)
+        assert trial_queue.frozen_trial(study, trial).state == trial_queue.RUNNING
+    silence(tmp_path)  # the block over, its thread ended: silent again
+    trial_queue.fail_gone_workers(study)
+    assert trial_queue.frozen_trial(study, trial).state == trial_queue.FAIL
 
 
 def test_a_queued_copy_of_a_pruned_trial_is_dropped(tmp_path):

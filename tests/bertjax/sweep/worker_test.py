@@ -8,7 +8,9 @@ import json
 import math
 import os
 import signal
+import sqlite3
 import sys
+import time
 
 import ml_collections
 import optuna
@@ -17,6 +19,7 @@ from absl import flags
 from ml_collections import config_flags
 from support.sweeps import make_definition, make_study
 
+from bertjax import workdir as workdir_lib
 from bertjax.sweep import command, hyper, trial_queue, worker
 from data_pipeline.errors import Preempted, UserError
 
@@ -251,3 +254,29 @@ def test_a_trials_exit_decides_whether_it_is_done_resumed_retried_or_given_up(
         interrupted = status != 1
         assert record.last.user_attrs["attempt"] == (1 if interrupted else 2)
         assert bool(first.user_attrs.get("interrupted")) == interrupted
+
+
+def test_a_worker_keeps_its_trial_while_it_waits_to_start_the_run(tmp_path, monkeypatch):
+    # Between taking a trial and watching its run a worker may wait for minutes: for the run
+    # of a killed worker to save, for JAX to import on a loaded host. Its heartbeats go on,
+    # so no other worker, looking for gone ones meanwhile, runs the trial a second time.
+    study, definition = make_study(tmp_path, trials=({"seed": 0},))
+    seen = []
+
+    def wait_until_free(run_dir, timeout_s):
+        if not seen:  # the first wait, as if it had lasted an hour
+            with sqlite3.connect(tmp_path / "sweep.db") as db:
+                db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
+            time.sleep(3.0)
+            trial_queue.fail_gone_workers(study)  # as every other worker does as it polls
+            seen.append([r.status for r in trial_queue.records(study)])
+        return True
+
+    monkeypatch.setattr(workdir_lib, "wait_until_free", wait_until_free)
+    monkeypatch.setattr(worker.Worker, "_watch", lambda self, *args: (0, False))
+    out = io.StringIO()
+    worker.Worker(study, definition, parallel=1, heartbeat_s=1, out=out)._slot({})
+    assert seen == [["running"]]
+    (record,) = trial_queue.records(study)
+    assert len(record.attempts) == 1
+    assert out.getvalue().count(": started (attempt 1)") == 1, out.getvalue()

@@ -1,37 +1,76 @@
 """Orbax checkpoints of a run, under WORKDIR/checkpoints/<step>/: the train state
-(`state`) and where each host's input stream stands (`data`, JSON).
+(`state`), where each host's input stream stands (`data`, JSON) and a fingerprint
+of each array of the state (`fingerprints`, JSON).
 
 The train state holds the step, from which the dropout rng follows, and the
 data item lets the input continue where it stood (train.py), so restoring a
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
+
+A fingerprint is two 32-bit sums of an array's bits, the second weighted by
+position, computed by a jitted reduction where the array lives (a sharded array
+sends two numbers per array to the host, not its bytes). Every restore computes
+them again and compares: a flipped bit, a truncated or missing file or unreadable
+metadata makes the checkpoint Damaged, with one line naming the step and what is
+wrong. `restore_newest_good` then falls back to the newest step that verifies;
+a run moves the damaged step aside to WORKDIR/damaged_checkpoints/ (never
+deleting it), a reader leaves the workdir as it is. Checkpoints written before
+fingerprints existed restore unverified.
 """
 
 import logging
+import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+import tensorflow as tf
 from absl import logging as absl_logging
 from etils import epath
+from jax.experimental import multihost_utils
 
 from bertjax import workdir as workdir_lib
 from bertjax.workdir import CheckpointError
+from data_pipeline.errors import UserError
 
 ITEM = "state"
 DATA_ITEM = "data"
+FINGERPRINTS_ITEM = "fingerprints"
+ITEMS = (ITEM, DATA_ITEM, FINGERPRINTS_ITEM)
+# Where a run moves the checkpoints that fail to restore, in the workdir.
+DAMAGED_DIR = "damaged_checkpoints"
 # What every complete step directory holds; orbax writes it before the commit.
 _STEP_METADATA = "_CHECKPOINT_METADATA"
 
 
-def make_manager(workdir: str, *, max_to_keep: int) -> ocp.CheckpointManager:
+class Damaged(CheckpointError):
+    """A checkpoint that cannot be restored as written: its `step` and what is wrong."""
+
+    def __init__(self, directory: str, step: int, reason: str):
+        super().__init__(f"{directory}/{step}: damaged, {reason}")
+        self.step = step
+
+
+def make_manager(
+    workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...] = ()
+) -> ocp.CheckpointManager:
+    """Saves of a run: the newest `max_to_keep` steps are kept (None: all), and the steps
+    `keep` whatever their age (the checkpoint a run resumed from: the newest known to
+    verify, until a later one is read back)."""
     directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
-    check_step_dirs(directory)
+    check_step_dirs(directory, move=True)
+    policies = ocp.checkpoint_managers
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True
+        create=True,
+        enable_async_checkpointing=True,
+        preservation_policy=policies.AnyPreservationPolicy(
+            [policies.LatestN(max_to_keep), policies.CustomSteps(keep)]
+        ),
     )
-    return ocp.CheckpointManager(directory, options=options, item_names=(ITEM, DATA_ITEM))
+    return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
 
 
 def _read_only_manager(workdir: str) -> ocp.CheckpointManager:
@@ -49,7 +88,7 @@ def _read_only_manager(workdir: str) -> ocp.CheckpointManager:
     absl_logger = absl_logging.get_absl_logger()
     absl_logger.addFilter(_not_read_only_notice)
     try:
-        return ocp.CheckpointManager(directory, options=options, item_names=(ITEM, DATA_ITEM))
+        return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
     finally:
         absl_logger.removeFilter(_not_read_only_notice)
 
@@ -58,22 +97,29 @@ def _not_read_only_notice(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("Given directory is read only")
 
 
-def check_step_dirs(directory: epath.Path) -> None:
+def check_step_dirs(directory: epath.Path, *, move: bool = False) -> None:
     """Fails, naming it, on a step directory that is not a complete checkpoint (a stray
-    or foreign folder), which orbax would take as the latest step. Orbax's own
-    unfinished saves (`N.orbax-checkpoint-tmp-*`) are not steps; it cleans them up."""
+    or foreign folder, or a save cut short), which orbax would take as the latest step;
+    with `move` (a run's own workdir), moves it to damaged_checkpoints/ and says so.
+    Orbax's own unfinished saves (`N.orbax-checkpoint-tmp-*`) are not steps; it cleans
+    them up."""
     if not directory.is_dir():
         return
-    for step_dir in directory.iterdir():
+    for step_dir in sorted(directory.iterdir()):
         if not step_dir.name.isdigit():
             continue
         if not (step_dir / _STEP_METADATA).exists() or not (step_dir / ITEM).is_dir():
+            problem = f"not a complete bertjax checkpoint (no {_STEP_METADATA} or {ITEM}/)"
+        elif not ocp.step.is_path_finalized(step_dir):
+            problem = "an unfinished checkpoint"
+        else:
+            continue
+        if not move:
             raise CheckpointError(
-                f"{step_dir}: not a complete bertjax checkpoint (no {_STEP_METADATA} or "
-                f"{ITEM}/); move it out of {directory} to resume from the other steps"
+                f"{step_dir}: {problem}; move it out of {directory} to use the other steps"
             )
-        if not ocp.step.is_path_finalized(step_dir):
-            raise CheckpointError(f"{step_dir}: an unfinished checkpoint; move it out")
+        where = _move_aside(str(directory), int(step_dir.name))
+        absl_logging.warning("%s: %s; moved to %s", step_dir, problem, where)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
@@ -82,14 +128,67 @@ def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
     The previous save's failure (a full disk, no permission) raises here, as a
     CheckpointError; a save that fails is never listed as a step.
     """
+    prints = fingerprints(state)  # before the save: a donated buffer may be reused after
     with _save_errors(manager):
         manager.save(
             step,
             args=ocp.args.Composite(
-                **{ITEM: ocp.args.StandardSave(state), DATA_ITEM: ocp.args.JsonSave(data)}
+                **{
+                    ITEM: ocp.args.StandardSave(state),
+                    DATA_ITEM: ocp.args.JsonSave(data),
+                    FINGERPRINTS_ITEM: ocp.args.JsonSave(prints),
+                }
             ),
             force=True,
         )
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+
+def fingerprints(tree) -> dict[str, list[int]]:
+    """Each array of `tree` by its path ("params/bert/..."): [sum of its bits as 32-bit
+    words, sum weighted by 2 * position + 1], both modulo 2**32."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    names = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in leaves]
+    sums = jax.device_get(_fingerprint_all([leaf for _, leaf in leaves]))
+    return {name: [int(a), int(b)] for name, (a, b) in zip(names, sums, strict=True)}
+
+
+@jax.jit
+def _fingerprint_all(arrays):
+    return [_fingerprint(x) for x in arrays]
+
+
+def _fingerprint(x):
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+    words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
+    # Each element's row-major position, built per axis so that a sharded array stays so.
+    position, stride = jnp.zeros(x.shape, jnp.uint32), 1
+    for axis in reversed(range(x.ndim)):
+        axis_index = jax.lax.broadcasted_iota(jnp.uint32, x.shape, axis)
+        position = position + axis_index * jnp.uint32(stride % 2**32)
+        stride *= x.shape[axis]
+    weighted = words * (2 * position + 1)
+    return jnp.stack([jnp.sum(words, dtype=jnp.uint32), jnp.sum(weighted, dtype=jnp.uint32)])
+
+
+def _verify(directory: str, step: int, tree, saved: dict | None) -> None:
+    """Fails with Damaged when an array of `tree` does not match its saved fingerprint;
+    a checkpoint from before fingerprints (`saved` None) passes."""
+    if saved is None:
+        return
+    for name, value in fingerprints(tree).items():
+        if name not in saved:
+            raise Damaged(directory, step, f"{name} has no fingerprint in {FINGERPRINTS_ITEM}/")
+        if saved[name] != value:
+            raise Damaged(
+                directory, step, f"{name} differs from what was written (fingerprint mismatch)"
+            )
 
 
 # How tensorstore and orbax word a storage failure: an absl status code first.
@@ -179,14 +278,96 @@ def wait(manager: ocp.CheckpointManager, timeout_s: float | None = None) -> bool
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state) -> tuple:
-    """(state on the shardings of `abstract_state`, the data item or None): checkpoints
-    from before the data item have none."""
+    """(state on the shardings of `abstract_state`, the data item or None), verified
+    against the step's fingerprints; Damaged when it cannot be. Checkpoints from before
+    the data item have none."""
+    directory = str(manager.directory)
+    step_dir = epath.Path(directory) / str(step)
     args = {ITEM: ocp.args.StandardRestore(abstract_state)}
-    has_data = (epath.Path(manager.directory) / str(step) / DATA_ITEM).exists()
-    if has_data:
-        args[DATA_ITEM] = ocp.args.JsonRestore()
-    restored = manager.restore(step, args=ocp.args.Composite(**args))
-    return restored[ITEM], restored[DATA_ITEM] if has_data else None
+    for item in (DATA_ITEM, FINGERPRINTS_ITEM):
+        if (step_dir / item).exists():
+            args[item] = ocp.args.JsonRestore()
+    with _read_errors(directory, step):
+        restored = manager.restore(step, args=ocp.args.Composite(**args))
+    _verify(directory, step, restored[ITEM], restored.get(FINGERPRINTS_ITEM))
+    return restored[ITEM], restored.get(DATA_ITEM)
+
+
+def restore_newest_good(
+    manager: ocp.CheckpointManager, abstract_state, report: Callable[[str], None]
+) -> tuple[int, object, dict | None] | None:
+    """(step, state, data) of the newest checkpoint that restores and verifies, or None
+    when there is none at all. Each damaged step is moved to WORKDIR/damaged_checkpoints/
+    and `report`ed in one line; with no good step left, a CheckpointError."""
+    directory = str(manager.directory)
+    moved = []
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            state, data = restore(manager, step, abstract_state)
+        except Damaged as damage:
+            moved.append(step)
+            report(f"{damage}; moved to {_move_aside(directory, step)}")
+            continue
+        if moved:
+            manager.reload()
+            report(f"resuming from step {step}, the newest checkpoint that verifies")
+        return step, state, data
+    if not moved:
+        return None
+    manager.reload()
+    raise CheckpointError(
+        f"{directory}: no checkpoint verifies (steps {', '.join(map(str, moved))} are damaged "
+        f"and now in {os.path.join(os.path.dirname(directory), DAMAGED_DIR)}); start the run "
+        "in a new workdir"
+    )
+
+
+def _move_aside(directory: str, step: int) -> str:
+    """Moves step `step` out of `directory` into the workdir's damaged_checkpoints/ (under
+    a new name if that step was moved before); returns where."""
+    target_dir = os.path.join(os.path.dirname(directory), DAMAGED_DIR)
+    target = os.path.join(target_dir, str(step))
+    if jax.process_index() == 0:
+        tf.io.gfile.makedirs(target_dir)
+        suffix = 1
+        while tf.io.gfile.exists(target):
+            suffix += 1
+            target = os.path.join(target_dir, f"{step}.{suffix}")
+        tf.io.gfile.rename(os.path.join(directory, str(step)), target)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"moved damaged checkpoint {step}")
+    return target
+
+
+# A storage failure that says nothing about the checkpoint's bytes: report, never move.
+_TRANSIENT = re.compile(
+    r"\b(UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|PERMISSION_DENIED|UNAUTHENTICATED|"
+    r"CANCELLED)\b"
+)
+
+
+class _read_errors:
+    """Turns a failure to read step `step` into one line: Damaged for what the bytes
+    caused (a truncated or missing file, unreadable metadata), a CheckpointError for a
+    failure of the storage or the machine (nothing is wrong with the checkpoint)."""
+
+    def __init__(self, directory: str, step: int):
+        self.directory, self.step = directory, step
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not isinstance(error, Exception) or isinstance(error, UserError):
+            return False
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = lines[0] if lines else type(error).__name__
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        if isinstance(error, MemoryError) or _TRANSIENT.search(str(error)):
+            raise CheckpointError(
+                f"{self.directory}/{self.step}: could not be read ({reason})"
+            ) from None
+        raise Damaged(self.directory, self.step, f"unreadable: {reason}") from None
 
 
 def latest_step(workdir: str) -> int | None:
@@ -196,22 +377,49 @@ def latest_step(workdir: str) -> int | None:
         return manager.latest_step()
 
 
-def restore_params(workdir: str, abstract_params, step: int | None = None):
-    """Only (a subtree of) the parameters of a workdir's checkpoint: an init_checkpoint's."""
-    step = latest_step(workdir) if step is None else step
-    if step is None:
-        raise CheckpointError(f"init_checkpoint={workdir!r}: no checkpoint under {workdir}")
+def restore_params(
+    workdir: str, abstract_params, step: int | None = None, *, what: str = "workdir"
+):
+    """(the parameters of a workdir's checkpoint, or the subtree `abstract_params` names;
+    its step). Without `step`, the newest checkpoint that verifies; a damaged newer one
+    is reported in one line and left in place (the workdir is only read). `what` names
+    the workdir in errors ("init_checkpoint", "workdir")."""
+    directory = workdir_lib.checkpoint_dir(workdir)
     with _read_only_manager(workdir) as manager:
-        restored = manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(
-                    item={"params": abstract_params},
-                    restore_args={
-                        "params": ocp.checkpoint_utils.construct_restore_args(abstract_params)
-                    },
-                    partial_restore=True,
+        steps = sorted(manager.all_steps(), reverse=True) if step is None else [step]
+        if not steps:
+            raise CheckpointError(f"{what}={workdir!r}: no checkpoint under {workdir}")
+        damages = []
+        for candidate in steps:
+            try:
+                params = _restore_params(manager, directory, candidate, abstract_params)
+            except Damaged as damage:
+                absl_logging.warning("%s", damage)
+                damages.append(damage)
+                continue
+            if damages:
+                absl_logging.warning(
+                    "using step %d, the newest checkpoint that verifies", candidate
                 )
-            ),
+            return params, candidate
+    if len(damages) == 1:
+        raise damages[0]
+    raise CheckpointError(f"{what}={workdir!r}: no checkpoint verifies; the newest: {damages[0]}")
+
+
+def _restore_params(manager, directory: str, step: int, abstract_params):
+    step_dir = epath.Path(directory) / str(step)
+    args = {
+        ITEM: ocp.args.PyTreeRestore(
+            item={"params": abstract_params},
+            restore_args={"params": ocp.checkpoint_utils.construct_restore_args(abstract_params)},
+            partial_restore=True,
         )
-    return restored.state["params"]
+    }
+    if (step_dir / FINGERPRINTS_ITEM).exists():
+        args[FINGERPRINTS_ITEM] = ocp.args.JsonRestore()
+    with _read_errors(directory, step):
+        restored = manager.restore(step, args=ocp.args.Composite(**args))
+    params = restored[ITEM]["params"]
+    _verify(directory, step, {"params": params}, restored.get(FINGERPRINTS_ITEM))
+    return params

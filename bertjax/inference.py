@@ -92,8 +92,7 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
     make_model = tasks.get(kind, where=f"{task_file}: kind").make_model
     vocab_file = workdir_lib.require_vocab_file(path, what="workdir")
     tokenizer = make_tokenizer(data_config_lib.from_config(tokenizer_data), vocab_file)
-    step = checkpoint.latest_step(path) if step is None else step
-    if step is None:
+    if step is None and checkpoint.latest_step(path) is None:
         raise CheckpointError(f"{path}: no checkpoint to restore")
 
     # The checkpoint's own layout first; then the loop layout for inference.
@@ -110,7 +109,8 @@ def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None =
         nn.meta.unbox(boxed),
         shardings,
     )
-    params = checkpoint.restore_params(path, abstract, step)
+    # Without `step`, the newest checkpoint that verifies.
+    params, step = checkpoint.restore_params(path, abstract, step)
     # The attention kernel is the run's choice, not the model's: XLA's runs anywhere.
     config = dataclasses.replace(
         saved_config, scan_layers=False, remat_policy="none", attention_implementation="xla"

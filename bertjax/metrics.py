@@ -12,6 +12,7 @@ unknown).
 import contextlib
 import json
 import os
+import struct
 import sys
 import time
 
@@ -19,9 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 from tensorflow.core.framework import summary_pb2
+from tensorflow.core.util import event_pb2
 
 from bertjax import workdir as workdir_lib
+from data_pipeline import files
 
 # What tf.summary.scalar would attach, written without the tensorboard package.
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
@@ -30,15 +34,18 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 
 
 class MetricWriter:
-    """Writes on process 0 only; the others stay quiet."""
+    """Writes on process 0 only; the others stay quiet. The history goes on from
+    `start_step`, the step of the checkpoint the run starts from (0: none): what was
+    logged after it is cut first (`cut_history`)."""
 
-    def __init__(self, workdir: str, *, num_train_steps: int, out=None):
+    def __init__(self, workdir: str, *, num_train_steps: int, start_step: int, out=None):
         self.num_train_steps = num_train_steps
         self.out = out or sys.stdout
         self.active = jax.process_index() == 0
         self.progress = self.active and self.out.isatty()
         if self.active:
             tf.io.gfile.makedirs(workdir)
+            cut_history(workdir, start_step)
             metrics_file = os.path.join(workdir, workdir_lib.METRICS_FILE)
             # Each flush puts the lines on disk; in Cloud Storage it uploads the whole
             # object again, cheap for a file that grows by one line a log step.
@@ -83,6 +90,43 @@ class MetricWriter:
         if self.active:
             self._jsonl.close()
             self._tensorboard.close()
+
+
+def cut_history(workdir: str, step: int) -> None:
+    """Cuts metrics.jsonl and the TensorBoard event files back to the records of steps up
+    to `step` (0: none), each atomically: a run killed after its last checkpoint had
+    logged the steps its resumption logs again."""
+    workdir_lib.cut_metrics(workdir, step)
+    pattern = os.path.join(workdir, workdir_lib.TENSORBOARD_DIR, "events.out.tfevents.*")
+    for path in tf.io.gfile.glob(pattern):
+        _cut_events(path, step)
+
+
+def _cut_events(path: str, step: int) -> None:
+    """An event file (TFRecords of Event protos) cut back to the events of steps up to
+    `step`, or removed when no summary is left. A record cut short by a kill ends it."""
+    data = files.read_bytes(path)
+    kept, points, offset, dropped = [], False, 0, False
+    # A record: its length (8 bytes), the length's CRC (4), the Event, the Event's CRC (4).
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        end = offset + 12 + length + 4
+        if end > len(data):
+            break
+        try:
+            event = event_pb2.Event.FromString(data[offset + 12 : end - 4])
+        except DecodeError:
+            break
+        if event.step <= step:
+            kept.append(data[offset:end])
+            points = points or event.HasField("summary")
+        else:
+            dropped = True
+        offset = end
+    if not points:
+        tf.io.gfile.remove(path)
+    elif dropped or offset < len(data):
+        files.atomic_write(path, b"".join(kept))
 
 
 class TrainWindow:

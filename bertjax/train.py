@@ -7,8 +7,10 @@ workdir)` is the whole run: re-running it on the same workdir resumes from
 the latest checkpoint and continues exactly (each checkpoint records where
 every host's input stream stood, and dropout rngs are folded from the step).
 
-A workdir belongs to one run at a time (workdir.claim), and a resume must
-have the saved run's config (workdir.check_same_run). SIGTERM and Ctrl-C save
+A workdir belongs to one run at a time (workdir.claim) and holds one run's
+history: a run must have the config.json of the run there, checkpoint or not
+(workdir.check_same_run), and a resumed run cuts the metrics back to its
+checkpoint's step (metrics.cut_history). SIGTERM and Ctrl-C save
 the step in hand and raise `Preempted` (preemption.py). Nothing non-finite is
 saved: the loss and the parameters are checked before every save, and an
 error waits for the save in flight, so the last good checkpoint survives.
@@ -292,7 +294,7 @@ def _init_checkpoint_params(run: Run) -> dict:
     init, model_config = run.setup.init, run.setup.model.config
     wanted = {key: run.abstract_state.params[key] for key in init.keys}
     if init.scan_layers == model_config.scan_layers or "bert" not in wanted:
-        return checkpoint.restore_params(init.checkpoint, wanted)
+        return checkpoint.restore_params(init.checkpoint, wanted, what="init_checkpoint")[0]
     # The checkpoint's layout, restored whole on every device, then rearranged.
     layers = model_config.num_hidden_layers
     to_saved, to_run = (
@@ -303,7 +305,7 @@ def _init_checkpoint_params(run: Run) -> dict:
     saved = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), saved
     )
-    restored = checkpoint.restore_params(init.checkpoint, saved)
+    restored, _ = checkpoint.restore_params(init.checkpoint, saved, what="init_checkpoint")
     return {**restored, "bert": to_run(restored["bert"], layers)}
 
 
@@ -358,9 +360,9 @@ def train_and_evaluate(
     after saving when asked to stop.
     """
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
+        # Also without a checkpoint: a run killed before its first one has logged steps.
+        workdir_lib.check_same_run(workdir, config)
         start_step = checkpoint.latest_step(workdir) or 0
-        if start_step:
-            workdir_lib.check_same_run(workdir, config)
         run = build_run(config, workdir, task=task, devices=devices)
         num_train_steps = run.setup.objective.num_train_steps
         if start_step > num_train_steps:
@@ -377,6 +379,8 @@ def train_and_evaluate(
 
 def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
+    # The run's config.json, before its first step: from here on the workdir takes no
+    # other run (check_same_run), whether or not this one lives to save a checkpoint.
     workdir_lib.write_run_description(
         workdir,
         config,
@@ -385,9 +389,18 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
         kind=run.task.name,
         description=setup.description.to_json(),
     )
-    manager = checkpoint.make_manager(workdir, max_to_keep=config.checkpoints_to_keep)
+    restored = None
+    if start_step:
+        # The newest checkpoint that verifies; damaged newer ones are moved aside.
+        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
+            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
+        start_step = restored[0]
+    # Rotation never deletes the step resumed from: the newest known to verify.
+    manager = checkpoint.make_manager(
+        workdir, max_to_keep=config.checkpoints_to_keep, keep=(start_step,) if start_step else ()
+    )
     try:
-        return _loop(run, workdir, manager, start_step, stop_after, claim, stop)
+        return _loop(run, workdir, manager, start_step, restored, stop_after, claim, stop)
     except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
         try:
@@ -400,13 +413,15 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
         manager.close()
 
 
-def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, stop) -> dict:
+def _loop(
+    run: Run, workdir: str, manager, start_step: int, restored, stop_after, claim, stop
+) -> dict:
     config, setup = run.config, run.setup
     num_steps = setup.objective.num_train_steps
-    state, positions = _start(run, manager, workdir, start_step)
+    state, positions = _start(run, workdir, restored)
     checkpoint.check_space(manager, state)  # before the first step, not at the first save
     jitted_train_step, jitted_eval_step = jit_steps(run)
-    writer = metrics.MetricWriter(workdir, num_train_steps=num_steps)
+    writer = metrics.MetricWriter(workdir, num_train_steps=num_steps, start_step=start_step)
     evaluator = Evaluator(run, workdir, jitted_eval_step, writer, stop)
     saver = Saver(run, manager, stop)
     rng = jax.random.key(config.seed)
@@ -451,13 +466,13 @@ def _loop(run: Run, workdir: str, manager, start_step: int, stop_after, claim, s
     return evaluator.results
 
 
-def _start(run: Run, manager, workdir: str, start_step: int):
-    """(state, every host's saved stream positions or None): restored at `start_step`, or
-    the initial state."""
-    if not start_step:
+def _start(run: Run, workdir: str, restored):
+    """(state, every host's saved stream positions or None): the `restored` (step, state,
+    data) of checkpoint.restore_newest_good, or the initial state."""
+    if restored is None:
         return create_state(run), None
-    logging.info("resuming from %s at step %d", workdir, start_step)
-    state, data = checkpoint.restore(manager, start_step, run.abstract_state)
+    step, state, data = restored
+    logging.info("resuming from %s at step %d", workdir, step)
     return state, (data or {}).get("stream_positions")
 
 

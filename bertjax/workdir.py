@@ -10,6 +10,8 @@
       results.json              {"eval": the latest evaluation, "best": the best one}
       eval_predictions.jsonl    the final evaluation's predictions (SQuAD: predictions.json ...)
       metrics.jsonl, tensorboard/
+                                the logged steps; a resumed run cuts both back to its
+                                checkpoint's step (metrics.cut_history)
       checkpoints/<step>/       orbax checkpoints of the train state (checkpoint.py)
       .lock | run.lease         held by the live run (`claim`)
 
@@ -152,6 +154,29 @@ def read_metrics(workdir: str) -> list[dict]:
         with contextlib.suppress(ValueError):  # half written
             records.append(json.loads(line))
     return records
+
+
+def cut_metrics(workdir: str, step: int) -> None:
+    """Cuts metrics.jsonl back to the records of steps up to `step` (0: none) and drops a
+    half-written last line, atomically. A run resuming from the checkpoint of `step` logs
+    the later steps again, which a run killed after that checkpoint had logged already."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not files.exists(path):
+        return
+    *lines, partial = files.read_bytes(path).decode("utf-8", "replace").split("\n")
+    kept = [line for line in lines if (logged := _logged_step(line)) is not None and logged <= step]
+    if partial or len(kept) < len(lines):
+        files.atomic_write(path, "".join(line + "\n" for line in kept))
+
+
+def _logged_step(line: str) -> int | None:
+    """The step of a metrics.jsonl line; None for a line that is not a whole record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    logged = record.get("step") if isinstance(record, dict) else None
+    return logged if isinstance(logged, int) else None
 
 
 def read_results(workdir: str) -> dict:
@@ -357,8 +382,10 @@ RESUMABLE_CHANGES = (
 
 
 def check_same_run(workdir: str, config) -> None:
-    """Fails, with a one-line diff, when the run saved in `workdir` had another config
-    in anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs)."""
+    """Fails, with a one-line diff, when the run `workdir` holds had another config in
+    anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs). A run
+    writes its config.json before its first step, so this holds from then on, whether or
+    not it saved a checkpoint."""
     saved = read_json(os.path.join(workdir, CONFIG_FILE))
     if saved is None:
         return

@@ -444,10 +444,12 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"{vocab_file}: {len(vocab)} entries, but model_config.json has "
             f"vocab_size={config.vocab_size}"
         )
-    step = _checkpoint_step(workdir, step)
+    _checkpoint_step(workdir, step)  # a checkpoint, and `step` among them
     _check_empty_destination(out_dir)
 
+    # Without `step`, the newest checkpoint that verifies.
     restored = inference.restore(workdir, step)
+    step = restored.step
     tensors = tensors_from_params(restored.params, config, "hf", kind=kind)
     hf_config = {
         "architectures": [HF_CLASSES[kind]],

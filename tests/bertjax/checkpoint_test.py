@@ -76,9 +76,10 @@ def test_restore_params_reads_a_subtree_of_the_parameters_quietly(tmp_path, capl
     save_steps(tmp_path, [1, 2], max_to_keep=2).close()
     wanted = {"encoder": tiny_state(0)["params"]["encoder"]}
     with caplog.at_level(logging.WARNING):
-        latest = checkpoint.restore_params(str(tmp_path), abstract(wanted))
+        latest, step = checkpoint.restore_params(str(tmp_path), abstract(wanted))
+    assert step == 2
     assert_trees_equal(latest, {"encoder": tiny_state(2)["params"]["encoder"]})
-    earlier = checkpoint.restore_params(str(tmp_path), abstract(wanted), step=1)
+    earlier, _ = checkpoint.restore_params(str(tmp_path), abstract(wanted), step=1)
     assert_trees_equal(earlier, {"encoder": tiny_state(1)["params"]["encoder"]})
     # Reading a workdir is no reason for orbax to warn (it did, four lines a restore).
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
@@ -86,18 +87,20 @@ def test_restore_params_reads_a_subtree_of_the_parameters_quietly(tmp_path, capl
 
 def test_restore_params_of_a_workdir_without_checkpoints_names_it(tmp_path):
     with pytest.raises(CheckpointError, match=f"init_checkpoint='{tmp_path}': no checkpoint under"):
-        checkpoint.restore_params(str(tmp_path), {})
+        checkpoint.restore_params(str(tmp_path), {}, what="init_checkpoint")
 
 
-def test_a_stray_step_directory_is_refused_by_name(tmp_path):
+def test_a_stray_step_directory_is_refused_by_a_reader_and_moved_aside_by_a_run(tmp_path):
     save_steps(tmp_path, [1]).close()
     stray = tmp_path / "checkpoints" / "7"
     stray.mkdir()
     (stray / "notes.txt").write_text("not a checkpoint")
     with pytest.raises(CheckpointError, match=f"{stray}: not a complete bertjax checkpoint"):
         checkpoint.latest_step(str(tmp_path))
-    with pytest.raises(CheckpointError, match="move it out"):
-        checkpoint.make_manager(str(tmp_path), max_to_keep=3)
+    # A run's manager moves it out of the steps, keeping it.
+    checkpoint.make_manager(str(tmp_path), max_to_keep=3).close()
+    assert (tmp_path / checkpoint.DAMAGED_DIR / "7" / "notes.txt").is_file()
+    assert checkpoint.latest_step(str(tmp_path)) == 1
 
 
 def test_a_step_directory_without_the_state_item_is_refused(tmp_path):
@@ -139,4 +142,130 @@ def test_check_space_refuses_a_state_bigger_than_the_disk(tmp_path):
     huge = {"params": jax.ShapeDtypeStruct((2**40,), jnp.float32)}  # 4 TiB
     with pytest.raises(CheckpointError, match=r"MiB free, .*latest complete checkpoint: none"):
         checkpoint.check_space(manager, huge)
+    manager.close()
+
+
+# ----------------------------------------------------------------------------- integrity
+
+
+def big_state(step: int) -> dict:
+    """tiny_state with a 128 x 128 kernel: its data is the step's largest file."""
+    state = tiny_state(step)
+    kernel = jnp.arange(128 * 128, dtype=jnp.float32).reshape(128, 128) / 7 + step
+    return {**state, "params": {**state["params"], "big": {"kernel": kernel}}}
+
+
+def save_big(workdir, steps, **options):
+    manager = checkpoint.make_manager(str(workdir), max_to_keep=None, **options)
+    for step in steps:
+        checkpoint.save(manager, step, big_state(step), {"stream_positions": [step]})
+        assert checkpoint.wait(manager, timeout_s=60)
+    return manager
+
+
+def data_files(workdir, step: int) -> list:
+    """The files of a step's arrays (not its metadata), largest first."""
+    state_dir = workdir / "checkpoints" / str(step) / checkpoint.ITEM
+    return sorted(state_dir.glob("**/d/*"), key=lambda p: p.stat().st_size, reverse=True)
+
+
+def flip_low_bits(path, count=100) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + count):
+        data[i] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_a_fingerprint_changes_with_one_bit_and_with_the_order_of_the_values():
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    base = checkpoint.fingerprints({"x": x})["x"]
+    flipped = jax.lax.bitcast_convert_type(x, jnp.uint32).at[1, 2].add(1)
+    assert (
+        checkpoint.fingerprints({"x": jax.lax.bitcast_convert_type(flipped, jnp.float32)})["x"]
+        != base
+    )
+    swapped = x.at[0, 0].set(x[0, 1]).at[0, 1].set(x[0, 0])
+    (a, b), (a2, b2) = base, checkpoint.fingerprints({"x": swapped})["x"]
+    assert a == a2 and b != b2  # the same sum, in another order
+    # A sharded array has the fingerprint of its values, wherever they are.
+    mesh = jax.make_mesh((len(jax.devices()),), ("d",))
+    sharded = jax.device_put(
+        jnp.tile(x, (len(jax.devices()), 1)), jax.NamedSharding(mesh, jax.P("d"))
+    )
+    local = np.asarray(sharded)
+    assert checkpoint.fingerprints({"x": sharded}) == checkpoint.fingerprints({"x": local})
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda w: flip_low_bits(data_files(w, 2)[0]), "params/big/kernel differs from what"),
+        (lambda w: data_files(w, 2)[0].write_bytes(b"short"), "unreadable: "),
+        (lambda w: data_files(w, 2)[0].unlink(), "unreadable: "),
+        (lambda w: (w / "checkpoints/2/data/metadata").write_text("{not json"), "unreadable: "),
+    ],
+    ids=["flipped_bits", "truncated_array", "deleted_array", "damaged_data_item"],
+)
+def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back(
+    tmp_path, damage, reason
+):
+    save_big(tmp_path, [1, 2]).close()
+    damage(tmp_path)
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+    with pytest.raises(checkpoint.Damaged) as caught:
+        checkpoint.restore(manager, 2, abstract(big_state(2)))
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"{tmp_path}/checkpoints/2: damaged, {reason}"), line
+    assert len(line) < 400
+
+    reports = []
+    step, state, data = checkpoint.restore_newest_good(
+        manager, abstract(big_state(2)), reports.append
+    )
+    manager.close()
+    assert step == 1 and data == {"stream_positions": [1]}
+    assert_trees_equal(state, big_state(1))
+    moved = tmp_path / checkpoint.DAMAGED_DIR / "2"
+    assert reports == [
+        f"{line}; moved to {moved}",
+        "resuming from step 1, the newest checkpoint that verifies",
+    ]
+    assert moved.is_dir()  # kept, not deleted
+    assert checkpoint.latest_step(str(tmp_path)) == 1
+
+
+def test_with_no_checkpoint_that_verifies_the_run_stops_in_one_line(tmp_path):
+    save_big(tmp_path, [1, 2]).close()
+    for step in (1, 2):
+        flip_low_bits(data_files(tmp_path, step)[0])
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+    with pytest.raises(CheckpointError, match=r"no checkpoint verifies \(steps 2, 1 are damaged"):
+        checkpoint.restore_newest_good(manager, abstract(big_state(2)), lambda line: None)
+    manager.close()
+    assert sorted(p.name for p in (tmp_path / checkpoint.DAMAGED_DIR).iterdir()) == ["1", "2"]
+
+
+def test_a_reader_falls_back_without_moving_anything(tmp_path, caplog):
+    save_big(tmp_path, [1, 2]).close()
+    flip_low_bits(data_files(tmp_path, 2)[0])
+    wanted = abstract({"big": big_state(0)["params"]["big"]})
+    with caplog.at_level(logging.WARNING):
+        params, step = checkpoint.restore_params(str(tmp_path), wanted)
+    assert step == 1
+    assert_trees_equal(params, {"big": big_state(1)["params"]["big"]})
+    assert "checkpoints/2: damaged, params/big/kernel differs" in caplog.text
+    assert "using step 1, the newest checkpoint that verifies" in caplog.text
+    assert checkpoint.latest_step(str(tmp_path)) == 2  # the workdir is left as it was
+    with pytest.raises(checkpoint.Damaged, match="checkpoints/2: damaged"):
+        checkpoint.restore_params(str(tmp_path), wanted, step=2)
+
+
+def test_rotation_keeps_the_step_a_run_resumed_from(tmp_path):
+    manager = save_big(tmp_path, [1, 2, 3, 4, 5], keep=(2,))
+    manager.close()
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=2, keep=(2,))
+    for step in (6, 7):
+        checkpoint.save(manager, step, big_state(step), {})
+        assert checkpoint.wait(manager, timeout_s=60)
+    assert list(manager.all_steps()) == [2, 6, 7]
     manager.close()

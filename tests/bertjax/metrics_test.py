@@ -5,6 +5,7 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bertjax import metrics
 
@@ -85,7 +86,7 @@ def test_format_duration(seconds, shown):
 
 
 def test_writer_appends_json_lines(tmp_path):
-    writer = metrics.MetricWriter(str(tmp_path), num_train_steps=2)
+    writer = metrics.MetricWriter(str(tmp_path), num_train_steps=2, start_step=0)
     writer.write(1, "train", {"loss": 1.5, "mfu": 0.1})
     writer.write(2, "eval", {"loss": 1.25, "kind": "text"})
     writer.close()
@@ -95,3 +96,41 @@ def test_writer_appends_json_lines(tmp_path):
         {"step": 2, "split": "eval", "loss": 1.25, "kind": "text"},
     ]
     assert any((tmp_path / "tensorboard").iterdir())
+
+
+def history(workdir) -> tuple[list, list]:
+    """(step, loss) of metrics.jsonl's records and of TensorBoard's train/loss points."""
+    with open(workdir / "metrics.jsonl", encoding="utf-8") as f:
+        lines = [(record["step"], record["loss"]) for record in map(json.loads, f)]
+    points = [
+        (event.step, float(tf.make_ndarray(value.tensor)))
+        for path in (workdir / "tensorboard").iterdir()
+        for event in tf.compat.v1.train.summary_iterator(str(path))
+        for value in event.summary.value
+        if value.tag == "train/loss"
+    ]
+    return lines, sorted(points)
+
+
+def test_a_resumed_writer_cuts_the_history_back_to_its_checkpoint(tmp_path):
+    killed = metrics.MetricWriter(str(tmp_path), num_train_steps=6, start_step=0)
+    for step in range(1, 6):
+        killed.write(step, "train", {"loss": 1.0})
+    killed.close()
+    (events,) = (tmp_path / "tensorboard").iterdir()
+    with open(events, "ab") as f:  # a record a kill cut short
+        f.write(b"\x40\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "split": "tr')
+
+    resumed = metrics.MetricWriter(str(tmp_path), num_train_steps=6, start_step=3)
+    for step in range(4, 7):
+        resumed.write(step, "train", {"loss": 0.5})
+    resumed.close()
+    expected = [(1, 1.0), (2, 1.0), (3, 1.0), (4, 0.5), (5, 0.5), (6, 0.5)]
+    assert history(tmp_path) == (expected, expected)
+    assert not [p for p in (tmp_path / "tensorboard").iterdir() if p.name.startswith(".")]
+
+    # Started again without a checkpoint: both histories start empty.
+    metrics.MetricWriter(str(tmp_path), num_train_steps=6, start_step=0).close()
+    assert history(tmp_path) == ([], [])

@@ -85,6 +85,27 @@ def test_read_metrics_skips_a_half_written_last_line(tmp_path):
     ]
 
 
+def test_cut_metrics_keeps_the_steps_up_to_the_checkpoint_and_drops_a_half_written_line(
+    tmp_path,
+):
+    file = tmp_path / workdir.METRICS_FILE
+    workdir.cut_metrics(str(tmp_path), 3)  # no file: nothing to cut
+    assert not file.exists()
+    logged = (
+        '{"step": 2, "split": "train", "loss": 2.0}\n'
+        '{"step": 3, "split": "train", "loss": 1.5}\n'
+        '{"step": 3, "split": "eval", "loss": 1.75}\n'
+    )
+    file.write_text(logged + '{"step": 4, "split": "train", "loss": 1.25}\n{"step": 5, "lo')
+    workdir.cut_metrics(str(tmp_path), 3)
+    assert file.read_text() == logged  # the records of steps 2 and 3, byte for byte
+    workdir.cut_metrics(str(tmp_path), 3)
+    assert file.read_text() == logged
+    workdir.cut_metrics(str(tmp_path), 0)  # no checkpoint: the history starts again
+    assert file.read_text() == ""
+    assert [p.name for p in tmp_path.iterdir()] == [workdir.METRICS_FILE]  # no temporary left
+
+
 def test_a_run_description_is_read_back_as_written(tmp_path):
     vocab = describe(tmp_path)
     run = str(tmp_path / "run")

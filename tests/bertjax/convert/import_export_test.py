@@ -103,7 +103,7 @@ def restore(workdir):
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract
     )
-    params = checkpoint.restore_params(str(workdir), abstract)
+    params, _ = checkpoint.restore_params(str(workdir), abstract)
     return config, jax.tree.map(np.asarray, params)
 
 

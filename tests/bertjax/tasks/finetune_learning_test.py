@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from support import REPO
+from support import REPO, readme
 
 import bertjax
 from data_pipeline import builtin_tasks
@@ -32,50 +32,38 @@ def task_dir(tmp_path_factory):
     return out
 
 
-def train(config: str, workdir, *overrides: str) -> dict:
-    """`python -m bertjax.main` as docs/finetuning.md runs it: one CPU device and XLA's usual code
-    generation (not the fast compiles conftest sets for child programs), so that minutes
-    of steps run at full speed. Returns results.json."""
+def run(argv: list[str], cwd=REPO) -> str:
+    """A command as docs/finetuning.md and the README run it, with one CPU device and XLA's
+    usual code generation (not the fast compiles conftest sets for child programs), so
+    that minutes of steps run at full speed. Returns what it printed."""
     env = {**os.environ, "XLA_FLAGS": ""}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertjax.main",
-            "--config",
-            os.path.join(REPO, "experiments/finetune", config),
-            f"--workdir={workdir}",
-            *overrides,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout[-1500:])
+    return result.stdout
+
+
+def train(config: str, workdir, *overrides: str) -> dict:
+    """`python -m bertjax.main` on experiments/finetune/CONFIG; returns results.json."""
+    config = os.path.join(REPO, "experiments/finetune", config)
+    run(["python", "-m", "bertjax.main", "--config", config, f"--workdir={workdir}", *overrides])
     return json.loads((workdir / "results.json").read_text())
 
 
-def _topics(task_dir, init_checkpoint, workdir, *more):
-    return train(
-        "builtin_topics.py",
-        workdir,
-        f"--config.init_checkpoint={init_checkpoint}",
-        f"--config.data.train_file={task_dir / 'topics_train.tsv'}",
-        f"--config.data.eval_file={task_dir / 'topics_eval.tsv'}",
-        "--config.train_batch_size=16",
-        "--config.eval_batch_size=16",
-        "--config.num_train_epochs=1.5",
-        "--config.log_every_steps=100",
-        *more,
-    )
-
-
-def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task_dir, tmp_path):
-    pretrained = _topics(task_dir, minilm_workdir, tmp_path / "pretrained")
-    scratch = _topics(task_dir, minilm_workdir, tmp_path / "scratch", "--config.random_init=True")
+def test_the_readme_fine_tuning_tour_learns_beats_random_init_and_exports(minilm_workdir, tmp_path):
+    # The README's steps 3 and 4 as written, from a folder where runs/minilm is the import.
+    tour = readme.tour_dir(tmp_path / "tour")
+    (tour / "runs").mkdir()
+    (tour / "runs" / "minilm").symlink_to(minilm_workdir)
+    run(readme.command("python -m data_pipeline.builtin_tasks"), tour)
+    finetune = readme.command("python -m bertjax.main --config experiments/finetune/builtin_topics")
+    run(finetune, tour)
+    pretrained = json.loads((tour / "runs" / "topics" / "results.json").read_text())
+    # The same from random initialization, in half the steps: it learns nothing either way.
+    scratch_run = ["--workdir=runs/scratch", "--config.random_init=True"]
+    run([*finetune, *scratch_run, "--config.num_train_epochs=1.5"], tour)
+    scratch = json.loads((tour / "runs" / "scratch" / "results.json").read_text())
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "
         f"random init {scratch['eval']['accuracy']:.3f}"
@@ -83,14 +71,19 @@ def test_pretrained_classifier_learns_and_beats_random_init(minilm_workdir, task
     assert pretrained["eval"]["accuracy"] >= 0.85
     assert pretrained["eval"]["accuracy"] - scratch["eval"]["accuracy"] >= 0.2
 
-    # Exported as the README's step 4 does, the classifier answers the same in transformers.
-    exported = tmp_path / "exported"
-    command = ["-m", "bertjax.convert", "export", "--format", "hf", tmp_path / "pretrained"]
-    subprocess.run([sys.executable, *command, exported], cwd=REPO, check=True, timeout=600)
-    with open(task_dir / "topics_eval.tsv", encoding="utf-8") as f:
+    run(readme.command("python -m bertjax.predict --workdir runs/topics"), tour)
+    predictions = tour / "runs" / "topics" / "predictions.jsonl"
+    predicted = [json.loads(line) for line in predictions.read_text().splitlines()]
+    with open(tour / "builtin_tasks" / "topics_eval.tsv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    assert len(predicted) == len(rows)
+
+    # Exported as step 4 does, the classifier answers the same in transformers.
+    run(readme.command("python -m bertjax.convert export --format hf runs/topics"), tour)
+    exported = tour / "exported" / "topics"
     texts = [row["text"] for row in rows]
-    ours = bertjax.classify(bertjax.restore(str(tmp_path / "pretrained")), texts)
+    ours = bertjax.classify(bertjax.restore(str(tour / "runs" / "topics")), texts)
+    assert [row["label"] for row in ours] == [row["label"] for row in predicted]
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(exported))
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
     with torch.no_grad():

@@ -93,7 +93,7 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained_workdir
                     }
                 }
             },
-        )["bert"]["encoder"]["layer"]["intermediate"]["kernel"]
+        )[0]["bert"]["encoder"]["layer"]["intermediate"]["kernel"]
     )
     encoder = state.params["bert"]["encoder"]
     for i in range(2):

@@ -1,14 +1,14 @@
 """Orbax checkpoints of a run, under WORKDIR/checkpoints/<step>/: the train state
-(`state`), where each host's input stream stands (`data`, JSON) and a fingerprint
-of each array of the state (`fingerprints`, JSON).
+(`state`), and as JSON (`data`) where each host's input stream stands and a
+fingerprint of each array of the state.
 
 The train state holds the step, from which the dropout rng follows, and the
 data item lets the input continue where it stood (train.py), so restoring a
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 
-A fingerprint is two 32-bit sums of an array's bits, the second weighted by
-position, computed by a jitted reduction where the array lives (a sharded array
-sends two numbers per array to the host, not its bytes). Every restore computes
+A fingerprint is a 32-bit sum of an array's bits weighted by position, computed
+by a jitted reduction where the array lives (a sharded array sends one number per
+array to the host, not its bytes). Every restore computes
 them again and compares: a flipped bit, a truncated or missing file or unreadable
 metadata makes the checkpoint Damaged, with one line naming the step and what is
 wrong. `restore_newest_good` then falls back to the newest step that verifies;
@@ -38,8 +38,10 @@ from data_pipeline.errors import UserError
 
 ITEM = "state"
 DATA_ITEM = "data"
-FINGERPRINTS_ITEM = "fingerprints"
-ITEMS = (ITEM, DATA_ITEM, FINGERPRINTS_ITEM)
+ITEMS = (ITEM, DATA_ITEM)
+# The data item's key for the state's fingerprints (in it, not an item of their own:
+# each item costs a save and a restore a few tenths of a second of files and commits).
+FINGERPRINTS = "fingerprints"
 # Where a run moves the checkpoints that fail to restore, in the workdir.
 DAMAGED_DIR = "damaged_checkpoints"
 # What every complete step directory holds; orbax writes it before the commit.
@@ -135,8 +137,7 @@ def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
             args=ocp.args.Composite(
                 **{
                     ITEM: ocp.args.StandardSave(state),
-                    DATA_ITEM: ocp.args.JsonSave(data),
-                    FINGERPRINTS_ITEM: ocp.args.JsonSave(prints),
+                    DATA_ITEM: ocp.args.JsonSave({**data, FINGERPRINTS: prints}),
                 }
             ),
             force=True,
@@ -146,20 +147,19 @@ def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
 # ----------------------------------------------------------------------------- fingerprints
 
 
-def fingerprints(tree) -> dict[str, list[int]]:
-    """Each array of `tree` by its path ("params/bert/..."): [sum of its bits as 32-bit
-    words, sum weighted by 2 * position + 1], both modulo 2**32."""
+def fingerprints(tree) -> dict[str, int]:
+    """Each array of `tree` by its path ("params/bert/..."): the sum of its bits as 32-bit
+    words, each times 2 * its position + 1, modulo 2**32. A changed word changes it (an
+    odd factor is invertible modulo 2**32), and so do two words swapped."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     names = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in leaves]
-    sums = jax.device_get(_fingerprint_all([leaf for _, leaf in leaves]))
-    return {name: [int(a), int(b)] for name, (a, b) in zip(names, sums, strict=True)}
+    # One small program per shape (BERT has a dozen), not one for the whole tree: the
+    # first save and every notebook's first restore compile them.
+    sums = jax.device_get([_fingerprint(leaf) for _, leaf in leaves])
+    return {name: int(value) for name, value in zip(names, sums, strict=True)}
 
 
 @jax.jit
-def _fingerprint_all(arrays):
-    return [_fingerprint(x) for x in arrays]
-
-
 def _fingerprint(x):
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         x = jax.random.key_data(x)
@@ -173,8 +173,7 @@ def _fingerprint(x):
         axis_index = jax.lax.broadcasted_iota(jnp.uint32, x.shape, axis)
         position = position + axis_index * jnp.uint32(stride % 2**32)
         stride *= x.shape[axis]
-    weighted = words * (2 * position + 1)
-    return jnp.stack([jnp.sum(words, dtype=jnp.uint32), jnp.sum(weighted, dtype=jnp.uint32)])
+    return jnp.sum(words * (2 * position + 1), dtype=jnp.uint32)
 
 
 def _verify(directory: str, step: int, tree, saved: dict | None) -> None:
@@ -184,7 +183,7 @@ def _verify(directory: str, step: int, tree, saved: dict | None) -> None:
         return
     for name, value in fingerprints(tree).items():
         if name not in saved:
-            raise Damaged(directory, step, f"{name} has no fingerprint in {FINGERPRINTS_ITEM}/")
+            raise Damaged(directory, step, f"{name} has no fingerprint in {DATA_ITEM}/")
         if saved[name] != value:
             raise Damaged(
                 directory, step, f"{name} differs from what was written (fingerprint mismatch)"
@@ -284,13 +283,16 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state) -> tuple:
     directory = str(manager.directory)
     step_dir = epath.Path(directory) / str(step)
     args = {ITEM: ocp.args.StandardRestore(abstract_state)}
-    for item in (DATA_ITEM, FINGERPRINTS_ITEM):
-        if (step_dir / item).exists():
-            args[item] = ocp.args.JsonRestore()
+    if (step_dir / DATA_ITEM).exists():
+        args[DATA_ITEM] = ocp.args.JsonRestore()
     with _read_errors(directory, step):
         restored = manager.restore(step, args=ocp.args.Composite(**args))
-    _verify(directory, step, restored[ITEM], restored.get(FINGERPRINTS_ITEM))
-    return restored[ITEM], restored.get(DATA_ITEM)
+    data = restored.get(DATA_ITEM)
+    if data is None:
+        return restored[ITEM], None
+    data = dict(data)
+    _verify(directory, step, restored[ITEM], data.pop(FINGERPRINTS, None))
+    return restored[ITEM], data
 
 
 def restore_newest_good(
@@ -416,10 +418,11 @@ def _restore_params(manager, directory: str, step: int, abstract_params):
             partial_restore=True,
         )
     }
-    if (step_dir / FINGERPRINTS_ITEM).exists():
-        args[FINGERPRINTS_ITEM] = ocp.args.JsonRestore()
+    if (step_dir / DATA_ITEM).exists():
+        args[DATA_ITEM] = ocp.args.JsonRestore()
     with _read_errors(directory, step):
         restored = manager.restore(step, args=ocp.args.Composite(**args))
     params = restored[ITEM]["params"]
-    _verify(directory, step, {"params": params}, restored.get(FINGERPRINTS_ITEM))
+    data = restored.get(DATA_ITEM) or {}
+    _verify(directory, step, {"params": params}, data.get(FINGERPRINTS))
     return params

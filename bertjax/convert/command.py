@@ -14,7 +14,7 @@ renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
 where that rename copies each object and so is not atomic.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from bertjax.convert.param_names import FORMATS
 from bertjax.tpu import slices
@@ -53,8 +53,6 @@ def main(argv: list[str]) -> None:
     # second instead of after seconds of TensorFlow and JAX imports.
     from bertjax.convert import import_export
 
-    # What was initialized is printed below; orbax's notices are noise here.
-    logging.set_verbosity(logging.ERROR)
     if command == "export":
         result = import_export.export_hf(first, second, FLAGS.step)
         print(

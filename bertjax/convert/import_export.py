@@ -19,7 +19,6 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 import tensorflow as tf
-from absl import logging
 from flax import linen as nn
 from flax import traverse_util
 
@@ -115,8 +114,6 @@ def import_checkpoint(
             },
         }
     )
-    for group in initialized:
-        logging.warning("%s: no %s in the checkpoint; initialized freshly", source, group)
     with _staging_dir(workdir) as staging:
         workdir_lib.write_run_description(
             staging,

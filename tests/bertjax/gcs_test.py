@@ -186,3 +186,40 @@ def test_a_bucket_workdir_is_held_by_a_lease(gcs_bucket):
         held(host, pid, age)
         with workdir_lib.claim(workdir), gfile.GFile(lease) as f:
             assert json.load(f)["pid"] == os.getpid()
+
+
+def test_a_damaged_checkpoint_in_the_bucket_is_moved_aside(gcs_bucket):
+    import jax
+    import jax.numpy as jnp
+
+    workdir = f"{gcs_bucket}/runs/damaged"
+    state = {"params": {"w": jnp.arange(64 * 64, dtype=jnp.float32).reshape(64, 64)}}
+    with checkpoint.make_manager(workdir, max_to_keep=None) as manager:
+        for step in (1, 2):
+            checkpoint.save(manager, step, jax.tree.map(lambda x, s=step: x + s, state), {})
+            checkpoint.wait(manager)
+    # The largest object of step 2's arrays holds w: flip bits in its middle.
+    objects = [
+        os.path.join(root, name)
+        for root, _, names in gfile.walk(f"{workdir}/checkpoints/2/state")
+        if root.rstrip("/").endswith("/d")
+        for name in names
+    ]
+    largest = max(objects, key=lambda path: gfile.stat(path).length)
+    with gfile.GFile(largest, "rb") as f:
+        data = bytearray(f.read())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 1
+    with gfile.GFile(largest, "wb") as f:
+        f.write(bytes(data))
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+    )
+    reports = []
+    with checkpoint.make_manager(workdir, max_to_keep=None) as manager:
+        step, restored, _ = checkpoint.restore_newest_good(manager, abstract, reports.append)
+    assert step == 1
+    np.testing.assert_array_equal(restored["params"]["w"], state["params"]["w"] + 1)
+    assert reports[0].endswith(f"; moved to {workdir}/damaged_checkpoints/2"), reports
+    assert gfile.exists(f"{workdir}/damaged_checkpoints/2/state")
+    assert checkpoint.latest_step(workdir) == 1

@@ -153,13 +153,17 @@ def fingerprints(tree) -> dict[str, int]:
     odd factor is invertible modulo 2**32), and so do two words swapped."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     names = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in leaves]
-    # One small program per shape (BERT has a dozen), not one for the whole tree: the
-    # first save and every notebook's first restore compile them.
-    sums = jax.device_get([_fingerprint(leaf) for _, leaf in leaves])
+    # One program for the whole tree: programs with collectives (a sharded array's sum)
+    # dispatched one per array deadlocked XLA's CPU collectives across 8 devices.
+    sums = jax.device_get(_fingerprint_all([leaf for _, leaf in leaves]))
     return {name: int(value) for name, value in zip(names, sums, strict=True)}
 
 
 @jax.jit
+def _fingerprint_all(arrays):
+    return [_fingerprint(x) for x in arrays]
+
+
 def _fingerprint(x):
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         x = jax.random.key_data(x)
@@ -388,9 +392,15 @@ def restore_params(
     the workdir in errors ("init_checkpoint", "workdir")."""
     directory = workdir_lib.checkpoint_dir(workdir)
     with _read_only_manager(workdir) as manager:
-        steps = sorted(manager.all_steps(), reverse=True) if step is None else [step]
+        steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
             raise CheckpointError(f"{what}={workdir!r}: no checkpoint under {workdir}")
+        if step is not None and step not in steps:
+            raise CheckpointError(
+                f"{directory}/{step}: no such checkpoint; steps there: "
+                f"{', '.join(map(str, sorted(steps)))}"
+            )
+        steps = steps if step is None else [step]
         damages = []
         for candidate in steps:
             try:

@@ -136,7 +136,8 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, sm
     assert "replaying" not in stderr  # the checkpoint said where the input stood
     by_step = {r["step"]: r["loss"] for r in train_lines(stopped)}
     assert by_step == {r["step"]: r["loss"] for r in train_lines(straight)}
-    assert steps(stopped) == [50, 60]
+    # The step resumed from stays: the newest checkpoint known to verify (checkpoint.py).
+    assert steps(stopped) == [step, 50, 60]
 
 
 def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, small_vocab_file):

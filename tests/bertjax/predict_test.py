@@ -159,7 +159,7 @@ def test_a_pretraining_workdir_is_refused(workdirs, tmp_path):
 def test_a_step_that_was_not_saved_is_refused(workdirs, tmp_path):
     (tmp_path / "new.tsv").write_text("sentence\nthe cat sat\n")
     missing = workdirs["classification"] / "checkpoints" / "7"
-    with pytest.raises(FileNotFoundError, match=f"{missing} not found"):
+    with pytest.raises(CheckpointError, match=f"^{missing}: no such checkpoint; steps there: 1$"):
         predict.predict(str(workdirs["classification"]), str(tmp_path / "new.tsv"), step=7)
 
 

@@ -8,8 +8,9 @@ r"""Trains the task an experiment config names (`config.task`; pretraining when 
 Re-running the same command resumes from the workdir's latest checkpoint. On
 SIGTERM or Ctrl-C the run saves the step in hand and exits with status 75
 (`Preempted`); run the same command to go on; the compiled steps come from
-JAX's compilation cache (config.compilation_cache_dir). This is the only file
-that defines the training flags.
+JAX's compilation cache (config.compilation_cache_dir). A second Ctrl-C ends it at
+once, without that save, with status 130 and a line naming the latest checkpoint.
+This is the only file that defines the training flags.
 """
 
 import io
@@ -84,7 +85,8 @@ def main(argv):
     if jax.process_count() > 1:
         logging.info("process %d of %d", jax.process_index(), jax.process_count())
     task = tasks.for_config(FLAGS.config)
-    results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
+    with preemption.checkpoints_in(FLAGS.workdir):  # named if a second Ctrl-C ends the run
+        results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
     if task.report is None:
         return
     # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.

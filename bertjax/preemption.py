@@ -7,7 +7,9 @@ the step must be the same everywhere, so there JAX's preemption service
 decides it: `jax.distributed.initialize` has the runtime catch SIGTERM, tell
 every host, and `multihost_utils.reached_preemption_sync_point(step)` turns
 true on all of them at one step. Ctrl-C on one host is turned into SIGTERM to
-itself, so it takes the same path. A second Ctrl-C stops at once.
+itself, so it takes the same path. A second Ctrl-C ends the program at once, without
+the save, in one line (`Interrupted`, exit status 130) that names the checkpoint a
+rerun resumes from (`checkpoints_in`).
 """
 
 import contextlib
@@ -19,10 +21,21 @@ import jax
 from absl import logging
 from jax.experimental import multihost_utils
 
+from bertjax import workdir as workdir_lib
 from data_pipeline import cli
-from data_pipeline.errors import Preempted
+from data_pipeline.errors import Interrupted, Preempted
 
-__all__ = ["Preempted", "StopRequests", "stop_at_once"]
+__all__ = [
+    "Interrupted",
+    "Preempted",
+    "StopRequests",
+    "checkpoints_in",
+    "second_ctrl_c",
+    "stop_at_once",
+]
+
+# The workdir of this process's run while `checkpoints_in` is open.
+_workdir: str | None = None
 
 
 def _signals() -> tuple[int, ...]:
@@ -57,6 +70,39 @@ def stop_at_once(what: str):
             signal.signal(number, handler)
 
 
+@contextlib.contextmanager
+def checkpoints_in(workdir: str):
+    """While open, the line that a second Ctrl-C ends the program with names the latest
+    checkpoint in `workdir`: bertjax.main opens it around the run."""
+    global _workdir
+    previous, _workdir = _workdir, workdir
+    try:
+        yield
+    finally:
+        _workdir = previous
+
+
+def second_ctrl_c(workdir: str | None) -> Interrupted:
+    """What a second Ctrl-C ends the run in `workdir` with: the checkpoint the same
+    command resumes from. A save in flight is left unfinished, so it is not one: on a
+    local disk orbax writes a step under a temporary name and renames it when complete.
+    The handler may run inside orbax's own calls (its event loop), so the folder is
+    listed, not opened as orbax would; a bucket's is not listed at all."""
+    stopped = "a second Ctrl-C stopped the run at once, without saving"
+    if workdir is None or "://" in workdir:
+        return Interrupted(f"{stopped}; run the same command to resume from its last checkpoint")
+    try:
+        names = os.listdir(workdir_lib.checkpoint_dir(workdir))
+    except OSError:
+        names = []
+    step = max((int(name) for name in names if name.isdigit()), default=None)
+    if step is None:
+        return Interrupted(f"{stopped}; it has no checkpoint: the same command starts it over")
+    return Interrupted(
+        f"{stopped}; the latest checkpoint is step {step}: run the same command to resume from it"
+    )
+
+
 class StopRequests:
     """A context manager: while it is open, SIGTERM and SIGINT ask the run to stop.
 
@@ -83,7 +129,11 @@ class StopRequests:
     def _handle(self, number, frame) -> None:
         del frame
         if self.signal_name is not None and number == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: do not wait for the save
+            # Ends the program here, as stop_at_once does, for the same reason: an exception
+            # raised from the handler would unwind through whatever runs (orbax's event loop
+            # printed a traceback per pending read; TensorFlow once crashed).
+            cli.exit_interrupted(second_ctrl_c(_workdir))
+            return
         self.signal_name = signal.Signals(number).name
         logging.warning("%s: saving at the next step boundary", self.signal_name)
         if self._distributed:

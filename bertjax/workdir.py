@@ -300,7 +300,8 @@ class _Lock:
             os.close(fd)
             raise _busy(self.workdir, read_json(self.file), f"it holds {LOCK_FILE}") from None
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(_owner()).encode())
+        with files.writing(self.file):  # a full disk: the line names the lock file
+            os.write(fd, json.dumps(_owner()).encode())
         self._fd = fd
 
     def renew(self) -> None:

@@ -108,8 +108,8 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
             f"skipped              {c['empty_lines_skipped']:,} empty lines, "
             f"{c['invalid_bytes']:,} invalid UTF-8 bytes, "
             f"{c['control_characters']:,} control characters",
-            f"split                {c['long_lines_split']:,} lines longer than "
-            f"{corpus.MAX_LINE_BYTES:,} bytes",
+            f"cut                  {c['long_lines_cut']:,} lines longer than "
+            f"{corpus.MAX_LINE_BYTES:,} bytes ({c['long_line_bytes_skipped']:,} bytes skipped)",
         ]
     return "\n".join(lines)
 

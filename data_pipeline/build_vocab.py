@@ -387,7 +387,8 @@ def train_sentencepiece(
 
 
 def resolve_vocab_file(config: DataConfig) -> str:
-    """config.vocab_file when set, else a vocabulary learned once and cached (see cache_key)."""
+    """config.vocab_file when set, else a vocabulary learned once from the train split and
+    cached (see cache_key)."""
     import tensorflow as tf
 
     from data_pipeline import corpus as corpus_lib
@@ -415,6 +416,9 @@ def resolve_vocab_file(config: DataConfig) -> str:
     if tf.io.gfile.exists(path):
         logging.info("Using the cached vocabulary %s.", path)
         return path
+    # The vocabulary serves a pretraining stream: a corpus it cannot make (an empty file,
+    # one document) is named before the learning, not as a vocabulary without words.
+    corpus_lib.check_two_documents(config, split="train")
     logging.info(
         "config.data.vocab_file is '': learning a %d-entry %s vocabulary from the %s "
         "train split into %s.",

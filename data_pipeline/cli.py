@@ -16,7 +16,9 @@ in a `--config.KEY=VALUE` override, at any depth, with the closest known key,
 and a `UserError` raised while a config file loads (its `get_config` rejecting
 the argument after the colon, as in `glue.py:nosuch`); ml_collections and absl
 would print a long traceback instead. A run stopped on request (`Preempted`, after saving) prints
-`stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`). The start-up lines of
+`stopped: ...` and exits with 75 (`Preempted.EXIT_CODE`); a Ctrl-C that ends a command
+(a KeyboardInterrupt, `Interrupted` where the command says what it kept) prints
+`interrupted: ...` and exits with 130 (`Interrupted.EXIT_CODE`). The start-up lines of
 TensorFlow, XLA and libtpu are left out of stderr (native_log.py) unless
 `-v`/`--verbosity` is given.
 """
@@ -32,7 +34,7 @@ from ml_collections.config_flags.config_flags import is_config_flag
 
 from data_pipeline import config as config_lib
 from data_pipeline import native_log
-from data_pipeline.errors import Preempted, UserError
+from data_pipeline.errors import Interrupted, Preempted, UserError
 
 
 def run(
@@ -177,6 +179,9 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
     except Preempted as stopped:
         _print_stopped(stopped)
         sys.exit(Preempted.EXIT_CODE)
+    except KeyboardInterrupt as interrupted:
+        _print_interrupted(interrupted)
+        sys.exit(Interrupted.EXIT_CODE)
     except Exception as error:
         message = _user_message(error)
         if message is None:
@@ -195,6 +200,19 @@ def exit_preempted(stopped: Preempted) -> None:
 
 def _print_stopped(stopped: Preempted) -> None:
     print(f"stopped: {stopped}", file=sys.stderr)
+
+
+def exit_interrupted(interrupted: Interrupted) -> None:
+    """Ends the process now, as _guarded does for a Ctrl-C, without unwinding (from a
+    signal handler: bertjax/preemption.py)."""
+    _print_interrupted(interrupted)
+    sys.stdout.flush()
+    native_log.drain()
+    os._exit(Interrupted.EXIT_CODE)
+
+
+def _print_interrupted(interrupted: KeyboardInterrupt) -> None:
+    print(f"interrupted: {str(interrupted) or 'Ctrl-C'}", file=sys.stderr)
 
 
 def _user_message(error: Exception) -> str | None:

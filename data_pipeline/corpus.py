@@ -95,8 +95,10 @@ class CorpusStats:
     invalid_bytes: int = 0
     # Cc/Cf characters other than \t \n \r (NUL included); the tokenizer drops them.
     control_characters: int = 0
-    # Lines longer than MAX_LINE_BYTES, read as several (see _bounded_lines).
-    long_lines_split: int = 0
+    # Lines longer than MAX_LINE_BYTES, cut to their first MAX_LINE_BYTES (see _bounded_lines),
+    # and the bytes of theirs that were skipped.
+    long_lines_cut: int = 0
+    long_line_bytes_skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -226,15 +228,21 @@ def check_two_documents(
 
     Next-sentence prediction draws NotNext segments from another document, so
     every shard (`shard` names what a shard is for the message: a process or a
-    worker) needs two documents. Reads only until it has seen two.
+    worker) needs two documents. Reads only until it has seen two. When the
+    whole corpus has fewer, the message names its files, each as empty, only
+    blank lines or its number of documents; else it names the split, and how
+    many documents the shard holds in all.
     """
     seen = []
+    stats = CorpusStats()  # of the whole shard once the loop ends: both splits were read
     for document in iter_documents(
-        config, split=split, process_index=process_index, process_count=process_count
+        config, split=split, process_index=process_index, process_count=process_count, stats=stats
     ):
         seen.append(document.doc_id)
         if len(seen) == 2:
             return
+    if process_count == 1 and stats.documents_read < 2:
+        raise CorpusError(_too_few_documents(config, stats.documents_read))
     source = {
         "text": f"config.data.text_files={config.text_files!r}",
         "tfds": f"TFDS dataset {config.tfds_name!r}",
@@ -245,13 +253,60 @@ def check_two_documents(
     hints = list(hints)
     if split == "eval":
         hints.append("raise config.data.eval_fraction")
+    elif config.eval_fraction > 0:
+        hints.append(f"lower config.data.eval_fraction={config.eval_fraction}")
     hint = f" ({'; '.join(hints)})" if hints else ""
+    total = _documents(stats.documents_read)
+    of = f"its share's {total}" if process_count > 1 else f"the corpus's {total}"
     if not seen:
-        raise CorpusError(f"{where} has no documents{hint}")
+        raise CorpusError(f"{where} has no documents, of {of}{hint}")
     raise CorpusError(
-        f"{where} has a single document ({seen[0]}); next-sentence prediction needs "
-        f"NotNext segments from another document{hint}"
+        f"{where} has a single document ({seen[0]}), of {of}; next-sentence prediction "
+        f"needs NotNext segments from another document{hint}"
     )
+
+
+def _too_few_documents(config: DataConfig, count: int) -> str:
+    """What is wrong with a corpus of fewer than two documents, naming its files."""
+    if config.source == "text":
+        files = list_files(config)
+        described = [_describe_text_file(path) for path in files[:_FILES_DESCRIBED]]
+        if len(files) > _FILES_DESCRIBED:
+            described.append(f"{len(files) - _FILES_DESCRIBED} more files")
+        what = f"config.data.text_files: {'; '.join(described)}"
+        if len(files) > 1 and count:
+            what += f"; {_documents(count)} in all"
+    elif config.source == "tfds":
+        what = (
+            f"TFDS dataset {config.tfds_name!r}, split {config.tfds_split!r}: {_documents(count)}"
+        )
+    else:
+        what = f"the built-in corpus: {_documents(count)}"
+    if not count:
+        return f"{what}; no documents to pretrain on ({_FORMAT})"
+    need = "2 in the train split and, to evaluate, 2 in the held-out one"
+    if config.eval_fraction == 0:
+        need = "at least 2"
+    return f"{what}; next-sentence prediction pairs sentences of two documents: it needs {need}"
+
+
+# Files named one by one when a corpus is too small; the rest are counted.
+_FILES_DESCRIBED = 5
+_FORMAT = "a sentence a line, a blank line between documents"
+
+
+def _describe_text_file(path: str) -> str:
+    """`PATH: empty`, `PATH: only blank lines` or `PATH: N documents`."""
+    stats = CorpusStats()
+    records = _read_text_files([path], stats, EPOCH_START)
+    count = sum(1 for _ in _select_split(records, False, 0.0, stats))
+    if count:
+        return f"{path}: {_documents(count)}"
+    return f"{path}: {'only blank lines' if stats.empty_lines_skipped else 'empty'}"
+
+
+def _documents(count: int) -> str:
+    return f"{count:,} document{'' if count == 1 else 's'}"
 
 
 def _select_split(
@@ -288,9 +343,9 @@ def _refuse_tfrecord() -> NoReturn:
 
 # ----------------------------------------------------------------------------- text files
 
-# Lines are read in pieces of at most this many bytes, so a file of one huge
-# line (a binary, a minified dump) costs at most a few times this in memory;
-# a sentence this long is already far beyond a 512-token sequence.
+# A line keeps at most this many bytes (_bounded_lines): a sentence this long is already
+# far beyond a 512-token sequence (about 2 KB), and a line of megabytes (a binary, a
+# minified dump) kept whole would cost a stream some 60 bytes of memory a byte.
 MAX_LINE_BYTES = 1 << 16
 # A file whose first bytes are this much NUL or invalid UTF-8 is not text.
 _SNIFF_BYTES, _MOST_INVALID = 1 << 16, 0.1
@@ -351,30 +406,37 @@ def _check_text_file(path: str) -> None:
         )
 
 
-def _bounded_lines(f) -> Iterator[tuple[bytes, int, bool]]:
-    """(line, bytes of the file it took, whether it starts a long line's split) for each
-    line of `f`. A line longer than MAX_LINE_BYTES comes as several, each cut after
-    its last space (at a character boundary if it has none): memory stays
-    within 2 * MAX_LINE_BYTES a line."""
-    carry, inside = b"", False  # inside: a long line's pieces are coming
+def _bounded_lines(f) -> Iterator[tuple[bytes, int, int]]:
+    """(line, bytes of the file it took, bytes of it skipped) for each line of `f`.
+
+    A line longer than MAX_LINE_BYTES keeps its first MAX_LINE_BYTES, cut after
+    their last space (at a character boundary if they have none); the rest is
+    read in pieces of that size and skipped. Skipped, not kept as more
+    sentences: a document holds all of its lines, and a chunk of documents is
+    tokenized at once, so every piece of the line would be in memory together,
+    tokens and all (docs/pretraining.md has the figures).
+    """
     while True:
         raw = f.readline(MAX_LINE_BYTES)
         if not raw:
-            if carry:
-                yield carry, 0, False
             return
-        text = carry + raw
         if raw.endswith(b"\n") or len(raw) < MAX_LINE_BYTES:
-            yield text, len(raw), False
-            carry, inside = b"", False
+            yield raw, len(raw), 0
             continue
-        cut = text.rfind(b" ") + 1
+        rest = f.readline(MAX_LINE_BYTES)
+        if rest in (b"", b"\n", b"\r\n"):  # exactly MAX_LINE_BYTES: not longer
+            yield raw + rest, len(raw) + len(rest), 0
+            continue
+        taken = len(raw) + len(rest)
+        while len(rest) == MAX_LINE_BYTES and not rest.endswith(b"\n"):
+            rest = f.readline(MAX_LINE_BYTES)
+            taken += len(rest)
+        cut = raw.rfind(b" ") + 1
         if not cut:  # no space: back off from the end to where a UTF-8 character starts
-            cut = len(text) - 4
-            while 0x80 <= text[cut] < 0xC0:
+            cut = len(raw) - 4
+            while 0x80 <= raw[cut] < 0xC0:
                 cut -= 1
-        yield text[:cut], len(raw), not inside
-        carry, inside = text[cut:], True
+        yield raw[:cut], taken, taken - cut - rest.endswith(b"\n")
 
 
 def _text_records(
@@ -425,15 +487,16 @@ def _seek_line_start(path: str, f, offset: int) -> None:
 
 
 def _read_documents(
-    path: str, lines: Iterable[tuple[bytes, int, bool]], start: ReaderPosition
+    path: str, lines: Iterable[tuple[bytes, int, int]], start: ReaderPosition
 ) -> Iterator[_Record]:
     """The records of one file from `start`, where `lines` (of _bounded_lines) stands."""
     file, offset, ordinal, documents = start
     sentences = []
     defects = CorpusStats()
-    for raw, length, split in lines:
+    for raw, length, skipped in lines:
         offset += length
-        defects.long_lines_split += split
+        defects.long_lines_cut += skipped > 0
+        defects.long_line_bytes_skipped += skipped
         line, invalid = _decode(raw)
         defects.invalid_bytes += invalid
         defects.control_characters += _count_control_characters(line)

@@ -26,3 +26,13 @@ class Preempted(Exception):
     """
 
     EXIT_CODE = 75  # EX_TEMPFAIL of sysexits.h: a temporary failure, try again
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C that ended a command without the save a first Ctrl-C waits for (a second
+    one, or one before the command listened for it); the message says what was kept.
+
+    Command-line tools print the message and exit with `EXIT_CODE`, as for any Ctrl-C.
+    """
+
+    EXIT_CODE = 130  # 128 + SIGINT: what a shell reports for a command that Ctrl-C ended

@@ -2,12 +2,15 @@
 never sees half of one.
 
 Paths go through `tf.io.gfile`, so the same call reads or writes a local file
-or a Cloud Storage object.
+or a Cloud Storage object. A write that fails (a full disk, no permission) is
+an OSError that names the file: `cannot write PATH: No space left on device`.
 """
 
+import contextlib
 import errno
 import json
 import os
+import sys
 import uuid
 
 
@@ -48,17 +51,40 @@ def temporary_name(path: str) -> str:
     return os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
 
 
+@contextlib.contextmanager
+def writing(path: str, *, temporary: str = ""):
+    """Turns a failure to write `path` (through `temporary`, its stand-in until renamed)
+    into an OSError that names `path`: Python's write errors name no file (`[Errno 28]
+    No space left on device`), and TensorFlow's name the temporary one. TensorFlow's
+    errors about another file (the source of a copy) pass unchanged."""
+    tf = sys.modules.get("tensorflow")
+    try:
+        yield
+    except OSError as error:
+        raise OSError(f"cannot write {path}: {error.strerror or error}") from error
+    except Exception as error:
+        if tf is None or not isinstance(error, tf.errors.OpError):
+            raise
+        named = [name for name in (temporary, path) if name and error.message.startswith(name)]
+        if not named:
+            raise
+        reason = error.message[len(named[0]) :].lstrip(";: ").splitlines()[0].strip()
+        raise OSError(f"cannot write {path}: {reason}") from error
+
+
 def atomic_write(path: str, data: str | bytes) -> None:
     """Writes `data` (text as UTF-8) to a temporary sibling, then renames it onto `path`."""
+    data = data.encode("utf-8") if isinstance(data, str) else data
     gfile = _tf().io.gfile
     directory = os.path.dirname(path)
-    if directory:
-        gfile.makedirs(directory)
     temporary = temporary_name(path)
     try:
-        with gfile.GFile(temporary, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        gfile.rename(temporary, path, overwrite=True)
+        with writing(path, temporary=temporary):
+            if directory:
+                gfile.makedirs(directory)
+            with gfile.GFile(temporary, "wb") as f:
+                f.write(data)
+            gfile.rename(temporary, path, overwrite=True)
     finally:
         if gfile.exists(temporary):
             gfile.remove(temporary)
@@ -73,5 +99,10 @@ def atomic_copy(source: str, destination: str) -> None:
     """Copies `source` to a temporary sibling of `destination`, then renames it."""
     temporary = temporary_name(destination)
     gfile = _tf().io.gfile
-    gfile.copy(source, temporary, overwrite=True)
-    gfile.rename(temporary, destination, overwrite=True)
+    try:
+        with writing(destination, temporary=temporary):
+            gfile.copy(source, temporary, overwrite=True)
+            gfile.rename(temporary, destination, overwrite=True)
+    finally:
+        if gfile.exists(temporary):
+            gfile.remove(temporary)

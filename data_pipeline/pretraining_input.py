@@ -122,9 +122,9 @@ def make_pretraining_dataset(
         )
 
     corpus.check_sources(config)
-    tokenizer = make_tokenizer(config, resolve_vocab_file(config))
     shard = {"split": split, "process_index": process_index, "process_count": process_count}
-    corpus.check_two_documents(config, **shard)
+    corpus.check_two_documents(config, **shard)  # before a vocabulary is learned from it
+    tokenizer = make_tokenizer(config, resolve_vocab_file(config))
     stream_seed = config.eval_seed if split == "eval" else seed
     seeds = np.random.SeedSequence([stream_seed, process_index, tfrecords.SPLITS.index(split)])
     pair_seed, mask_seed = (int(s) for s in seeds.generate_state(2))

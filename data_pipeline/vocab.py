@@ -90,7 +90,7 @@ def write_placeholder_vocab(path: str, size: int) -> str:
     building a model of a given vocabulary size where the text does not matter."""
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokens += [f"piece{i}" for i in range(size - len(tokens))]
-    with open(path, "w", encoding="utf-8") as f:
+    with files.writing(path), open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(tokens) + "\n")
     return path
 

@@ -50,6 +50,30 @@ def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, small_vocab_file
     assert not (workdir / "compilation_cache").exists()
 
 
+def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_file):
+    # Once: "the eval split has no documents (raise config.data.eval_fraction)", at any fraction.
+    corpus = tmp_path / "empty.txt"
+    corpus.write_bytes(b"")
+    workdir = tmp_path / "run"
+    result = run_main(
+        workdir,
+        small_vocab_file,
+        "--config.data.source=text",
+        f"--config.data.text_files={corpus}",
+        "--config.data.eval_fraction=0.9",
+        "--config.eval_every_steps=2",
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors(result) == [
+        f"error: config.data.text_files: {corpus}: empty; no documents to pretrain on "
+        "(a sentence a line, a blank line between documents)"
+    ]
+    assert "Traceback" not in result.stderr
+    assert not (workdir / "config.json").exists()  # written just before the state is compiled
+    compiled = os.listdir(workdir / "compilation_cache")
+    assert not [name for name in compiled if name.startswith(("jit__init_state", "jit_train"))]
+
+
 def test_platforms():
     import jax
 

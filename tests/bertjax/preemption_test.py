@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from faults_test import finish, start
 
 from bertjax import preemption
 from data_pipeline import cli
@@ -57,22 +58,52 @@ def test_sigterm_is_recorded_as_a_stop_request_and_the_previous_handler_comes_ba
     assert stop.signal_name == "SIGTERM"  # closed: it saw no more
 
 
-def test_a_first_ctrl_c_asks_to_stop_and_a_second_stops_at_once(recorded):
-    with preemption.StopRequests() as stop:
+@pytest.fixture
+def exits(monkeypatch):
+    """The ends a second Ctrl-C asked for: os._exit would end pytest, so they are recorded."""
+    ended = []
+    monkeypatch.setattr(cli, "exit_interrupted", ended.append)
+    return ended
+
+
+def test_a_first_ctrl_c_asks_to_stop_and_a_second_stops_at_once(recorded, exits, tmp_path):
+    (tmp_path / "checkpoints" / "40").mkdir(parents=True)
+    with preemption.checkpoints_in(str(tmp_path)), preemption.StopRequests() as stop:
         send(signal.SIGINT, lambda: stop.signal_name is not None)
-        assert stop.signal_name == "SIGINT" and stop.requested(1)
-        with pytest.raises(KeyboardInterrupt):
-            send(signal.SIGINT, lambda: False, timeout_s=5.0)
+        assert stop.signal_name == "SIGINT" and stop.requested(1) and not exits
+        send(signal.SIGINT, lambda: exits)
+    assert [str(interrupted) for interrupted in exits] == [
+        "a second Ctrl-C stopped the run at once, without saving; the latest checkpoint is "
+        "step 40: run the same command to resume from it"
+    ]
+    assert exits[0].EXIT_CODE == 130
     assert signal.getsignal(signal.SIGINT) is recorded[1]
 
 
-def test_ctrl_c_after_sigterm_stops_at_once_and_a_second_sigterm_does_not(recorded):
+def test_a_second_ctrl_c_names_the_checkpoint_a_rerun_resumes_from(tmp_path):
+    stopped = "a second Ctrl-C stopped the run at once, without saving; "
+    assert str(preemption.second_ctrl_c(str(tmp_path))) == (
+        stopped + "it has no checkpoint: the same command starts it over"
+    )
+    checkpoints = tmp_path / "checkpoints"
+    for name in ("3", "20", "30.orbax-checkpoint-tmp-1795776470"):  # 30: a save in flight
+        (checkpoints / name).mkdir(parents=True)
+    assert str(preemption.second_ctrl_c(str(tmp_path))) == (
+        stopped + "the latest checkpoint is step 20: run the same command to resume from it"
+    )
+    for workdir in (None, "gs://bucket/run"):
+        assert str(preemption.second_ctrl_c(workdir)) == (
+            stopped + "run the same command to resume from its last checkpoint"
+        )
+
+
+def test_ctrl_c_after_sigterm_stops_at_once_and_a_second_sigterm_does_not(recorded, exits):
     with preemption.StopRequests() as stop:
         send(signal.SIGTERM, lambda: stop.signal_name is not None)
         send(signal.SIGTERM, lambda: False, timeout_s=0.2)
-        assert stop.signal_name == "SIGTERM"
-        with pytest.raises(KeyboardInterrupt):
-            send(signal.SIGINT, lambda: False, timeout_s=5.0)
+        assert stop.signal_name == "SIGTERM" and not exits
+        send(signal.SIGINT, lambda: exits)
+    assert len(exits) == 1
     assert signal.getsignal(signal.SIGTERM) is recorded[1]
 
 
@@ -133,3 +164,42 @@ def test_stop_at_once_outside_the_main_thread_sets_no_handler(recorded):
     thread.start()
     thread.join()
     assert handlers == [record]
+
+
+@pytest.mark.integration
+def test_a_double_ctrl_c_during_a_run_is_one_line_and_status_130(tmp_path, small_vocab_file):
+    workdir = tmp_path / "run"
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=3"))
+    assert code == 0, stderr
+    # The same run, made longer: it resumes from step 3 and compiles again, and the two
+    # Ctrl-Cs come while it does, the first one's save still ahead.
+    config_json = workdir / "config.json"
+    written = config_json.stat().st_mtime_ns
+    process = start(workdir, small_vocab_file, "--config.num_train_steps=100000")
+    lines, asked = [], threading.Event()
+
+    def read():
+        for line in process.stderr:
+            lines.append(line)
+            if "saving at the next step boundary" in line:
+                asked.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 180
+    while config_json.stat().st_mtime_ns == written:  # rewritten once the run listens
+        assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert asked.wait(60), "".join(lines)  # the first one is taken: a second one is a second
+    process.send_signal(signal.SIGINT)
+    process.wait(120)
+    reader.join(10)
+    stderr = "".join(lines)
+    assert process.returncode == 130, stderr  # once: a KeyboardInterrupt traceback
+    ours = [line for line in lines if line.startswith(("error:", "stopped:", "interrupted:"))]
+    assert ours == [
+        "interrupted: a second Ctrl-C stopped the run at once, without saving; the latest "
+        "checkpoint is step 3: run the same command to resume from it\n"
+    ], stderr
+    assert "Traceback" not in stderr, stderr

@@ -146,7 +146,8 @@ def test_format_summary_adds_the_corpus_counts():
         "empty_lines_skipped": 3,
         "invalid_bytes": 4,
         "control_characters": 5,
-        "long_lines_split": 6,
+        "long_lines_cut": 6,
+        "long_line_bytes_skipped": 7890,
     }
     lines = batch_statistics.format_summary(stats.summary(), corpus_stats).splitlines()
     assert len(lines) == 11
@@ -155,8 +156,9 @@ def test_format_summary_adds_the_corpus_counts():
         "split), 78,901 sentences, 2 files",
         "skipped              3 empty lines, 4 invalid UTF-8 bytes, 5 control characters",
     ]
-    assert lines[10].startswith("split                6 lines longer than ")
-    assert lines[10].endswith(" bytes")
+    assert (
+        lines[10] == "cut                  6 lines longer than 65,536 bytes (7,890 bytes skipped)"
+    )
 
 
 def test_format_example_shows_a_mask_and_a_kept_token_by_segment():

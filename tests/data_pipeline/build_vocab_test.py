@@ -174,6 +174,17 @@ def test_resolve_vocab_file_learns_once_and_keys_the_cache(tmp_path, data_config
     assert build_vocab.resolve_vocab_file(config.replace(vocab_file=first)) == first
 
 
+def test_a_corpus_a_stream_cannot_use_is_named_before_learning(tmp_path, data_config):
+    # Its one document is held out (eval_fraction 0.9): the learner would find no words.
+    path = tmp_path / "single.txt"
+    path.write_text("One sentence.\nAnother one.\n")
+    cache = tmp_path / "cache"
+    config = _text_config(data_config, str(path), vocab_cache_dir=str(cache), eval_fraction=0.9)
+    with pytest.raises(corpus.CorpusError, match=f"^config.data.text_files: {path}: 1 document; "):
+        build_vocab.resolve_vocab_file(config)
+    assert not cache.exists()
+
+
 def test_default_cache_dir_follows_xdg(data_config, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert build_vocab.cache_dir(from_config(data_config)) == str(tmp_path / "bertjax")

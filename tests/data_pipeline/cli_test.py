@@ -319,3 +319,31 @@ def test_a_flag_error_is_one_line_with_exit_status_2(args, message):
     errors = [line for line in stderr_lines(result) if not line.startswith("imported:")]
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
     assert result.returncode == 2 and imported == []
+
+
+@pytest.mark.integration
+def test_ctrl_c_ends_a_tool_in_one_line_with_exit_status_130():
+    # A Ctrl-C that reaches a tool's main ends it, as the shell would have it, without
+    # a traceback; a tool that knows more says what it kept (Interrupted's message).
+    tool = textwrap.dedent(
+        """
+        import sys
+        from absl import flags
+        from data_pipeline import cli
+        from data_pipeline.errors import Interrupted
+
+        def main(argv):
+            if sys.argv[-1] == "--kept":
+                raise Interrupted("a second Ctrl-C stopped it; nothing was written")
+            raise KeyboardInterrupt
+
+        cli.run(main, lambda: flags.DEFINE_bool("kept", False, "say what was kept"))
+        """
+    )
+    for args, line in (
+        ((), "interrupted: Ctrl-C"),
+        (("--kept",), "interrupted: a second Ctrl-C stopped it; nothing was written"),
+    ):
+        result = run_python("-c", tool, *args)
+        assert result.returncode == 130, result.stderr
+        assert stderr_lines(result) == [line]

@@ -73,7 +73,8 @@ def test_reads_bert_format_plain_and_gzip(text_config):
         "empty_lines_skipped": 0,
         "invalid_bytes": 0,
         "control_characters": 0,
-        "long_lines_split": 0,
+        "long_lines_cut": 0,
+        "long_line_bytes_skipped": 0,
     }
 
 
@@ -126,16 +127,94 @@ def test_nul_and_control_characters_are_kept_and_counted(tmp_path, text_config):
     assert documents[0].sentences[3] == "\x00\x00"
 
 
-def test_megabyte_line_without_spaces(tmp_path, text_config):
+def test_megabyte_line_without_spaces_keeps_its_first_64_kib(tmp_path, text_config):
     long_line = b"x" * (1 << 20)
     path = _write(tmp_path / "long.txt", b"Short first.\n" + long_line + b"\n\nNext document.\n")
     documents, stats = _read(text_config(path))
-    assert len(documents) == 2
-    # Read in pieces of at most MAX_LINE_BYTES: memory stays bounded whatever the line.
-    first, *pieces = documents[0].sentences
-    assert first == "Short first." and "".join(pieces) == "x" * (1 << 20)
-    assert all(len(p) <= corpus.MAX_LINE_BYTES for p in pieces)
-    assert stats.long_lines_split == 1 and stats.sentences_read == 2 + len(pieces)
+    assert [d.sentences for d in documents] == [
+        ("Short first.", "x" * (corpus.MAX_LINE_BYTES - 4)),  # cut at a character boundary
+        ("Next document.",),
+    ]
+    assert stats.long_lines_cut == 1
+    assert stats.long_line_bytes_skipped == (1 << 20) - (corpus.MAX_LINE_BYTES - 4)
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+def test_a_line_of_exactly_64_kib_is_whole(tmp_path, text_config, ending):
+    line = b"y" * corpus.MAX_LINE_BYTES
+    documents, stats = _read(text_config(_write(tmp_path / "exact.txt", line + ending)))
+    assert documents[0].sentences == (line.decode(),)
+    assert stats.long_lines_cut == stats.long_line_bytes_skipped == 0
+
+
+# ----------------------------------------------------------------------------- too few documents
+
+
+@pytest.mark.parametrize("eval_fraction", [0.0, 0.1, 0.9])
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_a_corpus_of_fewer_than_two_documents_names_each_file(
+    tmp_path, text_config, split, eval_fraction
+):
+    empty = _write(tmp_path / "empty.txt", b"")
+    blank = _write(tmp_path / "blank.txt", b"\n  \n\t\r\n\n")
+    single = _write(tmp_path / "single.txt", b"One sentence.\nAnother one.\n")
+    needs = (
+        "at least 2"
+        if eval_fraction == 0
+        else "2 in the train split and, to evaluate, 2 in the held-out one"
+    )
+    no_documents = (
+        "; no documents to pretrain on (a sentence a line, a blank line between documents)"
+    )
+    for files, message in (
+        (empty, f"config.data.text_files: {empty}: empty{no_documents}"),
+        (blank, f"config.data.text_files: {blank}: only blank lines{no_documents}"),
+        (
+            single,
+            f"config.data.text_files: {single}: 1 document; next-sentence prediction pairs "
+            f"sentences of two documents: it needs {needs}",
+        ),
+        (
+            tmp_path / "*.txt",
+            f"config.data.text_files: {blank}: only blank lines; {empty}: empty; "
+            f"{single}: 1 document; 1 document in all; next-sentence prediction pairs "
+            f"sentences of two documents: it needs {needs}",
+        ),
+    ):
+        config = text_config(files, eval_fraction=eval_fraction)
+        with pytest.raises(corpus.CorpusError) as raised:
+            corpus.check_two_documents(config, split=split)
+        assert str(raised.value) == message
+
+
+def test_many_files_too_few_documents_are_named_up_to_five(tmp_path, text_config):
+    for i in range(7):
+        _write(tmp_path / f"part-{i}.txt", b"\n")
+    with pytest.raises(corpus.CorpusError) as raised:
+        corpus.check_two_documents(text_config(tmp_path / "*.txt"), split="train")
+    assert str(raised.value).startswith(
+        "config.data.text_files: "
+        + "; ".join(f"{tmp_path}/part-{i}.txt: only blank lines" for i in range(5))
+        + "; 2 more files; no documents to pretrain on"
+    )
+
+
+def test_a_split_short_of_two_documents_says_how_many_the_corpus_has(tmp_path, text_config):
+    path = _write(tmp_path / "three.txt", b"Doc one.\n\nDoc two.\n\nDoc three.\n")
+    where = f"config.data.text_files={str(path)!r}"
+    with pytest.raises(corpus.CorpusError) as raised:
+        corpus.check_two_documents(text_config(path, eval_fraction=0.9), split="train")
+    # Which documents are held out is a hash of their text: none of these three trains.
+    assert str(raised.value) == (
+        f"{where}: the train split has no documents, of the corpus's 3 documents "
+        "(lower config.data.eval_fraction=0.9)"
+    )
+    with pytest.raises(corpus.CorpusError) as raised:
+        corpus.check_two_documents(text_config(path), split="eval")
+    assert str(raised.value) == (
+        f"{where}: the eval split has no documents, of the corpus's 3 documents "
+        "(raise config.data.eval_fraction)"
+    )
 
 
 def test_glob_matching_nothing_names_the_glob(tmp_path, text_config):
@@ -203,7 +282,8 @@ def test_stats_merge_and_as_dict():
         "empty_lines_skipped": 0,
         "invalid_bytes": 2,
         "control_characters": 5,
-        "long_lines_split": 0,
+        "long_lines_cut": 0,
+        "long_line_bytes_skipped": 0,
     }
 
 
@@ -520,16 +600,20 @@ def test_a_file_that_is_not_text_is_refused_before_reading(tmp_path, text_config
     corpus.check_sources(text_config(good))
 
 
-def test_a_huge_line_is_read_in_bounded_pieces(tmp_path, text_config):
+def test_a_huge_line_keeps_its_first_64_kib_cut_at_a_space(tmp_path, text_config):
     # 5 MB on one line (words, then 200 KB of one unbroken CJK "word"), then a document.
     path = tmp_path / "dump.txt"
-    words = " ".join(f"word{i}" for i in range(600_000))
-    path.write_text(words + " " + "字" * 70_000 + "\n\nA short document.\nIt ends here.\n")
+    line = " ".join(f"word{i}" for i in range(600_000)) + " " + "字" * 70_000
+    path.write_text(line + "\n\nA short document.\nIt ends here.\n")
     stats = corpus.CorpusStats()
     config = text_config(path)
     docs = list(corpus.iter_documents(config, split="train", stats=stats))
-    assert stats.long_lines_split == 1 and stats.invalid_bytes == 0
-    pieces = docs[0].sentences
-    assert all(len(p.encode()) <= 2 * corpus.MAX_LINE_BYTES for p in pieces)
-    assert " ".join(pieces).replace(" ", "") == (words + "字" * 70_000).replace(" ", "")
-    assert docs[1].sentences == ("A short document.", "It ends here.")
+    ((kept,), (a, b)) = (d.sentences for d in docs)
+    assert len(kept.encode()) <= corpus.MAX_LINE_BYTES and line.startswith(kept + " ")
+    assert line[len(kept) + 1 :].startswith("word")  # a whole word is the first one skipped
+    assert (a, b) == ("A short document.", "It ends here.")
+    assert stats.long_lines_cut == 1 and stats.invalid_bytes == 0
+    assert stats.long_line_bytes_skipped == len(line[len(kept) + 1 :].encode())
+    # The skipped bytes count in the reader's positions: a resume starts at the next document.
+    resumed = corpus.iter_documents(config, split="train", start=docs[0].position)
+    assert [d.sentences for d in resumed] == [(a, b)]

@@ -6,9 +6,14 @@ import json
 import os
 import pathlib
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf  # imported here, not in a test body: it takes seconds of CPU
+from support import REPO
 
 from data_pipeline import files
 
@@ -191,3 +196,79 @@ def test_exists_for_a_local_path(tmp_path):
     (tmp_path / "there.txt").write_text("x")
     assert files.exists(str(tmp_path / "there.txt")) and files.exists(str(tmp_path))
     assert not files.exists(str(tmp_path / "missing.txt"))
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+def _full_disk(tmp_path) -> str:
+    """A shell prefix that runs a command with `tmp_path/disk` a full 1 MiB tmpfs (in a
+    private mount namespace). Skips where no namespace can be made."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs as a full disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {disk}"])
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a user namespace here")
+    fill = f"dd if=/dev/zero of={disk}/filler bs=4k 2>/dev/null"  # fails once it is full
+    return f"mount -t tmpfs -o size=1m tmpfs {disk} && {{ {fill}; }}; exec "
+
+
+@pytest.mark.integration
+def test_writes_to_a_full_disk_name_the_file(tmp_path):
+    prefix = _full_disk(tmp_path)
+    disk = tmp_path / "disk"
+    # Once: "[Errno 28] No space left on device" (Python), or the hidden temporary's name.
+    script = (
+        "import sys\n"
+        "from data_pipeline import files, vocab\n"
+        f"source = {str(tmp_path / 'source.txt')!r}\n"
+        "open(source, 'wb').write(b'x' * 100_000)\n"
+        "for write in (\n"
+        f"    lambda: files.atomic_write({str(disk / 'run' / 'results.json')!r}, '{{}}'),\n"
+        f"    lambda: files.atomic_copy(source, {str(disk / 'vocab.txt')!r}),\n"
+        f"    lambda: vocab.write_placeholder_vocab({str(disk / 'v.txt')!r}, 100),\n"
+        "):\n"
+        "    try:\n"
+        "        write()\n"
+        "    except OSError as error:\n"
+        "        print(error)\n"
+    )
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"{prefix}{sys.executable} -c {shlex.quote(script)}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert result.stdout.splitlines() == [
+        f"cannot write {disk}/run/results.json: No space left on device",
+        f"cannot write {disk}/vocab.txt: No space left on device",
+        f"cannot write {disk}/v.txt: No space left on device",
+    ], result.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_a_vocabulary_cache_on_a_full_disk_is_one_line_naming_the_file(tmp_path):
+    prefix = _full_disk(tmp_path)
+    cache = tmp_path / "disk" / "cache"
+    command = [
+        sys.executable,
+        "-m",
+        "data_pipeline.build_vocab",
+        "--config=experiments/pretrain/tiny_cpu.py",
+        f"--output={cache}/vocab.txt",
+    ]
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", prefix + shlex.join(command)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: cannot write {cache}/vocab.txt: No space left on device"]

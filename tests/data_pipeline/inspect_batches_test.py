@@ -111,3 +111,57 @@ def test_a_sequence_longer_than_the_model_positions_is_refused(bert_tokenizer_js
         inspect_batches.inspect(
             config, split="train", num_batches=1, batch_size=2, num_examples=0, dump=None
         )
+
+
+def _peak_rss_mib(*args) -> float:
+    """The peak resident memory of `python -m data_pipeline.inspect_batches ARGS`, in MiB:
+    a parent of its own runs it, so that no other child of this process counts."""
+    measure = (
+        "import resource, subprocess, sys; "
+        "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if code == 0 else -code)"
+    )
+    command = [sys.executable, "-m", "data_pipeline.inspect_batches", *args]
+    result = subprocess.run(
+        [sys.executable, "-c", measure, *command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    kib = int(result.stdout.strip().splitlines()[-1])
+    assert kib > 0, result.stderr[-3000:]
+    return kib / 1024
+
+
+@pytest.mark.integration
+def test_a_5_mb_line_adds_less_than_64_mib_to_the_stream(tmp_path, small_vocab_file):
+    # 100 documents; then the same with a 5 MB line of words in a document of its own.
+    documents = [
+        "\n".join(f"Sentence {s} of document {d} is about the river." for s in range(4))
+        for d in range(100)
+    ]
+    small, large = tmp_path / "small", tmp_path / "large"
+    for directory in (small, large):
+        directory.mkdir()
+        (directory / "corpus.txt").write_text("\n\n".join(documents) + "\n")
+    line = " ".join(f"word{i}" for i in range(600_000))[:5_000_000]
+    (large / "long.txt").write_text(f"A first sentence.\n{line}\nA last sentence.\n")
+
+    def peak(directory):
+        # Two epochs of the train split: every document is tokenized and paired.
+        return _peak_rss_mib(
+            "--config=experiments/pretrain/tiny_cpu.py",
+            "--config.data.source=text",
+            f"--config.data.text_files={directory}/*.txt",
+            f"--config.data.vocab_file={small_vocab_file}",
+            "--config.data.eval_fraction=0",
+            "--num_batches=30",
+            "--batch_size=16",
+            "--num_examples=0",
+        )
+
+    without, with_line = peak(small), peak(large)
+    print(f"\npeak RSS: {without:.0f} MiB, {with_line:.0f} MiB with a 5 MB line")
+    assert with_line - without < 64, (without, with_line)

@@ -199,8 +199,31 @@ def test_single_document_corpus_is_refused_before_work(tmp_path, bert_config):
     path = tmp_path / "one.txt"
     path.write_text("Only one document here.\nIt has two sentences.\n", encoding="utf-8")
     bert_config.update(source="text", text_files=str(path), eval_fraction=0.0)
-    with pytest.raises(corpus.CorpusError, match="single document"):
+    with pytest.raises(corpus.CorpusError, match=f"{path}: 1 document; next-sentence"):
         pretraining_input.make_pretraining_dataset(bert_config, split="train", batch_size=2, seed=0)
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_an_empty_corpus_is_named_before_a_vocabulary_is_learned(tmp_path, bert_config, split):
+    # Once, the learner ran first and said "the corpus has no words to learn a vocabulary
+    # from"; with a vocabulary, the eval split said "has no documents" whatever eval_fraction.
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    cache = tmp_path / "vocab_cache"
+    for vocab_file in ("", bert_config.vocab_file):
+        bert_config.update(
+            source="text",
+            text_files=str(path),
+            eval_fraction=0.9,
+            vocab_file=vocab_file,
+            vocab_cache_dir=str(cache),
+        )
+        with pytest.raises(corpus.CorpusError) as raised:
+            pretraining_input.make_pretraining_dataset(
+                bert_config, split=split, batch_size=2, seed=0
+            )
+        assert str(raised.value).startswith(f"config.data.text_files: {path}: empty; ")
+    assert not cache.exists()
 
 
 def test_empty_eval_split_is_refused(year_corpus, bert_config):

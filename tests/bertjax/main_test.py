@@ -50,8 +50,12 @@ def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, small_vocab_file
     assert not (workdir / "compilation_cache").exists()
 
 
-def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_file):
-    # Once: "the eval split has no documents (raise config.data.eval_fraction)", at any fraction.
+@pytest.mark.parametrize("eval_every_steps", [2, 0], ids=["evaluating", "not_evaluating"])
+def test_an_empty_corpus_file_is_named_before_compiling(
+    tmp_path, small_vocab_file, eval_every_steps
+):
+    # Once: "the eval split has no documents (raise config.data.eval_fraction)", at any
+    # fraction; and without evaluation, only after the train state had compiled.
     corpus = tmp_path / "empty.txt"
     corpus.write_bytes(b"")
     workdir = tmp_path / "run"
@@ -61,7 +65,7 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
         "--config.data.source=text",
         f"--config.data.text_files={corpus}",
         "--config.data.eval_fraction=0.9",
-        "--config.eval_every_steps=2",
+        f"--config.eval_every_steps={eval_every_steps}",
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert errors(result) == [
@@ -70,7 +74,8 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
     ]
     assert "Traceback" not in result.stderr
     assert not (workdir / "config.json").exists()  # written just before the state is compiled
-    compiled = os.listdir(workdir / "compilation_cache")
+    cache = workdir / "compilation_cache"
+    compiled = os.listdir(cache) if cache.exists() else []
     assert not [name for name in compiled if name.startswith(("jit__init_state", "jit_train"))]
 
 

@@ -127,7 +127,13 @@ def test_convert_export_and_import_in_the_bucket(pretrained, restored, gcs_bucke
     workdir = pretrained[0]
     exported, imported = f"{gcs_bucket}/hf/export", f"{gcs_bucket}/runs/imported"
     _convert("export", "--format", "hf", workdir, exported)
-    names = ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    names = [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     assert sorted(gfile.listdir(exported)) == names
     assert not gfile.glob(f"{gcs_bucket}/hf/.*.partial*")
     _convert("import", "--format", "hf", exported, imported)

@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import os
 
-import jax
 import jax.numpy as jnp
 
 from bertjax import flops, losses
@@ -35,7 +34,7 @@ from bertjax.tasks.contract import (
     check_keys,
 )
 from data_pipeline import config as data_config_lib
-from data_pipeline import corpus, make_pretraining_dataset, schema
+from data_pipeline import make_pretraining_dataset, schema
 from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.config import ConfigError
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab
@@ -80,12 +79,6 @@ def setup(config, workdir: str) -> Setup:
     data = data_config_lib.from_config(config.data)
     model_config = model_lib.from_config(config.model)
     init_scan_layers = _check_checkpoints(config, workdir, model_config)
-    if data.source != "tfrecord":  # offline instances: their reader checks them
-        # The train split before anything compiles, learned vocabulary or not (the
-        # held-out split is checked before compiling too: train.check_eval_shares).
-        corpus.check_sources(data)
-        shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}
-        corpus.check_two_documents(data, split="train", **shard)
     # Resuming keeps the workdir's copy; a new run takes the configured or learned one.
     vocab_file = workdir_lib.vocab_file(workdir) or resolve_vocab_file(data)
     vocab_size = len(load_vocab(vocab_file))

@@ -193,9 +193,7 @@ def exit_preempted(stopped: Preempted) -> None:
     """Ends the process now, as _guarded does for a raised Preempted, without unwinding
     (from a signal handler that must not raise: bertjax/preemption.py)."""
     _print_stopped(stopped)
-    sys.stdout.flush()
-    native_log.drain()
-    os._exit(Preempted.EXIT_CODE)
+    _exit_now(Preempted.EXIT_CODE)
 
 
 def _print_stopped(stopped: Preempted) -> None:
@@ -206,9 +204,14 @@ def exit_interrupted(interrupted: Interrupted) -> None:
     """Ends the process now, as _guarded does for a Ctrl-C, without unwinding (from a
     signal handler: bertjax/preemption.py)."""
     _print_interrupted(interrupted)
+    _exit_now(Interrupted.EXIT_CODE)
+
+
+def _exit_now(code: int) -> None:
+    """Exits with `code` once what was printed has reached the terminal."""
     sys.stdout.flush()
     native_log.drain()
-    os._exit(Interrupted.EXIT_CODE)
+    os._exit(code)
 
 
 def _print_interrupted(interrupted: KeyboardInterrupt) -> None:

@@ -158,16 +158,16 @@ def fingerprints(tree) -> dict[str, int]:
     # (on a CPU, three times faster than one program for all). Arrays over several
     # devices: one program for all of them, since programs with collectives dispatched
     # one per array deadlocked XLA's CPU collectives on 8 devices.
-    spread = [i for i, x in enumerate(arrays) if len(getattr(x, "sharding", _ONE).device_set) > 1]
+    spread = [
+        i
+        for i, x in enumerate(arrays)
+        if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1
+    ]
     sums = [_fingerprint_one(x) if i not in set(spread) else None for i, x in enumerate(arrays)]
     for i, value in zip(spread, _fingerprint_all([arrays[i] for i in spread]), strict=True):
         sums[i] = value
     sums = jax.device_get(sums)
     return {name: int(value) for name, value in zip(names, sums, strict=True)}
-
-
-class _ONE:  # the sharding of a NumPy array, as far as device_set goes
-    device_set = (None,)
 
 
 @jax.jit

@@ -362,7 +362,7 @@ def train_and_evaluate(
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
         # Also without a checkpoint: a run killed before its first one has logged steps.
         workdir_lib.check_same_run(workdir, config)
-        start_step = checkpoint.latest_step(workdir) or 0
+        start_step = checkpoint.latest_step(workdir, own=True) or 0
         run = build_run(config, workdir, task=task, devices=devices)
         num_train_steps = run.setup.objective.num_train_steps
         if start_step > num_train_steps:
@@ -379,6 +379,17 @@ def train_and_evaluate(
 
 def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
+    restored = None
+    if start_step:
+        # The newest checkpoint that verifies; damaged newer ones are moved aside.
+        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
+            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
+        start_step = restored[0]
+    # The train stream before config.json and anything compiles: data that cannot feed
+    # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
+    # workdir free for the corrected config.
+    positions = (restored[2] or {}).get("stream_positions") if restored else None
+    train_batches = _train_stream(run, start_step, positions)
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.
     workdir_lib.write_run_description(
@@ -389,18 +400,14 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
         kind=run.task.name,
         description=setup.description.to_json(),
     )
-    restored = None
-    if start_step:
-        # The newest checkpoint that verifies; damaged newer ones are moved aside.
-        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
-            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
-        start_step = restored[0]
     # Rotation never deletes the step resumed from: the newest known to verify.
     manager = checkpoint.make_manager(
         workdir, max_to_keep=config.checkpoints_to_keep, keep=(start_step,) if start_step else ()
     )
     try:
-        return _loop(run, workdir, manager, start_step, restored, stop_after, claim, stop)
+        return _loop(
+            run, workdir, manager, start_step, restored, train_batches, claim, stop, stop_after
+        )
     except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
         try:
@@ -414,18 +421,25 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
 
 
 def _loop(
-    run: Run, workdir: str, manager, start_step: int, restored, stop_after, claim, stop
+    run: Run,
+    workdir: str,
+    manager,
+    start_step: int,
+    restored,
+    train_batches,
+    claim,
+    stop,
+    stop_after,
 ) -> dict:
     config, setup = run.config, run.setup
     num_steps = setup.objective.num_train_steps
-    state, positions = _start(run, workdir, restored)
+    state = _start(run, workdir, restored)
     checkpoint.check_space(manager, state)  # before the first step, not at the first save
     jitted_train_step, jitted_eval_step = jit_steps(run)
     writer = metrics.MetricWriter(workdir, num_train_steps=num_steps, start_step=start_step)
     evaluator = Evaluator(run, workdir, jitted_eval_step, writer, stop)
     saver = Saver(run, manager, stop)
     rng = jax.random.key(config.seed)
-    train_batches = _train_stream(run, start_step, positions)
     log = TrainLog(run, writer, start_step)  # its clock starts here
     position = None  # where this host's stream stands after the last batch trained on
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
@@ -467,13 +481,13 @@ def _loop(
 
 
 def _start(run: Run, workdir: str, restored):
-    """(state, every host's saved stream positions or None): the `restored` (step, state,
-    data) of checkpoint.restore_newest_good, or the initial state."""
+    """The train state: the `restored` (step, state, data) of
+    checkpoint.restore_newest_good, or the initial state."""
     if restored is None:
-        return create_state(run), None
-    step, state, data = restored
+        return create_state(run)
+    step, state, _ = restored
     logging.info("resuming from %s at step %d", workdir, step)
-    return state, (data or {}).get("stream_positions")
+    return state
 
 
 class TrainLog:

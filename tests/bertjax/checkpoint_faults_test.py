@@ -5,10 +5,14 @@ damaged checkpoint is trained on or exported, and a good earlier one always surv
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
+import tensorstore as ts
 from faults_test import finish, last_line, start, steps, train_lines, wait_until
 from support import REPO
 
@@ -37,6 +41,22 @@ def flip_low_bits(path: str, count: int = 100) -> None:
         data[i] ^= 1
     with open(path, "wb") as f:
         f.write(bytes(data))
+
+
+def flip_a_bit_of(workdir, step: int, part: str) -> str:
+    """Flips the lowest bit of the first value of the first array of a step whose name
+    holds `part`, writing it back through tensorstore so that it still reads: corruption
+    no decoder notices. Returns the array's name as bertjax reports it."""
+    base = f"file://{os.path.join(workdir, 'checkpoints', str(step), 'state')}"
+    keys = ts.KvStore.open({"driver": "ocdbt", "base": base}).result().list().result()
+    names = sorted(key.decode()[: -len("/.zarray")] for key in keys if key.endswith(b"/.zarray"))
+    name = next(name for name in names if part in name)
+    spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": base}, "path": name}
+    array = ts.open(spec).result()
+    first = array[(0,) * array.rank]
+    words = np.asarray(first.read().result()).reshape(1).view(np.uint32)
+    first.write((words ^ 1).view(np.float32)[0]).result()
+    return name.replace(".", "/")
 
 
 def truncate(path: str) -> None:
@@ -88,6 +108,68 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_before_i
         assert after[step]["loss"] == before[step]["loss"]
 
 
+def test_a_bit_flipped_in_an_adam_moment_is_named_and_never_trained_on(
+    four_steps, small_vocab_file
+):
+    # Trained on, a damaged moment once ended in "non-finite parameters ... lower
+    # config.optimizer.learning_rate", blaming the learning rate for a damaged file.
+    workdir = four_steps
+    name = flip_a_bit_of(workdir, 4, ".mu.")
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
+    assert code == 0, stderr
+    said = warnings(stderr)
+    assert said[0].startswith(
+        f"{workdir}/checkpoints/4: damaged, {name} differs from what was written"
+    ), said
+    assert "/mu/" in name
+    assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
+    assert "learning_rate" not in stderr
+    assert steps(workdir) == [2, 4, 6]
+
+
+def test_a_kill_during_the_first_save_after_a_fallback_keeps_the_step_resumed_from(
+    four_steps, small_vocab_file
+):
+    workdir = four_steps
+    flip_low_bits(data_files(workdir, 4)[0])
+    folder = os.path.join(workdir, "checkpoints")
+    run = ("--config.num_train_steps=8", "--config.checkpoint_every_steps=2",
+           "--config.checkpoints_to_keep=1")  # fmt: skip
+    process = start(workdir, small_vocab_file, *run)
+    # Killed as soon as the save of step 4 (the first after falling back to 2) is on disk
+    # but not committed: orbax writes it under a temporary name, then renames it.
+    deadline = time.monotonic() + 180
+    while not any(name.startswith("4.orbax-checkpoint-tmp") for name in os.listdir(folder)):
+        assert process.poll() is None and time.monotonic() < deadline, "no save of step 4 seen"
+        time.sleep(0.001)
+    process.kill()
+    process.wait()
+    assert 4 not in steps(workdir) and 2 in steps(workdir)
+    code, stderr = finish(start(workdir, small_vocab_file, *run))
+    assert code == 0, stderr
+    assert not [line for line in warnings(stderr) if "damaged" in line]
+    assert steps(workdir) == [2, 8]  # 2 kept: the run resumed from it
+    assert not [name for name in os.listdir(folder) if "tmp" in name]
+
+
+def test_a_step_half_deleted_by_a_kill_during_rotation_is_moved_aside(four_steps, small_vocab_file):
+    # kill -9 while orbax deletes a rotated-out step leaves part of its folder; the
+    # next run once stopped on it ("not a complete bertjax checkpoint ...").
+    workdir = four_steps
+    half = os.path.join(workdir, "checkpoints", "2")
+    os.remove(os.path.join(half, "_CHECKPOINT_METADATA"))
+    shutil.rmtree(os.path.join(half, "data"))
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
+    assert code == 0, stderr
+    moved = os.path.join(workdir, "damaged_checkpoints", "2")
+    assert warnings(stderr)[0] == (
+        f"{half}: not a complete bertjax checkpoint (no _CHECKPOINT_METADATA or state/); "
+        f"moved to {moved}"
+    )
+    assert os.path.isdir(moved)
+    assert steps(workdir) == [4, 6]
+
+
 def test_with_every_checkpoint_damaged_the_run_stops_in_one_line(four_steps, small_vocab_file):
     workdir = four_steps
     for step in (2, 4):
@@ -136,3 +218,48 @@ def test_export_skips_a_damaged_newest_checkpoint_and_leaves_the_workdir_as_it_i
     assert re.fullmatch(rf"{workdir}/checkpoints/4: damaged, .*", said[0]), said
     assert said[1] == "using step 2, the newest checkpoint that verifies"
     assert steps(workdir) == [2, 4]  # a reader moves nothing
+
+
+READ_DAMAGED_STEPS = """
+import sys
+import jax
+from bertjax import checkpoint
+
+workdir = sys.argv[1]
+state = {"params": {f"kernel_{i}": jax.random.normal(jax.random.key(i), (500, 500)) for i in range(16)}}
+abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+if sys.argv[2] == "save":
+    with checkpoint.make_manager(workdir, max_to_keep=None) as manager:
+        for step in (1, 2, 3, 4):
+            checkpoint.save(manager, step, state, {})
+            checkpoint.wait(manager)
+else:
+    with checkpoint.make_manager(workdir, max_to_keep=None) as manager:
+        step, _, _ = checkpoint.restore_newest_good(manager, abstract, print)
+    print("restored", step)
+    import gc
+
+    gc.collect()  # where asyncio reports the abandoned reads' futures
+"""
+
+
+def test_a_checkpoint_that_fails_to_read_is_reported_without_the_other_reads_noise(tmp_path):
+    # When one read fails, orbax abandons the others in flight; as they ended, and as
+    # their futures were collected, each printed a traceback after the one-line report
+    # ("Event loop is closed", "_GatheringFuture exception was never retrieved").
+    workdir = str(tmp_path / "run")
+    command = [sys.executable, "-c", READ_DAMAGED_STEPS, workdir]
+    saved = subprocess.run([*command, "save"], cwd=REPO, capture_output=True, text=True)
+    assert saved.returncode == 0, saved.stderr
+    for step in (2, 3, 4):
+        truncate(data_files(workdir, step)[0])
+    result = subprocess.run([*command, "read"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:3]] == [
+        f"{workdir}/checkpoints/{step}" for step in (4, 3, 2)
+    ]
+    assert lines[3:] == ["resuming from step 1, the newest checkpoint that verifies", "restored 1"]
+    assert "Traceback" not in result.stderr
+    assert "Event loop is closed" not in result.stderr
+    assert "never retrieved" not in result.stderr

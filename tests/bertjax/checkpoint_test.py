@@ -97,10 +97,14 @@ def test_a_stray_step_directory_is_refused_by_a_reader_and_moved_aside_by_a_run(
     (stray / "notes.txt").write_text("not a checkpoint")
     with pytest.raises(CheckpointError, match=f"{stray}: not a complete bertjax checkpoint"):
         checkpoint.latest_step(str(tmp_path))
-    # A run's manager moves it out of the steps, keeping it.
-    checkpoint.make_manager(str(tmp_path), max_to_keep=3).close()
+    # The run holding the workdir moves it out of the steps, keeping it.
+    assert checkpoint.latest_step(str(tmp_path), own=True) == 1
     assert (tmp_path / checkpoint.DAMAGED_DIR / "7" / "notes.txt").is_file()
     assert checkpoint.latest_step(str(tmp_path)) == 1
+    # So does its manager.
+    stray.mkdir()
+    checkpoint.make_manager(str(tmp_path), max_to_keep=3).close()
+    assert (tmp_path / checkpoint.DAMAGED_DIR / "7.2").is_dir()
 
 
 def test_a_step_directory_without_the_state_item_is_refused(tmp_path):
@@ -176,6 +180,17 @@ def flip_low_bits(path, count=100) -> None:
     path.write_bytes(bytes(data))
 
 
+def flip_bit_in_key_name(path) -> None:
+    """A bit flipped in the tree's metadata that leaves it valid JSON: "big" -> "cig"."""
+    text = path.read_bytes()
+    assert text.count(b'"key": "big"') == 1
+    path.write_bytes(text.replace(b'"key": "big"', b'"key": "cig"'))
+
+
+def truncate(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
 def test_a_fingerprint_changes_with_one_bit_and_with_the_order_of_the_values():
     x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
     base = checkpoint.fingerprints({"x": x})["x"]
@@ -203,8 +218,17 @@ def test_a_fingerprint_changes_with_one_bit_and_with_the_order_of_the_values():
         (lambda w: data_files(w, 2)[0].write_bytes(b"short"), "unreadable: "),
         (lambda w: data_files(w, 2)[0].unlink(), "unreadable: "),
         (lambda w: (w / "checkpoints/2/data/metadata").write_text("{not json"), "unreadable: "),
+        (lambda w: flip_bit_in_key_name(w / "checkpoints/2/state/_METADATA"), "unreadable: "),
+        (lambda w: truncate(w / "checkpoints/2/state/manifest.ocdbt"), "unreadable: "),
     ],
-    ids=["flipped_bits", "truncated_array", "deleted_array", "damaged_data_item"],
+    ids=[
+        "flipped_bits",
+        "truncated_array",
+        "deleted_array",
+        "damaged_data_item",
+        "flipped_bit_in_tree_metadata",
+        "truncated_manifest",
+    ],
 )
 def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back(
     tmp_path, damage, reason
@@ -226,10 +250,10 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back
     assert step == 1 and data == {"stream_positions": [1]}
     assert_trees_equal(state, big_state(1))
     moved = tmp_path / checkpoint.DAMAGED_DIR / "2"
-    assert reports == [
-        f"{line}; moved to {moved}",
-        "resuming from step 1, the newest checkpoint that verifies",
-    ]
+    # The same step and reason (a failed read may name another of the arrays read at once).
+    assert reports[0].startswith(f"{tmp_path}/checkpoints/2: damaged, {reason}")
+    assert reports[0].endswith(f"; moved to {moved}")
+    assert reports[1:] == ["resuming from step 1, the newest checkpoint that verifies"]
     assert moved.is_dir()  # kept, not deleted
     assert checkpoint.latest_step(str(tmp_path)) == 1
 
@@ -269,3 +293,85 @@ def test_rotation_keeps_the_step_a_run_resumed_from(tmp_path):
         assert checkpoint.wait(manager, timeout_s=60)
     assert list(manager.all_steps()) == [2, 6, 7]
     manager.close()
+
+
+@pytest.mark.parametrize("with_fingerprints", [False, True], ids=["before", "with"])
+def test_a_data_item_written_by_orbax_json_handler_still_restores(tmp_path, with_fingerprints):
+    # As bertjax wrote checkpoints before fingerprints, and with them before they were
+    # computed in the background: orbax's own JSON handler for the data item.
+    import orbax.checkpoint as ocp
+
+    state = big_state(3)
+    data = {"stream_positions": [3]}
+    if with_fingerprints:
+        data[checkpoint.FINGERPRINTS] = checkpoint.fingerprints(state)
+    with checkpoint.make_manager(str(tmp_path), max_to_keep=None) as manager:
+        items = {
+            checkpoint.ITEM: ocp.args.StandardSave(state),
+            checkpoint.DATA_ITEM: ocp.args.JsonSave(data),
+        }
+        manager.save(3, args=ocp.args.Composite(**items))
+        manager.wait_until_finished()
+    if with_fingerprints:
+        flip_low_bits(data_files(tmp_path, 3)[0])
+    with checkpoint.make_manager(str(tmp_path), max_to_keep=None) as manager:
+        if with_fingerprints:  # verified: the damage is found
+            with pytest.raises(checkpoint.Damaged, match="differs from what was written"):
+                checkpoint.restore(manager, 3, abstract(state))
+        else:  # nothing to verify against
+            restored, restored_data = checkpoint.restore(manager, 3, abstract(state))
+            assert_trees_equal(restored, state)
+            assert restored_data == data
+
+
+def test_fingerprints_are_of_the_state_saved_though_its_buffers_are_donated_at_once(tmp_path):
+    # The fingerprints are read in the background commit; the next train step donates
+    # the state's buffers before that. They must still be of the values saved.
+    state = big_state(5)
+    saved = jax.tree.map(np.asarray, state)
+    step = jax.jit(lambda s: jax.tree.map(lambda x: x * 2 + 1, s), donate_argnums=0)
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+    checkpoint.save(manager, 5, state, {})
+    for _ in range(3):
+        state = step(state)
+    assert checkpoint.wait(manager, timeout_s=60)
+    restored, data = checkpoint.restore(manager, 5, abstract(saved))  # verifies
+    manager.close()
+    assert_trees_equal(restored, saved)
+    assert data == {}
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((), np.float32),
+        ((7,), np.float32),
+        ((300, 257), np.float32),
+        ((2, 3, 5, 4), np.float32),
+        ((33, 65), jnp.bfloat16),
+        ((9, 4), np.int32),
+        ((5, 6), np.uint8),
+        ((4, 5), np.bool_),
+        ((0, 3), np.float32),
+    ],
+)
+def test_a_fingerprint_read_in_host_memory_is_the_one_computed_by_xla(shape, dtype):
+    # Restores read arrays on a CPU in place, with numpy; saves and other devices use XLA.
+    rng = np.random.default_rng(sum(shape) + len(shape))
+    x = jnp.asarray(rng.standard_normal(shape) * 1e3).astype(dtype)
+    assert checkpoint._in_host_memory(x)
+    assert checkpoint._fingerprint_in_place(x) == int(checkpoint._fingerprint_one(x))
+
+
+def test_a_checkpoint_without_its_tree_metadata_restores_verified(tmp_path):
+    # Orbax reads the arrays by the abstract tree given; the fingerprints vouch for them.
+    save_big(tmp_path, [1, 2]).close()
+    (tmp_path / "checkpoints/2/state/_METADATA").unlink()
+    with checkpoint.make_manager(str(tmp_path), max_to_keep=None) as manager:
+        state, data = checkpoint.restore(manager, 2, abstract(big_state(2)))
+    assert_trees_equal(state, big_state(2))
+    assert data == {"stream_positions": [2]}
+    wanted = abstract({"big": big_state(0)["params"]["big"]})
+    params, step = checkpoint.restore_params(str(tmp_path), wanted)
+    assert step == 2
+    assert_trees_equal(params, {"big": big_state(2)["params"]["big"]})

@@ -50,8 +50,11 @@ def test_a_tpu_config_on_a_cpu_stops_before_compiling(tmp_path, small_vocab_file
     assert not (workdir / "compilation_cache").exists()
 
 
-def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_file):
-    # Once: "the eval split has no documents (raise config.data.eval_fraction)", at any fraction.
+@pytest.mark.parametrize("evaluation", ["2", "0"], ids=["eval", "no_eval"])
+def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_file, evaluation):
+    # Once: "the eval split has no documents (raise config.data.eval_fraction)", at any
+    # fraction; without evaluation, the same line after compiling, with config.json
+    # written, so that the corrected run was refused as another config.
     corpus = tmp_path / "empty.txt"
     corpus.write_bytes(b"")
     workdir = tmp_path / "run"
@@ -61,7 +64,7 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
         "--config.data.source=text",
         f"--config.data.text_files={corpus}",
         "--config.data.eval_fraction=0.9",
-        "--config.eval_every_steps=2",
+        f"--config.eval_every_steps={evaluation}",
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert errors(result) == [

@@ -240,7 +240,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back
         checkpoint.restore(manager, 2, abstract(big_state(2)))
     (line,) = str(caught.value).splitlines()
     assert line.startswith(f"{tmp_path}/checkpoints/2: damaged, {reason}"), line
-    assert len(line) < 400
+    assert len(line) - len(f"{tmp_path}/checkpoints/2: damaged, ") <= len("unreadable: ") + 300
 
     reports = []
     step, state, data = checkpoint.restore_newest_good(

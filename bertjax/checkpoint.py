@@ -7,9 +7,10 @@ data item lets the input continue where it stood (train.py), so restoring a
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 
 A fingerprint is a 32-bit sum of an array's bits weighted by position, computed
-by a jitted reduction where the array lives (a sharded array sends one number per
-array to the host, not its bytes). Every restore computes
-them again and compares: a flipped bit, a truncated or missing file or unreadable
+where the array lives: a save dispatches jitted reductions (a sharded array sends
+the host one number, not its bytes) and reads them while orbax writes the arrays.
+Every restore computes them again (on a CPU, with numpy over the arrays in place)
+and compares: a flipped bit, a truncated or missing file or unreadable
 metadata makes the checkpoint Damaged, with one line naming the step and what is
 wrong. `restore_newest_good` then falls back to the newest step that verifies;
 a run moves the damaged step aside to WORKDIR/damaged_checkpoints/ (never

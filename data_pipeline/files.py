@@ -29,6 +29,13 @@ def exists(path: str) -> bool:
     return _tf().io.gfile.exists(path)
 
 
+def isdir(path: str) -> bool:
+    """Whether a local directory or Cloud Storage prefix is there."""
+    if "://" not in path:
+        return os.path.isdir(path)
+    return _tf().io.gfile.isdir(path)
+
+
 def read_bytes(path: str) -> bytes:
     """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
     (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""

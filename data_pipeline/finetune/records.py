@@ -131,13 +131,17 @@ def read_text_file(path: str, option: str = "") -> str:
 
 
 def read_records(
-    path: str, columns: Sequence[tuple[str, str]], option: str = ""
+    path: str,
+    columns: Sequence[tuple[str, str]],
+    option: str = "",
+    *,
+    names: Sequence[str] | None = None,
 ) -> Iterator[tuple[int, list]]:
     """(line, values of `columns`) for each record of a TSV, CSV or JSONL file, by extension.
 
     `columns` holds (option, column name) pairs; a missing column is named with
-    its option. Delimited files need a header naming the columns; blank lines are
-    skipped. JSONL values keep their JSON type.
+    its option. Delimited files need a header naming the columns, or `names` for a
+    file without one; blank lines are skipped. JSONL values keep their JSON type.
     """
     file_format = FILE_FORMATS.get(os.path.splitext(path)[1].lower())
     if file_format is None:
@@ -145,13 +149,16 @@ def read_records(
     text = read_text_file(path, option)
     if file_format == "jsonl":
         return _jsonl_records(path, text, columns)
-    return _delimited_records(path, text, columns, file_format)
+    return _delimited_records(path, text, columns, file_format, names)
 
 
-def _delimited_records(path, text, columns, file_format):
+def _delimited_records(path, text, columns, file_format, names=None):
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if file_format == "tsv" else {}
     reader = csv.reader(io.StringIO(text, newline=""), **dialect)
     header = None
+    if names is not None:
+        header = list(names)
+        positions = [header.index(name) for _, name in columns]
     while True:
         line = reader.line_num + 1  # where the next record starts
         try:

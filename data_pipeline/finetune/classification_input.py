@@ -52,7 +52,7 @@ import tensorflow as tf
 
 from data_pipeline import config as config_lib
 from data_pipeline import packing
-from data_pipeline.finetune import records
+from data_pipeline.finetune import glue_files, records
 from data_pipeline.finetune.records import (
     FILE_FORMATS,
     OPTION_PREFIX,
@@ -114,8 +114,11 @@ class ClassificationConfig:
     source: str = "files"
     # source='glue'
     glue_task: str = ""  # one of GLUE_TASKS
+    # The folder of GLUE's download (CoLA/, SST-2/, ..., MNLI/; local or gs://), read in
+    # its own files' layout (glue_files.py); "" reads TFDS glue/<glue_task>.
+    glue_dir: str = ""
     tfds_data_dir: str = ""  # "" is the TFDS default
-    eval_split: str = ""  # "" is the task's first eval split
+    eval_split: str = ""  # "" is the task's first eval split (TFDS's names)
     # source='files'
     train_file: str = ""
     eval_file: str = ""
@@ -158,6 +161,8 @@ class ClassificationConfig:
             if self.is_regression and not task.is_regression:
                 fail("is_regression", True, f"glue/{self.glue_task} is a classification task")
             return
+        if self.glue_dir:
+            fail("glue_dir", self.glue_dir, "is for source='glue'")
         if not self.train_file and not self.eval_file:
             fail(
                 "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
@@ -361,6 +366,8 @@ def _examples(config, rows: _Rows, label_names, label_source) -> Examples:
 
 def _load_glue(config: ClassificationConfig) -> ClassificationTask:
     task = GLUE_TASKS[config.glue_task]
+    if config.glue_dir:
+        return _load_glue_dir(config, task)
     name = f"glue/{config.glue_task}"
     builder = tfds_builder(name, config.tfds_data_dir)
     label_feature = builder.info.features["label"]
@@ -388,6 +395,27 @@ def _load_glue(config: ClassificationConfig) -> ClassificationTask:
             raise TaskDataError(f"{source}: labels outside [0, {len(found)}) (an unlabeled split?)")
         text_b = np.array(text_b or [""] * len(text_a), object)
         examples[split] = Examples(source, np.array(text_a, object), text_b, labels)
+    return ClassificationTask(
+        config=config,
+        name=config.glue_task,
+        label_names=task.label_names,
+        metrics=task.metrics,
+        train=examples["train"],
+        eval=examples["eval"],
+    )
+
+
+def _load_glue_dir(config: ClassificationConfig, task: GlueTask) -> ClassificationTask:
+    # TFDS's split names, as eval_split spells them, and the download's files.
+    files_split = {"train": "train", "eval": (config.eval_split or task.eval_splits[0])}
+    files_split["eval"] = files_split["eval"].replace("validation", "dev")
+    glue_files.check_data_dir(
+        config.glue_dir, [config.glue_task], splits_of=lambda _: tuple(files_split.values())
+    )
+    examples = {}
+    for split, name in files_split.items():
+        data = glue_files.read_split(config.glue_dir, config.glue_task, name)
+        examples[split] = Examples(data.source, data.text_a, data.text_b, data.labels)
     return ClassificationTask(
         config=config,
         name=config.glue_task,

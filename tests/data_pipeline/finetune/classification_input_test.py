@@ -7,6 +7,7 @@ import pytest
 import support
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from support.glue import write_glue_dir
 
 from data_pipeline.config import ConfigError
 from data_pipeline.finetune import classification_input
@@ -310,6 +311,45 @@ def test_glue_not_prepared(tmp_path):
         classification_input.load_classification_task(
             {"source": "glue", "glue_task": "rte", "tfds_data_dir": str(tmp_path)}
         )
+
+
+# ----------------------------------------------------------------------------- GLUE's download
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    return write_glue_dir(str(tmp_path_factory.mktemp("glue")))
+
+
+def test_glue_read_from_the_download_layout_gives_the_tfds_labels_and_splits(glue_dir):
+    mnli = classification_input.load_classification_task(
+        {"source": "glue", "glue_task": "mnli", "glue_dir": glue_dir,
+         "eval_split": "validation_mismatched"}
+    )  # fmt: skip
+    assert mnli.train.source == f"{glue_dir}/MNLI/train.tsv"
+    assert mnli.eval.source == f"{glue_dir}/MNLI/dev_mismatched.tsv"
+    assert mnli.label_names == ("entailment", "neutral", "contradiction")
+    assert mnli.train.labels.tolist()[:3] == [0, 1, 2]
+    cola = classification_input.load_classification_task(
+        {"source": "glue", "glue_task": "cola", "glue_dir": glue_dir}
+    )
+    assert cola.eval.source == f"{glue_dir}/CoLA/dev.tsv"
+    assert list(cola.train.text_b) == [""] * 8
+    assert cola.metrics == ("matthews_corrcoef",)
+    stsb = classification_input.load_classification_task(
+        {"source": "glue", "glue_task": "stsb", "glue_dir": glue_dir}
+    )
+    assert stsb.is_regression and stsb.train.labels.dtype == np.float32
+
+
+def test_glue_dir_missing_a_file_is_one_line_and_only_for_source_glue(glue_dir, tmp_path):
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(TaskDataError, match=r"/nothing/RTE: missing, for the task rte; the GLUE"):
+        classification_input.load_classification_task(
+            {"source": "glue", "glue_task": "rte", "glue_dir": str(tmp_path / "nothing")}
+        )
+    with pytest.raises(ConfigError, match=r"config.data.glue_dir.*is for source='glue'"):
+        classification_input.from_config({"train_file": "a.tsv", "glue_dir": glue_dir})
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -190,8 +190,8 @@ class _Fingerprints:
     """The fingerprints of `tree`, computing where its arrays live from construction on.
 
     With `in_place`, an array in host memory (numpy's, or on one CPU device) is read
-    where it is by host threads, two to three times faster than XLA's CPU reduction; not for a
-    save, whose arrays the next step may donate while the threads still read them."""
+    where it is by host threads, two to three times faster than XLA's CPU reduction;
+    not for a save, whose arrays the next step may donate while the threads read them."""
 
     def __init__(self, tree, *, in_place: bool = False):
         leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
@@ -206,10 +206,10 @@ class _Fingerprints:
             for i, x in enumerate(arrays)
             if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1
         ]
-        sums = []
-        for x in arrays:
-            if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
-                sums.append(None)  # below
+        sums, spread_set = [], set(spread)
+        for i, x in enumerate(arrays):
+            if i in spread_set:
+                sums.append(None)  # below, in one program
             elif in_place and _in_host_memory(x):
                 sums.append(_host_threads().submit(_fingerprint_in_place, x))
             else:

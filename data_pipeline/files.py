@@ -36,6 +36,13 @@ def isdir(path: str) -> bool:
     return _tf().io.gfile.isdir(path)
 
 
+def listdir(path: str) -> list[str]:
+    """The names in a local directory or under a Cloud Storage prefix (no trailing `/`)."""
+    if "://" not in path:
+        return os.listdir(path)
+    return [name.rstrip("/") for name in _tf().io.gfile.listdir(path)]
+
+
 def read_bytes(path: str) -> bytes:
     """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
     (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""

@@ -54,27 +54,31 @@ def write(folder: str, task: str, split: str, index, predictions) -> str:
     return path
 
 
-def validate(folder: str, data_dir: str) -> list[str]:
+def validate(folder: str, read_test, only=None) -> list[str]:
     """What the server would refuse in `folder`, one line each (none: it is complete):
     a missing or unknown file, a header other than index/prediction, a row count or
-    index differing from the test file's, a label the task does not have."""
+    index differing from the test file's, a label the task does not have.
+    `read_test(task, split)` gives a test set as a glue_files.GlueSplit (from a GLUE
+    download: functools.partial(glue_files.read_split, data_dir)); `only`, a set of
+    file names, checks those alone."""
     problems = []
-    present = set(os.listdir(folder)) if os.path.isdir(folder) else set()
-    expected = {name: key for key, name in FILES.items()}
-    problems += [f"{name}: not a GLUE submission file" for name in sorted(present - set(expected))]
+    present = set(files.listdir(folder)) if files.isdir(folder) else set()
+    expected = {name: key for key, name in FILES.items() if only is None or name in only}
+    problems += [
+        f"{name}: not a GLUE submission file" for name in sorted(present - set(FILES.values()))
+    ]
     for name, (task, split) in expected.items():
         if name not in present:
             problems.append(f"{name}: missing (the {task} test set)")
             continue
-        test = glue_files.read_split(data_dir, task, split)
+        test = read_test(task, split)
         problems += _check(os.path.join(folder, name), glue_files.LAYOUTS[task], test)
     return problems
 
 
 def _check(path: str, layout: glue_files.Layout, test: glue_files.GlueSplit) -> list[str]:
     name = os.path.basename(path)
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = files.read_bytes(path).decode("utf-8", errors="replace").splitlines()
     if not lines or tuple(lines[0].split("\t")) != HEADER:
         return [f"{name}: the header must be 'index<TAB>prediction'"]
     rows = [line.split("\t") for line in lines[1:]]

@@ -247,7 +247,7 @@ def queue_unfinished(study, definition: SweepDefinition) -> int:
     return queued
 
 
-def run_command(definition: SweepDefinition) -> int | None:
+def run_command(definition: SweepDefinition, *, show_table: bool = True) -> int | None:
     sweep_dir = definition.sweep_dir
     if FLAGS.dry_run:
         for index, overrides in enumerate(definition.trials):
@@ -263,10 +263,12 @@ def run_command(definition: SweepDefinition) -> int | None:
     trial_queue.record_sweep(study, definition)
     queued = queue_unfinished(study, definition)
     print(f"sweep {sweep_dir}: {len(definition.trials)} trial(s), {queued} queued now")
-    return work(study, definition)
+    return work(study, definition, show_table=show_table)
 
 
-def work(study, definition: SweepDefinition) -> int | None:
+def work(study, definition: SweepDefinition, *, show_table: bool = True) -> int | None:
+    """Runs trials until none is left; prints the table of every trial (`show_table`:
+    a caller with a report of its own prints that instead)."""
     from bertjax.sweep import report
 
     worker = worker_lib.Worker(
@@ -274,7 +276,8 @@ def work(study, definition: SweepDefinition) -> int | None:
     )
     worker.run()
     rows = report.rows(study, definition)
-    print(report.table(rows, definition))
+    if show_table:
+        print(report.table(rows, definition))
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
         print(

@@ -30,6 +30,9 @@ class SweepDefinition:
     sweep_dir: str  # where the trials' workdirs are
     # The whole resolved config, so that a config file edited between two runs is noticed.
     config_values: dict
+    # The module each trial runs (`python -m PROGRAM --config ... --workdir ...`): the
+    # training entry point, or one that also predicts after it (bertjax.glue.trial).
+    program: str = "bertjax.main"
 
     @property
     def config_flag(self) -> str:
@@ -53,12 +56,16 @@ class SweepDefinition:
             if name not in names:
                 raise hyper.SweepError(f"sweep definition: unknown field {name!r}")
         for name in names:
-            if name not in value:
+            if name not in value and name not in _ADDED_SINCE:
                 raise hyper.SweepError(f"sweep definition: missing field {name!r}")
-        value = copy.deepcopy(value)
+        value = {**_ADDED_SINCE, **copy.deepcopy(value)}
         value["trials"] = tuple(value["trials"])
         value["space"] = {key: _part(key, part) for key, part in value["space"].items()}
         return cls(**value)
+
+
+# Fields newer than some recorded sweeps, with the value those sweeps meant.
+_ADDED_SINCE = {"program": "bertjax.main"}
 
 
 def _part_json(part: hyper.Choice | hyper.Range) -> dict:

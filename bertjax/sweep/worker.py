@@ -6,6 +6,9 @@ A trial runs as
     python -m bertjax.main --config FILE[:ARG] --workdir SWEEP_DIR/trials/NNN-NAME \
         [the sweep's --config overrides] [the trial's --config overrides]
 
+(or the sweep's own program in place of bertjax.main: `bertjax.glue run`'s trials
+also predict GLUE's test sets)
+
 with its output appended to SWEEP_DIR/trials/NNN-NAME.log (on this machine, in
 ~/bertjax-sweep-logs/, when SWEEP_DIR is in a bucket) and its overrides and
 command in SWEEP_DIR/trials/NNN-NAME.json. Its share of the devices: on a CPU
@@ -84,7 +87,7 @@ def trial_command(definition: SweepDefinition, workdir: str, params: dict) -> li
     return [
         sys.executable,
         "-m",
-        "bertjax.main",
+        definition.program,
         "--config",
         definition.config_flag,
         "--workdir",

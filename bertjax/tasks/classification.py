@@ -88,6 +88,40 @@ def best_metric(config) -> scores.Metric:
     return scores.get_metric(classification_input.metric_names(data)[0])
 
 
+def predicted(restored, text_a, text_b, batch_size: int = 256) -> np.ndarray:
+    """Each example's label id (the argmax), or its score for regression: int32 or
+    float32 [N]. One compiled forward pass over batches of `batch_size`, the last
+    padded, so a test set of any size compiles once."""
+    restored.require("classification", "predicted")
+    vocab = restored.tokenizer.vocab
+    forward = jax.jit(
+        lambda params, *inputs: restored.model.apply(
+            {"params": params}, *inputs, deterministic=True
+        )
+    )
+    out = []
+    for begin in range(0, len(text_a), batch_size):
+        a = list(text_a[begin : begin + batch_size])
+        b = list(text_b[begin : begin + batch_size])
+        count = len(a)
+        a, b = a + [""] * (batch_size - count), b + [""] * (batch_size - count)
+        features = classification_input.encode_texts(
+            restored.tokenizer,
+            tf.constant(a, tf.string),
+            tf.constant(b, tf.string),
+            max_seq_length=restored.max_seq_length,
+            cls_id=vocab.cls_id,
+            sep_id=vocab.sep_id,
+            pad_id=vocab.pad_id,
+        )
+        inputs = (np.asarray(features[name], np.int32) for name in finetune.MODEL_INPUTS)
+        out.append(np.asarray(forward(restored.params, *inputs))[:count])
+    logits = np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+    if not restored.task.label_names:
+        return logits[:, 0].astype(np.float32)
+    return np.argmax(logits, axis=-1).astype(np.int32)
+
+
 def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
     """Per text (with `pairs[i]`): {'label', 'probabilities': {label: p}}, or {'score'}.
 

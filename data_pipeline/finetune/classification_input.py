@@ -426,6 +426,43 @@ def _load_glue_dir(config: ClassificationConfig, task: GlueTask) -> Classificati
     )
 
 
+def read_glue_split(data_config: Any, task: str, split: str) -> glue_files.GlueSplit:
+    """One split of a GLUE task (or "ax", the diagnostic set) from the config's source:
+    its download's folder (config.glue_dir) or TFDS. Splits are named as the download's
+    files are (train, dev, dev_matched, test_mismatched, diagnostic, ...); test splits
+    come with their index and without labels."""
+    config = from_config(data_config)
+    if config.glue_dir:
+        glue_files.check_data_dir(config.glue_dir, [task], splits_of=lambda _: (split,))
+        return glue_files.read_split(config.glue_dir, task, split)
+    name = "glue/ax" if task == "ax" else f"glue/{task}"
+    tfds_split = "test" if task == "ax" else split.replace("dev", "validation")
+    test = glue_files.is_test(task, split)
+    builder = tfds_builder(name, config.tfds_data_dir)
+    text_a_name, text_b_name = (
+        ("premise", "hypothesis")
+        if task == "ax"
+        else (GLUE_TASKS[task].text_a, GLUE_TASKS[task].text_b)
+    )
+    text_a, text_b, last = [], [], []
+    for batch in tfds_dataset(builder, name, tfds_split).batch(1024).as_numpy_iterator():
+        text_a.extend(t.decode("utf-8") for t in batch[text_a_name])
+        if text_b_name:
+            text_b.extend(t.decode("utf-8") for t in batch[text_b_name])
+        last.append(batch["idx"] if test else batch["label"])
+    source = f"tfds:{name}:{tfds_split}"
+    if not text_a:
+        raise TaskDataError(f"{source}: no examples")
+    last = np.concatenate(last)
+    index = labels = None
+    if test:
+        index = np.array([str(i) for i in last], object)
+    else:
+        labels = last.astype(np.float32 if GLUE_TASKS[task].is_regression else np.int32)
+    text_b = np.array(text_b or [""] * len(text_a), object)
+    return glue_files.GlueSplit(source, np.array(text_a, object), text_b, labels, index)
+
+
 # ----------------------------------------------------------------------------- batches
 
 

@@ -1,6 +1,7 @@
 """GLUE submission files: written for every test set of a GLUE download, validated as the
 server would take them, zipped; each kind of mistake found."""
 
+import functools
 import os
 import zipfile
 
@@ -33,7 +34,7 @@ def test_a_complete_submission_validates_and_zips(glue_dir, tmp_path):
     folder = str(tmp_path / "submission")
     write_all(glue_dir, folder)
     assert sorted(os.listdir(folder)) == sorted(submission.FILES.values())
-    assert submission.validate(folder, glue_dir) == []
+    assert submission.validate(folder, functools.partial(glue_files.read_split, glue_dir)) == []
     with open(os.path.join(folder, "MNLI-mm.tsv"), encoding="utf-8") as f:
         assert f.read().splitlines()[:3] == [
             "index\tprediction",
@@ -72,7 +73,7 @@ def test_each_mistake_is_named(glue_dir, tmp_path, damage, problem):
     folder = str(tmp_path / "submission")
     write_all(glue_dir, folder)
     damage(folder)
-    problems = submission.validate(folder, glue_dir)
+    problems = submission.validate(folder, functools.partial(glue_files.read_split, glue_dir))
     assert len(problems) == 1 and problems[0].startswith(problem), problems
 
 
@@ -86,3 +87,17 @@ def edit(path, change):
 def test_a_prediction_count_that_differs_from_the_test_set_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"RTE.tsv: 2 predictions for 3 examples"):
         submission.write(str(tmp_path), "rte", "test", ["0", "1", "2"], [0, 1])
+
+
+def test_a_partial_submission_is_checked_for_the_files_it_has(glue_dir, tmp_path):
+    folder = str(tmp_path / "submission")
+    write_all(glue_dir, folder)
+    for name in os.listdir(folder):
+        if name not in ("RTE.tsv", "CoLA.tsv"):
+            os.remove(os.path.join(folder, name))
+    read = functools.partial(glue_files.read_split, glue_dir)
+    assert submission.validate(folder, read, only={"RTE.tsv", "CoLA.tsv"}) == []
+    assert len(submission.validate(folder, read)) == len(submission.FILES) - 2
+    edit(os.path.join(folder, "RTE.tsv"), lambda lines: lines[:-1])
+    (problem,) = submission.validate(folder, read, only={"RTE.tsv", "CoLA.tsv"})
+    assert problem.startswith("RTE.tsv: 7 rows; the test file"), problem

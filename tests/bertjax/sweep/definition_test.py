@@ -82,3 +82,11 @@ def test_a_definition_that_is_not_a_dict_is_refused(value):
     kind = type(value).__name__
     with pytest.raises(hyper.SweepError, match=f"^sweep definition: a {kind}, not a dict$"):
         SweepDefinition.from_json(value)
+
+
+def test_a_sweep_recorded_before_trials_had_a_program_runs_bertjax_main(tmp_path):
+    stored = make_definition(tmp_path).to_json()
+    del stored["program"]  # as sweeps recorded before the field existed
+    assert SweepDefinition.from_json(stored).program == "bertjax.main"
+    glue = make_definition(tmp_path, program="bertjax.glue.trial")
+    assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.glue.trial"

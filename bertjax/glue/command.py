@@ -80,7 +80,8 @@ def with_default_config(argv: list[str]) -> list[str]:
     rather than as the flag's default, which would load the config (and TensorFlow) for
     --help too; as a path from the working directory when it is in the checkout."""
     named = any(a.split("=", 1)[0] in ("--config", "-config") for a in argv[1:])
-    if "run" not in argv[1:2] or named:
+    positional = [a for a in argv[1:] if not a.startswith("-")]
+    if positional[:1] != ["run"] or named:
         return argv
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), CONFIG)
     relative = os.path.relpath(path)
@@ -163,6 +164,8 @@ def suite_overrides() -> dict:
 
 
 def definition_from_flags() -> SweepDefinition:
+    if FLAGS["config"].value is None:
+        raise GlueError("run: --config is required")
     for name in ("init_checkpoint", "data_dir", "out"):
         if not FLAGS[name].value:
             raise GlueError(f"run: --{name} is required")

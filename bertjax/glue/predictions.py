@@ -55,17 +55,18 @@ def write(workdir: str, data_config: dict, batch_size: int) -> dict:
         return done
     restored = inference.restore(workdir)
     task = data_config["glue_task"]
+    source = (data_config["glue_dir"], data_config["tfds_data_dir"])
     metrics = classification_input.GLUE_TASKS[task].metrics
     dev = {}
     for split in OTHER_DEV.get(task, ()):
-        data = classification_input.read_glue_split(data_config, task, split)
+        data = classification_input.read_glue_split(*source, task, split)
         guesses = classification.predicted(restored, data.text_a, data.text_b, batch_size)
         dev[split] = {
             name: float(scores.get_metric(name).fn(data.labels, guesses)) for name in metrics
         }
     test = {}
     for test_task, split in test_sets(task):
-        data = classification_input.read_glue_split(data_config, test_task, split)
+        data = classification_input.read_glue_split(*source, test_task, split)
         guesses = classification.predicted(restored, data.text_a, data.text_b, batch_size)
         path = submission.write(
             os.path.join(workdir, TEST_DIR), test_task, split, data.index, guesses

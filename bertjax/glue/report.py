@@ -62,10 +62,10 @@ class Trial:
 
     @property
     def task_score(self) -> float | None:
-        """The mean of the task's columns, as the GLUE score counts the task."""
+        """The mean of the task's columns, as the GLUE score counts the task; None unless
+        every column has a score."""
         values = [self.scores.get(f"{c} {m}") for c, m in COLUMNS[self.task]]
-        values = [v for v in values if v is not None]
-        return statistics.fmean(values) if values else None
+        return None if None in values else statistics.fmean(values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,9 +276,8 @@ def _status_lines(suite: Suite) -> list[str]:
     lines = [f"trials: {total} ({shown})"]
     for t in suite.trials:
         if t.error:
-            lines.append(
-                f"trial {t.index} ({t.task}, lr {t.learning_rate:g}, seed {t.seed}): {t.error}"
-            )
+            rate = worker_lib.format_value(t.learning_rate)
+            lines.append(f"trial {t.index} ({t.task}, lr {rate}, seed {t.seed}): {t.error}")
     return lines
 
 
@@ -324,7 +323,7 @@ def figure(suite: Suite, task: str):
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    rates = [r for r, v in s.by_rate.items() if v]
+    rates = sorted(r for r, v in s.by_rate.items() if v)
     for rate in rates:
         ax.scatter([rate] * len(s.by_rate[rate]), s.by_rate[rate], color="tab:blue", alpha=0.7)
     medians = [statistics.median(s.by_rate[r]) for r in rates]
@@ -366,9 +365,14 @@ def write_submission(suite: Suite) -> Made:
     """Copies the chosen run's test files of each task into OUT/submission/, validates the
     folder against the test sets and zips it."""
     folder = os.path.join(suite.out, "submission")
+    # Made again from the chosen runs: no file of an earlier choice stays.
     if "://" not in folder:
-        shutil.rmtree(folder, ignore_errors=True)  # made again from the chosen runs
+        shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
+    elif files.isdir(folder):
+        import tensorflow as tf
+
+        tf.io.gfile.rmtree(folder)
     lines = []
     for task in suite.tasks:
         chosen = summarize(suite, task).chosen
@@ -387,7 +391,9 @@ def write_submission(suite: Suite) -> Made:
     def read_test(task, split):
         from data_pipeline.finetune import classification_input
 
-        return classification_input.read_glue_split(data_config, task, split)
+        return classification_input.read_glue_split(
+            data_config["glue_dir"], data_config["tfds_data_dir"], task, split
+        )
 
     ran = {name for task in suite.tasks for key in predictions.test_sets(task)
            for name in [submission.FILES[key]]}  # fmt: skip

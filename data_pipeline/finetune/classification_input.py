@@ -426,19 +426,20 @@ def _load_glue_dir(config: ClassificationConfig, task: GlueTask) -> Classificati
     )
 
 
-def read_glue_split(data_config: Any, task: str, split: str) -> glue_files.GlueSplit:
-    """One split of a GLUE task (or "ax", the diagnostic set) from the config's source:
-    its download's folder (config.glue_dir) or TFDS. Splits are named as the download's
+def read_glue_split(
+    glue_dir: str, tfds_data_dir: str, task: str, split: str
+) -> glue_files.GlueSplit:
+    """One split of a GLUE task (or "ax", the diagnostic set) from its download's folder
+    `glue_dir`, or if that is "", from TFDS (in `tfds_data_dir`, "" for TFDS's). Splits are named as the download's
     files are (train, dev, dev_matched, test_mismatched, diagnostic, ...); test splits
     come with their index and without labels."""
-    config = from_config(data_config)
-    if config.glue_dir:
-        glue_files.check_data_dir(config.glue_dir, [task], splits_of=lambda _: (split,))
-        return glue_files.read_split(config.glue_dir, task, split)
+    if glue_dir:
+        glue_files.check_data_dir(glue_dir, [task], splits_of=lambda _: (split,))
+        return glue_files.read_split(glue_dir, task, split)
     name = "glue/ax" if task == "ax" else f"glue/{task}"
     tfds_split = "test" if task == "ax" else split.replace("dev", "validation")
     test = glue_files.is_test(task, split)
-    builder = tfds_builder(name, config.tfds_data_dir)
+    builder = tfds_builder(name, tfds_data_dir)
     text_a_name, text_b_name = (
         ("premise", "hypothesis")
         if task == "ax"

@@ -472,3 +472,36 @@ def test_config_errors():
     task = classification_input.load_classification_task(mrpc_files(eval_file=""))
     with pytest.raises(ConfigError, match=r"config\.data\.eval_file=''"):
         classification_input.make_classification_dataset(task, None, split="eval", batch_size=2)
+
+
+@pytest.mark.parametrize(
+    "task, split, source",
+    [
+        ("mnli", "test_mismatched", "tfds:glue/mnli:test_mismatched"),
+        ("ax", "diagnostic", "tfds:glue/ax:test"),
+        ("qqp", "test", "tfds:glue/qqp:test"),
+        ("stsb", "dev", "tfds:glue/stsb:validation"),
+        ("cola", "train", "tfds:glue/cola:train"),
+    ],
+)
+def test_a_glue_split_by_its_file_name_from_tfds(task, split, source):
+    with tfds.testing.mock_data(num_examples=3):
+        data = classification_input.read_glue_split("", "", task, split)
+    assert data.source == source and len(data.text_a) == 3
+    if split in ("test_mismatched", "diagnostic", "test"):
+        # Test sets: their index (TFDS's idx), by which the server matches predictions.
+        assert data.labels is None and all(isinstance(i, str) for i in data.index)
+    else:
+        assert data.index is None and len(data.labels) == 3
+        assert data.labels.dtype == (np.float32 if task == "stsb" else np.int32)
+    assert all(b == "" for b in data.text_b) == (task == "cola")
+
+
+def test_a_glue_split_by_its_file_name_from_the_download(glue_dir):
+    config = (glue_dir, "")
+    test = classification_input.read_glue_split(*config, "qqp", "test")
+    assert test.source == f"{glue_dir}/QQP/test.tsv" and test.labels is None
+    dev = classification_input.read_glue_split(*config, "mnli", "dev_mismatched")
+    assert dev.index is None and set(dev.labels) <= {0, 1, 2}
+    with pytest.raises(TaskDataError, match=r"RTE/dev_matched.tsv: missing, for the task rte"):
+        classification_input.read_glue_split(*config, "rte", "dev_matched")

@@ -6,6 +6,7 @@ r"""The paper's GLUE evaluation of a pretrained checkpoint, as one resumable swe
         [--storage URL] [--dry_run] [--config.KEY=VALUE ...]
     python -m bertjax.glue report OUT
     python -m bertjax.glue submit OUT
+    python -m bertjax.glue sample DIR [--rows N]
 
 run: every task x learning rate x seed (config.seed 0..N-1) is a trial of one
     bertjax.sweep sweep in OUT, on experiments/finetune/glue.py (batch 32, 3
@@ -25,6 +26,9 @@ submit: the test predictions of each task's chosen run (its chosen learning
     rate, the seed best on dev) in OUT/submission/, checked against the test
     files as the GLUE server would, and zipped into OUT/submission.zip.
 
+sample: writes a small folder in the layout of GLUE's download (every task,
+    made-up labels: real in form only) to try the suite without the download.
+
 --data_dir: GLUE's download as it unpacks (CoLA/train.tsv, MNLI/dev_matched.tsv,
     diagnostic/diagnostic.tsv, ...), local or gs://; or `tfds` for TFDS glue/*
     already prepared in TFDS_DATA_DIR (or --config.data.tfds_data_dir).
@@ -43,7 +47,7 @@ from data_pipeline import files
 from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
-SUBCOMMANDS = ("run", "report", "submit")
+SUBCOMMANDS = ("run", "report", "submit", "sample")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 LEARNING_RATES = "5e-5,4e-5,3e-5,2e-5"  # paper section 4.1
 CONFIG = os.path.join("experiments", "finetune", "glue.py")
@@ -73,6 +77,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_retries", 2, "Attempts after a trial's first failure.")
     flags.DEFINE_integer("heartbeat_s", 30, "Seconds between a worker's heartbeats.")
     flags.DEFINE_bool("dry_run", False, "Print the trials' commands; run nothing.")
+    flags.DEFINE_integer("rows", 16, "sample: examples in each file.")
 
 
 def with_default_config(argv: list[str]) -> list[str]:
@@ -231,6 +236,20 @@ def submit(suite) -> int | None:
     return 1 if made.problems else None
 
 
+def sample(folder: str) -> None:
+    from data_pipeline.finetune import glue_sample
+
+    if FLAGS.rows < 1:
+        raise GlueError(f"--rows={FLAGS.rows}: must be at least 1")
+    if os.path.exists(folder) and os.listdir(folder):
+        raise GlueError(f"{folder}: not empty; name a new folder for the sample")
+    glue_sample.write(folder, rows=FLAGS.rows)
+    print(
+        f"{folder}: GLUE's layout, {FLAGS.rows} made-up examples a file (real in form only: "
+        "scores on it mean nothing)"
+    )
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] not in SUBCOMMANDS:
         raise GlueError(f"name a subcommand: {', '.join(SUBCOMMANDS)}")
@@ -240,8 +259,11 @@ def main(argv):
             raise GlueError(f"run: unexpected arguments: {' '.join(rest)}")
         return run_command()
     if len(rest) != 1:
-        raise GlueError(f"{subcommand}: name the suite's folder (run's --out), once")
+        what = "a folder to write" if subcommand == "sample" else "the suite's folder (run's --out)"
+        raise GlueError(f"{subcommand}: name {what}, once")
     out = rest[0]
+    if subcommand == "sample":
+        return sample(out)
     url = sweep_command.trial_queue.storage_url(out, FLAGS.storage)
     if not FLAGS.storage and not os.path.isfile(url[len("sqlite:///") :]):
         raise GlueError(f"{out}: not a GLUE suite folder (no sweep.db)")

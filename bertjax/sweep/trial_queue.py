@@ -33,6 +33,7 @@ each in one small function here.
 
 import contextlib
 import dataclasses
+import datetime
 import fcntl
 import os
 import socket
@@ -195,17 +196,38 @@ def claim(study) -> optuna.Trial | None:
     storage = _storage(study)
     waiting = study.get_trials(deepcopy=False, states=(WAITING,))
     for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("index", 0), t.number)):
-        try:
-            if not storage.set_trial_state_values(trial_id(frozen), state=RUNNING):
-                continue
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker took and ended it meanwhile
+        if not _take_waiting(storage, trial_id(frozen)):
+            continue  # another worker (or slot) took it first
         if _superseded(study, frozen):
             storage.set_trial_user_attr(trial_id(frozen), DUPLICATE_ATTR, True)
             storage.set_trial_state_values(trial_id(frozen), state=FAIL)
             continue
         return take(study, frozen)
     return None
+
+
+def _take_waiting(storage, storage_id: int) -> bool:
+    """Moves a WAITING trial to RUNNING in one conditional UPDATE; whether this call did.
+
+    Optuna's set_trial_state_values reads the state, then writes it: on SQLite, whose
+    transactions start at their first write, several workers (or slots of one) claiming
+    one trial at once all read WAITING and all win, and the trial runs twice.
+    `UPDATE ... WHERE state = WAITING` lets exactly one of them change the row."""
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    backend = getattr(storage, "_backend", storage)  # Optuna's cache passes writes through
+    with _create_scoped_session(backend.scoped_session) as session:
+        changed = (
+            session.query(models.TrialModel)
+            .filter(models.TrialModel.trial_id == storage_id)
+            .filter(models.TrialModel.state == WAITING)
+            .update(
+                {"state": RUNNING, "datetime_start": datetime.datetime.now()},
+                synchronize_session=False,
+            )
+        )
+    return changed == 1
 
 
 def _superseded(study, frozen) -> bool:

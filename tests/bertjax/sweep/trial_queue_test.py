@@ -6,6 +6,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -266,3 +267,38 @@ def test_records_give_each_trial_its_status_overrides_and_time(tmp_path):
     )
     assert records[3].seconds == pytest.approx(spent) and spent > 0
     assert records[4].seconds == 0.0  # queued: never started
+
+
+@pytest.mark.parametrize("round_", range(8))
+def test_a_trial_claimed_at_once_by_many_workers_goes_to_one(tmp_path, round_):
+    # Workers with their own storage (other processes) and slots sharing one (threads of
+    # a worker). A claim that reads the state and then writes it let several read
+    # WAITING on SQLite: a trial ran twice in most rounds.
+    del round_
+    study, _ = make_study(tmp_path, trials=({"seed": 0},))
+    url = trial_queue.storage_url(str(tmp_path), "")
+    others = [
+        trial_queue.open_study(
+            trial_queue.open_storage(url, heartbeat_s=30), "sweep", direction="minimize",
+            create=False,
+        )
+        for _ in range(4)
+    ]  # fmt: skip
+    claimers = [*others, study, study]
+    start = threading.Barrier(len(claimers))
+    won = []
+
+    def claim(claimer):
+        start.wait()
+        trial = trial_queue.claim(claimer)
+        if trial is not None:
+            won.append(trial.number)
+
+    threads = [threading.Thread(target=claim, args=(c,)) for c in claimers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1, won
+    (record,) = trial_queue.records(study)
+    assert record.status == "running" and len(record.attempts) == 1

@@ -25,6 +25,11 @@ NOT_AS_WRITTEN = {
         "tests/bertjax/sweep/sweep_test.py, with tiny trials: these are six MiniLM fine-tunings"
     ),
     "python -m bertjax.sweep report": "tests/bertjax/sweep/sweep_test.py, on its own sweeps",
+    "python -m bertjax.glue run": (
+        "tests/bertjax/glue/suite_test.py, on the README's sample with a tiny model and three "
+        "tasks: the nine MiniLM fine-tunings take 7 minutes"
+    ),
+    "python -m bertjax.glue report": "tests/bertjax/glue/suite_test.py, on its own suite",
 }
 
 

@@ -163,9 +163,14 @@ def suite_overrides() -> dict:
     """What every trial sets beyond its own task, rate and seed: the user's overrides,
     the init checkpoint and the data source."""
     overrides = dict(config_flags.get_override_values(FLAGS["config"]))
-    overrides["init_checkpoint"] = FLAGS.init_checkpoint
-    overrides["data.glue_dir"] = "" if FLAGS.data_dir == "tfds" else FLAGS.data_dir
+    # Absolute: the trials, a report from a notebook and `submit` may run elsewhere.
+    overrides["init_checkpoint"] = _absolute(FLAGS.init_checkpoint)
+    overrides["data.glue_dir"] = "" if FLAGS.data_dir == "tfds" else _absolute(FLAGS.data_dir)
     return overrides
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
 def definition_from_flags() -> SweepDefinition:

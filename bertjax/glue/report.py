@@ -87,6 +87,7 @@ class Suite:
     trials: tuple[Trial, ...]
     model: str | None  # the published model of the checkpoint's shape
     shape: tuple[int, int] | None  # the checkpoint's (layers, hidden size)
+    init_checkpoint: str = ""
 
 
 def load(out: str, storage: str, study_name: str) -> Suite:
@@ -100,13 +101,18 @@ def load(out: str, storage: str, study_name: str) -> Suite:
     trials = []
     for record in trial_queue.records(study):
         params, last = record.params, record.last
-        workdir = last.user_attrs.get("workdir") or os.path.join(
-            definition.sweep_dir, "trials", worker_lib.trial_name(record.index, params)
-        )
+        # Under `out` as the caller names it: the recorded paths may be relative to
+        # another working directory (`run` in the checkout, this in a notebook).
+        workdir = os.path.join(out, "trials", worker_lib.trial_name(record.index, params))
         task = params["data.glue_task"]
-        scores, test = {}, {}
+        scores, test, error = {}, {}, ""
+        if record.status == "failed":
+            error = last.user_attrs.get("error", "")
         if record.status == "done":
-            evaluated = {"dev": (workdir_lib.read_results(workdir).get("eval") or {})}
+            results = workdir_lib.read_results(workdir)
+            if not results:
+                error = f"done, but {os.path.join(workdir, workdir_lib.RESULTS_FILE)} is missing"
+            evaluated = {"dev": (results.get("eval") or {})}
             extra = predictions.read(workdir) or {}
             evaluated.update(extra.get("dev", {}))
             test = extra.get("test", {})
@@ -126,13 +132,14 @@ def load(out: str, storage: str, study_name: str) -> Suite:
                 minutes=record.seconds / 60,
                 scores=scores,
                 test=test,
-                error=last.user_attrs.get("error", "") if record.status == "failed" else "",
+                error=error,
             )
         )
     tasks = tuple(dict.fromkeys(t["data.glue_task"] for t in definition.trials))
-    shape = _shape(definition.overrides.get("init_checkpoint", ""))
+    shape = _shape(definition.overrides.get("init_checkpoint", ""))  # None if unreadable
     model = published.matching(*shape) if shape else None
-    return Suite(out, definition, tasks, tuple(trials), model, shape)
+    init = definition.overrides.get("init_checkpoint", "")
+    return Suite(out, definition, tasks, tuple(trials), model, shape, init)
 
 
 def _shape(init_checkpoint: str) -> tuple[int, int] | None:
@@ -261,9 +268,12 @@ def _average_lines(suite: Suite) -> list[str]:
             if is_theirs:
                 line += f"; {suite.model} {overall} (test), {source}"
         lines.append(line)
-    if suite.model is None:
-        shape = f"{suite.shape[0]} layers, hidden {suite.shape[1]}" if suite.shape else "unknown"
+    if suite.model is None and suite.shape is not None:
+        shape = f"{suite.shape[0]} layers, hidden {suite.shape[1]}"
         lines.append(f"published: none for the checkpoint's shape ({shape})")
+    elif suite.model is None:
+        where = suite.init_checkpoint or "the init checkpoint"
+        lines.append(f"published: not matched ({where}: its model config cannot be read here)")
     return lines
 
 

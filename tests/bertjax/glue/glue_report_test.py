@@ -246,7 +246,10 @@ def test_a_shape_with_nothing_published_says_so(tmp_path):
     assert "published: none for the checkpoint's shape (6 layers, hidden 384)" in text
     assert "bert-base" not in text
     unknown = nine_tasks(tmp_path, model=None, shape=None)
-    assert "published: none for the checkpoint's shape (unknown)" in report.text(unknown)
+    assert (
+        "published: not matched (the init checkpoint: its model config cannot be read here)"
+        in report.text(unknown)
+    )
 
 
 def test_the_text_counts_the_trials_and_shows_why_they_failed(tmp_path):

@@ -16,8 +16,9 @@ import time
 import zipfile
 
 import pytest
-from support import REPO
+from support import REPO, readme
 from support.glue import write_glue_dir
+from support.notebooks import run_notebook
 
 from bertjax.glue import submission
 from data_pipeline.finetune import glue_files
@@ -39,6 +40,22 @@ def glue_cli(*args, timeout=900):
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
     return write_glue_dir(str(tmp_path_factory.mktemp("glue")))
+
+
+def test_the_readmes_sample_is_every_task_in_glues_layout_and_is_not_overwritten(tmp_path):
+    root = readme.tour_dir(tmp_path / "tour")
+    argv = readme.command("python -m bertjax.glue sample")
+    made = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=root, env=ENV, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    sample = root / argv[-1]
+    glue_files.check_data_dir(str(sample), list(glue_files.LAYOUTS))  # every file of every task
+    assert "scores on it mean nothing" in made.stdout
+    again = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=root, env=ENV, capture_output=True, text=True
+    )
+    assert again.returncode == 2 and f"error: {argv[-1]}: not empty" in again.stderr
 
 
 @pytest.mark.parametrize(
@@ -115,7 +132,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 @pytest.mark.integration
 def test_a_suite_killed_and_run_again_resumes_reports_and_submits(
-    tmp_path, glue_dir, pretrained_run
+    tmp_path, glue_dir, pretrained_run, monkeypatch
 ):
     out = tmp_path / "out"
     args = [
@@ -191,7 +208,11 @@ def test_a_suite_killed_and_run_again_resumes_reports_and_submits(
     chosen_cola = next(w for w in workdirs if f"cola,learning_rate={chosen!r}" in w.name)
     assert (folder / "CoLA.tsv").read_text() == (chosen_cola / "glue/test/CoLA.tsv").read_text()
 
-    # `report` alone prints the same table.
+    # `report` alone prints the same table; so does the notebook, from its own folder.
     again = glue_cli("report", out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert line in again.stdout
+    monkeypatch.setenv("BERTJAX_GLUE_DIR", str(out))
+    text, images = run_notebook("glue_report.ipynb", monkeypatch)
+    assert line in text and "cola: trial " in text
+    assert images == 3  # a plot a task

@@ -265,6 +265,53 @@ def squad_scores(
     return result
 
 
+def null_thresholded(
+    spans: Mapping[str, str], null_odds: Mapping[str, float], threshold: float
+) -> dict[str, str]:
+    """SQuAD 2.0 answers at a null-score threshold: "" where the null odds (null score
+    minus best span score) exceed it, else the best non-null span (run_squad.py's
+    null_score_diff_threshold)."""
+    return {qid: "" if null_odds[qid] > threshold else text for qid, text in spans.items()}
+
+
+def best_null_threshold(
+    gold: Mapping[str, Sequence[str]],
+    spans: Mapping[str, str],
+    null_odds: Mapping[str, float],
+    *,
+    metric: str = "f1",
+) -> tuple[float, float]:
+    """(threshold, score): the null-score threshold that maximizes `metric` ("f1" or
+    "exact_match") over the questions of `gold`, searched as evaluate-v2.0.py's
+    find_best_thresh searches: every question starts unanswered; in order of rising
+    null odds each takes its best non-null span (`spans`), and the threshold is the
+    null odds of the question whose switch gives the best total (the first of equal
+    totals). If answering none is best, it is 1 below the lowest null odds (the script
+    says 0.0, which with its probabilities in [0, 1] means the same). The score is a fraction, as
+    squad_scores gives it at that threshold with null_thresholded's answers.
+
+    The script is fed predictions already thresholded at the run's value; given each
+    question's best span, this searches above that value as well as below."""
+    if metric not in ("f1", "exact_match"):
+        raise ValueError(f"metric={metric!r}: f1 or exact_match")
+    if not gold:
+        raise ValueError("no questions to score")
+    missing = [qid for qid in gold if qid not in spans or qid not in null_odds]
+    if missing:
+        raise ValueError(f"{len(missing)} question(s) without a span or null odds: {missing[:3]}")
+    score = _best_f1 if metric == "f1" else lambda kept, text, _: _best_exact_match(kept, text)
+    total = float(sum(not answers for answers in gold.values()))  # all unanswered
+    best, threshold = total, min(float(null_odds[qid]) for qid in gold) - 1.0
+    for qid in sorted(gold, key=lambda q: null_odds[q]):
+        kept = _gold_texts(gold[qid], "v2.0")
+        text = spans[qid]
+        # The switch from "" to the span: what the question scores then, less what it did.
+        total += score(kept, text, "v2.0") - score(kept, "", "v2.0")
+        if total > best:
+            best, threshold = total, float(null_odds[qid])
+    return threshold, best / len(gold)
+
+
 # ----------------------------------------------------------------------------- tagging
 
 # Each scheme's prefixes, mapped onto B (begin), I (inside), E (end), S (single).

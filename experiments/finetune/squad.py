@@ -1,6 +1,6 @@
-"""SQuAD fine-tuning: `squad_input.py:v1.1` or `squad_input.py:v2.0` (answers may be absent).
+"""SQuAD fine-tuning: `squad.py:v1.1` or `squad.py:v2.0` (answers may be absent).
 
-    python -m bertjax.main --config experiments/finetune/squad_input.py:v1.1 --workdir runs/squad \
+    python -m bertjax.main --config experiments/finetune/squad.py:v1.1 --workdir runs/squad \
         --config.init_checkpoint=runs/bert_base_converted \
         --config.data.train_file=train-v1.1.json --config.data.eval_file=dev-v1.1.json
 
@@ -29,7 +29,7 @@ VERSIONS = ("v1.1", "v2.0")
 def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
     if version not in VERSIONS:
         raise ConfigError(
-            f"squad_input.py:{version}: the version must be one of {', '.join(VERSIONS)}"
+            f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}"
         )
     config = base.get_config()
     config.task = "squad"

@@ -565,3 +565,44 @@ def test_is_better():
     assert metric.is_better(-0.5, math.nan)
     lower = scores.Metric("loss", lambda a, b: 0.0, higher_is_better=False)
     assert lower.is_better(0.1, 0.2) and not lower.is_better(0.3, 0.2)
+
+
+def test_the_best_null_threshold_is_searched_as_the_official_script_does():
+    gold = {"a": ["Paris"], "b": [], "c": ["in 1990"], "d": []}
+    spans = {"a": "Paris", "b": "London", "c": "1990", "d": "the city"}
+    # Rising null odds: a, c, b, d. Answering a: +1; then c: +1 (exact) or +2/3 (F1);
+    # then b and d: -1 each. The best total is after c: threshold c's odds.
+    odds = {"a": -3.0, "c": -1.5, "b": 0.5, "d": 2.0}
+    threshold, f1 = scores.best_null_threshold(gold, spans, odds, metric="f1")
+    assert threshold == -1.5 and f1 == pytest.approx((1 + 1 + 1 + 2 * 0.5 * 1 / 1.5) / 4)
+    threshold, exact = scores.best_null_threshold(gold, spans, odds, metric="exact_match")
+    assert threshold == -3.0 and exact == pytest.approx(3 / 4)  # c's "1990" is not exact
+    answered = scores.null_thresholded(spans, odds, -1.5)
+    assert answered == {"a": "Paris", "b": "", "c": "1990", "d": ""}
+    assert scores.squad_scores(gold, answered, version="v2.0")["f1"] == pytest.approx(f1)
+    # Answering none is best when every span is wrong: below every question's odds.
+    wrong = {"a": "Rome", "b": "x", "c": "y", "d": "z"}
+    assert scores.best_null_threshold(gold, wrong, odds) == (-4.0, 0.5)
+    assert set(scores.null_thresholded(wrong, odds, -4.0).values()) == {""}
+
+
+def test_the_best_null_threshold_is_at_least_every_other_threshold():
+    rng = np.random.default_rng(0)
+    words = ["red", "blue", "green", "the cat", "a dog"]
+    gold = {f"q{i}": [] if rng.random() < 0.4 else [str(rng.choice(words))] for i in range(60)}
+    spans = {qid: str(rng.choice(words)) for qid in gold}
+    odds = {qid: float(rng.normal()) for qid in gold}
+    for metric, key in (("f1", "f1"), ("exact_match", "exact_match")):
+        threshold, best = scores.best_null_threshold(gold, spans, odds, metric=metric)
+        at = scores.squad_scores(
+            gold, scores.null_thresholded(spans, odds, threshold), version="v2.0"
+        )
+        assert at[key] == pytest.approx(best)
+        for other in [-np.inf, *odds.values(), np.inf]:
+            answers = scores.null_thresholded(spans, odds, other)
+            assert scores.squad_scores(gold, answers, version="v2.0")[key] <= best + 1e-12
+
+
+def test_the_best_null_threshold_needs_every_questions_span():
+    with pytest.raises(ValueError, match="1 question"):
+        scores.best_null_threshold({"a": [], "b": ["x"]}, {"a": ""}, {"a": 0.0, "b": 1.0})

@@ -28,9 +28,7 @@ VERSIONS = ("v1.1", "v2.0")
 
 def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
     if version not in VERSIONS:
-        raise ConfigError(
-            f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}"
-        )
+        raise ConfigError(f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}")
     config = base.get_config()
     config.task = "squad"
     # run_squad.py's defaults; data_pipeline.finetune.squad_input.SquadConfig comments every option.

@@ -124,3 +124,21 @@ def test_run_from_outside_the_checkout_gets_the_configs_absolute_path(monkeypatc
 )
 def test_argv_is_kept_otherwise(argv):
     assert command.with_default_config(list(argv)) == argv
+
+
+def test_tfds_glue_not_prepared_is_one_line_naming_the_dataset_and_how_to_build_it(tmp_path):
+    data = {"glue_dir": "", "tfds_data_dir": str(tmp_path)}
+    with pytest.raises(UserError, match=r"TFDS dataset 'glue/rte' .* `tfds build glue/rte`"):
+        command.check_data(data, ["rte"])
+
+
+def test_a_glue_folder_is_checked_for_every_file_the_trials_read(tmp_path):
+    from support.glue import write_glue_dir
+
+    root = write_glue_dir(str(tmp_path / "glue"))
+    data = {"glue_dir": root, "tfds_data_dir": ""}
+    command.check_data(data, list(command.TASKS))  # all there
+    os.remove(os.path.join(root, "QNLI", "dev.tsv"))
+    command.check_data(data, ["rte", "mnli"])  # not needed
+    with pytest.raises(UserError, match=r"QNLI/dev.tsv: missing, for the task qnli"):
+        command.check_data(data, ["rte", "qnli"])

@@ -39,6 +39,9 @@ class SquadPredictions:
     # SQuAD 2.0: question id -> null score minus the best span's score; above
     # null_score_diff_threshold, the answer is "". None for SQuAD 1.1.
     null_odds: dict[str, float] | None
+    # SQuAD 2.0: question id -> its best non-null span ("" if it has none), the answer
+    # at any threshold its null odds do not exceed. None for SQuAD 1.1.
+    spans: dict[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +84,7 @@ def predict_answers(
     )
     bounds = np.searchsorted(features.example_index, np.arange(features.num_examples + 1))
 
-    answers, nbest_all, null_odds = {}, {}, {}
+    answers, nbest_all, null_odds, best_spans = {}, {}, {}, {}
     for index, example in enumerate(features.data.examples):
         windows = range(bounds[index], bounds[index + 1])
         candidates, null = _question_candidates(
@@ -93,10 +96,13 @@ def predict_answers(
             answers[example.qid] = nbest[0][0]
             continue
         answers[example.qid], null_odds[example.qid] = _answer_or_null(nbest, null, config)
+        best_spans[example.qid] = next((entry[0] for entry in nbest if entry[0]), "")
+    version_2 = config.version_2_with_negative
     return SquadPredictions(
         answers=answers,
         nbest=nbest_all,
-        null_odds=null_odds if config.version_2_with_negative else None,
+        null_odds=null_odds if version_2 else None,
+        spans=best_spans if version_2 else None,
     )
 
 
@@ -324,6 +330,20 @@ def write_predictions(predictions: SquadPredictions, output_dir: str) -> list[st
 METRIC_NAMES = ("f1", "exact_match")
 
 
+def tuned_scores(gold, predictions: SquadPredictions) -> dict[str, float]:
+    """SQuAD 2.0: F1 and exact match at the null-score threshold best for each on these
+    questions, and those thresholds (evaluate-v2.0.py's best_f1, best_f1_thresh, ...):
+    what config.data.null_score_diff_threshold=THRESHOLD then scores on them."""
+    values = {}
+    for metric in METRIC_NAMES:
+        threshold, value = scores.best_null_threshold(
+            gold, predictions.spans, predictions.null_odds, metric=metric
+        )
+        values[f"tuned_{metric}"] = value
+        values[f"tuned_{metric}_threshold"] = threshold
+    return values
+
+
 def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir)
     data = squad_input.load_squad_task(config.data.to_dict(), pretrained.tokenizer)
@@ -344,7 +364,10 @@ def setup(config, workdir: str) -> Setup:
             data.eval, passed["feature_index"], start_logits, end_logits, pretrained.tokenizer
         )
         gold = data.eval.data.gold_answers()
-        return scores.squad_scores(gold, predictions.answers, version=version), predictions
+        values = scores.squad_scores(gold, predictions.answers, version=version)
+        if version == "v2.0":
+            values.update(tuned_scores(gold, predictions))
+        return values, predictions
 
     head = finetune.Head(
         model=BertForQuestionAnswering(pretrained.model_config),

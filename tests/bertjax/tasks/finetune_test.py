@@ -2,6 +2,7 @@
 (conftest.py's pretrained_workdir, saved in the scan layout, which the tests only read)."""
 
 import json
+import math
 import pathlib
 
 import jax
@@ -290,6 +291,11 @@ def squad_run(pretrained_workdir, tmp_path_factory):
 def test_squad_runs_decodes_and_writes_the_official_predictions(squad_run):
     tmp_path, results = squad_run
     assert {"exact_match", "f1"} <= set(results["eval"])
+    # SQuAD 2.0: also the scores at the null threshold best on these questions, which
+    # are at least those at the run's threshold (0.0).
+    tuned = results["eval"]
+    assert tuned["tuned_f1"] >= tuned["f1"] and tuned["tuned_exact_match"] >= tuned["exact_match"]
+    assert math.isfinite(tuned["tuned_f1_threshold"])
     questions = [
         qa["id"]
         for article in json.loads((TESTDATA / "squad_v2.0.json").read_text())["data"]

@@ -16,7 +16,7 @@ import pytest
 from support.squad import V1_CONFIG, V2_CONFIG, example, rows_of
 
 from bertjax import losses
-from bertjax.tasks import scores
+from bertjax.tasks import scores, squad
 from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.finetune import squad_input
 from data_pipeline.tokenizer import SentencePieceTokenizer
@@ -111,6 +111,26 @@ def test_null_answer_against_the_threshold(v2_data, tokenizer):
         assert predictions.null_odds[chlorophyll.qid] == pytest.approx(1.5)
         assert predictions.answers[chlorophyll.qid] == answer
         assert predictions.nbest[chlorophyll.qid][0]["text"] == ""
+        assert predictions.spans[chlorophyll.qid] == "chlorophyll"  # at any threshold
+
+
+def test_v2_scores_at_the_null_threshold_best_on_dev(v2_data, v2_features, tokenizer):
+    # The oracle's spans, with the null answer 1.5 above each answerable question's span
+    # and 20 above each unanswerable one's: at threshold 0.0 every answer is "", and
+    # the best threshold lies between 1.5 and 20.
+    rows, start, end = oracle_logits(v2_features)
+    start[:, 0] = np.maximum(start[:, 0], 11.5)
+    end[:, 0] = np.maximum(end[:, 0], 10.0)
+    predictions = predict_answers(v2_features, rows, start, end, tokenizer)
+    gold = v2_data.gold_answers()
+    at_zero = scores.squad_scores(gold, predictions.answers, version="v2.0")
+    answerable = sum(bool(answers) for answers in gold.values())
+    assert at_zero["f1"] == pytest.approx(1 - answerable / len(gold))
+    tuned = squad.tuned_scores(gold, predictions)
+    assert tuned["tuned_f1"] == tuned["tuned_exact_match"] == 1.0
+    assert tuned["tuned_f1_threshold"] == pytest.approx(1.5)
+    again = scores.null_thresholded(predictions.spans, predictions.null_odds, 1.5)
+    assert scores.squad_scores(gold, again, version="v2.0")["f1"] == 1.0
 
 
 def test_v1_never_answers_null(v1_data, v1_features, tokenizer):

@@ -80,15 +80,15 @@ def define_flags() -> None:
     flags.DEFINE_integer("rows", 16, "sample: examples in each file.")
 
 
-def with_default_config(argv: list[str]) -> list[str]:
-    """`argv` with --config=glue.py added to a `run` that names no config. Added here
+def with_default_config(argv: list[str], config: str = CONFIG) -> list[str]:
+    """`argv` with --config=CONFIG (glue.py) added to a `run` that names no config. Added here
     rather than as the flag's default, which would load the config (and TensorFlow) for
     --help too; as a path from the working directory when it is in the checkout."""
     named = any(a.split("=", 1)[0] in ("--config", "-config") for a in argv[1:])
     positional = [a for a in argv[1:] if not a.startswith("-")]
     if positional[:1] != ["run"] or named:
         return argv
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), CONFIG)
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), config)
     relative = os.path.relpath(path)
     # First: ml_collections takes --config.KEY=VALUE only after --config.
     return [argv[0], f"--config={relative if not relative.startswith('..') else path}", *argv[1:]]
@@ -164,12 +164,13 @@ def suite_overrides() -> dict:
     the init checkpoint and the data source."""
     overrides = dict(config_flags.get_override_values(FLAGS["config"]))
     # Absolute: the trials, a report from a notebook and `submit` may run elsewhere.
-    overrides["init_checkpoint"] = _absolute(FLAGS.init_checkpoint)
-    overrides["data.glue_dir"] = "" if FLAGS.data_dir == "tfds" else _absolute(FLAGS.data_dir)
+    overrides["init_checkpoint"] = absolute(FLAGS.init_checkpoint)
+    overrides["data.glue_dir"] = "" if FLAGS.data_dir == "tfds" else absolute(FLAGS.data_dir)
     return overrides
 
 
-def _absolute(path: str) -> str:
+def absolute(path: str) -> str:
+    """A local path made absolute; a URL as it is."""
     return path if "://" in path else os.path.abspath(path)
 
 

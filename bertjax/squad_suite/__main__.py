@@ -1,0 +1,11 @@
+"""`python -m bertjax.squad_suite run|report ...`: see command.py."""
+
+import sys
+
+from bertjax.squad_suite import command
+from data_pipeline import cli
+
+__doc__ = command.__doc__  # what --help prints: absl shows the __main__ module's docstring
+
+sys.argv = command.with_default_config(sys.argv)
+cli.run(command.main, command.define_flags, positional_args=True)

@@ -220,7 +220,7 @@ def definition_from_flags() -> SweepDefinition:
 
 def run_command() -> int | None:
     definition = definition_from_flags()
-    status = sweep_command.run_command(definition, show_table=False)
+    status = sweep_command.run_command(definition, show_table=False, flag="--out")
     if FLAGS.dry_run:
         return status
     from bertjax.glue import report

@@ -191,7 +191,7 @@ def main(argv):
         if rest:
             raise SquadSuiteError(f"run: unexpected arguments: {' '.join(rest)}")
         definition = definition_from_flags()
-        status = sweep_command.run_command(definition, show_table=False)
+        status = sweep_command.run_command(definition, show_table=False, flag="--out")
         if FLAGS.dry_run:
             return status
         print(report.write(report.load(definition.sweep_dir, FLAGS.storage, FLAGS.study_name)))

@@ -181,8 +181,11 @@ def default_mode(config) -> str:
     return "max" if tasks.for_config(config).best_metric(config).higher_is_better else "min"
 
 
-def check_same_sweep(recorded: SweepDefinition, asked: SweepDefinition, sweep_dir: str) -> None:
-    """SweepError unless `asked` is the `recorded` sweep, but for what MAY_CHANGE."""
+def check_same_sweep(
+    recorded: SweepDefinition, asked: SweepDefinition, sweep_dir: str, flag: str = "--sweep_dir"
+) -> None:
+    """SweepError unless `asked` is the `recorded` sweep, but for what MAY_CHANGE; `flag`
+    is the option that names the directory."""
     recorded_json, asked_json = recorded.to_json(), asked.to_json()
     for key, value in asked_json.items():
         if key in MAY_CHANGE or recorded_json[key] == value:
@@ -190,7 +193,7 @@ def check_same_sweep(recorded: SweepDefinition, asked: SweepDefinition, sweep_di
         before, now = _short(recorded_json[key]), _short(value)
         raise SweepError(
             f"{sweep_dir}: holds another sweep: its {key} was {before}, now {now}; "
-            "use another --sweep_dir (or the same command as before)"
+            f"use another {flag} (or the same command as before)"
         )
 
 
@@ -247,7 +250,9 @@ def queue_unfinished(study, definition: SweepDefinition) -> int:
     return queued
 
 
-def run_command(definition: SweepDefinition, *, show_table: bool = True) -> int | None:
+def run_command(
+    definition: SweepDefinition, *, show_table: bool = True, flag: str = "--sweep_dir"
+) -> int | None:
     sweep_dir = definition.sweep_dir
     if FLAGS.dry_run:
         for index, overrides in enumerate(definition.trials):
@@ -259,7 +264,7 @@ def run_command(definition: SweepDefinition, *, show_table: bool = True) -> int 
     study = open_sweep(definition, trial_queue.storage_url(sweep_dir, FLAGS.storage))
     recorded = trial_queue.recorded_sweep(study)
     if recorded is not None:
-        check_same_sweep(recorded, definition, sweep_dir)
+        check_same_sweep(recorded, definition, sweep_dir, flag)
     trial_queue.record_sweep(study, definition)
     queued = queue_unfinished(study, definition)
     print(f"sweep {sweep_dir}: {len(definition.trials)} trial(s), {queued} queued now")

@@ -197,7 +197,12 @@ def test_a_kill_after_a_fallback_keeps_the_step_resumed_from(four_steps, small_v
     assert 2 in steps(workdir)  # the newest checkpoint known to verify
     code, stderr = finish(start(workdir, small_vocab_file, *run))
     assert code == 0, stderr
-    assert not [line for line in warnings(stderr) if "damaged" in line]
+    # The kill may land while orbax deletes the step rotated out after 6 (4): that
+    # half-deleted folder is moved aside; nothing else is reported, step 2 least of all.
+    reported = [line for line in warnings(stderr) if "damaged" in line]
+    half_deleted = "not a complete bertjax checkpoint (no _CHECKPOINT_METADATA or state/)"
+    assert all(half_deleted in line for line in reported), reported
+    assert not [line for line in reported if "/checkpoints/2:" in line], reported
     assert max(steps(workdir)) == 8
 
 

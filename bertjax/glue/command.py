@@ -196,6 +196,12 @@ def definition_from_flags() -> SweepDefinition:
     if FLAGS.data_dir != "tfds" and not files.isdir(FLAGS.data_dir):
         raise GlueError(f"--data_dir={FLAGS.data_dir}: no such directory; {glue_files.HOW_TO_GET}")
     check_data(config.data.to_dict(), tasks)
+    return suite_definition(config, overrides, sweep, metric="", program=PROGRAM)
+
+
+def suite_definition(config, overrides: dict, sweep: hyper.Sweep, *, metric: str, program: str):
+    """A suite's sweep (the GLUE suite's, the SQuAD suite's) from the flags they share,
+    after checking the init checkpoint and every trial's config."""
     from bertjax import workdir as workdir_lib
 
     workdir_lib.require_model_config(FLAGS.init_checkpoint, what="--init_checkpoint")
@@ -208,13 +214,13 @@ def definition_from_flags() -> SweepDefinition:
         space=dict(sweep.space),
         search="",
         num_trials=len(sweep.trials),
-        metric="",
+        metric=metric,
         mode="max",
         prune=False,
         max_retries=FLAGS.max_retries,
         sweep_dir=FLAGS.out,
         config_values=json.loads(config.to_json_best_effort()),
-        program=PROGRAM,
+        program=program,
     )
 
 

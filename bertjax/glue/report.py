@@ -246,12 +246,36 @@ def table(suite: Suite) -> list[list[str]]:
     return rows
 
 
+def aligned(rows: list[list[str]]) -> list[str]:
+    """A table's rows as lines of columns padded to their widths."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def markdown_table(rows: list[list[str]]) -> list[str]:
+    """A table's rows (the first the header) as a Markdown table's lines."""
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows[1:]]
+
+
+def status_lines(trials, total: int, name) -> list[str]:
+    """How many trials are in each state, then each failed one (`name(trial)` says which
+    task or version) with its error."""
+    counts = {}
+    for t in trials:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    lines = [f"trials: {total} ({shown})"]
+    for t in trials:
+        if t.error:
+            rate = worker_lib.format_value(t.learning_rate)
+            lines.append(f"trial {t.index} ({name(t)}, lr {rate}, seed {t.seed}): {t.error}")
+    return lines
+
+
 def text(suite: Suite) -> str:
     """What `report` prints: the table, the averages and the status of the trials."""
-    rows = table(suite)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines += [""] + _average_lines(suite) + [""] + _status_lines(suite)
+    lines = aligned(table(suite)) + [""] + _average_lines(suite) + [""] + _status_lines(suite)
     return "\n".join(lines)
 
 
@@ -278,24 +302,11 @@ def _average_lines(suite: Suite) -> list[str]:
 
 
 def _status_lines(suite: Suite) -> list[str]:
-    counts = {}
-    for t in suite.trials:
-        counts[t.status] = counts.get(t.status, 0) + 1
-    total = len(suite.definition.trials)
-    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    lines = [f"trials: {total} ({shown})"]
-    for t in suite.trials:
-        if t.error:
-            rate = worker_lib.format_value(t.learning_rate)
-            lines.append(f"trial {t.index} ({t.task}, lr {rate}, seed {t.seed}): {t.error}")
-    return lines
+    return status_lines(suite.trials, len(suite.definition.trials), lambda t: t.task)
 
 
 def markdown(suite: Suite) -> str:
-    rows = table(suite)
-    lines = [f"# GLUE suite {suite.out}", ""]
-    lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    lines = [f"# GLUE suite {suite.out}", ""] + markdown_table(table(suite))
     lines += [""] + [f"- {line}" for line in _average_lines(suite) + _status_lines(suite)]
     lines += ["", "Scores x100 on the dev sets; published scores are on the test sets.", ""]
     return "\n".join(lines)

@@ -25,7 +25,6 @@ report: per version, the learning rate chosen on dev (the best median F1
     TFDS squad/v1.1 and squad/v2.0 already prepared.
 """
 
-import json
 import os
 
 from absl import flags
@@ -34,7 +33,6 @@ from ml_collections import config_flags
 from bertjax.glue import command as glue_command
 from bertjax.sweep import command as sweep_command
 from bertjax.sweep import hyper
-from bertjax.sweep.definition import SweepDefinition
 from data_pipeline import files
 from data_pipeline.errors import UserError
 
@@ -139,7 +137,7 @@ def check_data(data_dir: str, versions, tfds_data_dir: str) -> None:
                 )
 
 
-def definition_from_flags() -> SweepDefinition:
+def definition_from_flags():
     if FLAGS["config"].value is None:
         raise SquadSuiteError("run: --config is required")
     for name in ("init_checkpoint", "data_dir", "out"):
@@ -160,24 +158,8 @@ def definition_from_flags() -> SweepDefinition:
     if config.get("task") != "squad":
         raise SquadSuiteError(f"--config={FLAGS['config'].config_filename}: not a SQuAD config")
     check_data(data_dir, versions, config.data.tfds_data_dir)
-    from bertjax import workdir as workdir_lib
-
-    workdir_lib.require_model_config(FLAGS.init_checkpoint, what="--init_checkpoint")
-    sweep_command.check_trials(config, sweep)
-    return SweepDefinition(
-        config=FLAGS["config"].config_filename,
-        config_arg=None,
-        overrides=overrides,
-        trials=tuple(dict(t) for t in sweep.trials),
-        space=dict(sweep.space),
-        search="",
-        num_trials=len(sweep.trials),
-        metric="f1",
-        mode="max",
-        prune=False,
-        max_retries=FLAGS.max_retries,
-        sweep_dir=FLAGS.out,
-        config_values=json.loads(config.to_json_best_effort()),
+    return glue_command.suite_definition(
+        config, overrides, sweep, metric="f1", program="bertjax.main"
     )
 
 

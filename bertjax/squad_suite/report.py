@@ -13,6 +13,7 @@ import os
 import statistics
 
 from bertjax.glue import published as glue_published
+from bertjax.glue import report as glue_report
 from bertjax.sweep import trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
@@ -179,39 +180,30 @@ def table(suite: Suite) -> list[list[str]]:
 
 
 def _notes(suite: Suite) -> list[str]:
-    counts = {}
-    for t in suite.trials:
-        counts[t.status] = counts.get(t.status, 0) + 1
-    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    lines = [f"trials: {len(suite.definition.trials)} ({shown})"]
+    lines = glue_report.status_lines(
+        suite.trials, len(suite.definition.trials), lambda t: t.version
+    )
+    trials_line, errors = lines[:1], lines[1:]
     if suite.model is None:
-        lines.append("published: none for the checkpoint's shape (the paper's are Base and Large)")
+        trials_line.append(
+            "published: none for the checkpoint's shape (the paper's are Base and Large)"
+        )
     else:
-        lines.append(f"published: {PAPER}")
-    lines.append(
+        trials_line.append(f"published: {PAPER}")
+    trials_line.append(
         "EM and F1 at the run's null threshold; the rate, the spread and the best run by "
         "F1 for v1.1 and by tuned F1 for v2.0 (at the null threshold best on dev, the "
         "median threshold in brackets)"
     )
-    for t in suite.trials:
-        if t.error:
-            rate = worker_lib.format_value(t.learning_rate)
-            lines.append(f"trial {t.index} ({t.version}, lr {rate}, seed {t.seed}): {t.error}")
-    return lines
+    return trials_line + errors
 
 
 def text(suite: Suite) -> str:
-    rows = table(suite)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines + [""] + _notes(suite))
+    return "\n".join(glue_report.aligned(table(suite)) + [""] + _notes(suite))
 
 
 def markdown(suite: Suite) -> str:
-    rows = table(suite)
-    lines = [f"# SQuAD suite {suite.out}", ""]
-    lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    lines = [f"# SQuAD suite {suite.out}", ""] + glue_report.markdown_table(table(suite))
     lines += [""] + [f"- {line}" for line in _notes(suite)] + [""]
     return "\n".join(lines)
 

@@ -4,9 +4,10 @@
 `split` ('train' or 'eval'), `loss`, `mlm_loss`, `mlm_accuracy`, `nsp_loss`,
 `nsp_accuracy`, and on train lines `learning_rate`, `steps_per_second`,
 `tokens_per_second` (text tokens read, padding not counted),
-`model_flops_per_second` and `mfu` (model FLOPs
+`model_flops_per_second`, `mfu` (model FLOPs
 utilisation, a fraction; bertjax.flops; absent where the devices' peak is
-unknown).
+unknown), `input_wait_seconds` (per step, waiting for the host pipeline) and
+`input_wait_fraction` (of the steps' time).
 """
 
 import contextlib
@@ -131,12 +132,17 @@ def _cut_events(path: str, step: int) -> None:
 
 class TrainWindow:
     """The steps since the last train line: their metric sums, the text tokens this host
-    read (padding not counted) and the time they took."""
+    read (padding not counted), the time they took and the part of it spent waiting for
+    input."""
 
     def __init__(self, step: int, clock=time.perf_counter):
         self.step, self.clock, self.start = step, clock, clock()
         self.sums = None
         self.tokens = 0
+        self.input_wait = 0.0
+
+    def waited(self, seconds: float) -> None:
+        self.input_wait += seconds
 
     def add(self, sums, tokens: int) -> None:
         self.sums = sums if self.sums is None else jax.tree.map(jnp.add, self.sums, sums)
@@ -153,13 +159,17 @@ class TrainWindow:
 
     def rates(self, step: int, *, flops_per_step: float, peak_flops: float | None, hosts: int):
         """steps/s, tokens/s of all `hosts` (each reads as many as this one, give or take
-        its padding), model FLOP/s and, with a peak, MFU, from the window's start to now."""
+        its padding), model FLOP/s, with a peak MFU, and the input wait per step and as a
+        fraction, from the window's start to now."""
         elapsed = max(self.clock() - self.start, 1e-9)
+        steps = max(step - self.step, 1)
         steps_per_second = (step - self.step) / elapsed
         rates = {
             "steps_per_second": steps_per_second,
             "tokens_per_second": self.tokens * hosts / elapsed,
             "model_flops_per_second": steps_per_second * flops_per_step,
+            "input_wait_seconds": self.input_wait / steps,
+            "input_wait_fraction": min(self.input_wait / elapsed, 1.0),
         }
         if peak_flops:
             rates["mfu"] = rates["model_flops_per_second"] / peak_flops

@@ -31,7 +31,17 @@ from absl import logging
 from flax import linen as nn
 from jax.experimental import multihost_utils
 
-from bertjax import checkpoint, flops, metrics, optim, preemption, sharding, tasks
+from bertjax import (
+    checkpoint,
+    events,
+    flops,
+    metrics,
+    optim,
+    preemption,
+    profiling,
+    sharding,
+    tasks,
+)
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.tasks.contract import Setup, Task, apply_model, host_share
@@ -363,28 +373,42 @@ def train_and_evaluate(
         # Also without a checkpoint: a run killed before its first one has logged steps.
         workdir_lib.check_same_run(workdir, config)
         start_step = checkpoint.latest_step(workdir, own=True) or 0
-        run = build_run(config, workdir, task=task, devices=devices)
-        num_train_steps = run.setup.objective.num_train_steps
-        if start_step > num_train_steps:
-            raise workdir_lib.CheckpointError(
-                f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
-                f"{num_train_steps} steps this config trains"
-            )
-        check_eval_shares(run)
-        if stop.pending:
-            raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
-        with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
-            return _train(run, workdir, start_step, stop_after, claim, stop)
+        event_log = events.EventLog(workdir)
+        event_log.start(start_step)
+        try:
+            run = build_run(config, workdir, task=task, devices=devices)
+            num_train_steps = run.setup.objective.num_train_steps
+            if start_step > num_train_steps:
+                raise workdir_lib.CheckpointError(
+                    f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
+                    f"{num_train_steps} steps this config trains"
+                )
+            check_eval_shares(run)
+            if stop.pending:
+                raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
+            with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+                results = _train(run, workdir, start_step, stop_after, claim, stop, event_log)
+        except BaseException as error:
+            event_log.stop(error)
+            raise
+        else:
+            event_log.stop(None)
+        finally:
+            event_log.close()
+        return results
 
 
-def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
+def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop, event_log) -> dict:
     config, setup = run.config, run.setup
     restored = None
     if start_step:
         # The newest checkpoint that verifies; damaged newer ones are moved aside.
-        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
-            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
-        start_step = restored[0]
+        with event_log.span("restore") as event:
+            with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
+                restored = checkpoint.restore_newest_good(
+                    reader, run.abstract_state, logging.warning
+                )
+            start_step = event["step"] = event_log.step = restored[0]
     # The train stream before config.json and anything compiles: data that cannot feed
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
@@ -406,7 +430,16 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     )
     try:
         return _loop(
-            run, workdir, manager, start_step, restored, train_batches, claim, stop, stop_after
+            run,
+            workdir,
+            manager,
+            start_step,
+            restored,
+            train_batches,
+            claim,
+            stop,
+            stop_after,
+            event_log,
         )
     except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
@@ -430,6 +463,7 @@ def _loop(
     claim,
     stop,
     stop_after,
+    event_log,
 ) -> dict:
     config, setup = run.config, run.setup
     num_steps = setup.objective.num_train_steps
@@ -438,44 +472,57 @@ def _loop(
     jitted_train_step, jitted_eval_step = jit_steps(run)
     writer = metrics.MetricWriter(workdir, num_train_steps=num_steps, start_step=start_step)
     evaluator = Evaluator(run, workdir, jitted_eval_step, writer, stop)
-    saver = Saver(run, manager, stop)
+    profiler = profiling.Profiler(config.profile, workdir, event_log)
     rng = jax.random.key(config.seed)
-    log = TrainLog(run, writer, start_step)  # its clock starts here
+    log = TrainLog(run, writer, start_step, event_log)  # its clocks start here
+    saver = Saver(run, manager, stop, log.times)
     position = None  # where this host's stream stands after the last batch trained on
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
-    for step in range(start_step + 1, last_step + 1):
-        host_batch = next(train_batches)
-        if "stream_position" in host_batch:
-            position = host_batch["stream_position"][-1]
-        features = {name: host_batch[name] for name in setup.objective.features}
-        batch = sharding.make_global_batch(features, run.mesh)
-        state, sums = jitted_train_step(state, batch, rng)
-        log.add(step, sums, host_batch)
-        claim.renew()
-        if step % config.log_every_steps == 0 or step == num_steps:
-            log.write(step, state, rows=batch["input_ids"].shape[0])
-        if stop.requested(step):
-            saver.save_and_stop(step, state, position, log.window, saved=False)
-        evaluates = setup.evaluation.every_steps and (
-            step % setup.evaluation.every_steps == 0 or step == num_steps
-        )
-        if evaluates:
-            with log.window.paused():  # the train line's rates are of training alone
-                evaluator.record(step, state.params)
-        due = (
-            (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-            or (evaluates and setup.evaluation.checkpoint_each)
-            or step == last_step
-        )
-        if due:
-            saver.save(step, state, position, log.window)
-        if stop.pending:  # arrived during the evaluation, which it cut short
-            saver.save_and_stop(step, state, position, log.window, saved=due)
-    if start_step >= last_step and setup.evaluation.every_steps:
-        # Nothing left to train (a finished run started again): report where it stands.
-        # Every host evaluates (the steps are collective), whatever results.json says.
-        evaluator.record(start_step, state.params)
-    checkpoint.wait(manager)
+    step = start_step
+    try:
+        for step in range(start_step + 1, last_step + 1):
+            profiler.before(step)
+            waiting = time.perf_counter()
+            host_batch = next(train_batches)
+            log.waited(time.perf_counter() - waiting)
+            if "stream_position" in host_batch:
+                position = host_batch["stream_position"][-1]
+            features = {name: host_batch[name] for name in setup.objective.features}
+            batch = sharding.make_global_batch(features, run.mesh)
+            state, sums = jitted_train_step(state, batch, rng)
+            log.add(step, sums, host_batch, rows=batch["input_ids"].shape[0])
+            profiler.after(step, state)
+            claim.renew()
+            if step % config.log_every_steps == 0 or step == num_steps:
+                log.write(step, state)
+            if stop.requested(step):
+                event_log.write("signal", name=stop.signal_name, step=step)
+                saver.save_and_stop(step, state, position, log.window, saved=False)
+            evaluates = setup.evaluation.every_steps and (
+                step % setup.evaluation.every_steps == 0 or step == num_steps
+            )
+            if evaluates:
+                # Left out of the train line's rates, which are of training alone.
+                with log.window.paused(), log.times.span("eval", step):
+                    evaluator.record(step, state.params)
+            due = (
+                (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
+                or (evaluates and setup.evaluation.checkpoint_each)
+                or step == last_step
+            )
+            if due:
+                saver.save(step, state, position, log.window)
+            if stop.pending:  # arrived during the evaluation, which it cut short
+                saver.save_and_stop(step, state, position, log.window, saved=due)
+        if start_step >= last_step and setup.evaluation.every_steps:
+            # Nothing left to train (a finished run started again): report where it stands.
+            # Every host evaluates (the steps are collective), whatever results.json says.
+            evaluator.record(start_step, state.params)
+        with log.times.span("checkpoint_commit", step):
+            checkpoint.wait(manager)
+    finally:
+        log.times.flush(step)
+        profiler.stop(step, state)
     writer.close()
     return evaluator.results
 
@@ -492,9 +539,10 @@ def _start(run: Run, workdir: str, restored):
 
 class TrainLog:
     """The train lines: the metric sums of the steps since the last line, turned into
-    means, rates, MFU and a line on the console when `write` is called."""
+    means, rates, MFU and a line on the console when `write` is called; and the `steps`
+    events of the event log (`times`)."""
 
-    def __init__(self, run: Run, writer: metrics.MetricWriter, start_step: int):
+    def __init__(self, run: Run, writer: metrics.MetricWriter, start_step: int, event_log):
         self.run, self.writer, self.start_step = run, writer, start_step
         self.schedule = optim.learning_rate_schedule(
             run.optimizer, run.setup.objective.num_train_steps
@@ -506,16 +554,27 @@ class TrainLog:
             logging.info("MFU against a peak of %.3e FLOP/s: %s", self.peak_flops, source)
         else:
             logging.warning("%s", source)
+        self.flops_per_step = None  # known at the first batch (a packed one has its plan's rows)
+        self.input_wait_warned = False
         self.window = metrics.TrainWindow(start_step)
+        self.times = events.StepTimes(event_log, start_step, peak_flops=self.peak_flops)
         self.started = time.perf_counter()
 
-    def add(self, step: int, sums, host_batch: dict) -> None:
+    def waited(self, seconds: float) -> None:
+        """Time this step waited for its batch from the host pipeline."""
+        self.window.waited(seconds)
+        self.times.waited(seconds)
+
+    def add(self, step: int, sums, host_batch: dict, *, rows: int) -> None:
+        """A step's metric sums; `rows` is the global batch's."""
+        if self.flops_per_step is None:
+            self.flops_per_step = flops.flops_per_step(self.run.task, self.run.setup, rows)
+            self.times.flops_per_step = self.flops_per_step
         self.window.add(sums, metrics.real_tokens(host_batch))
         self.writer.progress_bar(step, self.started, self.start_step)
 
-    def write(self, step: int, state, rows: int) -> None:
-        """The train line of the steps up to `step`, of `rows` global rows each (a packed
-        batch has as many as its plan)."""
+    def write(self, step: int, state) -> None:
+        """The train line of the steps up to `step`."""
         run = self.run
         check_bad_steps(state, run.optimizer, step)
         summary = checked_finite(run.setup.objective.summarize(self.window.sums), step)
@@ -523,7 +582,7 @@ class TrainLog:
         # Every host reads as many tokens as this one, give or take its padding.
         summary |= self.window.rates(
             step,
-            flops_per_step=flops.flops_per_step(run.task, run.setup, rows),
+            flops_per_step=self.flops_per_step,
             peak_flops=self.peak_flops,
             hosts=jax.process_count(),
         )
@@ -534,31 +593,62 @@ class TrainLog:
         self.writer.console(
             metrics.train_line(step, num_steps, summary, run.setup.objective.console)
         )
+        self.times.flush(step)
+        # The first window of a process waits for the pipeline to start: not a stall.
+        if self.window.step > self.start_step:
+            self._warn_of_input_stalls(step, summary["input_wait_fraction"])
         self.window = metrics.TrainWindow(step)
+
+    def _warn_of_input_stalls(self, step: int, fraction: float) -> None:
+        limit = self.run.config.input_wait_warning
+        if self.input_wait_warned or not limit or fraction <= limit:
+            return
+        self.input_wait_warned = True
+        data = self.run.config.data
+        more = [
+            hint
+            for key, hint in (
+                ("num_workers", "config.data.num_workers=N (worker processes make the examples)"),
+                ("source", "config.data.source='tfrecord' (examples made offline)"),
+            )
+            if key in data
+        ]
+        logging.warning(
+            "input: steps %d to %d waited for the host pipeline %.0f%% of their time "
+            "(config.input_wait_warning=%g)%s; data_pipeline.benchmark measures it",
+            self.window.step + 1,
+            step,
+            100 * fraction,
+            limit,
+            "; for more host throughput: " + ", or ".join(more) if more else "",
+        )
 
 
 class Saver:
-    """Checkpoints of the run, each after the checks that keep non-finite values out."""
+    """Checkpoints of the run, each after the checks that keep non-finite values out,
+    each a span of the event log (`times`)."""
 
-    def __init__(self, run: Run, manager, stop):
-        self.run, self.manager, self.stop = run, manager, stop
+    def __init__(self, run: Run, manager, stop, times: events.StepTimes):
+        self.run, self.manager, self.stop, self.times = run, manager, stop, times
         self.params_finite = jax.jit(all_finite)
 
     def save(self, step: int, state, position, window: metrics.TrainWindow) -> None:
         """Saves `state` and every host's stream position, unless a value went non-finite
         (the parameters, or the loss of the steps not yet logged)."""
-        if window.sums is not None:
-            checked_finite(self.run.setup.objective.summarize(window.sums), step)
-        check_bad_steps(state, self.run.optimizer, step)
-        if not self.params_finite(state.params):
-            raise TrainingError(
-                f"non-finite parameters after step {step}; not saved. Lower "
-                "config.optimizer.learning_rate or check the data."
+        nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
+        with self.times.span("checkpoint", step, bytes=nbytes):
+            if window.sums is not None:
+                checked_finite(self.run.setup.objective.summarize(window.sums), step)
+            check_bad_steps(state, self.run.optimizer, step)
+            if not self.params_finite(state.params):
+                raise TrainingError(
+                    f"non-finite parameters after step {step}; not saved. Lower "
+                    "config.optimizer.learning_rate or check the data."
+                )
+            checkpoint.check_space(self.manager, state)
+            checkpoint.save(
+                self.manager, step, state, {"stream_positions": _gather_positions(position)}
             )
-        checkpoint.check_space(self.manager, state)
-        checkpoint.save(
-            self.manager, step, state, {"stream_positions": _gather_positions(position)}
-        )
 
     def save_and_stop(self, step: int, state, position, window, *, saved: bool):
         """Saves (unless `saved`), waits up to preemption_save_seconds for the save to
@@ -567,7 +657,8 @@ class Saver:
         if not saved:
             self.save(step, state, position, window)
         budget = self.run.config.preemption_save_seconds
-        committed = checkpoint.wait(self.manager, budget)
+        with self.times.span("checkpoint_commit", step):
+            committed = checkpoint.wait(self.manager, budget)
         took = time.perf_counter() - started
         why = self.stop.signal_name or "a preemption notice"
         if not committed:

@@ -362,8 +362,8 @@ class _Lease:
 
 # Config keys a resumed run may change: how often it logs, evaluates and saves,
 # how much it evaluates, its mesh, the save budget on a stop request, the input
-# pipeline's worker processes (the same batches either way), and (only upwards)
-# its length.
+# pipeline's worker processes (the same batches either way), what it profiles and
+# warns of, and (only upwards) its length.
 RESUMABLE_CHANGES = (
     "num_train_steps",
     "num_train_epochs",
@@ -379,6 +379,8 @@ RESUMABLE_CHANGES = (
     "mesh.",
     "data.num_workers",
     "model.trim_last_layer",
+    "profile.",
+    "input_wait_warning",
 )
 
 

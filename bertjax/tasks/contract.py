@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
+from bertjax import profiling
 from bertjax.model import BertConfig
 from bertjax.tasks import scores
 from bertjax.workdir import CheckpointError
@@ -215,6 +216,8 @@ LOOP_KEYS = (
     "platform",
     "compilation_cache_dir",
     "init_checkpoint",
+    "profile",
+    "input_wait_warning",
     "mesh",
     "model",
     "data",
@@ -242,6 +245,12 @@ def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
         raise ConfigError(
             f"config.preemption_save_seconds={config.preemption_save_seconds}: must be above 0"
         )
+    if not 0 <= config.input_wait_warning <= 1:
+        raise ConfigError(
+            f"config.input_wait_warning={config.input_wait_warning}: must be a fraction "
+            "from 0 (never warn) to 1"
+        )
+    profiling.check(config.profile)
     if config.platform not in PLATFORMS:
         raise ConfigError(
             f"config.platform={config.platform!r}: must be one of {', '.join(PLATFORMS)}"

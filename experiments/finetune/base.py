@@ -57,6 +57,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Use init_checkpoint's architecture and vocabulary but not its parameters
     # (the from-scratch baseline that shows what pretraining brings).
     config.random_init = False
+    # A trace of steps 'A,B' (jax.profiler) in WORKDIR/profile/, for TensorBoard's
+    # profile plugin; hosts: 'first' (process 0) or 'all'. '' traces nothing.
+    config.profile = ml_collections.ConfigDict({"steps": "", "hosts": "first"})
+    # Warn once when the steps wait for the host pipeline more than this fraction of
+    # their time (0: never); the wait is logged either way (input_wait_fraction).
+    config.input_wait_warning = 0.1
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
     config.model = get_model_config()
 

@@ -74,6 +74,12 @@ def get_config() -> ml_collections.ConfigDict:
     config.preemption_save_seconds = 25.0
     # Another run's workdir to take the parameters from (phase 2), or ''.
     config.init_checkpoint = ""
+    # A trace of steps 'A,B' (jax.profiler) in WORKDIR/profile/, for TensorBoard's
+    # profile plugin; hosts: 'first' (process 0) or 'all'. '' traces nothing.
+    config.profile = ml_collections.ConfigDict({"steps": "", "hosts": "first"})
+    # Warn once when the steps wait for the host pipeline more than this fraction of
+    # their time (0: never); the wait is logged either way (input_wait_fraction).
+    config.input_wait_warning = 0.1
     # Mesh axis sizes; one may be -1 (the remaining devices).
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 

@@ -1,0 +1,177 @@
+"""The run's event log, `WORKDIR/events.jsonl`: where the wall time of every process that
+worked in the workdir went, one JSON object per line, appended by process 0.
+
+Unlike metrics.jsonl it is never cut back on resume: the steps a killed process trained
+after its last checkpoint stay in it, which is how bertjax.goodput counts them as lost.
+Every line has `event` and `time` (Unix seconds when it was written); a span also has
+`seconds` (its length, ending at `time`) and `compile` (the part of it JAX spent
+tracing and compiling). The events:
+
+    start       a process began work in the workdir: `host`, `pid`, `process_count`,
+                `devices`, `started` (when the process itself started) and `step` (the
+                latest checkpoint's step, 0 for none)
+    restore     span: the checkpoint read and verified before training, its `step`
+    steps       span: steps `first` to `last` (evaluations and saves left out), of which
+                `input_wait` seconds waiting for the host pipeline; `flops` (model FLOPs
+                of those steps, all devices) and `peak_flops` (of all devices, or null)
+    eval        span: an evaluation at `step`
+    checkpoint  span: the loop stopped for the save of `step` (orbax writes on in the
+                background); `bytes` of the train state
+    profile     a trace of steps `first` to `last` written to `dir`
+    signal      a stop request (`name`) seen at `step`
+    stop        the process stopped work at `step`: `reason` done (its steps trained),
+                preempted, interrupted or error (with `error`, its first line); `compile_total`
+
+A process killed with kill -9 writes no stop event: its last event marks its end.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+
+import jax
+import psutil
+import tensorflow as tf
+
+EVENTS_FILE = "events.jsonl"
+
+# JAX's duration events of tracing, lowering and compiling (or loading a compiled
+# program from the persistent cache): together, a process's compile time.
+_COMPILE_EVENTS = ("/jax/core/compile/", "/jax/compilation_cache/cache_retrieval_time_sec")
+_compile = {"seconds": 0.0, "listening": False}
+_compile_lock = threading.Lock()
+
+
+def _on_duration(name: str, seconds: float, **kwargs) -> None:
+    del kwargs
+    if name.startswith(_COMPILE_EVENTS):
+        with _compile_lock:
+            _compile["seconds"] += seconds
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling since the first call (which starts the
+    count)."""
+    with _compile_lock:
+        if not _compile["listening"]:
+            jax.monitoring.register_event_duration_secs_listener(_on_duration)
+            _compile["listening"] = True
+        return _compile["seconds"]
+
+
+class EventLog:
+    """Appends events to WORKDIR/events.jsonl on process 0; the other processes write
+    nothing. Each line is flushed as it is written, so a kill loses none."""
+
+    def __init__(self, workdir: str):
+        self.active = jax.process_index() == 0
+        self.step = 0  # the last step trained (or restored): where a stop leaves the run
+        compile_seconds()  # counting from here
+        if self.active:
+            tf.io.gfile.makedirs(workdir)
+            self._file = tf.io.gfile.GFile(os.path.join(workdir, EVENTS_FILE), "a")
+
+    def write(self, event: str, **fields) -> None:
+        if not self.active:
+            return
+        record = {"event": event, "time": round(time.time(), 3), **fields}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def start(self, step: int) -> None:
+        """The `start` event of this process, resuming after `step` (0: none)."""
+        self.step = step
+        self.write(
+            "start",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            process_count=jax.process_count(),
+            devices=jax.device_count(),
+            started=round(psutil.Process().create_time(), 3),
+            step=step,
+        )
+
+    def stop(self, error: BaseException | None) -> None:
+        """The `stop` event: why this process stopped working, after `error` or None."""
+        fields = {}
+        if error is None:
+            reason = "done"
+        elif type(error).__name__ == "Preempted":
+            reason = "preempted"
+        elif isinstance(error, KeyboardInterrupt) or type(error).__name__ == "Interrupted":
+            reason = "interrupted"
+        else:
+            reason = "error"
+            lines = str(error).strip().splitlines()
+            fields["error"] = f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
+        self.write(
+            "stop",
+            step=self.step,
+            reason=reason,
+            compile_total=round(compile_seconds(), 3),
+            **fields,
+        )
+
+    @contextlib.contextmanager
+    def span(self, event: str, **fields):
+        """Times the block as `event` (with its compile seconds), written when the block
+        ends without an error; it may add fields to the dict it is given."""
+        started, compiled = time.perf_counter(), compile_seconds()
+        yield fields
+        self.write(
+            event,
+            seconds=round(time.perf_counter() - started, 4),
+            compile=round(compile_seconds() - compiled, 4),
+            **fields,
+        )
+
+    def close(self) -> None:
+        if self.active:
+            self._file.close()
+
+
+class StepTimes:
+    """The `steps` events: the loop's time since the last one, less the spans (evaluations,
+    saves), with the part spent waiting for input and compiling. `flush` writes the steps
+    so far; `span` flushes, times the block and starts a new window after it."""
+
+    def __init__(self, log: EventLog, step: int, *, peak_flops):
+        self.log, self.peak_flops = log, peak_flops
+        self.flops_per_step = 0.0  # set at the first step
+        self._restart(step)
+
+    def _restart(self, step: int) -> None:
+        self.last = step
+        self.started, self.compiled = time.perf_counter(), compile_seconds()
+        self.input_wait = 0.0
+
+    def waited(self, seconds: float) -> None:
+        self.input_wait += seconds
+
+    def flush(self, step: int) -> None:
+        """Writes the `steps` event of the steps after the last flush up to `step`."""
+        if step > self.last:
+            self.log.write(
+                "steps",
+                first=self.last + 1,
+                last=step,
+                seconds=round(time.perf_counter() - self.started, 4),
+                input_wait=round(self.input_wait, 4),
+                compile=round(compile_seconds() - self.compiled, 4),
+                flops=self.flops_per_step * (step - self.last),
+                peak_flops=self.peak_flops,
+            )
+            self.log.step = step
+        self._restart(step)
+
+    @contextlib.contextmanager
+    def span(self, event: str, step: int, **fields):
+        self.flush(step)
+        try:
+            with self.log.span(event, step=step, **fields):
+                yield
+        finally:
+            self._restart(step)

@@ -3,14 +3,15 @@ worked in the workdir went, one JSON object per line, appended by process 0.
 
 Unlike metrics.jsonl it is never cut back on resume: the steps a killed process trained
 after its last checkpoint stay in it, which is how bertjax.goodput counts them as lost.
-Every line has `event` and `time` (Unix seconds when it was written); a span also has
-`seconds` (its length, ending at `time`) and `compile` (the part of it JAX spent
-tracing and compiling). The events:
+Every line has `event`, `time` (Unix seconds when it was written) and `compile_total`
+(seconds the process has spent in JAX's tracing and compiling so far); a span also
+has `seconds` (its length, ending at `time`) and `compile` (its part of that). The
+events:
 
-    start       a process began work in the workdir: `host`, `pid`, `process_count`,
-                `devices`, `started` (when the process itself started) and `step` (the
-                latest checkpoint's step, 0 for none)
-    restore     span: the checkpoint read and verified before training, its `step`
+    start       a process began work in the workdir (its run built, its data found):
+                `host`, `pid`, `process_count`, `devices`, `started` (when the process
+                itself started) and `step` (the step it resumes after, 0 for none)
+    restore     span: the checkpoint of `step` read and verified before training
     steps       span: steps `first` to `last` (evaluations and saves left out), of which
                 `input_wait` seconds waiting for the host pipeline; `flops` (model FLOPs
                 of those steps, all devices) and `peak_flops` (of all devices, or null)
@@ -20,7 +21,7 @@ tracing and compiling). The events:
     profile     a trace of steps `first` to `last` written to `dir`
     signal      a stop request (`name`) seen at `step`
     stop        the process stopped work at `step`: `reason` done (its steps trained),
-                preempted, interrupted or error (with `error`, its first line); `compile_total`
+                preempted, interrupted or error (with `error`, its first line)
 
 A process killed with kill -9 writes no stop event: its last event marks its end.
 """
@@ -77,7 +78,12 @@ class EventLog:
     def write(self, event: str, **fields) -> None:
         if not self.active:
             return
-        record = {"event": event, "time": round(time.time(), 3), **fields}
+        record = {
+            "event": event,
+            "time": round(time.time(), 3),
+            **fields,
+            "compile_total": round(compile_seconds(), 3),
+        }
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
@@ -107,30 +113,34 @@ class EventLog:
             reason = "error"
             lines = str(error).strip().splitlines()
             fields["error"] = f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
-        self.write(
-            "stop",
-            step=self.step,
-            reason=reason,
-            compile_total=round(compile_seconds(), 3),
-            **fields,
-        )
+        self.write("stop", step=self.step, reason=reason, **fields)
 
     @contextlib.contextmanager
     def span(self, event: str, **fields):
-        """Times the block as `event` (with its compile seconds), written when the block
-        ends without an error; it may add fields to the dict it is given."""
-        started, compiled = time.perf_counter(), compile_seconds()
-        yield fields
-        self.write(
-            event,
-            seconds=round(time.perf_counter() - started, 4),
-            compile=round(compile_seconds() - compiled, 4),
-            **fields,
-        )
+        """Times the block as `event`; written when the block ends without an error."""
+        stopwatch = Stopwatch()
+        yield
+        self.write(event, **fields, **stopwatch.stop().fields())
 
     def close(self) -> None:
         if self.active:
             self._file.close()
+
+
+class Stopwatch:
+    """A span's `seconds` and `compile` seconds, from construction to `stop`."""
+
+    def __init__(self):
+        self.started, self.compiled = time.perf_counter(), compile_seconds()
+        self.seconds = self.compile = None
+
+    def stop(self) -> "Stopwatch":
+        self.seconds = time.perf_counter() - self.started
+        self.compile = compile_seconds() - self.compiled
+        return self
+
+    def fields(self) -> dict:
+        return {"seconds": round(self.seconds, 4), "compile": round(self.compile, 4)}
 
 
 class StepTimes:
@@ -144,9 +154,7 @@ class StepTimes:
         self._restart(step)
 
     def _restart(self, step: int) -> None:
-        self.last = step
-        self.started, self.compiled = time.perf_counter(), compile_seconds()
-        self.input_wait = 0.0
+        self.last, self.stopwatch, self.input_wait = step, Stopwatch(), 0.0
 
     def waited(self, seconds: float) -> None:
         self.input_wait += seconds
@@ -158,9 +166,8 @@ class StepTimes:
                 "steps",
                 first=self.last + 1,
                 last=step,
-                seconds=round(time.perf_counter() - self.started, 4),
+                **self.stopwatch.stop().fields(),
                 input_wait=round(self.input_wait, 4),
-                compile=round(compile_seconds() - self.compiled, 4),
                 flops=self.flops_per_step * (step - self.last),
                 peak_flops=self.peak_flops,
             )

@@ -369,46 +369,35 @@ def train_and_evaluate(
     "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted`
     after saving when asked to stop.
     """
+    events.compile_seconds()  # counted from here, for the event log
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
         # Also without a checkpoint: a run killed before its first one has logged steps.
         workdir_lib.check_same_run(workdir, config)
         start_step = checkpoint.latest_step(workdir, own=True) or 0
-        event_log = events.EventLog(workdir)
-        event_log.start(start_step)
-        try:
-            run = build_run(config, workdir, task=task, devices=devices)
-            num_train_steps = run.setup.objective.num_train_steps
-            if start_step > num_train_steps:
-                raise workdir_lib.CheckpointError(
-                    f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
-                    f"{num_train_steps} steps this config trains"
-                )
-            check_eval_shares(run)
-            if stop.pending:
-                raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
-            with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
-                results = _train(run, workdir, start_step, stop_after, claim, stop, event_log)
-        except BaseException as error:
-            event_log.stop(error)
-            raise
-        else:
-            event_log.stop(None)
-        finally:
-            event_log.close()
-        return results
+        run = build_run(config, workdir, task=task, devices=devices)
+        num_train_steps = run.setup.objective.num_train_steps
+        if start_step > num_train_steps:
+            raise workdir_lib.CheckpointError(
+                f"{workdir}: its latest checkpoint is of step {start_step}, beyond the "
+                f"{num_train_steps} steps this config trains"
+            )
+        check_eval_shares(run)
+        if stop.pending:
+            raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
+        with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+            return _train(run, workdir, start_step, stop_after, claim, stop)
 
 
-def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop, event_log) -> dict:
+def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
     config, setup = run.config, run.setup
     restored = None
+    restore_time = events.Stopwatch()
     if start_step:
         # The newest checkpoint that verifies; damaged newer ones are moved aside.
-        with event_log.span("restore") as event:
-            with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
-                restored = checkpoint.restore_newest_good(
-                    reader, run.abstract_state, logging.warning
-                )
-            start_step = event["step"] = event_log.step = restored[0]
+        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
+            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
+        start_step = restored[0]
+        restore_time.stop()
     # The train stream before config.json and anything compiles: data that cannot feed
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
@@ -424,12 +413,17 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop, eve
         kind=run.task.name,
         description=setup.description.to_json(),
     )
+    # From here on this process works in the workdir: where its time goes is logged.
+    event_log = events.EventLog(workdir)
+    event_log.start(start_step)
+    if restored:
+        event_log.write("restore", step=start_step, **restore_time.fields())
     # Rotation never deletes the step resumed from: the newest known to verify.
     manager = checkpoint.make_manager(
         workdir, max_to_keep=config.checkpoints_to_keep, keep=(start_step,) if start_step else ()
     )
     try:
-        return _loop(
+        results = _loop(
             run,
             workdir,
             manager,
@@ -448,9 +442,14 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop, eve
         except Exception as save_error:  # noqa: BLE001 - the first error is the one to report
             if str(save_error) != str(error):
                 logging.error("the checkpoint save in flight failed too: %s", save_error)
+        event_log.stop(error)
         raise
+    else:
+        event_log.stop(None)
     finally:
         manager.close()
+        event_log.close()
+    return results
 
 
 def _loop(
@@ -496,7 +495,6 @@ def _loop(
             if step % config.log_every_steps == 0 or step == num_steps:
                 log.write(step, state)
             if stop.requested(step):
-                event_log.write("signal", name=stop.signal_name, step=step)
                 saver.save_and_stop(step, state, position, log.window, saved=False)
             evaluates = setup.evaluation.every_steps and (
                 step % setup.evaluation.every_steps == 0 or step == num_steps
@@ -572,6 +570,8 @@ class TrainLog:
             self.times.flops_per_step = self.flops_per_step
         self.window.add(sums, metrics.real_tokens(host_batch))
         self.writer.progress_bar(step, self.started, self.start_step)
+        if step == self.start_step + 1:
+            self.times.flush(step)  # the first step's compile on record at once
 
     def write(self, step: int, state) -> None:
         """The train line of the steps up to `step`."""
@@ -654,13 +654,14 @@ class Saver:
         """Saves (unless `saved`), waits up to preemption_save_seconds for the save to
         commit, and raises Preempted saying whether it did."""
         started = time.perf_counter()
+        why = self.stop.signal_name or "a preemption notice"
+        self.times.log.write("signal", name=why, step=step)
         if not saved:
             self.save(step, state, position, window)
         budget = self.run.config.preemption_save_seconds
         with self.times.span("checkpoint_commit", step):
             committed = checkpoint.wait(self.manager, budget)
         took = time.perf_counter() - started
-        why = self.stop.signal_name or "a preemption notice"
         if not committed:
             raise preemption.Preempted(
                 f"{why} at step {step}: its checkpoint did not commit within "

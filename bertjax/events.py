@@ -63,6 +63,18 @@ def compile_seconds() -> float:
         return _compile["seconds"]
 
 
+def process_started() -> float:
+    """When this process started, in Unix seconds. On Linux from its start in clock ticks
+    since boot (psutil's create_time adds a boot time rounded to the second)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return psutil.Process().create_time()
+
+
 class EventLog:
     """Appends events to WORKDIR/events.jsonl on process 0; the other processes write
     nothing. Each line is flushed as it is written, so a kill loses none."""
@@ -96,7 +108,7 @@ class EventLog:
             pid=os.getpid(),
             process_count=jax.process_count(),
             devices=jax.device_count(),
-            started=round(psutil.Process().create_time(), 3),
+            started=round(process_started(), 3),
             step=step,
         )
 

@@ -229,6 +229,30 @@ def format_report(workdir: str, result: dict) -> str:
     return "\n".join(lines)
 
 
+def productive_fraction(workdir: str) -> float | None:
+    """The share of the workdir's wall time that trained the model; None without an event
+    log (a run that never started training)."""
+    try:
+        return account(read_events(workdir))["fractions"]["productive"]
+    except GoodputError:
+        return None
+
+
+def summary_line(workdir: str) -> str:
+    """One line for the end of a run: the productive share and the largest other causes."""
+    result = account(read_events(workdir))
+    fractions = result["fractions"]
+    others = sorted(
+        ((fractions[name], label) for name, label in CAUSES[1:] if fractions[name] >= 0.005),
+        reverse=True,
+    )
+    rest = ", ".join(f"{label} {value:.0%}" for value, label in others)
+    return (
+        f"goodput: {fractions['productive']:.0%} of {_duration(result['wall_seconds'])} trained "
+        f"the model ({rest}); python -m bertjax.goodput {workdir} has the rest"
+    )
+
+
 def _duration(seconds: float) -> str:
     seconds = max(seconds, 0.0)
     if seconds < 60:

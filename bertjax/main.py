@@ -20,7 +20,7 @@ import sys
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import tasks
+from bertjax import goodput, tasks
 from bertjax.tpu import slices
 from data_pipeline import cli
 
@@ -87,6 +87,8 @@ def main(argv):
     task = tasks.for_config(FLAGS.config)
     with preemption.checkpoints_in(FLAGS.workdir):  # named if a second Ctrl-C ends the run
         results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, task=task)
+    if jax.process_index() == 0:
+        print(goodput.summary_line(FLAGS.workdir), flush=True)
     if task.report is None:
         return
     # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.

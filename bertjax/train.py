@@ -588,12 +588,12 @@ class TrainLog:
         )
         if run.optimizer.skip_non_finite_steps:
             summary["skipped_steps"] = int(state.opt_state.total_notfinite)
+        self.times.flush(step)
         self.writer.write(step, "train", summary)
         num_steps = run.setup.objective.num_train_steps
         self.writer.console(
             metrics.train_line(step, num_steps, summary, run.setup.objective.console)
         )
-        self.times.flush(step)
         # The first window of a process waits for the pipeline to start: not a stall.
         if self.window.step > self.start_step:
             self._warn_of_input_stalls(step, summary["input_wait_fraction"])

@@ -1,7 +1,8 @@
 r"""Compiles the real pretraining train step and measures it.
 
     python -m bertjax.bench.throughput --config experiments/pretrain/tiny_cpu.py \
-        [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax]
+        [--config.model.preset=small] [--steps 20] [--json] [--compare_hf_flax] \
+        [--profile DIR]
 
 Prints compile time, median step time, tokens/s, model FLOPs utilisation
 (MFU), the peak FLOP/s it divides by and where that figure comes from, the
@@ -10,6 +11,10 @@ step, XLA's cost-analysis FLOPs, and the compiled memory. With --json the last
 line is one JSON object with the same figures. Batches are synthetic (random
 ids of the configured shapes), so the data pipeline is not measured here
 (data_pipeline.benchmark does that).
+
+--profile DIR then traces 3 more steps (jax.profiler, after the timed ones, so
+tracing does not slow what is timed) into DIR for TensorBoard's profile plugin
+(`tensorboard --logdir DIR`, Profile tab).
 
 MFU is the analytic matmul FLOPs of a step (bertjax.flops: 3x the forward
 pass, attention included, the MLM head at the masked positions only) over
@@ -56,6 +61,9 @@ def define_flags() -> None:
         "Also time Hugging Face's FlaxBertForPreTraining train step "
         "(transformers 4.x: make bench-hf).",
     )
+    flags.DEFINE_string(
+        "profile", "", "Trace 3 steps after the timed ones into this directory (TensorBoard)."
+    )
     flags.mark_flags_as_required(["config"])
 
 
@@ -87,7 +95,12 @@ def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0, sequen
     return batch
 
 
-def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) -> dict:
+PROFILED_STEPS = 3
+
+
+def measure(
+    config, workdir: str, steps: int, *, compare_hf_flax: bool = False, profile: str = ""
+) -> dict:
     """The figures of the module docstring for a pretraining config's train step."""
     # Imported here, not at the top: `--help`, a bad flag or config key and a refused
     # --compare_hf_flax answer in a fraction of a second, before TensorFlow and JAX load.
@@ -134,6 +147,11 @@ def measure(config, workdir: str, steps: int, *, compare_hf_flax: bool = False) 
             hf_step, hf_state, hf_compile_s = hf_flax.compile_hf_flax(run, batch)
             runs.append((hf_step, hf_state))
         step_times = hf_flax.median_step_times(runs, batch, rng, steps)
+        if profile:
+            state = train.create_state(run)  # the timed steps' state was donated
+            with jax.profiler.trace(profile):
+                # The first of them not timed, as in median_step_times.
+                hf_flax.median_step_times([(compiled, state)], batch, rng, PROFILED_STEPS - 1)
     memory_bytes = (
         memory.temp_size_in_bytes
         + memory.argument_size_in_bytes
@@ -175,7 +193,13 @@ def main(argv):
     if FLAGS.compare_hf_flax:
         hf_flax.import_hf_flax_bert()  # fail before compiling anything
     with tempfile.TemporaryDirectory() as workdir:
-        result = measure(FLAGS.config, workdir, FLAGS.steps, compare_hf_flax=FLAGS.compare_hf_flax)
+        result = measure(
+            FLAGS.config,
+            workdir,
+            FLAGS.steps,
+            compare_hf_flax=FLAGS.compare_hf_flax,
+            profile=FLAGS.profile,
+        )
     import jax
 
     r = result
@@ -208,6 +232,11 @@ def main(argv):
             f"{r['hf_flax_tokens_per_s']:,.0f} tokens/s   (compile {r['hf_flax_compile_s']:.1f} s)"
         )
         print(f"bertjax / HF   {r['speedup_vs_hf_flax']:.2f}x tokens/s")
+    if FLAGS.profile:
+        print(
+            f"profile        {PROFILED_STEPS} steps in {FLAGS.profile} "
+            f"(tensorboard --logdir {FLAGS.profile})"
+        )
     if FLAGS.json:
         print(json.dumps(result))
 

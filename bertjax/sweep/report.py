@@ -1,4 +1,5 @@
-"""What a sweep found: every trial with its overrides, status, metrics and time; the best trial;
+"""What a sweep found: every trial with its overrides, status, metrics, time and goodput (the
+share of its wall time that trained, bertjax.goodput); the best trial;
 plots of the metric against each swept key and of every trial's training curves.
 
 `python -m bertjax.sweep report DIR` prints the table and writes DIR/report/:
@@ -14,6 +15,7 @@ import math
 import os
 import sys
 
+from bertjax import goodput
 from bertjax import workdir as workdir_lib
 from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep import worker as worker_lib
@@ -44,6 +46,7 @@ def rows(study, definition: SweepDefinition, metric: str = "") -> list[dict]:
                 "best": best.get(name),
                 "best_step": best.get("step"),
                 "minutes": record.seconds / 60,
+                "goodput": goodput.productive_fraction(workdir) if results else None,
                 "workdir": workdir,
                 "error": last.user_attrs.get("error", "") if record.status == "failed" else "",
             }
@@ -84,12 +87,13 @@ def _cells(row: dict, keys: list[str]) -> list[str]:
         number(row["final"]),
         best,
         f"{row['minutes']:.1f}",
+        f"{row['goodput']:.0%}" if _finite(row["goodput"]) else "-",
     ]
 
 
 def _header(table_rows: list[dict], keys: list[str]) -> list[str]:
     metric = next((r["metric"] for r in table_rows if r["metric"]), "metric")
-    return ["trial", *keys, "status", f"final {metric}", f"best {metric}", "minutes"]
+    return ["trial", *keys, "status", f"final {metric}", f"best {metric}", "minutes", "goodput"]
 
 
 def table(table_rows: list[dict], definition: SweepDefinition) -> str:
@@ -127,7 +131,7 @@ def csv_text(table_rows: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["trial", *keys, "status", "attempts", "metric", "final", "best",
-                     "best_step", "minutes", "workdir", "error"])  # fmt: skip
+                     "best_step", "minutes", "goodput", "workdir", "error"])  # fmt: skip
     for r in table_rows:
         writer.writerow(
             [
@@ -140,6 +144,7 @@ def csv_text(table_rows: list[dict]) -> str:
                 r["best"],
                 r["best_step"],
                 f"{r['minutes']:.2f}",
+                "" if r["goodput"] is None else f"{r['goodput']:.4f}",
                 r["workdir"],
                 r["error"],
             ]  # fmt: skip

@@ -24,7 +24,9 @@ def test_window_adds_sums_and_tokens_and_gives_rates():
     assert window.sums is None
     window.add({"loss_sum": jnp.float32(2.0)}, tokens=300)
     window.add({"loss_sum": jnp.float32(4.0)}, tokens=200)
-    clock.now += 2.0  # two steps in two seconds
+    window.waited(0.25)
+    window.waited(0.25)
+    clock.now += 2.0  # two steps in two seconds, half a second of it waiting for input
     rates = window.rates(12, flops_per_step=1e9, peak_flops=4e9, hosts=2)
     assert float(window.sums["loss_sum"]) == 6.0
     assert rates == {
@@ -32,6 +34,8 @@ def test_window_adds_sums_and_tokens_and_gives_rates():
         "tokens_per_second": 500.0,  # 250 a second on this host, as many on the other
         "model_flops_per_second": 1e9,
         "mfu": 0.25,
+        "input_wait_seconds": 0.25,
+        "input_wait_fraction": 0.25,
     }
 
 

@@ -26,6 +26,7 @@ TOOLS = (
     "bertjax.convert.command",
     "bertjax.sweep.command",
     "bertjax.predict",
+    "bertjax.goodput",
     "data_pipeline.benchmark",
     "data_pipeline.tokenize_lines",
     "data_pipeline.inspect_batches",

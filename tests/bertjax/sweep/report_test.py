@@ -60,6 +60,7 @@ def row(index, params, status, final=None, best=None, best_step=None, **fields):
         "best": best,
         "best_step": best_step,
         "minutes": 0.0,
+        "goodput": None,
         "workdir": f"/s/trials/{index}",
         "error": "",
         **fields,
@@ -68,8 +69,17 @@ def row(index, params, status, final=None, best=None, best_step=None, **fields):
 
 def hand_rows():
     return [
-        row(0, {"optimizer.learning_rate": 1e-4, "seed": 0}, "done", 2.5, 2.0, 10, minutes=1.5),
-        row(1, {"optimizer.learning_rate": 1e-3}, "done", 2.0, 1.5, 20, minutes=2.0),
+        row(
+            0,
+            {"optimizer.learning_rate": 1e-4, "seed": 0},
+            "done",
+            2.5,
+            2.0,
+            10,
+            minutes=1.5,
+            goodput=0.7123,
+        ),
+        row(1, {"optimizer.learning_rate": 1e-3}, "done", 2.0, 1.5, 20, minutes=2.0, goodput=0.5),
         row(2, TRIALS[2], "failed", attempts=2, error="bad option"),
         row(3, {"seed": 1}, "queued"),
     ]
@@ -113,21 +123,22 @@ def test_the_best_trial_is_a_done_one_with_a_finite_metric_on_the_better_side():
 def test_the_table_shows_every_trial_its_errors_and_the_best():
     text = report.table(hand_rows(), make_definition("/s"))
     assert text.splitlines() == [
-        "trial  optimizer.learning_rate  seed  status           final loss  best loss   minutes",
-        "0      0.0001                   0     done             2.5000      2.0000 @10  1.5",
-        "1      0.001                          done             2.0000      1.5000 @20  2.0",
-        "2      0.01                     0     failed (2 runs)  -           -           0.0",
-        "3                               1     queued           -           -           0.0",
+        "trial  optimizer.learning_rate  seed  status           final loss  best loss   minutes  goodput",
+        "0      0.0001                   0     done             2.5000      2.0000 @10  1.5      71%",
+        "1      0.001                          done             2.0000      1.5000 @20  2.0      50%",
+        "2      0.01                     0     failed (2 runs)  -           -           0.0      -",
+        "3                               1     queued           -           -           0.0      -",
         "trial 2: bad option",
         "best: trial 1 (optimizer.learning_rate=0.001): loss 2.0000, /s/trials/1",
     ]
     unfinished = report.table(hand_rows()[2:], make_definition("/s", mode="max"))
-    assert unfinished.splitlines()[0].split()[-5:] == [
+    assert unfinished.splitlines()[0].split()[-6:] == [
         "final",
         "metric",
         "best",
         "metric",
         "minutes",
+        "goodput",
     ]
     assert unfinished.endswith("\nbest: none yet (no trial has finished with a metric)")
 
@@ -135,19 +146,19 @@ def test_the_table_shows_every_trial_its_errors_and_the_best():
 def test_the_markdown_and_csv_hold_the_tables_rows(tmp_path):
     rows = hand_rows()
     assert report.markdown(rows, make_definition("/s")).splitlines() == [
-        "| trial | optimizer.learning_rate | seed | status | final loss | best loss | minutes |",
-        "|---|---|---|---|---|---|---|",
-        "| 0 | 0.0001 | 0 | done | 2.5000 | 2.0000 @10 | 1.5 |",
-        "| 1 | 0.001 |  | done | 2.0000 | 1.5000 @20 | 2.0 |",
-        "| 2 | 0.01 | 0 | failed (2 runs) | - | - | 0.0 |",
-        "| 3 |  | 1 | queued | - | - | 0.0 |",
+        "| trial | optimizer.learning_rate | seed | status | final loss | best loss | minutes | goodput |",
+        "|---|---|---|---|---|---|---|---|",
+        "| 0 | 0.0001 | 0 | done | 2.5000 | 2.0000 @10 | 1.5 | 71% |",
+        "| 1 | 0.001 |  | done | 2.0000 | 1.5000 @20 | 2.0 | 50% |",
+        "| 2 | 0.01 | 0 | failed (2 runs) | - | - | 0.0 | - |",
+        "| 3 |  | 1 | queued | - | - | 0.0 | - |",
         "",
         "best: trial 1 (optimizer.learning_rate=0.001): loss 2.0000, /s/trials/1",
     ]
     read = list(csv.DictReader(io.StringIO(report.csv_text(rows))))
     assert list(read[0]) == [
         "trial", "optimizer.learning_rate", "seed", "status", "attempts", "metric", "final",
-        "best", "best_step", "minutes", "workdir", "error",
+        "best", "best_step", "minutes", "goodput", "workdir", "error",
     ]  # fmt: skip
     assert read[1] == {
         "trial": "1",
@@ -160,6 +171,7 @@ def test_the_markdown_and_csv_hold_the_tables_rows(tmp_path):
         "best": "1.5",
         "best_step": "20",
         "minutes": "2.00",
+        "goodput": "0.5000",
         "workdir": "/s/trials/1",
         "error": "",
     }

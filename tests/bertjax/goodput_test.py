@@ -1,0 +1,178 @@
+"""bertjax.goodput on event logs written by hand: three processes (killed, preempted,
+done) whose every second is known."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+from bertjax import goodput
+
+
+class Clock:
+    """Writes events as a process would, each ending `seconds` after the last."""
+
+    def __init__(self):
+        self.now, self.events, self.compiled = 0.0, [], 0.0
+
+    def process(self, *, after: float, startup: float, step: int):
+        self.now += after
+        started = self.now
+        self.now += startup
+        self.compiled = 0.0
+        self.add("start", 0, host="vm", pid=len(self.events), started=started, step=step)
+
+    def add(self, event: str, seconds: float, compile=0.0, **fields):
+        self.now += seconds
+        self.compiled += compile
+        record = {"event": event, "time": self.now, "compile_total": self.compiled, **fields}
+        if event not in ("start", "stop", "signal"):
+            record |= {"seconds": seconds, "compile": compile}
+        self.events.append(record)
+
+    def steps(self, first, last, seconds, *, input_wait, compile=0.0):
+        self.add(
+            "steps",
+            seconds,
+            compile,
+            first=first,
+            last=last,
+            input_wait=input_wait,
+            flops=1e9 * (last - first + 1),
+            peak_flops=1e10,
+        )
+
+
+def three_processes() -> list[dict]:
+    clock = Clock()
+    # 1: trains 1-15, saves 10, killed after 15: steps 11-15 (4.5 s of training) are lost.
+    clock.process(after=0, startup=10, step=0)
+    clock.steps(1, 1, 6, input_wait=0.5, compile=5)
+    clock.steps(2, 10, 9, input_wait=0.9)
+    clock.add("checkpoint", 1, step=10, bytes=100)
+    clock.steps(11, 15, 5, input_wait=0.5)
+    # 2: starts 10 s later, resumes from 10, trains to 20, SIGTERM: saved at 20.
+    clock.process(after=10, startup=9, step=10)
+    clock.add("restore", 2, step=10)
+    clock.steps(11, 20, 10, input_wait=0.5, compile=3)
+    clock.add("eval", 2, compile=1, step=20)
+    clock.add("signal", 0, name="SIGTERM", step=20)
+    clock.add("checkpoint", 1, step=20, bytes=100)
+    clock.add("checkpoint_commit", 0.5, step=20)
+    clock.add("stop", 0.5, step=20, reason="preempted")
+    # 3: starts 4 s later, trains 21-30, done.
+    clock.process(after=4, startup=5, step=20)
+    clock.add("restore", 1, step=20)
+    clock.steps(21, 30, 10, input_wait=1, compile=2)
+    clock.add("checkpoint_commit", 0.5, step=30)
+    clock.add("stop", 0, step=30, reason="done")
+    return clock.events
+
+
+def test_every_second_is_given_to_its_cause():
+    result = goodput.account(three_processes())
+    seconds = result["seconds"]
+    assert seconds == pytest.approx(
+        {
+            # 1: 0.5 + 8.1 kept, 4.5 lost; 2: 10 - 0.5 - 3; 3: 10 - 1 - 2
+            "productive": 0.5 + 8.1 + 6.5 + 7,
+            "lost": 4.5,
+            "compile": 5 + 4 + 2,
+            "input_wait": 0.5 + 0.9 + 0.5 + 0.5 + 1,
+            "checkpoints": 1 + 2 + 1 + 0.5 + 1 + 0.5,
+            "evaluation": 1,
+            "idle": 10 + 4,
+            # startup, and a stop event half a second after the last span
+            "startup": 10 + 9 + 0.5 + 5,
+        }
+    )
+    wall = 31 + 10 + 25 + 4 + 16.5  # each process, and the gaps between them
+    assert result["wall_seconds"] == pytest.approx(wall)
+    assert sum(seconds.values()) == pytest.approx(wall)
+    assert sum(result["fractions"].values()) == pytest.approx(1)
+    assert (result["steps_kept"], result["steps_lost"]) == (30, 5)
+    assert result["mfu_productive"] == pytest.approx(30e9 / (seconds["productive"] * 1e10))
+    assert result["mfu_overall"] == pytest.approx(30e9 / (wall * 1e10))
+
+
+def test_each_process_says_how_it_ended_and_what_it_lost():
+    rows = goodput.account(three_processes())["processes"]
+    assert [(r["resumed_from"], r["last_step"], r["ended"]) for r in rows] == [
+        (0, 15, "killed"),
+        (10, 20, "preempted (SIGTERM)"),
+        (20, 30, "done"),
+    ]
+    assert [r["steps_lost"] for r in rows] == [5, 0, 0]
+    assert [r["idle_after"] for r in rows] == pytest.approx([10, 4, 0])
+
+
+def test_a_window_across_the_step_resumed_from_loses_only_the_steps_after_it():
+    clock = Clock()
+    clock.process(after=0, startup=1, step=0)
+    clock.steps(1, 10, 10, input_wait=0)
+    clock.process(after=1, startup=1, step=6)  # a checkpoint at 6 inside the window
+    clock.steps(7, 10, 4, input_wait=0)
+    result = goodput.account(clock.events)
+    assert (result["steps_lost"], result["steps_kept"]) == (4, 10)
+    assert result["seconds"]["lost"] == pytest.approx(4)
+    assert result["seconds"]["productive"] == pytest.approx(6 + 4)
+
+
+def test_the_report_names_each_cause_and_each_process(tmp_path):
+    text = goodput.format_report("runs/x", goodput.account(three_processes()))
+    assert text.splitlines()[0] == (
+        "runs/x: 3 processes, 30 steps kept, 5 trained again; wall time 1:26 from the "
+        "first start to the last event"
+    )
+    assert "  lost, trained again          4.5 s    5.2%" in text
+    assert "steps 1 to 15 in 31.0 s, killed, 5 steps lost, then idle 10.0 s" in text
+    assert "steps 11 to 20 in 25.0 s, preempted (SIGTERM), then idle 4.0 s" in text
+    assert "MFU " in text
+
+
+def write_log(workdir, events, tail: str = "") -> None:
+    workdir.mkdir(exist_ok=True)
+    lines = "".join(json.dumps(e) + "\n" for e in events)
+    (workdir / "events.jsonl").write_text(lines + tail, encoding="utf-8")
+
+
+def test_a_last_line_cut_short_by_a_kill_is_left_out(tmp_path):
+    write_log(tmp_path, three_processes(), tail='{"event": "steps", "ti')
+    assert goodput.read_events(str(tmp_path)) == three_processes()
+
+
+def test_a_damaged_line_inside_the_log_is_named(tmp_path):
+    events = three_processes()
+    write_log(tmp_path, events[:3], tail="not json\n" + json.dumps(events[3]) + "\n")
+    with pytest.raises(goodput.GoodputError, match=r"events.jsonl:4: not an event"):
+        goodput.read_events(str(tmp_path))
+
+
+def run_tool(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "bertjax.goodput", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_tool_prints_the_table_or_json(tmp_path):
+    write_log(tmp_path, three_processes())
+    table = run_tool(str(tmp_path))
+    assert table.returncode == 0, table.stderr
+    assert "productive training" in table.stdout
+    as_json = run_tool(str(tmp_path), "--json")
+    assert json.loads(as_json.stdout)["steps_lost"] == 5
+
+
+def test_a_workdir_without_an_event_log_is_one_line(tmp_path):
+    result = run_tool(str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path}/events.jsonl: no such file (a run writes it from its first "
+        "step; bertjax.main of an older bertjax did not)"
+    ]

@@ -19,6 +19,7 @@ TINY = "experiments/pretrain/tiny_cpu.py"
 TOOLS = (
     "bertjax.main",
     "bertjax.bench.throughput",
+    "bertjax.bench.events",
     "bertjax.bench.packed_step",
     "bertjax.bench.attention_kernels",
     "bertjax.tpu.aot",

@@ -12,7 +12,9 @@ events:
                 `host`, `pid`, `process_count`, `devices`, `started` (when the process
                 itself started) and `step` (the step it resumes after, 0 for none)
     restore     span: the checkpoint of `step` read and verified before training
-    steps       span: steps `first` to `last` (evaluations and saves left out), of which
+    steps       span: steps `first` to `last` (evaluations and saves left out; one after a
+                process's first step, at each train line, before each other span and at
+                least every 10 s), of which
                 `input_wait` seconds waiting for the host pipeline; `flops` (model FLOPs
                 of those steps, all devices) and `peak_flops` (of all devices, or null)
     eval        span: an evaluation at `step`
@@ -158,12 +160,22 @@ class Stopwatch:
 class StepTimes:
     """The `steps` events: the loop's time since the last one, less the spans (evaluations,
     saves), with the part spent waiting for input and compiling. `flush` writes the steps
-    so far; `span` flushes, times the block and starts a new window after it."""
+    so far; `span` flushes, times the block and starts a new window after it; `stepped`
+    flushes after a process's first step (its compile on record at once) and whenever
+    `every_seconds` have passed, so that what a kill -9 leaves unrecorded is at most that."""
 
-    def __init__(self, log: EventLog, step: int, *, peak_flops):
-        self.log, self.peak_flops = log, peak_flops
+    def __init__(self, log: EventLog, step: int, *, peak_flops, every_seconds: float = 10.0):
+        self.log, self.peak_flops, self.every_seconds = log, peak_flops, every_seconds
         self.flops_per_step = 0.0  # set at the first step
+        self.start_step = step
         self._restart(step)
+
+    def stepped(self, step: int) -> None:
+        """After each step."""
+        if step == self.start_step + 1 or (
+            time.perf_counter() - self.stopwatch.started >= self.every_seconds
+        ):
+            self.flush(step)
 
     def _restart(self, step: int) -> None:
         self.last, self.stopwatch, self.input_wait = step, Stopwatch(), 0.0

@@ -447,6 +447,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     else:
         event_log.stop(None)
     finally:
+        train_batches.close()
         manager.close()
         event_log.close()
     return results
@@ -570,8 +571,7 @@ class TrainLog:
             self.times.flops_per_step = self.flops_per_step
         self.window.add(sums, metrics.real_tokens(host_batch))
         self.writer.progress_bar(step, self.started, self.start_step)
-        if step == self.start_step + 1:
-            self.times.flush(step)  # the first step's compile on record at once
+        self.times.stepped(step)
 
     def write(self, step: int, state) -> None:
         """The train line of the steps up to `step`."""
@@ -742,7 +742,22 @@ def _train_stream(run: Run, start_step: int, positions):
                 "the checkpoint of step %d %s: replaying the input stream to it", start_step, why
             )
             dataset = dataset.skip(start_step)
-    return dataset.as_numpy_iterator()
+    return _Batches(dataset)
+
+
+class _Batches:
+    """An iterator over a dataset's batches that `close` lets go of at once: a stopped
+    run's frames live on in its exception's traceback, and a tf.data generator
+    iterator finalized after the interpreter prints a warning at exit."""
+
+    def __init__(self, dataset):
+        self._iterator = dataset.as_numpy_iterator()
+
+    def __next__(self):
+        return next(self._iterator)
+
+    def close(self) -> None:
+        self._iterator = None
 
 
 def _gather_positions(position) -> list | None:

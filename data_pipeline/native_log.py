@@ -38,6 +38,10 @@ NOISE = re.compile(
             r"\] TF-TRT Warning: Could not find TensorRT",
             r"\] This TensorFlow binary is optimized to use available CPU instructions",
             r"^To enable the following instructions: .* rebuild TensorFlow",
+            # At exit after SIGTERM: a tf.data iterator finalized after the interpreter.
+            r"\] Error occurred when finalizing GeneratorDataset iterator: FAILED_PRECONDITION: "
+            r"Python interpreter state is not initialized",
+            r"^\t \[\[\{\{node PyFunc\}\}\]\]$",
         )
     )
 )

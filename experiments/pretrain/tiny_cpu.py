@@ -79,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.profile = ml_collections.ConfigDict({"steps": "", "hosts": "first"})
     # Warn once when the steps wait for the host pipeline more than this fraction of
     # their time (0: never); the wait is logged either way (input_wait_fraction).
-    config.input_wait_warning = 0.1
+    config.input_wait_warning = 0.2
     # Mesh axis sizes; one may be -1 (the remaining devices).
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
 

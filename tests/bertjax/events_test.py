@@ -100,3 +100,15 @@ def test_the_process_start_is_before_now_and_within_a_second_of_psutils():
     started = events.process_started()
     assert started < time.time()
     assert abs(started - psutil.Process().create_time()) < 1.5
+
+
+def test_steps_are_written_after_the_first_and_whenever_the_window_grows_old(tmp_path):
+    log = events.EventLog(str(tmp_path))
+    times = events.StepTimes(log, 10, peak_flops=None, every_seconds=0.2)
+    for step in range(11, 16):
+        times.stepped(step)  # 11: the process's first step
+    time.sleep(0.25)
+    times.stepped(16)
+    times.stepped(17)
+    log.close()
+    assert [(e["first"], e["last"]) for e in read(tmp_path)] == [(11, 11), (12, 16)]

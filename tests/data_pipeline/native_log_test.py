@@ -19,6 +19,10 @@ NOISE = [
     "Failed to find host bounds for accelerator type: WARNING: could not determine TPU "
     "accelerator type, please set env var `TPU_ACCELERATOR_TYPE` manually",
     "WARNING: Logging before InitGoogle() is written to STDERR",
+    "W0000 00:00:1795811128.804415   32522 generator_dataset_op.cc:113] Error occurred when "
+    "finalizing GeneratorDataset iterator: FAILED_PRECONDITION: Python interpreter state is "
+    "not initialized. The process may be terminated.",
+    "\t [[{{node PyFunc}}]]",
 ]
 KEPT = [
     "error: /nonexistent/model_config.json: missing",

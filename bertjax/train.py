@@ -45,6 +45,7 @@ from bertjax import (
 from bertjax import workdir as workdir_lib
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.tasks.contract import Setup, Task, apply_model, host_share
+from data_pipeline import streams
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
 
@@ -402,7 +403,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
     positions = (restored[2] or {}).get("stream_positions") if restored else None
-    train_batches = _train_stream(run, start_step, positions)
+    train_batches, how = _train_stream(run, start_step, positions)
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.
     workdir_lib.write_run_description(
@@ -430,6 +431,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
             start_step,
             restored,
             train_batches,
+            how,
             claim,
             stop,
             stop_after,
@@ -447,7 +449,6 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     else:
         event_log.stop(None)
     finally:
-        train_batches.close()
         manager.close()
         event_log.close()
     return results
@@ -460,6 +461,7 @@ def _loop(
     start_step: int,
     restored,
     train_batches,
+    how,
     claim,
     stop,
     stop_after,
@@ -475,8 +477,8 @@ def _loop(
     profiler = profiling.Profiler(config.profile, workdir, event_log)
     rng = jax.random.key(config.seed)
     log = TrainLog(run, writer, start_step, event_log)  # its clocks start here
-    saver = Saver(run, manager, stop, log.times)
-    position = None  # where this host's stream stands after the last batch trained on
+    saver = Saver(run, manager, stop, log.times, how)
+    position = None  # where the streams this host reads stand after the last batch trained on
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     step = start_step
     try:
@@ -485,8 +487,8 @@ def _loop(
             waiting = time.perf_counter()
             host_batch = next(train_batches)
             log.waited(time.perf_counter() - waiting)
-            if "stream_position" in host_batch:
-                position = host_batch["stream_position"][-1]
+            if streams.POSITIONS in host_batch:
+                position = host_batch[streams.POSITIONS]
             features = {name: host_batch[name] for name in setup.objective.features}
             batch = sharding.make_global_batch(features, run.mesh)
             state, sums = jitted_train_step(state, batch, rng)
@@ -628,8 +630,8 @@ class Saver:
     """Checkpoints of the run, each after the checks that keep non-finite values out,
     each a span of the event log (`times`)."""
 
-    def __init__(self, run: Run, manager, stop, times: events.StepTimes):
-        self.run, self.manager, self.stop, self.times = run, manager, stop, times
+    def __init__(self, run: Run, manager, stop, times: events.StepTimes, how: streams.Plan):
+        self.run, self.manager, self.stop, self.times, self.how = run, manager, stop, times, how
         self.params_finite = jax.jit(all_finite)
 
     def save(self, step: int, state, position, window: metrics.TrainWindow) -> None:
@@ -647,7 +649,10 @@ class Saver:
                 )
             checkpoint.check_space(self.manager, state)
             checkpoint.save(
-                self.manager, step, state, {"stream_positions": _gather_positions(position)}
+                self.manager,
+                step,
+                state,
+                {"stream_positions": _gather_positions(position, self.how)},
             )
 
     def save_and_stop(self, step: int, state, position, window, *, saved: bool):
@@ -723,50 +728,57 @@ def check_bad_steps(state, optimizer: optim.OptimizerConfig, step: int) -> None:
         )
 
 
-def _train_stream(run: Run, start_step: int, positions):
-    """This host's train batches from the step after `start_step`: from the stream
-    position the checkpoint recorded, or else by replaying the stream to it."""
-    host = host_share(run.config, "train_batch_size")
-    if positions is not None and len(positions) == jax.process_count():
-        position = np.asarray(positions[jax.process_index()], np.int64)
-        dataset = run.setup.data.train(**host, position=position)
-    else:
-        dataset = run.setup.data.train(**host)
-        if start_step:
-            why = (
-                "has no input positions (the task's stream has none)"
-                if positions is None
-                else f"has the input positions of {len(positions)} hosts, not {jax.process_count()}"
-            )
-            logging.warning(
-                "the checkpoint of step %d %s: replaying the input stream to it", start_step, why
-            )
-            dataset = dataset.skip(start_step)
-    return _Batches(dataset)
+def _train_stream(run: Run, start_step: int, positions) -> tuple[Any, streams.Plan]:
+    """This host's train batches from the step after `start_step`, and the plan of the
+    streams it reads (data_pipeline/streams.py): from the stream positions the
+    checkpoint recorded, whatever the number of hosts that wrote it, or else by
+    replaying the streams to that step."""
+    hosts, host = jax.process_count(), jax.process_index()
+    how = streams.plan(len(positions) if positions else hosts, hosts, host)
+    replay = 0
+    if how is None:
+        logging.warning(
+            "the checkpoint of step %d has the input of %d streams (a run started on %d "
+            "hosts), which %d hosts cannot read in the same order (one count must divide "
+            "the other): replaying the input of %d hosts to step %d; the batches from here "
+            "on differ from an uninterrupted run's",
+            start_step,
+            len(positions),
+            len(positions),
+            hosts,
+            hosts,
+            start_step,
+        )
+        how, positions, replay = streams.Plan(hosts, hosts, host), None, start_step
+    elif positions is None and start_step:
+        logging.warning(
+            "the checkpoint of step %d has no input positions (the task's stream has "
+            "none): replaying the input stream to it",
+            start_step,
+        )
+        replay = start_step
+    dataset = streams.host_batches(
+        run.setup.data.train,
+        how,
+        batch_size=run.config.train_batch_size,
+        seed=run.config.seed,
+        positions=positions,
+        skip=replay,
+    )
+    return dataset.as_numpy_iterator(), how
 
 
-class _Batches:
-    """An iterator over a dataset's batches that `close` lets go of at once: a stopped
-    run's frames live on in its exception's traceback, and a tf.data generator
-    iterator finalized after the interpreter prints a warning at exit."""
-
-    def __init__(self, dataset):
-        self._iterator = dataset.as_numpy_iterator()
-
-    def __next__(self):
-        return next(self._iterator)
-
-    def close(self) -> None:
-        self._iterator = None
-
-
-def _gather_positions(position) -> list | None:
-    """Every host's stream position (a list per host), or None if the stream has none."""
+def _gather_positions(position, how: streams.Plan) -> list | None:
+    """Every stream's position (a list per stream) from this host's (`position`, the
+    POSITIONS of its last batch, per stream it reads) and the other hosts'; None if
+    the stream has none."""
     if position is None:
         return None
     if jax.process_count() == 1:
-        return [position.tolist()]
-    return multihost_utils.process_allgather(np.asarray(position, np.int64)).tolist()
+        return streams.gather(np.asarray([position], np.int64), [how])
+    gathered = multihost_utils.process_allgather(np.asarray(position, np.int64))
+    hows = [streams.Plan(how.streams, how.hosts, host) for host in range(how.hosts)]
+    return streams.gather(gathered, hows)
 
 
 def check_eval_shares(run: Run) -> None:

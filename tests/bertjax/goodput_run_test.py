@@ -55,7 +55,6 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     assert process.returncode == PREEMPTED, stderr
     saved = int(re.search(r"checkpoint (\d+) saved", stderr).group(1))
     assert printed_steps(stdout)[-1] == saved
-    assert "GeneratorDataset" not in stderr  # no tf.data iterator left to the exit
     time.sleep(3)
 
     # 2: resumed, then killed with kill -9 at least 8 steps after that checkpoint.

@@ -1,0 +1,116 @@
+"""A run's train input as a fixed number of streams, read by any number of hosts.
+
+A run's global batch of B rows is its S streams' batches of B/S rows each, one
+after the other: stream s is what the task's dataset function makes as process s of
+S. S is the number of processes the run started with, and a checkpoint records one
+stream position per stream, so the global batches do not depend on how many hosts
+read them later. On M hosts (`plan`):
+
+    M divides S   host h reads streams h*S/M to (h+1)*S/M - 1, whole, one after
+                  the other (2 -> 1: one host reads both streams);
+    S divides M   the M/S hosts of stream h*S // M each make that stream and keep
+                  their B/M rows of its batches (1 -> 2: both hosts make the one
+                  stream, each keeps half of every batch).
+
+For other counts (3 -> 2) no plan keeps the order: the caller says so and reads
+the streams of M hosts instead. Pure tf.data; never imports jax.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+POSITION = "stream_position"  # a stream's per-row position (its batches' schema)
+POSITIONS = "stream_positions"  # a host batch's: [streams it reads, fields], after its batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Which streams host `host` of `hosts` reads, and which part of their batches."""
+
+    streams: int
+    hosts: int
+    host: int
+
+    @property
+    def ids(self) -> range:
+        """The streams this host reads."""
+        if self.streams >= self.hosts:
+            per = self.streams // self.hosts
+            return range(self.host * per, (self.host + 1) * per)
+        first = self.host * self.streams // self.hosts
+        return range(first, first + 1)
+
+    @property
+    def part(self) -> tuple[int, int]:
+        """(i, n): this host keeps the i-th of n equal parts of each of its streams' rows."""
+        if self.streams >= self.hosts:
+            return 0, 1
+        share = self.hosts // self.streams
+        return self.host % share, share
+
+
+def plan(streams: int, hosts: int, host: int) -> Plan | None:
+    """The plan for `hosts` hosts reading `streams` streams; None when neither count
+    divides the other."""
+    if streams % hosts and hosts % streams:
+        return None
+    return Plan(streams, hosts, host)
+
+
+def host_batches(
+    make: Callable[..., tf.data.Dataset],
+    how: Plan,
+    *,
+    batch_size: int,
+    seed: int,
+    positions: Sequence | None = None,
+    skip: int = 0,
+) -> tf.data.Dataset:
+    """This host's share (batch_size / hosts rows) of each global batch of
+    `batch_size` rows. `make` is a task's dataset function (batch_size, process_index,
+    process_count, seed[, position]); `positions`, one per stream, start each stream
+    after it; else each stream starts at its beginning and `skip` batches are
+    dropped (a replay). A stream with positions gives each host batch POSITIONS:
+    where each stream it reads stands after it."""
+    per_stream = batch_size // how.streams
+    datasets = []
+    for stream in how.ids:
+        where = {}
+        if positions is not None:
+            where["position"] = np.asarray(positions[stream], np.int64)
+        dataset = make(
+            batch_size=per_stream,
+            process_index=stream,
+            process_count=how.streams,
+            seed=seed,
+            **where,
+        )
+        datasets.append(dataset.skip(skip) if skip else dataset)
+    part, parts = how.part
+    rows = per_stream // parts
+
+    def share(*batches):
+        out = {}
+        for name in batches[0]:
+            if name == POSITION:
+                out[POSITIONS] = tf.stack([batch[name][-1] for batch in batches])
+            else:
+                joined = tf.concat([batch[name] for batch in batches], 0)
+                out[name] = joined[part * rows : (part + 1) * rows] if parts > 1 else joined
+        return out
+
+    joined = datasets[0] if len(datasets) == 1 else tf.data.Dataset.zip(tuple(datasets))
+    return joined.map(share).prefetch(tf.data.AUTOTUNE)
+
+
+def gather(host_positions: np.ndarray, hows: Sequence[Plan]) -> list[list[int]]:
+    """Every stream's position from each host's POSITIONS (`host_positions`
+    [hosts, streams per host, fields]) and each host's plan: a list per stream."""
+    found = {}
+    for how, rows in zip(hows, host_positions, strict=True):
+        for stream, row in zip(how.ids, rows, strict=True):
+            found.setdefault(stream, np.asarray(row).tolist())
+    return [found[stream] for stream in range(hows[0].streams)]

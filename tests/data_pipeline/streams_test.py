@@ -1,0 +1,111 @@
+"""A run's input as streams read by any number of hosts: a checkpoint's positions resume
+on another host count with the global batches of the uninterrupted run, batch for
+batch, on a stand-in stream and on the real pretraining pipeline."""
+
+import functools
+import hashlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_pipeline import pretraining_input, streams
+
+
+@pytest.mark.parametrize(
+    "count, hosts, ids, parts",
+    [
+        (1, 1, [[0]], [(0, 1)]),
+        (2, 1, [[0, 1]], [(0, 1)]),
+        (4, 2, [[0, 1], [2, 3]], [(0, 1)] * 2),
+        (1, 2, [[0], [0]], [(0, 2), (1, 2)]),
+        (2, 4, [[0], [0], [1], [1]], [(0, 2), (1, 2), (0, 2), (1, 2)]),
+    ],
+)
+def test_each_host_reads_whole_streams_or_its_part_of_one(count, hosts, ids, parts):
+    plans = [streams.plan(count, hosts, host) for host in range(hosts)]
+    assert [list(p.ids) for p in plans] == ids
+    assert [p.part for p in plans] == parts
+
+
+def test_counts_that_do_not_divide_have_no_plan():
+    assert streams.plan(3, 2, 0) is None
+    assert streams.plan(2, 3, 0) is None
+
+
+def counting(batch_size, process_index, process_count, seed, position=None):
+    """A stand-in stream: row values stream * 1000 + n, n counting from `position`."""
+    del process_count, seed
+    start = 0 if position is None else int(position[0]) + 1
+    rows = tf.data.Dataset.range(start, 10**6).map(
+        lambda n: {"x": process_index * 1000 + n, streams.POSITION: tf.reshape(n, [1])}
+    )
+    return rows.batch(batch_size, drop_remainder=True)
+
+
+def global_batches(make, count, hosts, *, batch_size, steps, positions=None):
+    """The global batches of `hosts` hosts reading `count` streams: their host batches,
+    in host order."""
+    iterators = [
+        streams.host_batches(
+            make,
+            streams.plan(count, hosts, host),
+            batch_size=batch_size,
+            seed=0,
+            positions=positions,
+        ).as_numpy_iterator()
+        for host in range(hosts)
+    ]
+    out = []
+    for _ in range(steps):
+        batches = [next(iterator) for iterator in iterators]
+        names = [n for n in batches[0] if n != streams.POSITIONS]
+        merged = {n: np.concatenate([b[n] for b in batches]) for n in names}
+        positions_now = streams.gather(
+            np.stack([b[streams.POSITIONS] for b in batches]),
+            [streams.plan(count, hosts, host) for host in range(hosts)],
+        )
+        out.append((merged, positions_now))
+    return out
+
+
+def digest(batch: dict) -> str:
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        h.update(name.encode() + np.ascontiguousarray(batch[name]).tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("count, before, after", [(2, 2, 1), (1, 1, 2), (4, 2, 4), (4, 4, 1)])
+def test_a_stand_in_stream_resumes_on_another_host_count_batch_for_batch(count, before, after):
+    straight = global_batches(counting, count, before, batch_size=8, steps=6)
+    _, positions = straight[2]
+    resumed = global_batches(counting, count, after, batch_size=8, steps=3, positions=positions)
+    assert [digest(b) for b, _ in resumed] == [digest(b) for b, _ in straight[3:]]
+    assert [p for _, p in resumed] == [p for _, p in straight[3:]]
+    # Stream s's rows, in order, fill its block of every global batch.
+    first = straight[0][0]["x"].reshape(count, -1)
+    assert [row[0] // 1000 for row in first] == list(range(count))
+
+
+@pytest.fixture
+def pretraining(data_config, small_vocab_file):
+    data_config.vocab_file = small_vocab_file
+    data_config.max_seq_length = 64
+    data_config.max_predictions_per_seq = 10
+    data_config.document_buffer_size = 16
+    return functools.partial(
+        pretraining_input.make_pretraining_dataset, data_config, split="train"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count, before, after", [(2, 2, 1), (1, 1, 2)])
+def test_the_pretraining_stream_resumes_on_another_host_count_batch_for_batch(
+    pretraining, count, before, after
+):
+    straight = global_batches(pretraining, count, before, batch_size=8, steps=7)
+    _, positions = straight[3]
+    resumed = global_batches(pretraining, count, after, batch_size=8, steps=3, positions=positions)
+    assert [digest(b) for b, _ in resumed] == [digest(b) for b, _ in straight[4:]]
+    assert len({digest(b) for b, _ in straight}) == 7  # batches that differ

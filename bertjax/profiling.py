@@ -61,13 +61,13 @@ class Profiler:
 
     def after(self, step: int, state) -> None:
         if self.first is not None and step == self.steps[1]:
-            self.stop(step, state)
+            jax.block_until_ready(state)  # the last step's work inside the trace
+            self.close(step)
 
-    def stop(self, step: int, state) -> None:
-        """Ends the trace in progress at `step` (also when the run stops inside it)."""
+    def close(self, step: int) -> None:
+        """Ends the trace in progress after `step` (also when the run stops inside it)."""
         if self.first is None:
             return
-        jax.block_until_ready(state)
         jax.profiler.stop_trace()
         logging.info("profile of steps %d to %d in %s", self.first, step, self.dir)
         self.event_log.write("profile", first=self.first, last=step, dir=self.dir)

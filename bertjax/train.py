@@ -484,9 +484,7 @@ def _loop(
     try:
         for step in range(start_step + 1, last_step + 1):
             profiler.before(step)
-            waiting = time.perf_counter()
-            host_batch = next(train_batches)
-            log.waited(time.perf_counter() - waiting)
+            host_batch = log.next_batch(train_batches)  # timed: the wait for input
             if streams.POSITIONS in host_batch:
                 position = host_batch[streams.POSITIONS]
             features = {name: host_batch[name] for name in setup.objective.features}
@@ -523,7 +521,7 @@ def _loop(
             checkpoint.wait(manager)
     finally:
         log.times.flush(step)
-        profiler.stop(step, state)
+        profiler.close(step)
     writer.close()
     return evaluator.results
 
@@ -561,10 +559,14 @@ class TrainLog:
         self.times = events.StepTimes(event_log, start_step, peak_flops=self.peak_flops)
         self.started = time.perf_counter()
 
-    def waited(self, seconds: float) -> None:
-        """Time this step waited for its batch from the host pipeline."""
+    def next_batch(self, batches) -> dict:
+        """The next host batch, the time waited for it counted as input wait."""
+        waiting = time.perf_counter()
+        batch = next(batches)
+        seconds = time.perf_counter() - waiting
         self.window.waited(seconds)
         self.times.waited(seconds)
+        return batch
 
     def add(self, step: int, sums, host_batch: dict, *, rows: int) -> None:
         """A step's metric sums; `rows` is the global batch's."""

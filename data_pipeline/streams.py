@@ -98,7 +98,8 @@ def host_batches(
             if name == POSITION:
                 out[POSITIONS] = tf.stack([batch[name][-1] for batch in batches])
             else:
-                joined = tf.concat([batch[name] for batch in batches], 0)
+                parts_of = [batch[name] for batch in batches]
+                joined = parts_of[0] if len(parts_of) == 1 else tf.concat(parts_of, 0)
                 out[name] = joined[part * rows : (part + 1) * rows] if parts > 1 else joined
         return out
 

@@ -120,7 +120,10 @@ class Data:
     vocab_file: str  # the vocabulary the inputs were tokenized with
     # Streams from step 0, or with `position=` (a `stream_position` row of its own
     # batches, which the loop saves in checkpoints) from right after that row.
-    # A stream without `stream_position` is replayed to the step on a resume.
+    # A stream without `stream_position` is replayed to the step on a resume. The
+    # loop reads a run's input as the streams of its first start's process count
+    # (data_pipeline/streams.py), so it resumes on any host count that divides or is
+    # a multiple of that one.
     train: DatasetFn
     eval: DatasetFn  # one pass over the held-out split
 

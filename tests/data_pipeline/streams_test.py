@@ -94,9 +94,7 @@ def pretraining(data_config, small_vocab_file):
     data_config.max_seq_length = 64
     data_config.max_predictions_per_seq = 10
     data_config.document_buffer_size = 16
-    return functools.partial(
-        pretraining_input.make_pretraining_dataset, data_config, split="train"
-    )
+    return functools.partial(pretraining_input.make_pretraining_dataset, data_config, split="train")
 
 
 @pytest.mark.slow

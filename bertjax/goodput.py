@@ -243,7 +243,11 @@ def summary_line(workdir: str) -> str:
     result = account(read_events(workdir))
     fractions = result["fractions"]
     others = sorted(
-        ((fractions[name], label) for name, label in CAUSES[1:] if fractions[name] >= 0.005),
+        (
+            (fractions[name], name.replace("_", " "))
+            for name, _ in CAUSES[1:]
+            if fractions[name] >= 0.005
+        ),
         reverse=True,
     )
     rest = ", ".join(f"{label} {value:.0%}" for value, label in others)

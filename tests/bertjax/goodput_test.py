@@ -176,3 +176,12 @@ def test_a_workdir_without_an_event_log_is_one_line(tmp_path):
         f"error: {tmp_path}/events.jsonl: no such file (a run writes it from its first "
         "step; bertjax.main of an older bertjax did not)"
     ]
+
+
+def test_the_end_of_run_line_gives_the_productive_share_and_the_largest_others(tmp_path):
+    write_log(tmp_path, three_processes())
+    assert goodput.summary_line(str(tmp_path)) == (
+        "goodput: 26% of 1:26 trained the model (startup 28%, idle 16%, compile 13%, "
+        f"checkpoints 7%, lost 5%, input wait 4%, evaluation 1%); python -m bertjax.goodput "
+        f"{tmp_path} has the rest"
+    )

@@ -7,6 +7,7 @@ import hashlib
 
 import numpy as np
 import pytest
+import support
 import tensorflow as tf
 
 from data_pipeline import pretraining_input, streams
@@ -107,3 +108,54 @@ def test_the_pretraining_stream_resumes_on_another_host_count_batch_for_batch(
     resumed = global_batches(pretraining, count, after, batch_size=8, steps=3, positions=positions)
     assert [digest(b) for b, _ in resumed] == [digest(b) for b, _ in straight[4:]]
     assert len({digest(b) for b, _ in straight}) == 7  # batches that differ
+
+
+@pytest.fixture
+def tfrecord_pretraining(tmp_path, data_config):
+    from tfrecords_test import LENGTH, PREDICTIONS, random_instances, write_files
+
+    data_config.source = "tfrecord"
+    data_config.tfrecord_train_files = write_files(tmp_path, "train", random_instances(96), 4)
+    data_config.max_seq_length = LENGTH
+    data_config.max_predictions_per_seq = PREDICTIONS
+    data_config.shuffle_buffer_size = 16
+    return functools.partial(pretraining_input.make_pretraining_dataset, data_config, split="train")
+
+
+@pytest.fixture
+def classification(tokenizer):
+    from data_pipeline.finetune import classification_input
+
+    mrpc = support.TESTDATA / "finetune"
+    task = classification_input.load_classification_task(
+        classification_input.ClassificationConfig(
+            train_file=str(mrpc / "mrpc_train.tsv"),
+            eval_file=str(mrpc / "mrpc_dev.tsv"),
+            text_a="#1 String",
+            text_b="#2 String",
+            label="Quality",
+            max_seq_length=32,
+        )
+    )
+
+    def make(**batching):
+        dataset, _ = classification_input.make_classification_dataset(
+            task, tokenizer, split="train", num_epochs=100, **batching
+        )
+        return dataset
+
+    return make
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count, before, after", [(2, 2, 1), (1, 1, 2)])
+@pytest.mark.parametrize("stream", ["tfrecord_pretraining", "classification"])
+def test_the_tfrecord_and_fine_tuning_streams_resume_on_another_host_count(
+    request, stream, count, before, after
+):
+    make = request.getfixturevalue(stream)
+    straight = global_batches(make, count, before, batch_size=4, steps=7)
+    _, positions = straight[3]
+    resumed = global_batches(make, count, after, batch_size=4, steps=3, positions=positions)
+    assert [digest(b) for b, _ in resumed] == [digest(b) for b, _ in straight[4:]]
+    assert len({digest(b) for b, _ in straight}) > 1

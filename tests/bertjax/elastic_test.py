@@ -84,7 +84,7 @@ def test_a_run_resumes_on_another_number_of_hosts_with_the_same_batches(
     processes[-1].send_signal(signal.SIGTERM)
     results = wait_pair(tmp_path, processes, "b")
     assert [code for code, _, _ in results] == [PREEMPTED] * before, results[0][2][-3000:]
-    step = int(re.search(r"stopped: \S+ at step (\d+):", results[0][2]).group(1))
+    step = int(re.search(r"stopped: .+? at step (\d+):", results[0][2]).group(1))
     assert step < STEPS
 
     # Resumed on `after` hosts: from the same place in the input, no replay.

@@ -30,7 +30,14 @@ pytestmark = pytest.mark.integration
 WORKER = os.path.join(REPO, "tests", "support", "multihost_worker.py")
 # Both processes together; a hang (a collective one process never joins) fails here.
 TIMEOUT_S = 300
-TIMING_KEYS = ("steps_per_second", "tokens_per_second", "model_flops_per_second", "mfu")
+TIMING_KEYS = (
+    "steps_per_second",
+    "tokens_per_second",
+    "model_flops_per_second",
+    "mfu",
+    "input_wait_seconds",
+    "input_wait_fraction",
+)
 
 
 def free_port() -> int:

@@ -39,7 +39,7 @@ import jax
 import psutil
 import tensorflow as tf
 
-EVENTS_FILE = "events.jsonl"
+from bertjax import workdir as workdir_lib
 
 # JAX's duration events of tracing, lowering and compiling (or loading a compiled
 # program from the persistent cache): together, a process's compile time.
@@ -87,7 +87,7 @@ class EventLog:
         compile_seconds()  # counting from here
         if self.active:
             tf.io.gfile.makedirs(workdir)
-            self._file = tf.io.gfile.GFile(os.path.join(workdir, EVENTS_FILE), "a")
+            self._file = tf.io.gfile.GFile(os.path.join(workdir, workdir_lib.EVENTS_FILE), "a")
 
     def write(self, event: str, **fields) -> None:
         if not self.active:

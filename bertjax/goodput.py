@@ -34,7 +34,7 @@ from data_pipeline import cli, files
 from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
-EVENTS_FILE = "events.jsonl"  # bertjax.events.EVENTS_FILE (this tool imports no jax)
+EVENTS_FILE = "events.jsonl"  # bertjax.workdir.EVENTS_FILE (this tool imports no TensorFlow)
 CAUSES = (
     ("productive", "productive training"),
     ("compile", "compile"),

@@ -13,9 +13,9 @@ import os
 import jax
 from absl import logging
 
+from bertjax import workdir as workdir_lib
 from data_pipeline.config import ConfigError
 
-PROFILE_DIR = "profile"
 HOSTS = ("first", "all")
 
 
@@ -50,7 +50,7 @@ class Profiler:
         steps = parse_steps(profile.steps)
         here = profile.hosts == "all" or jax.process_index() == 0
         self.steps = steps if here else None
-        self.dir = os.path.join(workdir, PROFILE_DIR)
+        self.dir = os.path.join(workdir, workdir_lib.PROFILE_DIR)
         self.event_log = event_log
         self.first = None  # the step the trace started at, while tracing
 

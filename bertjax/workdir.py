@@ -48,6 +48,8 @@ RESULTS_FILE = "results.json"
 EVAL_PREDICTIONS_FILE = "eval_predictions.jsonl"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+EVENTS_FILE = "events.jsonl"  # bertjax/events.py
+PROFILE_DIR = "profile"  # bertjax/profiling.py
 CHECKPOINT_DIR = "checkpoints"
 VOCAB_NAMES = ("vocab.txt", "vocab.json", "vocab.model")
 

@@ -71,6 +71,12 @@ def three_processes() -> list[dict]:
     return clock.events
 
 
+def test_the_tool_reads_the_file_the_loop_writes():
+    from bertjax import workdir
+
+    assert goodput.EVENTS_FILE == workdir.EVENTS_FILE
+
+
 def test_every_second_is_given_to_its_cause():
     result = goodput.account(three_processes())
     seconds = result["seconds"]

@@ -320,7 +320,12 @@ def test_benchmark_reports_mfu_and_the_share_outside_the_matmuls(tmp_path, cache
     config.train_batch_size = 8
     config.data.pack_examples = packed
     # The synthetic batch has the run's columns (packed: cls_positions, NSP per slot).
-    r = throughput.measure(config, str(tmp_path), steps=2)
+    # One of them also traced after the timed steps (--profile).
+    profile = str(tmp_path / "profile") if packed else ""
+    r = throughput.measure(config, str(tmp_path), steps=2, profile=profile)
+    if profile:
+        traces = [name for _, _, names in os.walk(profile) for name in names]
+        assert [name for name in traces if name.endswith(".xplane.pb")], traces
     assert r["peak_flops"] == flops.peak_flops(jax.devices(), "float32")[0]
     assert "measured" in r["peak_source"]
     assert 0 < r["mfu"] <= 1

@@ -75,6 +75,10 @@ class Process:
     def spans(self, *kinds) -> list[dict]:
         return [e for e in self.events if e["event"] in kinds]
 
+    def outside(self, *kinds) -> float:
+        """Seconds in spans of `kinds`, less their compile time."""
+        return sum(e["seconds"] - e["compile"] for e in self.spans(*kinds))
+
 
 def read_events(workdir: str) -> list[dict]:
     """The events of WORKDIR/events.jsonl, without a last line cut short by a kill."""
@@ -142,17 +146,13 @@ def account(events: list[dict]) -> dict:
         seconds["productive"] += trained - lost
         seconds["lost"] += lost
         lost_steps += run_lost_steps
-        for kind, cause in (("eval", "evaluation"), (CHECKPOINT_SPANS, "checkpoints")):
-            kinds = kind if isinstance(kind, tuple) else (kind,)
-            seconds[cause] += sum(e["seconds"] - e["compile"] for e in run.spans(*kinds))
+        evaluation, checkpoints = run.outside("eval"), run.outside(*CHECKPOINT_SPANS)
+        seconds["evaluation"] += evaluation
+        seconds["checkpoints"] += checkpoints
         compiled = max(e.get("compile_total", 0.0) for e in run.events)
         seconds["compile"] += compiled
-        spent = (
-            trained
-            + sum(w["input_wait"] for w in run.spans("steps"))
-            + sum(e["seconds"] - e["compile"] for e in run.spans("eval", *CHECKPOINT_SPANS))
-            + compiled
-        )
+        waited = sum(w["input_wait"] for w in run.spans("steps"))
+        spent = trained + waited + evaluation + checkpoints + compiled
         seconds["startup"] += max(0.0, run.ended - run.began - spent)
         gap = max(0.0, following.began - run.ended) if following else 0.0
         seconds["idle"] += gap

@@ -201,6 +201,8 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     with open(written / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert [row["status"] for row in rows] == ["done"] * 3
+    # Each trial's share of its wall time that trained, from its event log (bertjax.goodput).
+    assert all(0 < float(row["goodput"]) < 1 for row in rows), rows
     assert {round(float(row["final"]), 6) for row in rows} == {round(v, 6) for v in finals.values()}
     for name in ("metric_vs_data_short_seq_prob.png", "metric_vs_seed.png", "curves.png"):
         assert (written / name).read_bytes()[:4] == b"\x89PNG"

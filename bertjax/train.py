@@ -553,7 +553,6 @@ class TrainLog:
             logging.info("MFU against a peak of %.3e FLOP/s: %s", self.peak_flops, source)
         else:
             logging.warning("%s", source)
-        self.flops_per_step = None  # known at the first batch (a packed one has its plan's rows)
         self.input_wait_warned = False
         self.window = metrics.TrainWindow(start_step)
         self.times = events.StepTimes(event_log, start_step, peak_flops=self.peak_flops)
@@ -570,9 +569,8 @@ class TrainLog:
 
     def add(self, step: int, sums, host_batch: dict, *, rows: int) -> None:
         """A step's metric sums; `rows` is the global batch's."""
-        if self.flops_per_step is None:
-            self.flops_per_step = flops.flops_per_step(self.run.task, self.run.setup, rows)
-            self.times.flops_per_step = self.flops_per_step
+        if not self.times.flops_per_step:  # known at the first batch (packed: its plan's rows)
+            self.times.flops_per_step = flops.flops_per_step(self.run.task, self.run.setup, rows)
         self.window.add(sums, metrics.real_tokens(host_batch))
         self.writer.progress_bar(step, self.started, self.start_step)
         self.times.stepped(step)
@@ -586,7 +584,7 @@ class TrainLog:
         # Every host reads as many tokens as this one, give or take its padding.
         summary |= self.window.rates(
             step,
-            flops_per_step=self.flops_per_step,
+            flops_per_step=self.times.flops_per_step,
             peak_flops=self.peak_flops,
             hosts=jax.process_count(),
         )

@@ -98,6 +98,26 @@ def synthetic_batch(batch_size, seq_len, predictions, vocab_size, seed=0, sequen
 PROFILED_STEPS = 3
 
 
+def compiled_bytes(memory) -> int:
+    """What a compiled program holds at its peak: temporaries, arguments and outputs,
+    less what outputs share with donated arguments."""
+    return int(
+        memory.temp_size_in_bytes
+        + memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+
+
+def trace_steps(profile: str, compiled, state, batch, rng) -> None:
+    """PROFILED_STEPS steps of `compiled` from `state` traced into `profile`."""
+    import jax
+
+    with jax.profiler.trace(profile):
+        # The first of them not timed, as in median_step_times.
+        hf_flax.median_step_times([(compiled, state)], batch, rng, PROFILED_STEPS - 1)
+
+
 def measure(
     config, workdir: str, steps: int, *, compare_hf_flax: bool = False, profile: str = ""
 ) -> dict:
@@ -148,16 +168,7 @@ def measure(
             runs.append((hf_step, hf_state))
         step_times = hf_flax.median_step_times(runs, batch, rng, steps)
         if profile:
-            state = train.create_state(run)  # the timed steps' state was donated
-            with jax.profiler.trace(profile):
-                # The first of them not timed, as in median_step_times.
-                hf_flax.median_step_times([(compiled, state)], batch, rng, PROFILED_STEPS - 1)
-    memory_bytes = (
-        memory.temp_size_in_bytes
-        + memory.argument_size_in_bytes
-        + memory.output_size_in_bytes
-        - memory.alias_size_in_bytes
-    )
+            trace_steps(profile, compiled, train.create_state(run), batch, rng)
     result = {
         # The fields a preset sets, then the vocabulary.
         **{k: getattr(m, k) for k in (*model_lib.PRESETS["base"], "vocab_size")},
@@ -176,7 +187,7 @@ def measure(
         "outside_matmul_share": 1.0 - analytic / matmul_flops_per_s / step_times[0],
         "analytic_flops_per_step": analytic,
         "xla_flops_per_step": float(cost.get("flops", float("nan"))),
-        "memory_bytes": int(memory_bytes),
+        "memory_bytes": compiled_bytes(memory),
     }
     if compare_hf_flax:
         result["hf_flax_compile_s"] = hf_compile_s

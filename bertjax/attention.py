@@ -9,12 +9,16 @@ familiar 0/1 mask. Key s is visible to query t iff
 
 Each example sees only itself, never padding; padding queries, whose outputs
 no real token reads, see every real key (as BERT always masked: keys only).
+A local layer (sliding-window attention, `window` w > 0 with `local` true)
+further limits a real query at row position t to the keys at positions s with
+|t - s| <= w; packed examples are contiguous in their row, so this is the
+distance within the example.
 
 BertConfig.attention_implementation picks the computation:
 
     xla     jax.nn.dot_product_attention(implementation='xla') with the
             boolean mask [B, 1, L, L] of the rule above ([B, 1, Q, L] for Q
-            queries with their own query_ids); while training with
+            queries with their own query_ids and rows); while training with
             attention_probs_dropout_prob > 0, `attention_with_probs_dropout`
             instead, which materialises float32 [B, A, L, L] probabilities.
             Every platform.
@@ -23,11 +27,14 @@ BertConfig.attention_implementation picks the computation:
             for cuDNN; its query_seq_lengths/key_value_seq_lengths would only
             describe padding at the end of a row, not packed examples.
     splash  TPU splash attention (a Pallas kernel; no [L, L] array in HBM)
-            with example_ids as the segment ids of queries and keys. Padding is
-            then segment 0 and attends to padding only: it differs from the rule
-            above only at padding queries, whose outputs are unused. Lengths
-            must be multiples of 128. On CPU it runs in Pallas interpret mode
-            (slow; it lets the tests check it against 'xla').
+            with example_ids as the segment ids of queries and keys, and a
+            LocalMask of w keys each side in local layers (its blocks outside
+            the window are skipped). Padding is then segment 0 and attends to
+            padding only: it differs from the rule above only at padding
+            queries, whose outputs are unused. Lengths must be multiples of
+            128. On CPU it runs in Pallas interpret mode (slow; it lets the
+            tests check it against 'xla'). Under scan_layers, where `local` is
+            traced, lax.cond picks the local or the global kernel.
 
 Fused kernels have no dropout on the attention probabilities, so BertConfig
 accepts 'cudnn' and 'splash' only with attention_probs_dropout_prob=0: the
@@ -61,6 +68,9 @@ def attend(
     example_ids,
     *,
     query_ids=None,
+    query_rows=None,
+    window: int = 0,
+    local=False,
     implementation: str,
     dropout_rate: float,
     dropout_rng: jax.Array | None,
@@ -70,7 +80,11 @@ def attend(
 
     With fewer queries than keys, query [B, Q, A, D], `query_ids` int [B, Q] are
     their example ids (key s is visible to query t as above, with query_ids[t]
-    for example_ids[t]) and the result is [B, Q, A, D]; 'splash' needs every query.
+    for example_ids[t]), `query_rows` int [B, Q] their positions in the row, and
+    the result is [B, Q, A, D]; 'splash' needs every query.
+
+    With `window` w > 0 and `local` true (a bool, or a traced scalar) real queries
+    see only the keys at most w positions away (module docstring).
 
     Drops attention probabilities at `dropout_rate` (with `dropout_rng`) unless
     `deterministic`; only 'xla' can.
@@ -93,8 +107,16 @@ def attend(
     if implementation == "splash":
         if query_ids is not None:
             raise ValueError("splash attention computes every query: query_ids must be None")
-        return splash(query, key, value, example_ids, interpret=platform == "cpu")
-    mask = visible(example_ids, query_ids)[:, None]
+        run = functools.partial(splash, query, key, value, example_ids, interpret=platform == "cpu")
+        if not window:
+            return run(window=None)
+        if isinstance(local, bool):
+            return run(window=window if local else None)
+        return jax.lax.cond(local, lambda: run(window=window), lambda: run(window=None))
+    mask = visible(example_ids, query_ids)
+    if window:
+        mask = mask & within_window(example_ids, window, local, query_ids, query_rows)
+    mask = mask[:, None]
     if dropping:
         return attention_with_probs_dropout(
             query, key, value, mask, rate=dropout_rate, rng=dropout_rng
@@ -132,6 +154,16 @@ def visible(example_ids, query_ids=None):
     return (keys > 0) & ((queries == keys) | (queries == 0))
 
 
+def within_window(example_ids, window: int, local, query_ids=None, query_rows=None):
+    """bool [B, T, S]: key s is at most `window` rows from query t, or the layer is not
+    `local`, or query t is padding (which keeps seeing every real key)."""
+    keys = jnp.arange(example_ids.shape[1])
+    rows = keys[None] if query_rows is None else query_rows
+    queries = example_ids if query_ids is None else query_ids
+    near = jnp.abs(rows[:, :, None] - keys) <= window
+    return near | jnp.logical_not(local) | (queries == 0)[:, :, None]
+
+
 def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: jax.Array):
     """Softmax attention with dropout on the probabilities, as the original trains.
 
@@ -146,8 +178,9 @@ def attention_with_probs_dropout(query, key, value, mask, *, rate: float, rng: j
     return jnp.einsum("bnts,bsnh->btnh", probs.astype(value.dtype), value)
 
 
-def splash(query, key, value, example_ids, *, interpret: bool):
-    """Splash attention with example_ids as segment ids; [B, L, A, D] in and out.
+def splash(query, key, value, example_ids, *, window: int | None, interpret: bool):
+    """Splash attention with example_ids as segment ids, and keys at most `window`
+    positions away where it is not None; [B, L, A, D] in and out.
 
     Under a mesh (jax.set_mesh) the kernel runs in shard_map over the mesh axes
     that the logical rules in context give 'batch' and 'heads' (data, fsdp and
@@ -163,7 +196,7 @@ def splash(query, key, value, example_ids, *, interpret: bool):
         )
     # Splash does not scale the logits by 1/sqrt(D).
     query = query * jnp.asarray(1.0 / np.sqrt(head_dim), query.dtype)
-    run = functools.partial(_splash_local, interpret=interpret)
+    run = functools.partial(_splash_local, window=window, interpret=interpret)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return run(query, key, value, example_ids)
@@ -184,7 +217,7 @@ def splash(query, key, value, example_ids, *, interpret: bool):
     )(query, key, value, example_ids)
 
 
-def _splash_local(query, key, value, example_ids, *, interpret: bool):
+def _splash_local(query, key, value, example_ids, *, window: int | None, interpret: bool):
     """The kernel on one device's rows and heads: vmapped over examples of [A, L, D]."""
     length, heads = query.shape[1], query.shape[2]
     block = next(b for b in (512, 256, SPLASH_BLOCK) if length % b == 0)
@@ -198,8 +231,13 @@ def _splash_local(query, key, value, example_ids, *, interpret: bool):
         block_q_dq=block,
         block_kv_dq=block,
     )
-    # Full attention within a segment; the segment ids do all the masking.
-    mask = splash_attention.MultiHeadMask([splash_attention.FullMask((length, length))] * heads)
+    # Within a segment: every key, or those in the window. The segment ids do the rest.
+    shape = (length, length)
+    if window is None:
+        one_head = splash_attention.FullMask(shape)
+    else:
+        one_head = splash_attention.LocalMask(shape, window_size=(window, window), offset=0)
+    mask = splash_attention.MultiHeadMask([one_head] * heads)
     kernel = splash_attention.make_splash_mha(
         mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
     )

@@ -58,6 +58,10 @@ from bertjax.dropout import Dropout
 from data_pipeline.config import ConfigError
 
 HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
+NORM_PLACEMENTS = ("post", "pre")
+FEED_FORWARDS = ("mlp", "geglu")
+POSITION_EMBEDDINGS = ("learned", "rotary")
+POOLERS = ("tanh", "norm")
 DTYPES = ("float32", "bfloat16")
 ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn", "splash")
 # jax.checkpoint_policies that are policies themselves (the others build one from arguments).
@@ -122,6 +126,32 @@ class BertConfig:
     # Pretraining's last layer computes only the positions its heads read (BertEncoder).
     # The outputs are the same either way; the gathers may cost a TPU more than they save.
     trim_last_layer: bool = True
+
+    # The block. The defaults are BERT's; ModernBERT's values (docs/modern-encoders.md)
+    # are in experiments/pretrain/modernbert_base.py.
+    # 'post': LayerNorm after each residual sum (BERT). 'pre': before each sublayer, plus
+    # a final LayerNorm; layer 0's attention then reads the normalized embeddings as they are.
+    norm_placement: str = "post"
+    # Biases of the dense layers and LayerNorms; the MLM output bias and the classifiers
+    # (NSP and fine-tuning heads) keep theirs either way.
+    use_bias: bool = True
+    # 'mlp': dense, hidden_act, dense. 'geglu': hidden_act(x W) * (x V), then dense.
+    feed_forward: str = "mlp"
+    # 'learned' position embeddings added to the word embeddings, or 'rotary' ones
+    # applied to queries and keys, with base rope_theta in global layers and
+    # local_rope_theta in local ones.
+    position_embedding: str = "learned"
+    rope_theta: float = 10000.0
+    local_rope_theta: float = 10000.0
+    # Layer i attends to the whole sequence when i % global_attention_every == 0; the
+    # others to the keys at most local_attention_window // 2 positions away.
+    global_attention_every: int = 1
+    local_attention_window: int = 0
+    # The pooled output: 'tanh' (BERT: dense, tanh) or 'norm' (dense, hidden_act, LayerNorm).
+    pooler: str = "tanh"
+    # Output projections (attention and feed-forward outputs, the MLM transform) start at
+    # initializer_range / sqrt(2 * num_hidden_layers) instead of initializer_range.
+    scale_output_init: bool = False
 
     def __post_init__(self):
         _check(self)
@@ -199,8 +229,10 @@ SHAPE_FIELDS = (
 def _check(c: BertConfig) -> None:
     for field in SHAPE_FIELDS:
         value = getattr(c, field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            _fail(field, value, "must be a positive integer")
+        # type_vocab_size=0: no token type embeddings.
+        least = 0 if field == "type_vocab_size" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            _fail(field, value, "must be a positive integer" if least else "must be >= 0")
     if c.hidden_size % c.num_attention_heads:
         why = f"must be divisible by num_attention_heads={c.num_attention_heads}"
         _fail("hidden_size", c.hidden_size, why)
@@ -216,9 +248,33 @@ def _check(c: BertConfig) -> None:
     for field in ("dtype", "param_dtype"):
         if getattr(c, field) not in DTYPES:
             _fail(field, getattr(c, field), f"must be one of {', '.join(DTYPES)}")
-    for field in ("scan_layers", "trim_last_layer"):
+    for field in ("scan_layers", "trim_last_layer", "use_bias", "scale_output_init"):
         if not isinstance(getattr(c, field), bool):
             _fail(field, getattr(c, field), "must be a bool")
+    for field, values in (
+        ("norm_placement", NORM_PLACEMENTS),
+        ("feed_forward", FEED_FORWARDS),
+        ("position_embedding", POSITION_EMBEDDINGS),
+        ("pooler", POOLERS),
+    ):
+        if getattr(c, field) not in values:
+            _fail(field, getattr(c, field), f"must be one of {', '.join(values)}")
+    if c.position_embedding == "rotary" and (c.hidden_size // c.num_attention_heads) % 2:
+        why = f"rotary embeddings need an even head size, not {c.hidden_size // c.num_attention_heads}"
+        _fail("position_embedding", c.position_embedding, why)
+    for field in ("rope_theta", "local_rope_theta"):
+        if not getattr(c, field) > 1.0:
+            _fail(field, getattr(c, field), "must be above 1")
+    for field, least in (("global_attention_every", 1), ("local_attention_window", 0)):
+        value = getattr(c, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            _fail(field, value, f"must be an integer >= {least}")
+    if c.global_attention_every > 1 and c.local_attention_window < 2:
+        why = (
+            f"global_attention_every={c.global_attention_every} makes local layers, which need "
+            "a window of at least 2 (keys up to local_attention_window // 2 positions away)"
+        )
+        _fail("local_attention_window", c.local_attention_window, why)
     if c.remat_policy not in REMAT_POLICIES:
         _fail("remat_policy", c.remat_policy, f"must be one of {', '.join(REMAT_POLICIES)}")
     if c.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
@@ -237,10 +293,11 @@ def _check(c: BertConfig) -> None:
 # The original's tf.truncated_normal_initializer(stddev): N(0, stddev^2) cut at
 # +-2 stddev. jax's truncated_normal(stddev) cuts the unit normal at +-2 before
 # scaling, the same distribution (its std is about 0.88 * stddev).
-def _kernel_init(config: BertConfig, names: tuple[str, ...]):
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(config.initializer_range), names
-    )
+def _kernel_init(config: BertConfig, names: tuple[str, ...], output: bool = False):
+    stddev = config.initializer_range
+    if output and config.scale_output_init:
+        stddev /= (2.0 * config.num_hidden_layers) ** 0.5
+    return nn.with_logical_partitioning(nn.initializers.truncated_normal(stddev), names)
 
 
 def _layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
@@ -250,6 +307,7 @@ def _layer_norm(config: BertConfig, name: str | None = None) -> nn.LayerNorm:
         param_dtype=jnp.dtype(config.param_dtype),
         # Two-pass variance, as the original: E[x^2] - E[x]^2 loses digits when |mean| >> std.
         use_fast_variance=False,
+        use_bias=config.use_bias,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         name=name,
@@ -291,6 +349,10 @@ class Dense(nn.Module):
     kernel_axes: tuple[str, ...]
     # Compute dtype when not config.dtype.
     dtype: str | None = None
+    # None: config.use_bias.
+    use_bias: bool | None = None
+    # An output projection (BertConfig.scale_output_init).
+    output: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -299,32 +361,37 @@ class Dense(nn.Module):
         n_in = len(self.kernel_axes) - len(features)
         kernel = self.param(
             "kernel",
-            _kernel_init(c, self.kernel_axes),
+            _kernel_init(c, self.kernel_axes, self.output),
             (*x.shape[x.ndim - n_in :], *features),
             jnp.dtype(c.param_dtype),
         )
+        dtype = jnp.dtype(self.dtype or c.dtype)
+        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+        y = jax.lax.dot_general(x.astype(dtype), kernel.astype(dtype), (contract, ((), ())))
+        if not (c.use_bias if self.use_bias is None else self.use_bias):
+            return y
         bias = self.param(
             "bias",
             nn.with_logical_partitioning(nn.initializers.zeros, self.kernel_axes[n_in:]),
             features,
             jnp.dtype(c.param_dtype),
         )
-        dtype = jnp.dtype(self.dtype or c.dtype)
-        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
-        y = jax.lax.dot_general(x.astype(dtype), kernel.astype(dtype), (contract, ((), ())))
         return y + bias.astype(dtype)
 
 
 class BertEmbeddings(nn.Module):
-    """Word + learned position + token type embeddings -> LayerNorm -> dropout."""
+    """Word + learned position + token type embeddings -> LayerNorm -> dropout; without
+    learned positions (rotary ones) or token types (type_vocab_size=0) where so configured."""
 
     config: BertConfig
 
     def setup(self):
         c = self.config
         self.word_embeddings = _embed(c, c.vocab_size, "vocab")
-        self.position_embeddings = _embed(c, c.max_position_embeddings, "position")
-        self.token_type_embeddings = _embed(c, c.type_vocab_size, "token_type")
+        if c.position_embedding == "learned":
+            self.position_embeddings = _embed(c, c.max_position_embeddings, "position")
+        if c.type_vocab_size:
+            self.token_type_embeddings = _embed(c, c.type_vocab_size, "token_type")
         self.LayerNorm = _layer_norm(c)
         self.dropout = Dropout(c.hidden_dropout_prob)
 
@@ -336,11 +403,12 @@ class BertEmbeddings(nn.Module):
                 f"sequence length {length} exceeds "
                 f"max_position_embeddings={self.config.max_position_embeddings}"
             )
-        x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(position_ids(input_mask))
-            + self.token_type_embeddings(segment_ids)
-        )
+        c = self.config
+        x = self.word_embeddings(input_ids)
+        if c.position_embedding == "learned":
+            x = x + self.position_embeddings(position_ids(input_mask))
+        if c.type_vocab_size:
+            x = x + self.token_type_embeddings(segment_ids)
         x = self.dropout(self.LayerNorm(x), deterministic=deterministic)
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
@@ -360,15 +428,35 @@ def position_ids(input_mask):
     return jnp.where(input_mask > 0, index - start, index)
 
 
+def rotary(x, positions, theta):
+    """Rotary position embeddings (Su et al. 2021) on x [B, T, A, D] at int [B, T] positions.
+
+    Dimension j < D/2 and j + D/2 rotate as one pair by the angle position * theta^(-2j/D)
+    (the halves pairing of GPT-NeoX and Hugging Face's ModernBERT, not interleaved pairs).
+    Computed in float32; `theta` may be traced (scanned layers choose it per layer).
+    """
+    half = x.shape[-1] // 2
+    inverse = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / x.shape[-1])
+    angles = positions[..., None, None].astype(jnp.float32) * inverse  # [B, T, 1, D/2]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention, projected back to hidden_size (no residual)."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, example_ids, deterministic: bool, queries=None):
+    def __call__(self, x, example_ids, positions, local, deterministic: bool, queries=None):
         """x [B, L, H] -> [B, L, H]; with int [B, Q] `queries`, only the queries at those
-        positions are computed (keys and values everywhere): [B, Q, H]."""
+        positions are computed (keys and values everywhere): [B, Q, H].
+
+        `positions` int [B, L] are the tokens' positions in their examples (rotary
+        embeddings); `local` (a bool, traced under scan_layers) makes this layer's
+        attention a sliding window.
+        """
         c = self.config
         heads = (c.num_attention_heads, c.hidden_size // c.num_attention_heads)
 
@@ -377,12 +465,17 @@ class BertSelfAttention(nn.Module):
             return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
         query_ids = None
+        query_positions = positions
         if queries is None:
             query = project("query", x)
         else:
             query = project("query", _gather(x, queries))
             query_ids = jnp.take_along_axis(example_ids, queries, axis=1)
+            query_positions = jnp.take_along_axis(positions, queries, axis=1)
         key, value = project("key", x), project("value", x)
+        if c.position_embedding == "rotary":
+            theta = jnp.where(local, c.local_rope_theta, c.rope_theta)
+            query, key = rotary(query, query_positions, theta), rotary(key, positions, theta)
         rate = c.attention_probs_dropout_prob
         dropping = not deterministic and rate > 0.0
         y = attention.attend(
@@ -391,38 +484,68 @@ class BertSelfAttention(nn.Module):
             value,
             example_ids,
             query_ids=query_ids,
+            query_rows=queries,
+            window=c.local_attention_window // 2 if c.global_attention_every > 1 else 0,
+            local=local,
             implementation=c.attention_implementation,
             dropout_rate=rate,
             dropout_rng=self.make_rng("dropout") if dropping else None,
             deterministic=deterministic,
         )
         y = nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
-        return Dense(c, c.hidden_size, ("heads", "kv", "embed"), name="output")(y)
+        return Dense(c, c.hidden_size, ("heads", "kv", "embed"), output=True, name="output")(y)
+
+
+def _feed_forward(c: BertConfig, x):
+    """The position-wise block of a layer, [B, L, H] -> [B, L, H] before its dropout."""
+    activate = _ACTIVATIONS[c.hidden_act]
+    y = Dense(c, c.intermediate_size, ("embed", "mlp"), name="intermediate")(x)
+    if c.feed_forward == "geglu":
+        # GLU variants, Shazeer 2020: the activated half gates a linear one.
+        y = activate(y) * Dense(c, c.intermediate_size, ("embed", "mlp"), name="gate")(x)
+    else:
+        y = activate(y)
+    y = nn.with_logical_constraint(y, ("batch", "length", "mlp"))
+    return Dense(c, c.hidden_size, ("mlp", "embed"), output=True, name="output")(y)
 
 
 class BertLayer(nn.Module):
-    """One post-LayerNorm transformer block.
+    """One transformer block, post-LayerNorm (BERT) or pre-LayerNorm (norm_placement='pre').
 
     Returns (hidden, None), the body signature nn.scan needs, in both encoder layouts.
     With int [B, Q] `queries` it computes the outputs at those positions only, [B, Q, H]
-    (every position still serves as a key and value).
+    (every position still serves as a key and value). `index` is the layer's number: a
+    Python int, or traced under scan_layers.
     """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, example_ids, deterministic: bool, queries=None):
+    def __call__(self, x, example_ids, positions, index, deterministic: bool, queries=None):
         c = self.config
-        y = BertSelfAttention(c, name="attention")(x, example_ids, deterministic, queries)
-        if queries is not None:
-            x = _gather(x, queries)
-        y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
-        x = _layer_norm(c, "attention_LayerNorm")(x + y)
-        y = Dense(c, c.intermediate_size, ("embed", "mlp"), name="intermediate")(x)
-        y = nn.with_logical_constraint(_ACTIVATIONS[c.hidden_act](y), ("batch", "length", "mlp"))
-        y = Dense(c, c.hidden_size, ("mlp", "embed"), name="output")(y)
-        y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
-        x = _layer_norm(c, "output_LayerNorm")(x + y)
+        local = index % c.global_attention_every != 0
+        attend = BertSelfAttention(c, name="attention")
+        if c.norm_placement == "post":
+            y = attend(x, example_ids, positions, local, deterministic, queries)
+            if queries is not None:
+                x = _gather(x, queries)
+            y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+            x = _layer_norm(c, "attention_LayerNorm")(x + y)
+            y = _feed_forward(c, x)
+            y = Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+            x = _layer_norm(c, "output_LayerNorm")(x + y)
+        else:
+            # Layer 0 reads the embeddings' LayerNorm output as it is (ModernBERT). Its
+            # pre_attention_LayerNorm exists, unused, so that every layer has the same
+            # parameters (one scan body).
+            normed = _layer_norm(c, "pre_attention_LayerNorm")(x)
+            h = jnp.where(index == 0, x, normed)
+            y = attend(h, example_ids, positions, local, deterministic, queries)
+            if queries is not None:
+                x = _gather(x, queries)
+            x = x + Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
+            y = _feed_forward(c, _layer_norm(c, "pre_mlp_LayerNorm")(x))
+            x = x + Dropout(c.hidden_dropout_prob)(y, deterministic=deterministic)
         return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
 
 
@@ -443,7 +566,8 @@ def queries_in_last_layer(config: BertConfig) -> bool:
 
 
 class BertEncoder(nn.Module):
-    """num_hidden_layers BertLayers: `layer_0`, `layer_1`, ... or one scanned `layer`.
+    """num_hidden_layers BertLayers: `layer_0`, `layer_1`, ... or one scanned `layer`,
+    then `final_LayerNorm` with norm_placement='pre'.
 
     With int [B, Q] `queries` it returns the final hidden states at those positions
     only, [B, Q, H]. A position's last-layer output depends on the others only as
@@ -460,6 +584,7 @@ class BertEncoder(nn.Module):
     def __call__(self, x, input_mask, *, deterministic: bool, queries=None):
         c = self.config
         # input_mask holds example ids (attention.py): 0 padding, k the k-th packed example.
+        positions = position_ids(input_mask)
         layer = BertLayer
         if c.remat_policy != "none":
             layer = nn.remat(
@@ -467,31 +592,36 @@ class BertEncoder(nn.Module):
                 policy=_remat_policy(c.remat_policy),
                 # Inside scan the loop already stops XLA from merging the recomputation.
                 prevent_cse=not c.scan_layers,
-                static_argnums=(3,),  # deterministic (self is argument 0)
+                # deterministic (self is argument 0), and the layer's Python index in the loop.
+                static_argnums=(5,) if c.scan_layers else (4, 5),
             )
         if c.scan_layers:
             layers = nn.scan(
                 layer,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
                 length=c.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = layers(c, name="layer")(x, input_mask, deterministic)
+            indices = jnp.arange(c.num_hidden_layers)
+            x, _ = layers(c, name="layer")(x, input_mask, positions, indices, deterministic)
         else:
             last = c.num_hidden_layers - 1
             for i in range(c.num_hidden_layers):
                 at = queries if i == last and queries_in_last_layer(c) else None
-                x, _ = layer(c, name=f"layer_{i}")(x, input_mask, deterministic, at)
-        if queries is None or queries_in_last_layer(c):
-            return x
-        return _gather(x, queries)
+                x, _ = layer(c, name=f"layer_{i}")(x, input_mask, positions, i, deterministic, at)
+        if queries is not None and not queries_in_last_layer(c):
+            x = _gather(x, queries)
+        if c.norm_placement == "pre":
+            x = _layer_norm(c, "final_LayerNorm")(x)
+        return x
 
 
 class BertPooler(nn.Module):
     """dense(H, tanh) on the [CLS] position: [B, H], or [B, K, H] at `cls_positions` [B, K]
-    (the first token of each example packed in a row)."""
+    (the first token of each example packed in a row). With pooler='norm', dense(H),
+    hidden_act, LayerNorm instead (ModernBERT's classification head)."""
 
     config: BertConfig
 
@@ -503,6 +633,8 @@ class BertPooler(nn.Module):
         else:
             first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
         x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(first)
+        if c.pooler == "norm":
+            return _layer_norm(c, "LayerNorm")(_ACTIVATIONS[c.hidden_act](x))
         return jnp.tanh(x)
 
 
@@ -543,7 +675,7 @@ class BertMLMHead(nn.Module):
         """[B, L, H], int [B, P], [V, H] -> float32 [B, P, V]."""
         c = self.config
         x = jnp.take_along_axis(sequence_output, masked_lm_positions[..., None], axis=1)
-        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(x)
+        x = Dense(c, c.hidden_size, ("embed", "embed_out"), output=True, name="dense")(x)
         x = _layer_norm(c, "LayerNorm")(_ACTIVATIONS[c.hidden_act](x))
         embeddings = word_embeddings.astype(x.dtype)
         logits = jnp.einsum("bph,vh->bpv", x, embeddings, preferred_element_type=jnp.float32)
@@ -558,16 +690,21 @@ class BertMLMHead(nn.Module):
 
 
 class BertForPreTraining(nn.Module):
-    """BertModel with the masked-LM and next-sentence heads."""
+    """BertModel with the masked-LM and next-sentence heads; with `next_sentence=False`
+    the masked-LM head alone (no pooler, no NSP parameters, None for the NSP logits)."""
 
     config: BertConfig
+    next_sentence: bool = True
 
     def setup(self):
         c = self.config
         self.bert = BertModel(c)
         self.predictions = BertMLMHead(c)
-        # Two logits from the pooled [CLS]; float32, the matmul is negligible.
-        self.seq_relationship = Dense(c, 2, ("embed", "classes"), dtype="float32")
+        if self.next_sentence:
+            # Two logits from the pooled [CLS]; float32, the matmul is negligible.
+            self.seq_relationship = Dense(
+                c, 2, ("embed", "classes"), dtype="float32", use_bias=True
+            )
 
     def __call__(
         self,
@@ -595,13 +732,15 @@ class BertForPreTraining(nn.Module):
             deterministic=deterministic,
         )
         batch = hidden.shape[0]
+        word_embeddings = self.bert.embeddings.word_embeddings.embedding
+        at_masked = jnp.broadcast_to(jnp.arange(slots, slots + predictions), (batch, predictions))
+        mlm_logits = self.predictions(hidden, at_masked, word_embeddings)
+        if not self.next_sentence:
+            return mlm_logits, None
         pooled_output = self.bert.pooler(
             hidden,
             None if cls_positions is None else jnp.broadcast_to(jnp.arange(slots), (batch, slots)),
         )
-        word_embeddings = self.bert.embeddings.word_embeddings.embedding
-        at_masked = jnp.broadcast_to(jnp.arange(slots, slots + predictions), (batch, predictions))
-        mlm_logits = self.predictions(hidden, at_masked, word_embeddings)
         return mlm_logits, self.seq_relationship(pooled_output)
 
 
@@ -610,10 +749,11 @@ def unstack_layers(bert_params, num_layers: int):
     encoder = bert_params["encoder"]
     if "layer" not in encoder:
         return bert_params
+    rest = {k: v for k, v in encoder.items() if k != "layer"}  # final_LayerNorm
     layers = {
         f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], encoder["layer"]) for i in range(num_layers)
     }
-    return {**bert_params, "encoder": layers}
+    return {**bert_params, "encoder": {**layers, **rest}}
 
 
 def stack_layers(bert_params, num_layers: int):
@@ -622,7 +762,9 @@ def stack_layers(bert_params, num_layers: int):
     if "layer" in encoder:
         return bert_params
     layers = [encoder[f"layer_{i}"] for i in range(num_layers)]
-    return {**bert_params, "encoder": {"layer": jax.tree.map(lambda *x: jnp.stack(x), *layers)}}
+    rest = {k: v for k, v in encoder.items() if not k.startswith("layer_")}  # final_LayerNorm
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *layers)
+    return {**bert_params, "encoder": {"layer": stacked, **rest}}
 
 
 # ---------------------------------------------------------------- fine-tuning heads
@@ -648,9 +790,14 @@ class BertForSequenceClassification(nn.Module):
             input_ids, input_mask, segment_ids, cls_positions, deterministic=deterministic
         )
         x = Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
-        return Dense(c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier")(
-            x
-        )
+        return Dense(
+            c,
+            self.num_labels,
+            ("embed", "classes"),
+            dtype="float32",
+            use_bias=True,
+            name="classifier",
+        )(x)
 
 
 class BertForTokenClassification(nn.Module):
@@ -667,7 +814,12 @@ class BertForTokenClassification(nn.Module):
         )
         x = Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
         logits = Dense(
-            c, self.num_labels, ("embed", "classes"), dtype="float32", name="classifier"
+            c,
+            self.num_labels,
+            ("embed", "classes"),
+            dtype="float32",
+            use_bias=True,
+            name="classifier",
         )(x)
         return nn.with_logical_constraint(logits, ("batch", "length", None))
 
@@ -683,7 +835,7 @@ class BertForQuestionAnswering(nn.Module):
         sequence_output, _ = BertModel(c, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        logits = Dense(c, 2, ("embed", "classes"), dtype="float32", name="qa_outputs")(
-            sequence_output
-        )
+        logits = Dense(
+            c, 2, ("embed", "classes"), dtype="float32", use_bias=True, name="qa_outputs"
+        )(sequence_output)
         return logits[..., 0], logits[..., 1]

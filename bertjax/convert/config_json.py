@@ -86,3 +86,138 @@ def to_hf(config: BertConfig) -> dict[str, Any]:
         **{k: getattr(config, k) for k in FIELDS},
         "hidden_act": HF_HIDDEN_ACTS[config.hidden_act],
     }
+
+
+# ModernBERT (Warner et al. 2024) in bertjax's block options: model.BertConfig's
+# fields that Hugging Face's ModernBertConfig has no key for.
+MODERNBERT_BLOCK = dict(
+    type_vocab_size=0,
+    norm_placement="pre",
+    feed_forward="geglu",
+    position_embedding="rotary",
+    pooler="norm",
+    scale_output_init=True,
+)
+# ModernBertConfig's keys that mean the same as one of ours.
+_MODERNBERT_SAME = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_hidden_layers",
+    "num_attention_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "initializer_range": "initializer_range",
+    "norm_eps": "layer_norm_eps",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "local_attention": "local_attention_window",
+}
+# Keys bertjax has one setting for: each group must agree.
+_MODERNBERT_ONE_SETTING = {
+    "use_bias": ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias"),
+    "hidden_dropout_prob": ("embedding_dropout", "mlp_dropout"),
+    "hidden_act": ("hidden_activation", "classifier_activation"),
+}
+# Keys that would change the model unless they have these values.
+_MODERNBERT_REQUIRED = {"decoder_bias": True, "tie_word_embeddings": True}
+# transformers 4.x's defaults for the keys v5 folded into layer_types and rope_parameters.
+_MODERNBERT_4X_DEFAULTS = {
+    "global_attn_every_n_layers": 3,
+    "global_rope_theta": 160000.0,
+    "local_rope_theta": 10000.0,
+}
+
+
+_ROPE_4X_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+# ModernBertConfig's keys about its runtime, tokenizer, initialization or fine-tuning.
+_MODERNBERT_IGNORED = (
+    *_HF_IGNORED,
+    "model_type",
+    "cls_token_id",
+    "sep_token_id",
+    "initializer_cutoff_factor",
+    "deterministic_flash_attn",
+    "sparse_prediction",
+    "sparse_pred_ignore_index",
+    "reference_compile",
+    "repad_logits_with_grad",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "num_labels",
+    "return_dict",
+    "output_hidden_states",
+    "output_attentions",
+    "chunk_size_feed_forward",
+    "tokenizer_class",
+)
+
+
+def from_modernbert(values: dict[str, Any], path: str, **overrides) -> BertConfig:
+    """The BertConfig of a Hugging Face ModernBertConfig's config.json `values`
+    (transformers 4.48 to 5.x), read from `path`; `overrides` sets our own fields."""
+    known = {
+        *_MODERNBERT_SAME,
+        *(k for keys in _MODERNBERT_ONE_SETTING.values() for k in keys),
+        *_MODERNBERT_REQUIRED,
+        *_MODERNBERT_4X_DEFAULTS,
+        *_MODERNBERT_IGNORED,
+        "layer_types",
+        "rope_parameters",
+        "classifier_pooling",
+    }
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unsupported ModernBERT key(s) {', '.join(unknown)}")
+    values = {**_MODERNBERT_4X_DEFAULTS, **values}
+    ours = {theirs: values[key] for key, theirs in _MODERNBERT_SAME.items() if key in values}
+    for field, keys in _MODERNBERT_ONE_SETTING.items():
+        settings = {values[k] for k in keys if k in values}
+        if len(settings) > 1:
+            given = ", ".join(f"{k}={values[k]!r}" for k in keys if k in values)
+            raise ConfigError(f"{path}: bertjax has one setting for {given}")
+        if settings:
+            ours[field] = settings.pop()
+    for key, required in _MODERNBERT_REQUIRED.items():
+        if values.get(key, required) != required:
+            raise ConfigError(f"{path}: {key} must be {required!r}")
+    if values.get("classifier_pooling", "cls") != "cls":
+        raise ConfigError(f"{path}: classifier_pooling must be 'cls' (the [CLS] token)")
+    act = ours.get("hidden_act", "gelu")
+    acts = _OUR_HIDDEN_ACTS["huggingface"]
+    if act not in acts:
+        raise ConfigError(f"{path}: hidden_activation={act!r} is not one of {', '.join(acts)}")
+    ours["hidden_act"] = acts[act]
+    ours["global_attention_every"] = _global_every(values, path)
+    ours["rope_theta"], ours["local_rope_theta"] = _rope_thetas(values, path)
+    return BertConfig.from_dict({**MODERNBERT_BLOCK, **ours, **overrides})
+
+
+def _global_every(values: dict[str, Any], path: str) -> int:
+    """K such that layer i is global iff i % K == 0: layer_types (v5) or
+    global_attn_every_n_layers (4.x)."""
+    types = values.get("layer_types")
+    if types is None:
+        return values["global_attn_every_n_layers"]
+    every = next((i for i, t in enumerate(types) if i and t == "full_attention"), len(types))
+    expected = ["sliding_attention" if i % every else "full_attention" for i in range(len(types))]
+    if types != expected:
+        raise ConfigError(
+            f"{path}: layer_types {types} is not a global layer every K layers from layer 0"
+        )
+    return every
+
+
+def _rope_thetas(values: dict[str, Any], path: str) -> tuple[float, float]:
+    """(global, local) rotary bases: rope_parameters (v5) or global/local_rope_theta (4.x)."""
+    rope = values.get("rope_parameters")
+    if rope is None:
+        local = values["local_rope_theta"]
+        return values["global_rope_theta"], values["global_rope_theta"] if local is None else local
+    thetas = []
+    for kind in ("full_attention", "sliding_attention"):
+        params = rope.get(kind) or {}
+        if params.get("rope_type", "default") != "default":
+            raise ConfigError(f"{path}: rope_parameters.{kind}: only default rotary embeddings")
+        default = _MODERNBERT_4X_DEFAULTS[_ROPE_4X_KEYS[kind]]
+        thetas.append(params.get("rope_theta", default))
+    return thetas[0], thetas[1]

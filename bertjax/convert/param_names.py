@@ -3,7 +3,8 @@
 Two formats:
 
     tf  google-research/bert's TF1 checkpoints (tf.compat.v1.train.Saver variable names)
-    hf  Hugging Face transformers' BertForPreTraining state dict (as in model.safetensors)
+    hf  Hugging Face transformers' BertForPreTraining state dict (as in model.safetensors),
+        or ModernBertForMaskedLM's for a model in ModernBERT's shape (MODERNBERT_TABLE)
 
 A fine-tuned model is exported only, and only to hf: the encoder's rows of TABLE
 and its head from HF_HEADS, under the names of its transformers class (HF_CLASSES).
@@ -32,6 +33,9 @@ class Layout:
     transposed: frozenset[str] = frozenset()
     # How many of our axes make up each source axis; None: the same axes.
     axis_groups: tuple[int, ...] | None = None
+    # (k, n): ours is the k-th of n equal blocks of the source's first axis (a fused
+    # PyTorch matrix such as ModernBERT's Wqkv), else None.
+    part: tuple[int, int] | None = None
 
 
 SAME = Layout()
@@ -44,6 +48,13 @@ BIAS_TO_HEADS = Layout(axis_groups=(2,))
 KERNEL_FROM_HEADS = Layout(frozenset({"hf"}), (2, 1))
 # The NSP matrix is [2, H] in both formats.
 TRANSPOSED_KERNEL = Layout(frozenset({"tf", "hf"}))
+
+
+# ModernBERT's fused matrices: Wqkv [3 * A * D, H] holds the query, key and value
+# kernels, Wi [2 * I, H] the activated and the gating half of the GeGLU.
+def _part(k: int, n: int, layout: Layout) -> Layout:
+    return dataclasses.replace(layout, part=(k, n))
+
 
 # One row a line, as a table.
 # fmt: off
@@ -80,6 +91,43 @@ TABLE = [
     ("seq_relationship/bias", "cls/seq_relationship/output_bias", "cls.seq_relationship.bias", SAME),
 ]
 # fmt: on
+
+# Hugging Face's ModernBertForMaskedLM (Warner et al. 2024) against bertjax's model with
+# norm_placement='pre', use_bias=False, feed_forward='geglu', position_embedding='rotary',
+# type_vocab_size=0 and pooler='norm': (our path, HF name, layout). Layer 0 has no
+# attn_norm (model.BertLayer). A ModernBertModel's names lack the "model." prefix.
+# fmt: off
+MODERNBERT_TABLE = [
+    ("bert/embeddings/word_embeddings/embedding", "model.embeddings.tok_embeddings.weight", SAME),
+    ("bert/embeddings/LayerNorm/scale", "model.embeddings.norm.weight", SAME),
+    ("bert/encoder/layer_{i}/pre_attention_LayerNorm/scale", "model.layers.{i}.attn_norm.weight", SAME),
+    ("bert/encoder/layer_{i}/attention/query/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(0, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/key/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(1, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/value/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(2, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/output/kernel", "model.layers.{i}.attn.Wo.weight", KERNEL_FROM_HEADS),
+    ("bert/encoder/layer_{i}/pre_mlp_LayerNorm/scale", "model.layers.{i}.mlp_norm.weight", SAME),
+    ("bert/encoder/layer_{i}/intermediate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(0, 2, KERNEL)),
+    ("bert/encoder/layer_{i}/gate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(1, 2, KERNEL)),
+    ("bert/encoder/layer_{i}/output/kernel", "model.layers.{i}.mlp.Wo.weight", KERNEL),
+    ("bert/encoder/final_LayerNorm/scale", "model.final_norm.weight", SAME),
+    ("predictions/dense/kernel", "head.dense.weight", KERNEL),
+    ("predictions/LayerNorm/scale", "head.norm.weight", SAME),
+    ("predictions/output_bias", "decoder.bias", SAME),
+]
+# fmt: on
+MODERNBERT_TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
+MODERNBERT_ENCODER_PREFIX = "model."
+
+
+def modernbert_names(num_layers: int) -> dict[str, tuple[str, Layout]]:
+    """Our path -> (ModernBertForMaskedLM's name, layout), every layer spelled out."""
+    return {
+        path.format(i=i): (name.format(i=i), layout)
+        for path, name, layout in MODERNBERT_TABLE
+        for i in (range(num_layers) if "{i}" in path else [None])
+        if not (i == 0 and "attn_norm" in name)
+    }
+
 
 # Parts of the model a checkpoint may leave out (a BertModel has no heads,
 # BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
@@ -158,6 +206,13 @@ def names(fmt: str, num_layers: int, kind: str = "pretraining") -> dict[str, tup
 
 def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape the format stores for our parameter of `shape`."""
+    shape = _part_shape(layout, fmt, shape)
+    if layout.part is None:
+        return shape
+    return (shape[0] * layout.part[1], *shape[1:])
+
+
+def _part_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     if layout.axis_groups is not None:
         bounds = itertools.accumulate(layout.axis_groups, initial=0)
         shape = tuple(math.prod(shape[a:b]) for a, b in itertools.pairwise(bounds))
@@ -166,14 +221,19 @@ def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int,
 
 def to_ours(value: np.ndarray, layout: Layout, fmt: str, shape: tuple[int, ...]) -> np.ndarray:
     """The format's tensor as our parameter of `shape` (its shape already checked)."""
+    if layout.part is not None:
+        k, n = layout.part
+        value = np.split(value, n, axis=0)[k]
     if fmt in layout.transposed:
         value = value.T
     return np.ascontiguousarray(value).reshape(shape)
 
 
 def from_ours(value: np.ndarray, layout: Layout, fmt: str) -> np.ndarray:
+    """Our parameter as the format stores it; of a `part` layout, its block only (the
+    blocks of one tensor are concatenated along axis 0 in the order of k)."""
     value = np.asarray(value)
-    shape = source_shape(layout, fmt, value.shape)
+    shape = _part_shape(layout, fmt, value.shape)
     if fmt in layout.transposed:
         return np.ascontiguousarray(value.reshape(tuple(reversed(shape))).T)
     return value.reshape(shape)

@@ -35,12 +35,13 @@ def qkv(seed=0, batch=B, length=L, heads=A, dtype=np.float32):
     return tuple(jnp.asarray(rng.normal(size=(batch, length, heads, D)), dtype) for _ in range(3))
 
 
-def attend(query, key, value, ids, implementation="xla", *, rate=0.0, rng=None):
+def attend(query, key, value, ids, implementation="xla", *, rate=0.0, rng=None, **local):
     return attention.attend(
         query,
         key,
         value,
         ids,
+        **local,
         implementation=implementation,
         dropout_rate=rate,
         dropout_rng=rng,
@@ -48,14 +49,16 @@ def attend(query, key, value, ids, implementation="xla", *, rate=0.0, rng=None):
     )
 
 
-def reference(query, key, value, ids):
+def reference(query, key, value, ids, window=None):
     """The rule written out per query in NumPy: real keys of its own example, or of any
-    example for a padding query."""
+    example for a padding query; of a real query, only keys at most `window` rows away."""
     query, key, value = (np.asarray(x, np.float64) for x in (query, key, value))
     out = np.zeros_like(query)
     for b in range(query.shape[0]):
         for t in range(query.shape[1]):
             keys = (ids[b] > 0) & ((ids[b] == ids[b, t]) | (ids[b, t] == 0))
+            if window is not None and ids[b, t] > 0:
+                keys &= np.abs(np.arange(len(keys)) - t) <= window
             logits = np.einsum("nh,snh->ns", query[b, t], key[b, keys]) / np.sqrt(D)
             probs = np.exp(logits - logits.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
@@ -79,6 +82,39 @@ def test_xla_attention_is_the_rule(ids):
     query, key, value = qkv()
     got = attend(query, key, value, ids)
     np.testing.assert_allclose(got, reference(query, key, value, ids), atol=2e-5)
+
+
+@pytest.mark.parametrize("ids", [PADDED, PACKED], ids=["padded", "packed"])
+def test_local_xla_attention_is_the_rule_with_a_window(ids):
+    query, key, value = qkv()
+    got = attend(query, key, value, ids, window=5, local=True)
+    want = reference(query, key, value, ids, window=5)
+    real = ids > 0
+    np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=1e-5)
+    # A global layer of the same model ignores the window.
+    got = attend(query, key, value, ids, window=5, local=False)
+    np.testing.assert_allclose(got, reference(query, key, value, ids), atol=1e-5)
+
+
+def test_local_attention_at_a_few_queries_uses_their_rows():
+    query, key, value = qkv()
+    rows = np.array([[0, 3, 64, 127]] * B)
+    want = reference(query, key, value, PACKED, window=7)
+    got = attention.attend(
+        jnp.take_along_axis(query, rows[..., None, None], axis=1),
+        key,
+        value,
+        PACKED,
+        query_ids=np.take_along_axis(PACKED, rows, axis=1),
+        query_rows=rows,
+        window=7,
+        local=True,
+        implementation="xla",
+        dropout_rate=0.0,
+        dropout_rng=None,
+        deterministic=True,
+    )
+    np.testing.assert_allclose(got, np.take_along_axis(want, rows[..., None, None], 1), atol=1e-5)
 
 
 def test_0_1_masks_give_what_the_model_computed_before():
@@ -157,6 +193,24 @@ def test_splash_equals_xla_with_gradients(rows, length):
         np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+@pytest.mark.slow
+def test_local_splash_equals_xla_and_a_traced_flag_picks_the_kernel():
+    ids = example_ids([[128, 100], [255], [5, 50, 7]], 256)
+    query, key, value = qkv(batch=3, length=256)
+    real = ids > 0
+    want = reference(query, key, value, ids, window=20)
+
+    def run(local):
+        return attend(query, key, value, ids, "splash", window=20, local=local)
+
+    np.testing.assert_allclose(np.asarray(run(True))[real], want[real], atol=2e-5)
+    # Under scan_layers the flag is traced: lax.cond chooses the local or the global kernel.
+    traced = jax.jit(run)
+    np.testing.assert_allclose(np.asarray(traced(jnp.bool_(True)))[real], want[real], atol=2e-5)
+    full = reference(query, key, value, ids)
+    np.testing.assert_allclose(np.asarray(traced(jnp.bool_(False)))[real], full[real], atol=2e-5)
+
+
 def test_splash_needs_lengths_in_whole_blocks():
     query, key, value = qkv(length=96)
     with pytest.raises(ConfigError, match="multiple of 128, not 96"):
@@ -207,12 +261,27 @@ def model_outputs(config, variables, inputs, *, grad=False):
     return jax.jit(jax.grad(loss))(variables["params"])
 
 
+# ModernBERT's block: local layers with a window of 16 keys each side, every third global.
+MODERN = dict(
+    num_hidden_layers=3,
+    norm_placement="pre",
+    use_bias=False,
+    feed_forward="geglu",
+    position_embedding="rotary",
+    type_vocab_size=0,
+    pooler="norm",
+    global_attention_every=3,
+    local_attention_window=32,
+)
+
+
 @pytest.mark.slow
-def test_a_model_with_splash_equals_xla():
+@pytest.mark.parametrize("block", [{}, MODERN], ids=["bert", "modern"])
+def test_a_model_with_splash_equals_xla(block):
     # Trains (deterministic=False) as with the kernel: hidden dropout on, layers scanned.
-    xla = model_config(scan_layers=True, hidden_dropout_prob=0.1)
+    xla = model_config(scan_layers=True, hidden_dropout_prob=0.1, **block)
     splash = model_config(
-        scan_layers=True, hidden_dropout_prob=0.1, attention_implementation="splash"
+        scan_layers=True, hidden_dropout_prob=0.1, attention_implementation="splash", **block
     )
     inputs = model_inputs(rows=([70], [10, 10, 107]))
     variables = BertModel(xla).init(jax.random.key(0), *inputs, deterministic=True)

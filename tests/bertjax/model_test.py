@@ -462,6 +462,16 @@ def test_matches_huggingface_bert_for_pretraining(hidden_act, tmp_path):
         ("attention_implementation", "flash"),
         ("attention_implementation", "cudnn"),  # needs bfloat16
         ("scan_layers", "yes"),
+        ("norm_placement", "sandwich"),
+        ("use_bias", 1),
+        ("feed_forward", "swiglu"),
+        ("position_embedding", "alibi"),
+        ("rope_theta", 1.0),
+        ("global_attention_every", 0),
+        ("local_attention_window", -2),
+        ("pooler", "mean"),
+        ("scale_output_init", "yes"),
+        ("type_vocab_size", -1),
     ],
 )
 def test_config_validation_names_the_field(field, value):
@@ -511,3 +521,124 @@ def test_from_config():
         model_lib.from_config(model)
     with pytest.raises(ValueError, match=r"config\.model\.preset is missing"):
         model_lib.from_config({"hidden_size": 128})
+
+
+# --------------------------------------------------------------------------- modern blocks
+
+# ModernBERT's block (docs/modern-encoders.md) at SMALL's sizes: layers 0 and 2 global
+# (every second), layer 1 local with keys up to 3 positions away.
+MODERN = dict(
+    norm_placement="pre",
+    use_bias=False,
+    feed_forward="geglu",
+    position_embedding="rotary",
+    local_rope_theta=500.0,
+    type_vocab_size=0,
+    pooler="norm",
+    global_attention_every=2,
+    local_attention_window=6,
+    scale_output_init=True,
+)
+
+
+def test_the_modern_block_has_modernberts_parameters():
+    config = small_config(**MODERN)
+    batch = make_batch(config)
+    model = BertForPreTraining(config, next_sentence=False)
+    params = flat(jax.eval_shape(lambda: init(model, batch))["params"])
+    layer = sorted(p.removeprefix("bert/encoder/layer_1/") for p in params if "layer_1/" in p)
+    assert layer == [
+        "attention/key/kernel",
+        "attention/output/kernel",
+        "attention/query/kernel",
+        "attention/value/kernel",
+        "gate/kernel",
+        "intermediate/kernel",
+        "output/kernel",
+        "pre_attention_LayerNorm/scale",
+        "pre_mlp_LayerNorm/scale",
+    ]
+    rest = sorted(p for p in params if "/layer_" not in p)
+    assert rest == [
+        "bert/embeddings/LayerNorm/scale",
+        "bert/embeddings/word_embeddings/embedding",
+        "bert/encoder/final_LayerNorm/scale",
+        "predictions/LayerNorm/scale",
+        "predictions/dense/kernel",
+        "predictions/output_bias",
+    ]
+    H, F, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_layer = 4 * H * H + 3 * H * F + 2 * H
+    head = H * H + H + config.vocab_size
+    expected = config.vocab_size * H + H + L * per_layer + H + head
+    assert sum(int(np.prod(p.value.shape)) for p in params.values()) == expected
+    # The classification pooler: dense, activation, LayerNorm.
+    pooled = flat(jax.eval_shape(lambda: init(BertModel(config), batch))["params"])
+    assert sorted(p for p in pooled if "pooler" in p) == [
+        "pooler/LayerNorm/scale",
+        "pooler/dense/kernel",
+    ]
+
+
+def test_rotary_embeddings_make_scores_depend_on_distance_only():
+    rng = np.random.default_rng(0)
+    q, k = (jnp.asarray(rng.normal(size=(1, 1, 1, 8)), jnp.float32) for _ in range(2))
+
+    def score(m, n):
+        at = lambda x, p: model_lib.rotary(x, jnp.array([[p]]), 10000.0)  # noqa: E731
+        return float(jnp.sum(at(q, m) * at(k, n)))
+
+    assert score(3, 1) == pytest.approx(score(12, 10), abs=1e-5)
+    assert score(40, 7) == pytest.approx(score(33, 0), abs=1e-5)
+    assert score(3, 1) != pytest.approx(score(4, 1), abs=1e-3)
+    np.testing.assert_allclose(model_lib.rotary(q, jnp.array([[0]]), 10000.0), q)
+    # Dimensions j and j + D/2 turn as a pair: at angle pi/2, (x1, x2) -> (-x2, x1).
+    x = jnp.asarray([[[[1.0, 2.0]]]])
+    theta_half_pi = model_lib.rotary(x, jnp.array([[1]]), 10000.0)
+    np.testing.assert_allclose(
+        theta_half_pi, [[[[np.cos(1) - 2 * np.sin(1), 2 * np.cos(1) + np.sin(1)]]]], rtol=1e-6
+    )
+
+
+def test_output_projections_start_smaller_with_scale_output_init():
+    config = small_config(**MODERN, initializer_range=0.5)
+    params = flat(nn.unbox(init(BertModel(config), make_batch(config))["params"]))
+    std = {p: float(np.std(np.asarray(v))) for p, v in params.items() if p.endswith("kernel")}
+    # The truncated normal's std is about 0.88 of initializer_range (cut at 2 std).
+    assert std["encoder/layer_1/attention/query/kernel"] == pytest.approx(0.44, rel=0.2)
+    scaled = 0.44 / np.sqrt(2 * config.num_hidden_layers)
+    assert std["encoder/layer_1/attention/output/kernel"] == pytest.approx(scaled, rel=0.2)
+    assert std["encoder/layer_1/output/kernel"] == pytest.approx(scaled, rel=0.2)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(local_attention_window=0), "makes local layers, which need a window of at least 2"),
+        (dict(hidden_size=48, num_attention_heads=16), "rotary embeddings need an even head size"),
+    ],
+)
+def test_modern_options_that_do_not_fit_together(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        small_config(**{**MODERN, **overrides})
+
+
+@pytest.mark.slow
+def test_a_scanned_rematerialized_modern_model_matches_the_loop():
+    # Scanned, the layer index is traced: the local/global choice, the rotary base and
+    # layer 0's skipped norm are taken with jnp.where instead of Python.
+    config = small_config(**MODERN)
+    batch = make_batch(config)
+    params = nn.unbox(init(BertForPreTraining(config), batch))["params"]
+    want, want_grads = outputs_and_grads(config, params, batch)
+    for overrides in (dict(remat_policy="full"), dict(scan_layers=True, remat_policy="full")):
+        other = dataclasses.replace(config, **overrides)
+        layout = to_scan_layout if other.scan_layers else (lambda tree, _: tree)
+        got, got_grads = outputs_and_grads(other, layout(params, 3), batch)
+        np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+        np.testing.assert_allclose(got[1], want[1], atol=1e-5)
+        jax.tree.map(
+            lambda g, w: np.testing.assert_allclose(g, w, atol=1e-4),
+            got_grads,
+            layout(want_grads, 3),
+        )

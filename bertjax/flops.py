@@ -4,8 +4,10 @@
 
 The FLOPs are the matmuls of the model, counted from its config and input
 lengths, 2 per multiply-add: the four attention projections, attention's
-scores and weighted sum (dense [L, L], padding included), the feed-forward
-block and the task's head (below). A train step is 3x the forward pass (the
+scores and weighted sum (dense [L, L], padding included; in a local layer
+the 2 * (local_attention_window // 2) + 1 keys of its window, as a kernel
+that skips the rest computes), the feed-forward block (three matrices with
+feed_forward='geglu') and the task's head (below). A train step is 3x the forward pass (the
 backward pass computes two matmuls for each forward one). Not counted:
 LayerNorm, activations, softmax, dropout and the optimizer (XLA's count is
 1-3% higher for the BERT presets, more for toy widths; tests/bertjax/flops_test.py
@@ -74,17 +76,22 @@ def encoder_flops(c, length: int, last_layer_queries: int | None = None) -> floa
     `last_layer_queries`, a last layer computed at that many positions alone
     (model.BertEncoder, where model.queries_in_last_layer says it can)."""
     h, i = c.hidden_size, c.intermediate_size
+    matrices = 3 if c.feed_forward == "geglu" else 2
 
-    def layer(queries: int) -> float:
+    def layer(index: int, queries: int) -> float:
+        keys = length
+        if index % c.global_attention_every:
+            keys = min(length, 2 * (c.local_attention_window // 2) + 1)
         return (
             2 * 2 * length * h * h  # key and value projections, at every position
             + 2 * 2 * queries * h * h  # query and output projections
-            + 2 * 2 * queries * length * h  # scores and the weighted sum of values
-            + 2 * 2 * queries * h * i  # the feed-forward block
+            + 2 * 2 * queries * keys * h  # scores and the weighted sum of values
+            + 2 * matrices * queries * h * i  # the feed-forward block
         )
 
-    last = length if last_layer_queries is None else last_layer_queries
-    return (c.num_hidden_layers - 1) * layer(length) + layer(last)
+    last = c.num_hidden_layers - 1
+    queries = length if last_layer_queries is None else last_layer_queries
+    return sum(layer(k, length) for k in range(last)) + layer(last, queries)
 
 
 def flops_per_step(task, setup, batch_size: int) -> float:

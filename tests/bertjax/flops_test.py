@@ -123,6 +123,21 @@ def test_a_packed_pretraining_row_counts_the_next_sentence_head_per_slot():
     assert step_flops("pretraining", TINY, inputs, 3) == hand_count(matmuls, 3)
 
 
+def test_geglu_and_local_layers_count_what_they_compute():
+    # Rows of 12; layer 0 global, layer 1 local with 2 keys each side: 5 keys a query.
+    modern = dataclasses.replace(
+        TINY, feed_forward="geglu", global_attention_every=2, local_attention_window=4
+    )
+    geglu = [(12, 8, 16, 1)]  # the gate, beside the intermediate and output matrices
+
+    def layer(keys):
+        return [(12, 8, 8, 2), (12, 8, 8, 2), (12, 4, keys, 2), (12, keys, 4, 2), *geglu]
+
+    matmuls = layer(12) + layer(5) + 2 * [(12, 8, 16, 1), (12, 16, 8, 1)]
+    inputs = dict.fromkeys(("input_ids", "input_mask", "segment_ids"), 12)
+    assert step_flops("tagging", modern, inputs, 3, 5) == hand_count(matmuls + [(12, 8, 5, 1)], 3)
+
+
 @pytest.mark.parametrize(
     ("kind", "num_labels", "pooled", "head"),
     [

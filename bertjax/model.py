@@ -621,14 +621,17 @@ class BertEncoder(nn.Module):
 class BertPooler(nn.Module):
     """dense(H, tanh) on the [CLS] position: [B, H], or [B, K, H] at `cls_positions` [B, K]
     (the first token of each example packed in a row). With pooler='norm', dense(H),
-    hidden_act, LayerNorm instead (ModernBERT's classification head)."""
+    hidden_act, LayerNorm instead (ModernBERT's task head, which its token and span
+    classifiers apply `every_position`: [B, L, H])."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, sequence_output, cls_positions=None):
+    def __call__(self, sequence_output, cls_positions=None, every_position=False):
         c = self.config
-        if cls_positions is None:
+        if every_position:
+            first = sequence_output
+        elif cls_positions is None:
             first = sequence_output[:, 0]
         else:
             first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
@@ -801,7 +804,8 @@ class BertForSequenceClassification(nn.Module):
 
 
 class BertForTokenClassification(nn.Module):
-    """`num_labels` logits per token from the sequence output; float32 [B, L, K]."""
+    """`num_labels` logits per token from the sequence output (through the pooler's
+    transform with pooler='norm', as ModernBERT's); float32 [B, L, K]."""
 
     config: BertConfig
     num_labels: int
@@ -809,9 +813,10 @@ class BertForTokenClassification(nn.Module):
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         c = self.config
-        sequence_output, _ = BertModel(c, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
-        )
+        bert = BertModel(c, name="bert")
+        sequence_output, _ = bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        if c.pooler == "norm":
+            sequence_output = bert.pooler(sequence_output, every_position=True)
         x = Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
         logits = Dense(
             c,
@@ -825,16 +830,18 @@ class BertForTokenClassification(nn.Module):
 
 
 class BertForQuestionAnswering(nn.Module):
-    """Answer-span start and end logits per token; float32 ([B, L], [B, L])."""
+    """Answer-span start and end logits per token (through the pooler's transform with
+    pooler='norm', as ModernBERT's); float32 ([B, L], [B, L])."""
 
     config: BertConfig
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         c = self.config
-        sequence_output, _ = BertModel(c, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
-        )
+        bert = BertModel(c, name="bert")
+        sequence_output, _ = bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        if c.pooler == "norm":
+            sequence_output = bert.pooler(sequence_output, every_position=True)
         logits = Dense(
             c, 2, ("embed", "classes"), dtype="float32", use_bias=True, name="qa_outputs"
         )(sequence_output)

@@ -119,8 +119,27 @@ _MODERNBERT_ONE_SETTING = {
 }
 # Keys that would change the model unless they have these values.
 _MODERNBERT_REQUIRED = {"decoder_bias": True, "tie_word_embeddings": True}
-# transformers 4.x's defaults for the keys v5 folded into layer_types and rope_parameters.
-_MODERNBERT_4X_DEFAULTS = {
+# transformers' ModernBertConfig defaults (ModernBERT-base), for keys a file leaves out;
+# the last three are 4.x's keys, which 5.x folded into layer_types and rope_parameters.
+_MODERNBERT_DEFAULTS = {
+    "vocab_size": 50368,
+    "hidden_size": 768,
+    "intermediate_size": 1152,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 12,
+    "hidden_activation": "gelu",
+    "max_position_embeddings": 8192,
+    "initializer_range": 0.02,
+    "norm_eps": 1e-5,
+    "norm_bias": False,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "local_attention": 128,
+    "embedding_dropout": 0.0,
+    "mlp_bias": False,
+    "mlp_dropout": 0.0,
+    "classifier_bias": False,
+    "classifier_activation": "gelu",
     "global_attn_every_n_layers": 3,
     "global_rope_theta": 160000.0,
     "local_rope_theta": 10000.0,
@@ -159,7 +178,7 @@ def from_modernbert(values: dict[str, Any], path: str, **overrides) -> BertConfi
         *_MODERNBERT_SAME,
         *(k for keys in _MODERNBERT_ONE_SETTING.values() for k in keys),
         *_MODERNBERT_REQUIRED,
-        *_MODERNBERT_4X_DEFAULTS,
+        *_MODERNBERT_DEFAULTS,
         *_MODERNBERT_IGNORED,
         "layer_types",
         "rope_parameters",
@@ -168,7 +187,7 @@ def from_modernbert(values: dict[str, Any], path: str, **overrides) -> BertConfi
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{path}: unsupported ModernBERT key(s) {', '.join(unknown)}")
-    values = {**_MODERNBERT_4X_DEFAULTS, **values}
+    values = {**_MODERNBERT_DEFAULTS, **values}
     ours = {theirs: values[key] for key, theirs in _MODERNBERT_SAME.items() if key in values}
     for field, keys in _MODERNBERT_ONE_SETTING.items():
         settings = {values[k] for k in keys if k in values}
@@ -182,7 +201,7 @@ def from_modernbert(values: dict[str, Any], path: str, **overrides) -> BertConfi
             raise ConfigError(f"{path}: {key} must be {required!r}")
     if values.get("classifier_pooling", "cls") != "cls":
         raise ConfigError(f"{path}: classifier_pooling must be 'cls' (the [CLS] token)")
-    act = ours.get("hidden_act", "gelu")
+    act = ours["hidden_act"]
     acts = _OUR_HIDDEN_ACTS["huggingface"]
     if act not in acts:
         raise ConfigError(f"{path}: hidden_activation={act!r} is not one of {', '.join(acts)}")
@@ -218,6 +237,58 @@ def _rope_thetas(values: dict[str, Any], path: str) -> tuple[float, float]:
         params = rope.get(kind) or {}
         if params.get("rope_type", "default") != "default":
             raise ConfigError(f"{path}: rope_parameters.{kind}: only default rotary embeddings")
-        default = _MODERNBERT_4X_DEFAULTS[_ROPE_4X_KEYS[kind]]
+        default = _MODERNBERT_DEFAULTS[_ROPE_4X_KEYS[kind]]
         thetas.append(params.get("rope_theta", default))
     return thetas[0], thetas[1]
+
+
+# BertConfig's block fields at BERT's values; the ModernBERT ones are MODERNBERT_BLOCK's.
+_BERT_BLOCK = {
+    "norm_placement": "post",
+    "use_bias": True,
+    "feed_forward": "mlp",
+    "position_embedding": "learned",
+    "global_attention_every": 1,
+    "pooler": "tanh",
+}
+_MODERNBERT_SHAPE = {
+    **{k: v for k, v in MODERNBERT_BLOCK.items() if k != "scale_output_init"},
+    "use_bias": False,
+}
+
+
+def hf_family(config: BertConfig) -> str | None:
+    """Which Hugging Face architecture holds a model of `config`: 'bert', 'modernbert',
+    or None for a mix of the two blocks, which no transformers class computes."""
+    if all(getattr(config, k) == v for k, v in _BERT_BLOCK.items()) and config.type_vocab_size:
+        return "bert"
+    if all(getattr(config, k) == v for k, v in _MODERNBERT_SHAPE.items()):
+        return "modernbert"
+    return None
+
+
+def to_modernbert(config: BertConfig) -> dict[str, Any]:
+    """`config` as transformers' ModernBertConfig takes it: its config.json's fields, with
+    both 5.x's layer_types and rope_parameters and 4.x's keys for the same."""
+    every = config.global_attention_every
+    layers = range(config.num_hidden_layers)
+    act = HF_HIDDEN_ACTS[config.hidden_act]
+    return {
+        **{theirs: getattr(config, ours) for theirs, ours in _MODERNBERT_SAME.items()},
+        "hidden_activation": act,
+        "classifier_activation": act,
+        **dict.fromkeys(("norm_bias", "attention_bias", "mlp_bias", "classifier_bias"), False),
+        "decoder_bias": True,
+        "embedding_dropout": config.hidden_dropout_prob,
+        "mlp_dropout": config.hidden_dropout_prob,
+        "classifier_pooling": "cls",
+        "tie_word_embeddings": True,
+        "layer_types": ["sliding_attention" if i % every else "full_attention" for i in layers],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.local_rope_theta},
+        },
+        "global_attn_every_n_layers": every,
+        "global_rope_theta": config.rope_theta,
+        "local_rope_theta": config.local_rope_theta,
+    }

@@ -92,43 +92,6 @@ TABLE = [
 ]
 # fmt: on
 
-# Hugging Face's ModernBertForMaskedLM (Warner et al. 2024) against bertjax's model with
-# norm_placement='pre', use_bias=False, feed_forward='geglu', position_embedding='rotary',
-# type_vocab_size=0 and pooler='norm': (our path, HF name, layout). Layer 0 has no
-# attn_norm (model.BertLayer). A ModernBertModel's names lack the "model." prefix.
-# fmt: off
-MODERNBERT_TABLE = [
-    ("bert/embeddings/word_embeddings/embedding", "model.embeddings.tok_embeddings.weight", SAME),
-    ("bert/embeddings/LayerNorm/scale", "model.embeddings.norm.weight", SAME),
-    ("bert/encoder/layer_{i}/pre_attention_LayerNorm/scale", "model.layers.{i}.attn_norm.weight", SAME),
-    ("bert/encoder/layer_{i}/attention/query/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(0, 3, KERNEL_TO_HEADS)),
-    ("bert/encoder/layer_{i}/attention/key/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(1, 3, KERNEL_TO_HEADS)),
-    ("bert/encoder/layer_{i}/attention/value/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(2, 3, KERNEL_TO_HEADS)),
-    ("bert/encoder/layer_{i}/attention/output/kernel", "model.layers.{i}.attn.Wo.weight", KERNEL_FROM_HEADS),
-    ("bert/encoder/layer_{i}/pre_mlp_LayerNorm/scale", "model.layers.{i}.mlp_norm.weight", SAME),
-    ("bert/encoder/layer_{i}/intermediate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(0, 2, KERNEL)),
-    ("bert/encoder/layer_{i}/gate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(1, 2, KERNEL)),
-    ("bert/encoder/layer_{i}/output/kernel", "model.layers.{i}.mlp.Wo.weight", KERNEL),
-    ("bert/encoder/final_LayerNorm/scale", "model.final_norm.weight", SAME),
-    ("predictions/dense/kernel", "head.dense.weight", KERNEL),
-    ("predictions/LayerNorm/scale", "head.norm.weight", SAME),
-    ("predictions/output_bias", "decoder.bias", SAME),
-]
-# fmt: on
-MODERNBERT_TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
-MODERNBERT_ENCODER_PREFIX = "model."
-
-
-def modernbert_names(num_layers: int) -> dict[str, tuple[str, Layout]]:
-    """Our path -> (ModernBertForMaskedLM's name, layout), every layer spelled out."""
-    return {
-        path.format(i=i): (name.format(i=i), layout)
-        for path, name, layout in MODERNBERT_TABLE
-        for i in (range(num_layers) if "{i}" in path else [None])
-        if not (i == 0 and "attn_norm" in name)
-    }
-
-
 # Parts of the model a checkpoint may leave out (a BertModel has no heads,
 # BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
 OPTIONAL_GROUPS = ("bert/pooler", "predictions", "seq_relationship")
@@ -155,6 +118,72 @@ HF_HEADS = {
 }
 # transformers' token and span classes have no pooler (add_pooling_layer=False).
 HF_WITHOUT_POOLER = ("tagging", "squad")
+
+# Hugging Face's ModernBertForMaskedLM (Warner et al. 2024) against bertjax's model with
+# norm_placement='pre', use_bias=False, feed_forward='geglu', position_embedding='rotary',
+# type_vocab_size=0 and pooler='norm': (our path, HF name, layout). Layer 0 has no
+# attn_norm (model.BertLayer). A ModernBertModel's names lack the "model." prefix.
+# fmt: off
+MODERNBERT_TABLE = [
+    ("bert/embeddings/word_embeddings/embedding", "model.embeddings.tok_embeddings.weight", SAME),
+    ("bert/embeddings/LayerNorm/scale", "model.embeddings.norm.weight", SAME),
+    ("bert/encoder/layer_{i}/pre_attention_LayerNorm/scale", "model.layers.{i}.attn_norm.weight", SAME),
+    ("bert/encoder/layer_{i}/attention/query/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(0, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/key/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(1, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/value/kernel", "model.layers.{i}.attn.Wqkv.weight", _part(2, 3, KERNEL_TO_HEADS)),
+    ("bert/encoder/layer_{i}/attention/output/kernel", "model.layers.{i}.attn.Wo.weight", KERNEL_FROM_HEADS),
+    ("bert/encoder/layer_{i}/pre_mlp_LayerNorm/scale", "model.layers.{i}.mlp_norm.weight", SAME),
+    ("bert/encoder/layer_{i}/intermediate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(0, 2, KERNEL)),
+    ("bert/encoder/layer_{i}/gate/kernel", "model.layers.{i}.mlp.Wi.weight", _part(1, 2, KERNEL)),
+    ("bert/encoder/layer_{i}/output/kernel", "model.layers.{i}.mlp.Wo.weight", KERNEL),
+    ("bert/encoder/final_LayerNorm/scale", "model.final_norm.weight", SAME),
+    ("predictions/dense/kernel", "head.dense.weight", KERNEL),
+    ("predictions/LayerNorm/scale", "head.norm.weight", SAME),
+    ("predictions/output_bias", "decoder.bias", SAME),
+]
+# fmt: on
+MODERNBERT_TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
+MODERNBERT_ENCODER_PREFIX = "model."
+# The transformers class of each task's workdir in ModernBERT's shape. Its task classes
+# share one `head` (dense, activation, norm: our pooler with pooler='norm') before
+# the classifier.
+MODERNBERT_CLASSES = {
+    "pretraining": "ModernBertForMaskedLM",
+    "classification": "ModernBertForSequenceClassification",
+    "tagging": "ModernBertForTokenClassification",
+    "squad": "ModernBertForQuestionAnswering",
+}
+_MODERNBERT_HEAD = [
+    ("bert/pooler/dense/kernel", "head.dense.weight", KERNEL),
+    ("bert/pooler/LayerNorm/scale", "head.norm.weight", SAME),
+]
+MODERNBERT_HEADS = {
+    "classification": [*_MODERNBERT_HEAD, *_CLASSIFIER],
+    "tagging": [*_MODERNBERT_HEAD, *_CLASSIFIER],
+    "squad": [
+        *_MODERNBERT_HEAD,
+        ("qa_outputs/kernel", "classifier.weight", KERNEL),
+        ("qa_outputs/bias", "classifier.bias", SAME),
+    ],
+}
+
+
+def modernbert_names(num_layers: int, kind: str = "pretraining") -> dict[str, tuple[str, Layout]]:
+    """Our path -> (the name in transformers' ModernBERT class of a `kind` workdir
+    (MODERNBERT_CLASSES), layout), every layer spelled out."""
+    if kind not in MODERNBERT_CLASSES:
+        raise ValueError(f"no ModernBERT names for a {kind} model")
+    table = {
+        path.format(i=i): (name.format(i=i), layout)
+        for path, name, layout in MODERNBERT_TABLE
+        for i in (range(num_layers) if "{i}" in path else [None])
+        if not (i == 0 and "attn_norm" in name)
+    }
+    if kind == "pretraining":
+        return table
+    encoder = {path: entry for path, entry in table.items() if path.startswith("bert/")}
+    return {**encoder, **{path: (name, layout) for path, name, layout in MODERNBERT_HEADS[kind]}}
+
 
 # Hugging Face names of tensors tied to another one: the MLM decoder is the
 # word embedding table and its bias the MLM output bias.

@@ -197,21 +197,32 @@ def _pack(restored: Restored, texts_a: Sequence[str], texts_b: Sequence[str] | N
 def encode(restored: Restored, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:
     """The encoder's outputs for `texts` (each paired with `pairs[i]` when given), as NumPy.
 
-    Returns `sequence_output` [N, L, H], `pooled_output` [N, H], and the
-    `input_ids`, `input_mask`, `segment_ids` [N, L] they were computed from
-    (L: the longest text in tokens; rows are padded with input_mask 0).
+    Returns `sequence_output` [N, L, H], `pooled_output` [N, H] (None of a model
+    pretrained with masked LM alone, which has no pooler), and the `input_ids`,
+    `input_mask`, `segment_ids` [N, L] they were computed from (L: the longest text in
+    tokens; rows are padded with input_mask 0).
     """
     input_ids, input_mask, segment_ids = _pack(restored, texts, pairs)
-    sequence_output, pooled_output = BertModel(restored.config).apply(
-        {"params": restored.params["bert"]},
-        input_ids,
-        input_mask,
-        segment_ids,
-        deterministic=True,
-    )
+    bert = {"params": restored.params["bert"]}
+    if "pooler" in restored.params["bert"]:
+        sequence_output, pooled_output = BertModel(restored.config).apply(
+            bert, input_ids, input_mask, segment_ids, deterministic=True
+        )
+    else:  # pretrained with masked LM alone: no pooler, and None for its output
+        every = np.broadcast_to(np.arange(input_ids.shape[1], dtype=np.int32), input_ids.shape)
+        sequence_output = BertModel(restored.config).apply(
+            bert,
+            input_ids,
+            input_mask,
+            segment_ids,
+            every,
+            deterministic=True,
+            method=BertModel.hidden_states_at,
+        )
+        pooled_output = None
     return {
         "sequence_output": np.asarray(sequence_output, np.float32),
-        "pooled_output": np.asarray(pooled_output, np.float32),
+        "pooled_output": None if pooled_output is None else np.asarray(pooled_output, np.float32),
         "input_ids": input_ids,
         "input_mask": input_mask,
         "segment_ids": segment_ids,
@@ -227,6 +238,11 @@ def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np
         raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLINGS)}")
     out = encode(restored, texts)
     if pooling == "pooler":
+        if out["pooled_output"] is None:
+            raise ValueError(
+                "pooling='pooler': this workdir was pretrained with masked LM alone "
+                "(config.data.next_sentence_prediction=False) and has no pooler"
+            )
         return out["pooled_output"]
     if pooling == "cls":
         return out["sequence_output"][:, 0]
@@ -237,6 +253,11 @@ def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np
 def next_sentence(restored: Restored, first: str, second: str) -> float:
     """The model's probability that `second` follows `first` (the NSP head's IsNext)."""
     restored.require("pretraining", "next_sentence")
+    if not restored.model.next_sentence:
+        raise ValueError(
+            "next_sentence needs the NSP head; this workdir was pretrained with masked LM "
+            "alone (config.data.next_sentence_prediction=False)"
+        )
     input_ids, input_mask, segment_ids = _pack(restored, [first], [second])
     _, nsp_logits = restored.model.apply(
         {"params": restored.params},

@@ -9,7 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_weight", "nsp_loss_sum", "nsp_correct", "nsp_count")
+MLM_SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_weight")
+# Pretraining with next-sentence prediction; masked LM alone has MLM_SUM_KEYS only.
+SUM_KEYS = (*MLM_SUM_KEYS, "nsp_loss_sum", "nsp_correct", "nsp_count")
 
 
 def _weighted_nll(logits, labels, weights):
@@ -25,13 +27,17 @@ def _weighted_nll(logits, labels, weights):
 
 def pretraining_sums(mlm_logits, nsp_logits, batch) -> dict[str, jax.Array]:
     """MLM over the weighted masked positions and NSP over the examples, in float32; of
-    packed rows, NSP over the sequences that `next_sentence_weights` [R, K] marks."""
+    packed rows, NSP over the sequences that `next_sentence_weights` [R, K] marks.
+    MLM_SUM_KEYS alone where `nsp_logits` is None (masked LM alone: no NSP head)."""
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     mlm = _weighted_nll(mlm_logits, batch["masked_lm_ids"], weights)
+    mlm = {f"mlm_{key}": value for key, value in mlm.items()}
+    if nsp_logits is None:
+        return mlm
     labels = batch["next_sentence_labels"]
     nsp = _weighted_nll(nsp_logits, labels, nsp_weights(batch))
     return {
-        **{f"mlm_{key}": value for key, value in mlm.items()},
+        **mlm,
         "nsp_loss_sum": nsp["loss_sum"],
         "nsp_correct": nsp["correct"],
         "nsp_count": nsp["weight"],
@@ -47,27 +53,36 @@ def nsp_weights(batch) -> jax.Array:
 
 
 def total_loss(sums, *, mlm_weight, nsp_count):
-    """BERT's objective, MLM mean + NSP mean, with the denominators given.
+    """BERT's objective, MLM mean + NSP mean, with the denominators given; the MLM mean
+    alone where `nsp_count` is None (masked LM alone).
 
     The denominators are those of the whole batch, so the gradients of
     microbatch losses add up to the gradient of the full batch's loss.
     """
-    return sums["mlm_loss_sum"] / jnp.maximum(mlm_weight, 1.0) + sums["nsp_loss_sum"] / nsp_count
+    mlm = sums["mlm_loss_sum"] / jnp.maximum(mlm_weight, 1.0)
+    if nsp_count is None:
+        return mlm
+    return mlm + sums["nsp_loss_sum"] / nsp_count
 
 
 def summarize(sums) -> dict[str, float]:
-    """Means from accumulated sums; accepts device or host values."""
-    s = {key: float(np.asarray(sums[key])) for key in SUM_KEYS}
+    """Means from accumulated sums; accepts device or host values. Sums of masked LM
+    alone (no nsp_count) give no NSP entries."""
+    next_sentence = "nsp_count" in sums
+    s = {key: float(np.asarray(sums[key])) for key in SUM_KEYS if key in sums}
     mlm_loss = s["mlm_loss_sum"] / max(s["mlm_weight"], 1.0)
-    nsp_loss = s["nsp_loss_sum"] / max(s["nsp_count"], 1.0)
-    return {
-        "loss": mlm_loss + nsp_loss,
+    means = {
+        "loss": mlm_loss,
         "mlm_loss": mlm_loss,
         "mlm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1.0),
         "mlm_perplexity": float(np.exp(min(mlm_loss, 80.0))),
-        "nsp_loss": nsp_loss,
-        "nsp_accuracy": s["nsp_correct"] / max(s["nsp_count"], 1.0),
     }
+    if next_sentence:
+        nsp_loss = s["nsp_loss_sum"] / max(s["nsp_count"], 1.0)
+        means["loss"] += nsp_loss
+        means["nsp_loss"] = nsp_loss
+        means["nsp_accuracy"] = s["nsp_correct"] / max(s["nsp_count"], 1.0)
+    return means
 
 
 # ------------------------------------------------------------------ fine-tuning

@@ -2,7 +2,8 @@
 
 `metrics.jsonl` has one JSON object per logged point, with at least `step`,
 `split` ('train' or 'eval'), `loss`, `mlm_loss`, `mlm_accuracy`, `nsp_loss`,
-`nsp_accuracy`, and on train lines `learning_rate`, `steps_per_second`,
+`nsp_accuracy` (not for masked LM alone: config.data.next_sentence_prediction
+False), and on train lines `learning_rate`, `steps_per_second`,
 `tokens_per_second` (text tokens read, padding not counted),
 `model_flops_per_second`, `mfu` (model FLOPs
 utilisation, a fraction; bertjax.flops; absent where the devices' peak is

@@ -386,6 +386,17 @@ RESUMABLE_CHANGES = (
 )
 
 
+# Config keys added since runs were made, with the value that such a run had: a saved
+# config without one reads as holding it.
+ADDED_KEYS = {
+    "data.next_sentence_prediction": True,
+    "data.eval_masked_lm_prob": 0.0,
+    "optimizer.schedule": "linear",
+    "optimizer.decay_steps": 0,
+    "optimizer.decay_shape": "linear",
+}
+
+
 def check_same_run(workdir: str, config) -> None:
     """Fails, with a one-line diff, when the run `workdir` holds had another config in
     anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs). A run
@@ -394,7 +405,8 @@ def check_same_run(workdir: str, config) -> None:
     saved = read_json(os.path.join(workdir, CONFIG_FILE))
     if saved is None:
         return
-    before, now = _flat(saved), _flat(json.loads(config.to_json_best_effort()))
+    now = _flat(json.loads(config.to_json_best_effort()))
+    before = {**{k: v for k, v in ADDED_KEYS.items() if k in now}, **_flat(saved)}
     changed = [
         key
         for key in sorted(before.keys() | now.keys())

@@ -10,10 +10,12 @@ from data_pipeline.vocab import Vocab
 
 @dataclasses.dataclass
 class BatchStatistics:
-    """Running totals over batches in the schema of schema.py."""
+    """Running totals over batches in the schema of schema.py; with `next_sentence` False,
+    of masked LM alone (no next_sentence_labels)."""
 
     max_seq_length: int
     max_predictions_per_seq: int
+    next_sentence: bool = True
     sequences: int = 0
     tokens: int = 0
     short_sequences: int = 0
@@ -41,7 +43,8 @@ class BatchStatistics:
         self.tokens += int(lengths.sum())
         self.length_histogram += np.bincount(lengths, minlength=self.max_seq_length + 1)
         self.short_sequences += int((lengths < self.max_seq_length // 2).sum())
-        self.not_next += int(np.asarray(batch["next_sentence_labels"]).sum())
+        if self.next_sentence:
+            self.not_next += int(np.asarray(batch["next_sentence_labels"]).sum())
         per_row = weights.sum(axis=1)
         self.predictions += int(per_row.sum())
         self.predictions_at_cap += int((per_row == self.max_predictions_per_seq).sum())
@@ -68,7 +71,7 @@ class BatchStatistics:
             "length_max": int(lengths.max()) if lengths.size else 0,
             "share_full_length": float(self.length_histogram[-1] / n),
             "share_short": self.short_sequences / n,
-            "share_not_next": self.not_next / n,
+            "share_not_next": self.not_next / n if self.next_sentence else None,
             "predictions_per_sequence": self.predictions / n,
             "share_tokens_predicted": self.predictions / max(self.tokens, 1),
             "share_sequences_at_prediction_cap": self.predictions_at_cap / n,
@@ -88,8 +91,14 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
         f"min {s['length_min']}, max {s['length_max']}; "
         f"{s['share_full_length']:.1%} full length",
         f"short (< half max)   {s['share_short']:.1%}",
-        f"NSP                  {s['share_not_next']:.1%} NotNext, "
-        f"{1 - s['share_not_next']:.1%} IsNext",
+        *(
+            [
+                f"NSP                  {s['share_not_next']:.1%} NotNext, "
+                f"{1 - s['share_not_next']:.1%} IsNext"
+            ]
+            if s["share_not_next"] is not None
+            else []
+        ),
         f"masked per sequence  {s['predictions_per_sequence']:.2f} "
         f"({s['share_tokens_predicted']:.1%} of tokens; "
         f"{s['share_sequences_at_prediction_cap']:.1%} of sequences at the cap)",
@@ -116,7 +125,8 @@ def format_summary(summary: dict, corpus_stats: dict | None = None) -> str:
 
 def format_example(example: dict, vocab: Vocab) -> str:
     """One example (no batch axis) as text: `[MASK]{dog}` a masked token, `~cat{dog}` a random
-    replacement, `={dog}` one kept."""
+    replacement, `={dog}` one kept. An example of masked LM alone (no next_sentence_labels)
+    is one segment, shown without a B line."""
     ids = np.asarray(example["input_ids"])[: int(np.asarray(example["input_mask"]).sum())]
     tokens = vocab.decode(ids)
     weights = np.asarray(example["masked_lm_weights"]) > 0
@@ -136,6 +146,8 @@ def format_example(example: dict, vocab: Vocab) -> str:
         else:
             shown = f"~{token}{{{label}}}"
         parts[int(segments[position])].append(shown)
+    head = f"{len(tokens)} tokens, {len(masked)} masked"
+    if "next_sentence_labels" not in example:
+        return f"{head}\n  A: {' '.join(parts[0])}"
     label = "NotNext" if int(example["next_sentence_labels"]) else "IsNext"
-    head = f"{label}, {len(tokens)} tokens, {len(masked)} masked"
-    return f"{head}\n  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}"
+    return f"{label}, {head}\n  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}"

@@ -1,13 +1,14 @@
 """Throughput of the host pipeline on the built-in corpus.
 
     python -m data_pipeline.benchmark [--seconds 20] [--batch_size 256] [--cores 1,2]
-        [--skip_offline]
+        [--skip_offline] [--tokenizer wordpiece|sentencepiece|bpe]
 
 Prints the time to build the built-in corpus and split_sentences' MB/s, then
 sequences/s and tokens/s of the online pipeline at lengths 128 and 512 on each
 number of cores in --cores, and instances/s of the offline writer against the
 original single-process create_pretraining_data.py (about 600 instances/s per
-core on this machine).
+core on this machine). Every figure uses a vocabulary of the default size learned
+for --tokenizer (config.data.tokenizer) from the built-in corpus.
 
 On n cores means the process, every thread of it and the processes it starts
 are held to the machine's first n CPUs (Linux's sched_setaffinity), in two
@@ -49,6 +50,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Offline writer processes.")
     flags.DEFINE_bool("skip_offline", False, "Only measure the online pipeline.")
+    flags.DEFINE_enum(
+        "tokenizer", "wordpiece", list(config_lib.TOKENIZERS), "config.data.tokenizer to measure."
+    )
     flags.DEFINE_list("cores", ["1", "2"], "Core counts to measure the online pipeline on.")
     flags.DEFINE_integer("need_batch", 256, "Sequences per step of the run to supply.")
     flags.DEFINE_float("need_step_ms", 37.0, "Its step time (ms).")
@@ -91,11 +95,9 @@ def _measure(data, batch_size, seconds, cores, warmup_batches):
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     while time.perf_counter() - start < seconds:
         batch = next(batches)
-        # A packed row (pack_examples) holds several sequences; input_mask numbers them.
-        packed = "next_sentence_weights" in batch
-        sequences += (
-            int(batch["next_sentence_weights"].sum()) if packed else len(batch["input_mask"])
-        )
+        # A packed row (pack_examples) holds several sequences; input_mask numbers them
+        # (an unpacked row's one sequence is 1 on its tokens).
+        sequences += int(np.asarray(batch["input_mask"]).max(axis=1).sum())
         tokens += int(np.count_nonzero(batch["input_mask"]))
     elapsed = time.perf_counter() - start
     # Cores kept busy: tf.data's threads, this loop, which reads the batches, and workers.
@@ -166,9 +168,9 @@ def main(argv):
         raise app.UsageError(
             f"--cores={','.join(FLAGS.cores)}: this process may run on {available} CPUs"
         )
-    base = config_lib.from_config(config_lib.default_config())
+    base = config_lib.from_config(config_lib.default_config()).replace(tokenizer=FLAGS.tokenizer)
     resolve_vocab_file(base)  # learn and cache the vocab before timing anything
-    print(f"cpu cores: {os.cpu_count()}")
+    print(f"cpu cores: {os.cpu_count()}, tokenizer: {base.tokenizer}")
     corpus_and_sentences()
     per_core_128 = None
     for length, predictions in ((128, 20), (512, 80)):

@@ -2,7 +2,7 @@
 
     python -m data_pipeline.build_vocab --config experiments/pretrain/tiny_cpu.py --output vocab.txt
 
-Both kinds of learned vocabulary start with vocab.SPECIAL_TOKENS at ids 0-4
+Every kind of learned vocabulary starts with vocab.SPECIAL_TOKENS at ids 0-4
 (the released English BERT vocab has them elsewhere; read ids from the Vocab).
 
 WordPiece (vocab.txt, one token per line, the line number is the id): after the
@@ -19,6 +19,15 @@ normalization. Uncased: the training sentences are lowercased in Python before
 SentencePiece sees them, exactly as tokenizer.SentencePieceTokenizer lowercases
 its input in graph; the model itself keeps case, so code that bypasses that
 tokenizer must lowercase too.
+
+Byte-level BPE (tokenizer.json, for config.data.tokenizer='bpe'): built as
+ModernBERT's is (a modified OLMo tokenizer; answerdotai/ModernBERT-base's
+tokenizer.json): a ByteLevel pre-tokenizer without a prefix space, a BPE model,
+[CLS] $A [SEP] and [CLS] $A [SEP] $B [SEP] as its post-processor, the five
+specials as special added tokens. Hugging Face tokenizers' BpeTrainer learns it
+from the train sentences, the 256 bytes always in its alphabet (so no text is
+[UNK]). Uncased, a Lowercase normalizer is part of the file, so any user of it
+lowercases. The trainer counts the distinct pre-tokenizer pieces in memory.
 
 Only the train split is read, so held-out documents stay unseen.
 """
@@ -386,6 +395,75 @@ def train_sentencepiece(
     return path
 
 
+def learn_bpe_tokenizer(
+    config: DataConfig, *, vocab_size: int, output_path: str
+) -> vocab_lib.Vocab:
+    """Learns a byte-level BPE tokenizer.json of `vocab_size` entries; see the module doc.
+
+    When the corpus has fewer pairs to merge, [unusedN] special added tokens fill it
+    (ModernBERT fills its vocabulary the same way), which is logged.
+    """
+    import tokenizers
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    from data_pipeline import corpus as corpus_lib
+
+    corpus_lib.check_sources(config)
+    start = time.monotonic()
+    specials = list(vocab_lib.SPECIAL_TOKENS)
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    if config.do_lower_case:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    errors = []
+    sentences = _stop_on_error(_sentences(config), errors)
+    tokenizer.train_from_iterator(_batched(sentences), trainer=trainer)
+    if errors:
+        raise errors[0]
+    learned = tokenizer.get_vocab_size(with_added_tokens=True)
+    if learned < vocab_size:
+        logging.warning(
+            "The corpus supports only %d BPE entries; %d [unusedN] special tokens fill the "
+            "tokenizer to vocab_size=%d.",
+            learned,
+            vocab_size - learned,
+            vocab_size,
+        )
+        names = _placeholders(vocab_size - learned, tokenizer.get_vocab(with_added_tokens=True))
+        tokenizer.add_special_tokens(names)
+    cls_id, sep_id = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]"))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    files.atomic_write(output_path, tokenizer.to_str().encode("utf-8"))
+    logging.info(
+        "Learned a byte-level BPE tokenizer of %d entries in %.1f s; wrote %s.",
+        tokenizer.get_vocab_size(with_added_tokens=True),
+        time.monotonic() - start,
+        output_path,
+    )
+    return vocab_lib.load_vocab(output_path)
+
+
+def _batched(items: Iterator[str]) -> Iterator[list[str]]:
+    """Lists of items: the trainer then crosses into Python once per list."""
+    while batch := list(itertools.islice(items, _SENTENCES_PER_BATCH)):
+        yield batch
+
+
+# What a learned vocabulary of each tokenizer is written as (name.json describes it).
+_SUFFIXES = {"wordpiece": ".txt", "sentencepiece": ".model", "bpe": ".tokenizer.json"}
+
+
 def resolve_vocab_file(config: DataConfig) -> str:
     """config.vocab_file when set, else a vocabulary learned once from the train split and
     cached (see cache_key)."""
@@ -407,7 +485,7 @@ def resolve_vocab_file(config: DataConfig) -> str:
     corpus_lib.check_sources(config)
     key = cache_key(config)
     directory = cache_dir(config)
-    suffix = ".txt" if config.tokenizer == "wordpiece" else ".model"
+    suffix = _SUFFIXES[config.tokenizer]
     name = (
         f"{config.tokenizer}-{config.vocab_size}-"
         f"{'uncased' if config.do_lower_case else 'cased'}-{config.source}-{key[:16]}"
@@ -430,6 +508,8 @@ def resolve_vocab_file(config: DataConfig) -> str:
     tf.io.gfile.makedirs(directory)
     if config.tokenizer == "wordpiece":
         learn_wordpiece_vocab(config, vocab_size=config.vocab_size, output_path=path)
+    elif config.tokenizer == "bpe":
+        learn_bpe_tokenizer(config, vocab_size=config.vocab_size, output_path=path)
     else:
         train_sentencepiece(
             config, vocab_size=config.vocab_size, output_prefix=os.path.join(directory, name)
@@ -562,7 +642,8 @@ def define_flags() -> None:
         "output",
         None,
         "Where to write the vocabulary: vocab.txt for WordPiece; for SentencePiece the .model "
-        "path ('.model' is appended when missing; a .vocab listing is written beside it).",
+        "path ('.model' is appended when missing; a .vocab listing is written beside it); "
+        "tokenizer.json for BPE.",
         required=True,
     )
     flags.DEFINE_integer("vocab_size", None, "Entries to learn; default config.data.vocab_size.")
@@ -587,10 +668,15 @@ def _sample_summary(config: DataConfig, vocab_file: str, max_sentences: int) -> 
     vocab = tokenizer.vocab
     ids = tokenizer.tokenize(texts).flat_values.numpy()
     words = tokenizer.words(texts).flat_values.numpy().tolist()
-    # A whole word is one entry: "word" for WordPiece, "\u2581word" for SentencePiece.
-    prefix = vocab_lib.SENTENCEPIECE_WORD_START if vocab.is_sentencepiece else ""
-    entries = set(vocab.tokens)
-    whole = sum(prefix + w.decode("utf-8", errors="replace") in entries for w in words)
+    if vocab.kind == "bpe":
+        # A whole word is one token where it follows a space ("Ġword", byte-level).
+        spaced = tokenizer.tokenize(tf.constant([b" " + w for w in words]))
+        whole = int(np.sum(spaced.row_lengths().numpy() == 1))
+    else:
+        # A whole word is one entry: "word" for WordPiece, "\u2581word" for SentencePiece.
+        prefix = vocab_lib.SENTENCEPIECE_WORD_START if vocab.is_sentencepiece else ""
+        entries = set(vocab.tokens)
+        whole = sum(prefix + w.decode("utf-8", errors="replace") in entries for w in words)
     unknown = int(np.sum(ids == vocab.unk_id))
     return (
         f"{len(sentences)} {'held-out' if split == 'eval' else 'train'} sentences: "
@@ -610,6 +696,9 @@ def main(argv: list[str]) -> None:
     if config.tokenizer == "wordpiece":
         path = args.output
         learn_wordpiece_vocab(config, vocab_size=vocab_size, output_path=path)
+    elif config.tokenizer == "bpe":
+        path = args.output
+        learn_bpe_tokenizer(config, vocab_size=vocab_size, output_path=path)
     else:
         path = train_sentencepiece(
             config,

@@ -15,7 +15,9 @@ import ml_collections
 from data_pipeline.errors import UserError
 
 SOURCES = ("builtin", "text", "tfds", "tfrecord")
-TOKENIZERS = ("wordpiece", "sentencepiece")
+TOKENIZERS = ("wordpiece", "sentencepiece", "bpe")
+# A learned byte-level BPE vocabulary holds the five specials and all 256 bytes.
+MIN_BPE_VOCAB_SIZE = 5 + 256
 # [CLS] A [SEP] B [SEP] needs three specials plus one token on each side.
 MIN_SEQ_LENGTH = 5
 
@@ -44,15 +46,18 @@ class DataConfig:
     tfrecord_eval_files: str = ""
     # Share of documents (by a hash of their text) held out for evaluation.
     eval_fraction: float = 0.1
-    # 'wordpiece' (BERT's) or 'sentencepiece'.
+    # 'wordpiece' (BERT's), 'sentencepiece', or 'bpe': a byte-level BPE tokenizer.json
+    # (GPT-2's, RoBERTa's, ModernBERT's) run by Hugging Face tokenizers (tokenizer.py).
     tokenizer: str = "wordpiece"
-    # vocab.txt or tokenizer.json (wordpiece), or a .model file (sentencepiece); '' learns one.
+    # vocab.txt or tokenizer.json (wordpiece), a .model file (sentencepiece), a BPE
+    # tokenizer.json (bpe); '' learns one.
     vocab_file: str = ""
     # Size of the vocabulary learned when vocab_file is ''.
     vocab_size: int = 4096
     # Where learned vocabularies are cached; '' means $XDG_CACHE_HOME/bertjax.
     vocab_cache_dir: str = ""
-    # Uncased model: lowercase and strip accents before WordPiece.
+    # Uncased model: lowercase and strip accents before WordPiece (sentencepiece: lowercase;
+    # bpe: must match whether the tokenizer.json's normalizer lowercases).
     do_lower_case: bool = True
     # A word longer than this many characters becomes [UNK] (BERT: 200).
     max_chars_per_word: int = 200
@@ -60,8 +65,13 @@ class DataConfig:
     max_seq_length: int = 128
     # Masked positions per sequence, padded with weight 0 (BERT: 20 at 128, 80 at 512).
     max_predictions_per_seq: int = 20
-    # Share of tokens to predict.
+    # Share of tokens to predict, in training (BERT: 0.15; ModernBERT: 0.3, Warner et al.
+    # 2024, section 2.2).
     masked_lm_prob: float = 0.15
+    # Share of tokens to predict in the eval split (the held-out set, masked once from
+    # eval_seed; offline, as the writer masked it); 0.0: masked_lm_prob. A model trained
+    # at 0.3 is commonly scored at 0.15.
+    eval_masked_lm_prob: float = 0.0
     # Of the predicted tokens: share replaced by [MASK].
     mask_token_prob: float = 0.8
     # Of the predicted tokens: share replaced by a random non-special token (the rest stay).
@@ -70,6 +80,11 @@ class DataConfig:
     whole_word_mask: bool = False
     # Probability that a document pass aims at a random shorter length.
     short_seq_prob: float = 0.1
+    # Sentence pairs for next-sentence prediction, and its loss (BERT). False: masked LM
+    # alone (RoBERTa; ModernBERT, Warner et al. 2024, section 2.2): each sequence is
+    # `[CLS] text [SEP]`, contiguous text of one document, segment ids 0, with no
+    # next_sentence_labels (schema.py); the options of pairs below go unused.
+    next_sentence_prediction: bool = True
     # Probability that segment B comes from another document (NotNext).
     random_next_prob: float = 0.5
     # Online: documents per chunk, the unit that NotNext segments come from, whose instances
@@ -99,6 +114,12 @@ class DataConfig:
 
     def replace(self, **changes) -> "DataConfig":
         return dataclasses.replace(self, **changes)
+
+    def masking_rate(self, split: str) -> float:
+        """The share of tokens the `split` split predicts."""
+        if split == "eval" and self.eval_masked_lm_prob:
+            return self.eval_masked_lm_prob
+        return self.masked_lm_prob
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -180,6 +201,24 @@ def check_max_positions(config: DataConfig, max_position_embeddings: int) -> Non
         )
 
 
+def check_predictions_fit(config: DataConfig) -> None:
+    """max_predictions_per_seq holds what each masking rate asks of a full-length sequence,
+    to within rounding (BERT masks round(n * rate) of n tokens, at most
+    max_predictions_per_seq): else the cap, not the rate, would decide how much is masked.
+    Pretraining runs and the offline writer check it; BERT's 76 at 512 tokens passes."""
+    for option in ("masked_lm_prob", "eval_masked_lm_prob"):
+        rate = getattr(config, option)
+        wanted = config.max_seq_length * rate
+        if int(wanted) > config.max_predictions_per_seq:
+            _fail(
+                "max_predictions_per_seq",
+                config.max_predictions_per_seq,
+                f"a {config.max_seq_length}-token sequence would be masked at "
+                f"{config.max_predictions_per_seq / config.max_seq_length:.3f}, not "
+                f"config.data.{option}={rate}; raise it to at least {int(wanted)}",
+            )
+
+
 def _fail(option: str, value: Any, why: str) -> None:
     raise ConfigError(f"config.data.{option}={value!r}: {why}")
 
@@ -212,6 +251,13 @@ def _check(c: DataConfig) -> None:
         _fail("tokenizer", c.tokenizer, f"must be one of {', '.join(TOKENIZERS)}")
     if not c.vocab_file and c.vocab_size < 64:
         _fail("vocab_size", c.vocab_size, "a learned vocabulary needs at least 64 entries")
+    if not c.vocab_file and c.tokenizer == "bpe" and c.vocab_size < MIN_BPE_VOCAB_SIZE:
+        _fail(
+            "vocab_size",
+            c.vocab_size,
+            f"a learned byte-level BPE vocabulary needs at least {MIN_BPE_VOCAB_SIZE} entries "
+            "(the 5 specials and the 256 bytes)",
+        )
     if c.max_chars_per_word < 1:
         _fail("max_chars_per_word", c.max_chars_per_word, "must be at least 1")
     if c.max_seq_length < MIN_SEQ_LENGTH:
@@ -240,6 +286,12 @@ def _check(c: DataConfig) -> None:
             _fail(name, value, "must be a probability in [0, 1]")
     if c.masked_lm_prob == 0.0:
         _fail("masked_lm_prob", c.masked_lm_prob, "must be above 0")
+    if not 0.0 <= c.eval_masked_lm_prob <= 1.0:
+        _fail(
+            "eval_masked_lm_prob",
+            c.eval_masked_lm_prob,
+            "must be a probability in [0, 1] (0: masked_lm_prob)",
+        )
     if c.mask_token_prob + c.random_token_prob > 1.0:
         _fail(
             "random_token_prob",

@@ -8,9 +8,12 @@ tfrecord_eval_files, and vocab_file set to the vocabulary copied next to the dat
 
 The counterpart of google-research/bert's create_pretraining_data.py, streaming:
 documents are read, tokenized in graph (tokenize_documents) and paired
-(instances.py) without ever holding the corpus in memory. Masking is static:
-each of `config.dupe_factor` passes over a document is masked once (masking.py).
-The eval split takes one pass, paired and masked from `config.eval_seed`.
+(instances.py) without ever holding the corpus in memory; with
+`next_sentence_prediction=False`, cut into single segments instead, written
+without next_sentence_labels. Masking is static: each of `config.dupe_factor`
+passes over a document is masked once (masking.py). The eval split takes one
+pass, paired and masked from `config.eval_seed`, at `eval_masked_lm_prob` where
+that is set.
 Records are encoded straight to tf.Example bytes (tfrecords.encode_examples).
 
 Work is cut into `num_workers` corpus shards per split (`iter_documents(...,
@@ -45,7 +48,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
-from data_pipeline import cli, files, instances, masking
+from data_pipeline import cli, files, instances, masking, schema
 from data_pipeline import config as config_lib
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.build_vocab import resolve_vocab_file
@@ -157,6 +160,7 @@ def _check_options(
         raise config_lib.ConfigError(
             f"--num_shards_per_worker={num_shards_per_worker}: must be at least 1"
         )
+    config_lib.check_predictions_fit(config)
 
 
 def _check_worker_shards(
@@ -267,7 +271,7 @@ def _write_task(
     start = time.perf_counter()
     tokenizer = _tokenizer(config, vocab_file)
     vocab = tokenizer.vocab
-    spec = masking_spec(config, vocab)
+    spec = masking_spec(config, vocab, task.split)
     seeds = np.random.SeedSequence(
         [task.seed, tfrecords.SPLITS.index(task.split), task.worker, task.num_workers]
     )
@@ -289,6 +293,7 @@ def _write_task(
         buffer_size=config.document_buffer_size,
         rng=random.Random(pair_seed),
         passes_per_document=_passes(config, task.split),
+        next_sentence=config.next_sentence_prediction,
     )
     names = [task.shard_name(k) for k in range(task.num_shards)]
     temporary = [files.temporary_name(os.path.join(output_dir, name)) for name in names]
@@ -345,9 +350,10 @@ def encode_instances(
     packed = instances.pack_instances(
         block, max_seq_length=config.max_seq_length, cls_id=vocab.cls_id, sep_id=vocab.sep_id
     )
-    masked = masking.mask_batch(packed["input_ids"], packed["input_mask"], spec, rng)
+    laid = {**packed, **masking.mask_batch(packed["input_ids"], packed["input_mask"], spec, rng)}
     order = rng.permutation(len(block))
-    features = {name: value[order] for name, value in {**packed, **masked}.items()}
+    names = schema.features(packed=False, next_sentence=config.next_sentence_prediction)
+    features = {name: laid[name][order] for name in names}
     return tfrecords.encode_examples(features)
 
 

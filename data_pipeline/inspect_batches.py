@@ -48,12 +48,15 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
     if data.pack_examples:
         # A packed row holds these same pairs, each masked by the same rules: the statistics
         # and examples are the pairs'.
-        print("pack_examples: the sentence pairs are shown unpacked, one a row", file=out)
+        print("pack_examples: the sequences are shown unpacked, one a row", file=out)
         data = data.replace(pack_examples=False)
     dataset = pretraining_input.make_pretraining_dataset(
         data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
     )
-    stats = batch_statistics.BatchStatistics(data.max_seq_length, data.max_predictions_per_seq)
+    stats = batch_statistics.BatchStatistics(
+        data.max_seq_length, data.max_predictions_per_seq, data.next_sentence_prediction
+    )
+    features = schema.features(packed=False, next_sentence=data.next_sentence_prediction)
     if dump:
         tf.io.gfile.makedirs(os.path.dirname(dump) or ".")
     shown = 0
@@ -62,7 +65,7 @@ def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=N
             stats.update(batch, vocab)
             for row in range(batch_size):
                 # What the model sees; not where the stream stands (stream_position).
-                example = {name: batch[name][row] for name in schema.FEATURES}
+                example = {name: batch[name][row] for name in features}
                 if shown < num_examples:
                     print(
                         f"\nexample {shown}: {batch_statistics.format_example(example, vocab)}",

@@ -19,9 +19,13 @@ order and by its rules. Two draws depart from it
   current document, where the original draws from the whole corpus, tries up
   to 10 times to avoid the current document and may end on it.
 
-`pack_instances` lays pairs out as `[CLS] A [SEP] B [SEP]` with segment ids and
-padding. Masking is separate (data_pipeline.masking) so that it can be redrawn
-every pass.
+Masked LM alone (`next_sentence=False`: RoBERTa's and ModernBERT's objective) takes
+no pairs: `create_segments_from_document` cuts a document's text into single
+segments, drawing no other document.
+
+`pack_instances` lays pairs out as `[CLS] A [SEP] B [SEP]`, and single segments as
+`[CLS] A [SEP]`, with segment ids and padding. Masking is separate
+(data_pipeline.masking) so that it can be redrawn every pass.
 """
 
 import dataclasses
@@ -39,7 +43,7 @@ Document = Sequence[Sentence]
 @dataclasses.dataclass(frozen=True)
 class Instance:
     tokens_a: list[int]
-    tokens_b: list[int]
+    tokens_b: list[int]  # empty: a single segment (masked LM alone)
     is_random_next: bool
 
 
@@ -133,10 +137,30 @@ def create_instances_from_document(
     return instances
 
 
+def create_segments_from_document(
+    document: Document, *, max_seq_length: int, short_seq_prob: float, rng: random.Random
+) -> list[Instance]:
+    """One pass over `document` for masked LM alone: its text, sentences joined, cut into
+    consecutive segments of a target length (the last one shorter), each one sequence.
+
+    The target is drawn as create_instances_from_document draws it (with
+    `short_seq_prob` a random shorter one), of `max_seq_length - 2` tokens:
+    `[CLS] A [SEP]`. A sentence may run on into the next segment, so that no
+    text is dropped and full-length rows hold no padding.
+    """
+    max_num_tokens = max_seq_length - 2
+    target = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target = rng.randint(2, max_num_tokens)
+    tokens = [token for sentence in document for token in sentence]
+    return [Instance(tokens[i : i + target], [], False) for i in range(0, len(tokens), target)]
+
+
 def pack_instances(
     instances: Sequence[Instance], *, max_seq_length: int, cls_id: int, sep_id: int
 ) -> dict[str, np.ndarray]:
-    """`[CLS] A [SEP] B [SEP]` + padding, as int32 arrays with a leading instance axis."""
+    """`[CLS] A [SEP] B [SEP]` (or `[CLS] A [SEP]` where B is empty) + padding, as int32
+    arrays with a leading instance axis."""
     count = len(instances)
     input_ids = np.zeros((count, max_seq_length), np.int32)
     segment_ids = np.zeros((count, max_seq_length), np.int32)
@@ -144,8 +168,9 @@ def pack_instances(
     labels = np.zeros((count,), np.int32)
     for row, instance in enumerate(instances):
         len_a, len_b = len(instance.tokens_a), len(instance.tokens_b)
-        length = len_a + len_b + 3
-        input_ids[row, :length] = [cls_id, *instance.tokens_a, sep_id, *instance.tokens_b, sep_id]
+        tokens_b = [*instance.tokens_b, sep_id] if len_b else []
+        length = len_a + 2 + len(tokens_b)
+        input_ids[row, :length] = [cls_id, *instance.tokens_a, sep_id, *tokens_b]
         segment_ids[row, len_a + 2 : length] = 1
         input_mask[row, :length] = 1
         labels[row] = int(instance.is_random_next)
@@ -208,6 +233,7 @@ def instances_from_stream(
     buffer_size: int,
     rng: random.Random,
     passes_per_document: int = 1,
+    next_sentence: bool = True,
 ) -> Iterator[list[Instance]]:
     """Instances from a stream of `(doc_id, document)`, one list per document pass.
 
@@ -215,15 +241,17 @@ def instances_from_stream(
     which shuffles the document order; the same window supplies NotNext
     segments. `passes_per_document` > 1 is the offline writer's `dupe_factor`:
     independent passes over each document, as the original's outer loop.
+    `next_sentence=False`: single segments (create_segments_from_document).
     """
     ring = DocumentRing(buffer_size)
     waiting: list[tuple[str, Document]] = []
 
     def passes(doc_id: str, document: Document) -> Iterator[list[Instance]]:
         for _ in range(passes_per_document):
-            yield create_instances_from_document(
+            yield _document_pass(
                 document,
                 lambda: ring.sample_other(doc_id, rng),
+                next_sentence=next_sentence,
                 max_seq_length=max_seq_length,
                 short_seq_prob=short_seq_prob,
                 random_next_prob=random_next_prob,
@@ -248,8 +276,10 @@ def instances_from_chunk(
     short_seq_prob: float,
     random_next_prob: float,
     rng: random.Random,
+    next_sentence: bool = True,
 ) -> list[Instance]:
-    """One pass over each of `documents` (NotNext segments from the others), shuffled.
+    """One pass over each of `documents` (NotNext segments from the others), shuffled;
+    `next_sentence=False`: single segments (create_segments_from_document).
 
     The online pipeline's unit of work: a chunk depends on nothing before it,
     so a stream can restart at any chunk (data_pipeline.pretraining_input).
@@ -260,9 +290,10 @@ def instances_from_chunk(
         ring.add(doc_id, document)
     out = []
     for doc_id, document in documents:
-        out += create_instances_from_document(
+        out += _document_pass(
             document,
             lambda doc_id=doc_id: ring.sample_other(doc_id, rng),
+            next_sentence=next_sentence,
             max_seq_length=max_seq_length,
             short_seq_prob=short_seq_prob,
             random_next_prob=random_next_prob,
@@ -270,6 +301,31 @@ def instances_from_chunk(
         )
     rng.shuffle(out)
     return out
+
+
+def _document_pass(
+    document: Document,
+    random_document: Callable[[], Document],
+    *,
+    next_sentence: bool,
+    max_seq_length: int,
+    short_seq_prob: float,
+    random_next_prob: float,
+    rng: random.Random,
+) -> list[Instance]:
+    """Sentence pairs of one pass over `document`, or its single segments."""
+    if not next_sentence:
+        return create_segments_from_document(
+            document, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, rng=rng
+        )
+    return create_instances_from_document(
+        document,
+        random_document,
+        max_seq_length=max_seq_length,
+        short_seq_prob=short_seq_prob,
+        random_next_prob=random_next_prob,
+        rng=rng,
+    )
 
 
 def _pop_random(items: list, rng: random.Random):

@@ -314,7 +314,8 @@ def pack_pairs(
     First fit decreasing, a row taking at most `max_slots` pairs and `budget` masked
     positions (`costs`: each pair's). The rows come in an order drawn from `rng`: first
     fit decreasing opens them longest pair first. The masked_lm features, when `pairs`
-    has them, move with their pairs (`move_predictions`).
+    has them, move with their pairs (`move_predictions`); so do next_sentence_labels,
+    which sequences of masked LM alone have not.
     """
     lengths = np.asarray(pairs["input_mask"]).sum(axis=1)
     placement = first_fit_decreasing_within(
@@ -327,10 +328,10 @@ def pack_pairs(
     rows = int(placement[0].max()) + 1 if len(lengths) else 0
     placement = (rng.permutation(rows)[placement[0]], *placement[1:])
     tokens = {name: pairs[name] for name in ("input_ids", "input_mask", "segment_ids")}
-    per_pair = {
-        "next_sentence_labels": np.asarray(pairs["next_sentence_labels"]).reshape(-1),
-        "next_sentence_weights": np.ones(len(lengths), np.float32),
-    }
+    per_pair = {}
+    if "next_sentence_labels" in pairs:  # not of masked LM alone
+        per_pair["next_sentence_labels"] = np.asarray(pairs["next_sentence_labels"]).reshape(-1)
+    per_pair["next_sentence_weights"] = np.ones(len(lengths), np.float32)
     packed = pack_numpy(tokens, per_pair, placement, PackShape(rows, max_slots), pad_id=pad_id)
     del packed["example_slot"]
     if "masked_lm_weights" in pairs:

@@ -3,7 +3,8 @@
     documents (Python: files, TFDS or the built-in corpus; this host's shard),
       in chunks of `config.document_buffer_size`
       -> tokenize in graph (tf-text, a chunk per call, parallel map)
-      -> sentence pairs for NSP, shuffled within the chunk (instances.py)
+      -> sentence pairs for NSP, shuffled within the chunk (instances.py); with
+         `next_sentence_prediction=False`, single segments of contiguous text
       [-> with `pack_examples`: rows of up to max_sequences_per_row pairs, packed
           within the chunk (packing.pack_pairs)]
       -> batch -> mask (masking.py; redrawn every pass) -> prefetch
@@ -14,7 +15,8 @@ tf.data's threads, or with `num_workers` in worker processes (workers.py).
 Training streams forever, each pass (epoch) over the corpus in a new file
 order with new pairs and new masks. Evaluation is one pass with pairs and
 masks drawn from `config.eval_seed`, so an eval set is identical across runs
-whatever `seed`. The batch schema is in schema.py.
+whatever `seed`, masked at `eval_masked_lm_prob` where that is set. The batch
+schema is in schema.py.
 
 Resuming. Nothing crosses a chunk: its pairs, NotNext segments and order come
 from its own documents and a seed of (seed, epoch, chunk), and a batch's masks
@@ -70,10 +72,13 @@ from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
 
 
-def masking_spec(config: config_lib.DataConfig, vocab: Vocab) -> masking.MaskingSpec:
+def masking_spec(
+    config: config_lib.DataConfig, vocab: Vocab, split: str = "train"
+) -> masking.MaskingSpec:
+    """How `split` is masked: at its own rate (DataConfig.masking_rate)."""
     return masking.MaskingSpec(
         max_predictions_per_seq=config.max_predictions_per_seq,
-        masked_lm_prob=config.masked_lm_prob,
+        masked_lm_prob=config.masking_rate(split),
         mask_token_prob=config.mask_token_prob,
         random_token_prob=config.random_token_prob,
         whole_word_mask=config.whole_word_mask,
@@ -140,11 +145,12 @@ def make_pretraining_dataset(
         start = _check_position(position, split, documents)
     dataset = _chunks(config, documents, start, once=split == "eval")
     dataset = dataset.map(_tokenize(tokenizer), num_parallel_calls=tf.data.AUTOTUNE)
-    run = _runner(_python_steps(config, tokenizer.vocab, pair_seed, mask_seed), config.num_workers)
+    steps = _python_steps(config, tokenizer.vocab, split, pair_seed, mask_seed)
+    run = _runner(steps, config.num_workers)
     dataset = _instances(config, dataset, run)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     # Eval batches carry the schema's features only: an eval pass is never resumed.
-    features = schema.features(config.pack_examples)
+    features = schema.features(config.pack_examples, config.next_sentence_prediction)
     features = features if split == "eval" else (*features, "stream_position")
     dataset = _mask(config, dataset, run, batch_size, start[0], features)
     if config.num_workers:
@@ -261,18 +267,22 @@ def _instances(config, chunks: tf.data.Dataset, run) -> tf.data.Dataset:
 
 
 def _instance_names(config) -> tuple[str, ...]:
-    names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
-    return names + schema.PACKED_FEATURES if config.pack_examples else names
+    """The batch's features but the masked-LM targets, which each batch's masks add."""
+    features = schema.features(config.pack_examples, config.next_sentence_prediction)
+    return tuple(name for name in features if not name.startswith("masked_lm_"))
 
 
-def _python_steps(config, vocab: Vocab, pair_seed: int, mask_seed: int) -> dict[str, Any]:
+def _python_steps(
+    config, vocab: Vocab, split: str, pair_seed: int, mask_seed: int
+) -> dict[str, Any]:
     """The stream's Python steps (workers.py): a chunk's instances and a batch's masks."""
-    spec = masking_spec(config, vocab)
+    spec = masking_spec(config, vocab, split)
     return {
         "instances": workers.ChunkInstances(
             max_seq_length=config.max_seq_length,
             short_seq_prob=config.short_seq_prob,
             random_next_prob=config.random_next_prob,
+            next_sentence=config.next_sentence_prediction,
             seed=pair_seed,
             names=_instance_names(config),
             spec=spec,

@@ -31,6 +31,12 @@ are predicted each on its own:
 
 and the other features as above, with R for B. P bounds the predictions of a whole row.
 
+Masked LM alone (`next_sentence_prediction=False`): every sequence is `[CLS] text [SEP]`
+with segment ids 0, and batches have no next_sentence_labels (nor on disk);
+packed ones have no next_sentence_weights or cls_positions either, which only
+next-sentence prediction reads (`features(packed, next_sentence=False)`). A packed
+row's sequences are told apart by input_mask alone.
+
 Train batches (not eval batches, and not in FEATURES: no model reads it) also
 carry `stream_position`, int64 [B, S]: where the stream stands after each row.
 Passing a row back as `position=` to the dataset function that made it
@@ -55,10 +61,15 @@ FEATURES = (
 
 # What a packed batch holds besides FEATURES.
 PACKED_FEATURES = ("next_sentence_weights", "cls_positions")
+# What only next-sentence prediction reads.
+NEXT_SENTENCE_FEATURES = ("next_sentence_labels", *PACKED_FEATURES)
 
 
-def features(packed: bool) -> tuple[str, ...]:
-    return (*FEATURES, *PACKED_FEATURES) if packed else FEATURES
+def features(packed: bool, next_sentence: bool = True) -> tuple[str, ...]:
+    names = (*FEATURES, *PACKED_FEATURES) if packed else FEATURES
+    if next_sentence:
+        return names
+    return tuple(name for name in names if name not in NEXT_SENTENCE_FEATURES)
 
 
 def feature_shapes(

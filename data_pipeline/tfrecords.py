@@ -123,12 +123,9 @@ def _prefixes(lengths: np.ndarray, make_prefix) -> tuple[np.ndarray, np.ndarray,
     return pool, (np.cumsum(sizes) - sizes)[inverse], sizes[inverse]
 
 
-# Protobuf's deterministic serialization writes map entries in sorted key order.
-_SORTED_FEATURES = tuple(sorted(schema.FEATURES))
-
-
 def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
-    """Serialized tf.Examples, one per row of a batch in the schema of schema.py.
+    """Serialized tf.Examples, one per row of a batch in the schema of schema.py, of
+    masked LM alone where it has no next_sentence_labels.
 
     Vectorized: every record is a run of segments (a length prefix, then per
     feature a header and its packed values), all gathered from one buffer.
@@ -146,7 +143,9 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
         lengths.append(sizes)
         offset += pool.size
 
-    for name in _SORTED_FEATURES:
+    # Protobuf's deterministic serialization writes map entries in sorted key order.
+    next_sentence = "next_sentence_labels" in features
+    for name in sorted(schema.features(packed=False, next_sentence=next_sentence)):
         values = np.asarray(features[name]).reshape(count, -1)
         if name == "masked_lm_weights":
             payload = np.frombuffer(values.astype("<f4").tobytes(), np.uint8)
@@ -197,23 +196,28 @@ def write_records(path: str, records: Iterable[bytes]) -> int:
 
 
 def feature_spec(
-    max_seq_length: int, max_predictions_per_seq: int
+    max_seq_length: int, max_predictions_per_seq: int, next_sentence: bool = True
 ) -> dict[str, tf.io.FixedLenFeature]:
     """tf.io.parse_example spec of the on-disk layout."""
+    shapes = schema.feature_shapes(max_seq_length, max_predictions_per_seq)
     spec = {}
-    for name, shape in schema.feature_shapes(max_seq_length, max_predictions_per_seq).items():
+    for name in schema.features(packed=False, next_sentence=next_sentence):
         dtype = tf.float32 if name == "masked_lm_weights" else tf.int64
-        spec[name] = tf.io.FixedLenFeature(shape or (1,), dtype)
+        spec[name] = tf.io.FixedLenFeature(shapes[name] or (1,), dtype)
     return spec
 
 
 def parse_examples(
-    serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int
+    serialized: tf.Tensor,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    next_sentence: bool = True,
 ) -> dict[str, tf.Tensor]:
     """A batch of serialized tf.Examples [B] -> the schema of schema.py."""
-    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, max_predictions_per_seq))
+    spec = feature_spec(max_seq_length, max_predictions_per_seq, next_sentence)
+    parsed = tf.io.parse_example(serialized, spec)
     batch = {}
-    for name in schema.FEATURES:
+    for name in spec:
         value = parsed[name]
         if name == "next_sentence_labels":
             value = tf.reshape(value, [-1])
@@ -242,8 +246,11 @@ def split_files(config: config_lib.DataConfig, split: str) -> list[str]:
     return sorted(files)
 
 
-def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> bool:
-    """Checks that `path` is a TFRecord of pretraining Examples of the configured shape.
+def check_file(
+    path: str, max_seq_length: int, max_predictions_per_seq: int, next_sentence: bool = True
+) -> bool:
+    """Checks that `path` is a TFRecord of pretraining Examples of the configured shape, with
+    next_sentence_labels exactly when `next_sentence`.
 
     Reads only the first record. Returns False for an empty file (no records).
     """
@@ -274,7 +281,15 @@ def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> 
         raise TFRecordError(f"{path}: the first record is not a tf.Example ({e})") from e
 
     features = example.features.feature
-    for name in schema.FEATURES:
+    names = schema.features(packed=False, next_sentence=next_sentence)
+    pairs = "next_sentence_labels" in features
+    if pairs != next_sentence:
+        written = "sentence pairs for" if pairs else "sequences without"
+        raise TFRecordError(
+            f"{path}: the records are {written} next-sentence prediction, but "
+            f"config.data.next_sentence_prediction={next_sentence} (as they were written?)"
+        )
+    for name in names:
         if name not in features:
             raise TFRecordError(f"{path}: the first record has no feature {name!r}")
         kind = "float_list" if name == "masked_lm_weights" else "int64_list"
@@ -292,7 +307,7 @@ def check_file(path: str, max_seq_length: int, max_predictions_per_seq: int) -> 
             raise TFRecordError(
                 f"{path}: records have {name} of length {found}, but config.data.{option}={wanted}"
             )
-    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
+    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq, next_sentence).items():
         found = len(getattr(features[name], features[name].WhichOneof("kind")).value)
         if found != spec.shape[0]:
             raise TFRecordError(
@@ -411,6 +426,7 @@ def _check_share_has_records(files: list[str], config: config_lib.DataConfig, sp
         check_file,
         max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq,
+        next_sentence=config.next_sentence_prediction,
     )
     with concurrent.futures.ThreadPoolExecutor(min(16, len(files))) as pool:
         has_records = list(pool.map(check, files))
@@ -457,7 +473,12 @@ def _check_train_start(share: _Share, start: tuple[int, ...], window: int, packe
 @tf.autograph.experimental.do_not_convert
 def _parse(serialized, *positions, config: config_lib.DataConfig):
     """A batch of serialized records (and, in training, their stream positions) -> a batch."""
-    batch = parse_examples(serialized, config.max_seq_length, config.max_predictions_per_seq)
+    batch = parse_examples(
+        serialized,
+        config.max_seq_length,
+        config.max_predictions_per_seq,
+        config.next_sentence_prediction,
+    )
     return {**batch, "stream_position": positions[0]} if positions else batch
 
 
@@ -472,11 +493,13 @@ def pack_records(config: config_lib.DataConfig, wrap: Callable[[Callable], Calla
     (packing.pack_pairs, the rows' order drawn from the seed), each pair with the masks it
     was written with: a row takes at most max_predictions_per_seq of them."""
     length, predictions = config.max_seq_length, config.max_predictions_per_seq
-    names = schema.features(packed=True)
+    next_sentence = config.next_sentence_prediction
+    records = schema.features(packed=False, next_sentence=next_sentence)
+    names = schema.features(packed=True, next_sentence=next_sentence)
     shapes = schema.feature_shapes(length, predictions, config.max_sequences_per_row)
 
     def pack_numpy(seed, *values):
-        pairs = dict(zip(schema.FEATURES, values, strict=True))
+        pairs = dict(zip(records, values, strict=True))
         packed = packing.pack_pairs(
             pairs,
             (pairs["masked_lm_weights"] > 0).sum(axis=1),
@@ -488,10 +511,10 @@ def pack_records(config: config_lib.DataConfig, wrap: Callable[[Callable], Calla
         return tuple(packed[name].astype(schema.feature_dtype(name)) for name in names)
 
     def pack(serialized, seed):
-        batch = parse_examples(serialized, length, predictions)
+        batch = parse_examples(serialized, length, predictions, next_sentence)
         values = tf.numpy_function(
             wrap(pack_numpy),
-            [seed, *(batch[name] for name in schema.FEATURES)],
+            [seed, *(batch[name] for name in records)],
             [tf.as_dtype(schema.feature_dtype(name)) for name in names],
             stateful=False,
         )

@@ -1,4 +1,4 @@
-"""Text to token ids in TensorFlow graph ops: BERT's WordPiece, or sentencepiece.
+"""Text to token ids in tf.data: BERT's WordPiece, sentencepiece, or byte-level BPE.
 
 `WordPieceTokenizer` reproduces the original BERT tokenization (google-research/bert
 `tokenization.py`: BasicTokenizer, then WordPiece) with tensorflow-text ops, so it
@@ -19,11 +19,23 @@ What remains different comes from Unicode versions: Python 3.11 has Unicode 14,
 TensorFlow's ICU case tables are older and its RE2 tables newer. Over every code
 point, 386 tokenize differently uncased and 30 cased, all of them assigned in
 Unicode 14 or later (for example, the Vithkuqi capitals are not lowercased).
+
+`BpeTokenizer` runs a byte-level BPE tokenizer.json (GPT-2's, RoBERTa's,
+ModernBERT's) with Hugging Face `tokenizers`, called from the graph through
+tf.numpy_function: tensorflow-text has no byte-level BPE op.
 """
+
+import atexit
+import contextlib
+import itertools
+import json
+import threading
+import time
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+import tokenizers
 
 from data_pipeline.config import DataConfig
 from data_pipeline.vocab import WORDPIECE_PREFIX, Vocab, VocabError, load_vocab, read_bytes
@@ -53,8 +65,8 @@ class WordPieceTokenizer:
     """BERT's BasicTokenizer + WordPiece; ids exclude [CLS] and [SEP]."""
 
     def __init__(self, vocab: Vocab, *, lower_case: bool, max_chars_per_word: int = 200):
-        if vocab.is_sentencepiece:
-            raise VocabError(f"{vocab.path}: a sentencepiece model; use SentencePieceTokenizer")
+        if vocab.kind != "wordpiece":
+            raise VocabError(f"{vocab.path}: a {vocab.kind} vocabulary, not a WordPiece one")
         if max_chars_per_word < 1:
             raise ValueError(f"max_chars_per_word={max_chars_per_word} must be at least 1")
         self.vocab = vocab
@@ -127,19 +139,160 @@ class SentencePieceTokenizer:
         return ids.with_flat_values(tf.gather(self._replace, ids.flat_values))
 
 
+class BpeTokenizer:
+    """A byte-level BPE tokenizer.json run by Hugging Face `tokenizers`; ids exclude [CLS] and
+    [SEP].
+
+    The ids are those of `tokenizers.Tokenizer.from_file(path).encode(text,
+    add_special_tokens=False)`, the file's normalizer, pre-tokenizer and model
+    included, with two exceptions: text that spells a special added token
+    ("[MASK]") is encoded as the text it is (the library's
+    encode_special_tokens), so no special id ever comes from text; and the
+    file's padding and truncation are off. Invalid UTF-8 becomes U+FFFD
+    (bytes.decode(errors="replace"); the corpus readers have replaced it
+    already). `lower_case` must say whether the file's normalizer lowercases:
+    lowercasing is the file's, never done here.
+
+    A word (whole-word masking, `words`) starts at a token whose first byte is
+    whitespace ("Ġ" for a space, Vocab.is_continuation) and holds the tokens up
+    to the next such one: the text's whitespace-separated words, punctuation
+    included, as sentencepiece's words. The first token of a text has no space
+    before it ("Hello" not "ĠHello", add_prefix_space=False as ModernBERT), so
+    a sentence's first word continues the last word of a sentence before it in
+    the same segment.
+    """
+
+    def __init__(self, vocab: Vocab, *, lower_case: bool):
+        if vocab.kind != "bpe":
+            raise VocabError(f"{vocab.path}: a {vocab.kind} vocabulary, not a BPE tokenizer.json")
+        self.vocab = vocab
+        self.lower_case = lower_case
+        text = read_bytes(vocab.path, "the tokenizer").decode("utf-8").removeprefix("\ufeff")
+        try:
+            self._tokenizer = tokenizers.Tokenizer.from_str(text)
+        except Exception as e:  # the library raises a bare Exception
+            raise VocabError(f"{vocab.path}: Hugging Face tokenizers cannot load it: {e}") from None
+        lowercases = normalizer_lowercases(json.loads(text).get("normalizer"))
+        if lowercases != lower_case:
+            raise VocabError(
+                f"{vocab.path}: its normalizer {'lowercases' if lowercases else 'keeps case'}; "
+                f"set config.data.do_lower_case={lowercases}"
+            )
+        if self._tokenizer.get_vocab_size(with_added_tokens=True) != len(vocab):
+            raise VocabError(
+                f"{vocab.path}: tokenizers reads "
+                f"{self._tokenizer.get_vocab_size(with_added_tokens=True)} tokens, "
+                f"the vocabulary {len(vocab)}"
+            )
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        self._tokenizer.encode_special_tokens = True
+
+    def words(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> tf.string [N, (words)]: the whitespace-separated words, as written."""
+        return tf_text.regex_split(texts, _WHITESPACE)
+
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """tf.string [N] -> int32 [N, (tokens)]."""
+        ids, lengths = tf.numpy_function(
+            self._encode, [texts], [tf.int32, tf.int64], stateful=False
+        )
+        ids.set_shape([None])
+        lengths.set_shape([None])
+        return tf.RaggedTensor.from_row_lengths(ids, lengths, validate=False)
+
+    def _encode(self, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with _encoding.running():
+            if _encoding.stopping:  # the interpreter is exiting: see _Calls
+                return np.zeros(0, np.int32), np.zeros(len(texts), np.int64)
+            lines = [text.decode("utf-8", errors="replace") for text in texts.tolist()]
+            encodings = self._tokenizer.encode_batch_fast(lines, add_special_tokens=False)
+            lengths = np.fromiter(map(len, encodings), np.int64, len(encodings))
+            ids = itertools.chain.from_iterable(e.ids for e in encodings)
+            return np.fromiter(ids, np.int32, int(lengths.sum())), lengths
+
+
+def normalizer_lowercases(normalizer) -> bool:
+    """Whether a tokenizer.json's normalizer object lowercases."""
+    if not isinstance(normalizer, dict):
+        return False
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return any(normalizer_lowercases(n) for n in normalizer.get("normalizers") or [])
+    return kind == "Lowercase" or (kind == "BertNormalizer" and bool(normalizer.get("lowercase")))
+
+
+class _Calls:
+    """Tracks BpeTokenizer's Python calls in tf.data's threads; `stop` lets them end at exit.
+
+    A tf.data thread that enters Python once the interpreter finalizes never
+    comes back, and an iterator still alive waits for it forever in its
+    destructor (pretraining_input's module docstring): a stream abandoned at
+    exit hung about one run in three. This module is imported before
+    pretraining_input registers its own `stop`, so this one runs after it,
+    once no new chunk comes: from then on a call encodes nothing, and `stop`
+    waits until no call has run for `quiet` seconds, so the chunks still
+    queued pass through before finalization.
+    """
+
+    def __init__(self):
+        self.stopping = False
+        self._count = 0
+        self._last = 0.0  # time.monotonic() when a call last started or ended
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self):
+        with self._lock:
+            self._count += 1
+            self._last = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                self._last = time.monotonic()
+
+    def stop(self, quiet: float = 0.2, timeout: float = 5.0) -> None:
+        self.stopping = True
+        now = time.monotonic()
+        deadline = now + timeout
+        while (self._count or now - self._last < quiet) and now < deadline:
+            time.sleep(0.01)
+            now = time.monotonic()
+
+
+_encoding = _Calls()
+atexit.register(_encoding.stop)
+
+
+# What reads each kind of vocabulary, for the message when config.tokenizer names another.
+_NEEDS = {
+    "wordpiece": "a vocab.txt or a WordPiece tokenizer.json",
+    "sentencepiece": "a sentencepiece *.model file",
+    "bpe": "a byte-level BPE tokenizer.json",
+}
+_IS_A = {
+    "wordpiece": "a WordPiece vocabulary",
+    "sentencepiece": "a sentencepiece model",
+    "bpe": "a BPE tokenizer.json",
+}
+
+
 def make_tokenizer(
     config: DataConfig, vocab_file: str
-) -> WordPieceTokenizer | SentencePieceTokenizer:
+) -> WordPieceTokenizer | SentencePieceTokenizer | BpeTokenizer:
     """The tokenizer config.tokenizer names, with config.do_lower_case and max_chars_per_word."""
     vocab = load_vocab(vocab_file)
-    if (config.tokenizer == "sentencepiece") != vocab.is_sentencepiece:
-        if vocab.is_sentencepiece:
-            needs = "a vocab.txt or tokenizer.json, not a sentencepiece model"
-        else:
-            needs = "a sentencepiece *.model file"
-        raise VocabError(f"{vocab_file}: config.data.tokenizer={config.tokenizer!r} needs {needs}")
-    if vocab.is_sentencepiece:
+    if config.tokenizer != vocab.kind:
+        raise VocabError(
+            f"{vocab_file}: config.data.tokenizer={config.tokenizer!r} needs "
+            f"{_NEEDS[config.tokenizer]}, not {_IS_A[vocab.kind]}"
+        )
+    if vocab.kind == "sentencepiece":
         return SentencePieceTokenizer(vocab, lower_case=config.do_lower_case)
+    if vocab.kind == "bpe":
+        return BpeTokenizer(vocab, lower_case=config.do_lower_case)
     return WordPieceTokenizer(
         vocab, lower_case=config.do_lower_case, max_chars_per_word=config.max_chars_per_word
     )

@@ -1,9 +1,10 @@
 """Vocabularies: BERT's vocab.txt, a Hugging Face tokenizer.json, or a sentencepiece model.
 
 `load_vocab` picks the format from the file name: `*.json` is a tokenizer.json
-(its WordPiece model's vocabulary, ordered by id), `*.model` is a sentencepiece
-model, anything else is a vocab.txt (one token a line, UTF-8, line n holds id
-n - 1). Every error is a `VocabError` whose message starts with the file name.
+(a WordPiece model's vocabulary, ordered by id; or a byte-level BPE model's
+vocabulary with its added tokens), `*.model` is a sentencepiece model, anything
+else is a vocab.txt (one token a line, UTF-8, line n holds id n - 1). Every
+error is a `VocabError` whose message starts with the file name.
 """
 
 import dataclasses
@@ -23,6 +24,11 @@ from data_pipeline.errors import UserError
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 WORDPIECE_PREFIX = "##"
 SENTENCEPIECE_WORD_START = "\u2581"
+# What a byte-level BPE token shows for a whitespace byte at its start: GPT-2's byte
+# to character map (encoder.py, bytes_to_unicode) sends each byte under 33 to
+# chr(256 + byte), so space, tab, LF, VT, FF and CR read "Ġ", "ĉ", "Ċ", "ċ", "Č", "č".
+BYTE_LEVEL_WHITESPACE = "\u0120\u0109\u010a\u010b\u010c\u010d"
+_BYTE_LEVEL_WHITESPACE = tuple(BYTE_LEVEL_WHITESPACE)
 
 
 class VocabError(UserError):
@@ -34,6 +40,8 @@ class VocabError(UserError):
 @dataclasses.dataclass(frozen=True, eq=False)
 class Vocab:
     path: str
+    # The config.data.tokenizer that reads it: 'wordpiece', 'sentencepiece' or 'bpe'.
+    kind: str
     tokens: tuple[str, ...]
     pad_id: int
     unk_id: int
@@ -41,10 +49,12 @@ class Vocab:
     sep_id: int
     mask_id: int
     # bool [V]: never produced from text ("[...]" WordPiece tokens, [unused*]
-    # included; sentencepiece control, user-defined, unknown and unused pieces).
+    # included; sentencepiece control, user-defined, unknown and unused pieces;
+    # a BPE tokenizer.json's added tokens marked special).
     is_special: np.ndarray
     # bool [V]: continues the word of the token before it ("##x"; for
-    # sentencepiece, a non-special piece that does not start with U+2581).
+    # sentencepiece, a non-special piece that does not start with U+2581; for
+    # byte-level BPE, one that does not start with a whitespace byte, "Ġ" for a space).
     is_continuation: np.ndarray
     # int32: every non-special id; masking's random replacement draws from these.
     random_token_ids: np.ndarray
@@ -67,7 +77,7 @@ class Vocab:
 
     @property
     def is_sentencepiece(self) -> bool:
-        return _is_sentencepiece_path(self.path)
+        return self.kind == "sentencepiece"
 
     @functools.cached_property
     def _ids(self) -> dict[str, int]:
@@ -81,8 +91,13 @@ def load_vocab(path: str) -> Vocab:
         raise VocabError(f"{path}: the vocabulary file is empty")
     if _is_sentencepiece_path(path):
         return _sentencepiece_vocab(path, data)
-    read_tokens = _tokenizer_json_tokens if path.endswith(".json") else _vocab_txt_tokens
-    return wordpiece_vocab(path, read_tokens(path, _decode_utf8(path, data)))
+    text = _decode_utf8(path, data)
+    if not path.endswith(".json"):
+        return wordpiece_vocab(path, _vocab_txt_tokens(path, text))
+    config = _read_tokenizer_json(path, text)
+    if config["model"]["type"] == "BPE":
+        return _bpe_vocab(path, config)
+    return wordpiece_vocab(path, _wordpiece_json_tokens(path, config["model"]))
 
 
 def write_placeholder_vocab(path: str, size: int) -> str:
@@ -109,7 +124,7 @@ def wordpiece_vocab(path: str, tokens: Sequence[str]) -> Vocab:
     is_continuation = np.array(
         [t.startswith(WORDPIECE_PREFIX) and len(t) > len(WORDPIECE_PREFIX) for t in tokens]
     )
-    return _make_vocab(path, tokens, is_special, is_continuation & ~is_special)
+    return _make_vocab(path, "wordpiece", tokens, is_special, is_continuation & ~is_special)
 
 
 def _is_sentencepiece_path(path: str) -> bool:
@@ -146,7 +161,9 @@ def _vocab_txt_tokens(path: str, text: str) -> tuple[str, ...]:
     return tuple(first_line)
 
 
-def _tokenizer_json_tokens(path: str, text: str) -> tuple[str, ...]:
+def _read_tokenizer_json(path: str, text: str) -> dict:
+    """A tokenizer.json's object, checked to hold a WordPiece or BPE model."""
+
     def unique_keys(pairs):
         seen = set()
         for key, _ in pairs:
@@ -162,10 +179,15 @@ def _tokenizer_json_tokens(path: str, text: str) -> tuple[str, ...]:
     model = config.get("model") if isinstance(config, dict) else None
     if not isinstance(model, dict):
         raise VocabError(f"{path}: no 'model' object; expected a Hugging Face tokenizer.json")
-    if model.get("type") != "WordPiece":
+    if model.get("type") not in ("WordPiece", "BPE"):
         raise VocabError(
-            f"{path}: the tokenizer model is {model.get('type')!r}; only 'WordPiece' is supported"
+            f"{path}: the tokenizer model is {model.get('type')!r}; only 'WordPiece' and "
+            "'BPE' are supported"
         )
+    return config
+
+
+def _wordpiece_json_tokens(path: str, model: dict) -> tuple[str, ...]:
     prefix = model.get("continuing_subword_prefix", WORDPIECE_PREFIX)
     if prefix != WORDPIECE_PREFIX:
         raise VocabError(
@@ -174,8 +196,61 @@ def _tokenizer_json_tokens(path: str, text: str) -> tuple[str, ...]:
     vocab = model.get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         raise VocabError(f"{path}: the WordPiece model has an empty vocabulary")
+    return _tokens_by_id(path, vocab.items())
+
+
+def _bpe_vocab(path: str, config: dict) -> Vocab:
+    """The model's vocabulary and the added tokens, by id; the added tokens marked special
+    are never produced from text (tokenizer.BpeTokenizer encodes their spelling as text)."""
+    if not _is_byte_level(config.get("pre_tokenizer")):
+        raise VocabError(
+            f"{path}: a BPE model without a ByteLevel pre-tokenizer; only byte-level BPE "
+            "(GPT-2's, RoBERTa's, ModernBERT's) is supported"
+        )
+    vocab = config["model"].get("vocab")
+    if not isinstance(vocab, dict) or not vocab:
+        raise VocabError(f"{path}: the BPE model has an empty vocabulary")
+    ids = dict(vocab)
+    special, added = set(), set()
+    for entry in config.get("added_tokens") or []:
+        entry = entry if isinstance(entry, dict) else {}
+        content, i = entry.get("content"), entry.get("id")
+        if not isinstance(content, str) or not content:
+            raise VocabError(f"{path}: an added token without content: {entry!r}")
+        if ids.get(content, i) != i:
+            raise VocabError(
+                f"{path}: the added token {content!r} has the id {i!r}, the model {ids[content]}"
+            )
+        ids[content] = i
+        added.add(content)
+        if entry.get("special"):
+            special.add(content)
+    tokens = _tokens_by_id(path, ids.items())
+    is_special = np.array([t in special for t in tokens])
+    # An added token is matched in the text before the byte-level step, so it is spelt as
+    # the text spells it ("   " for a run of spaces).
+    is_continuation = np.array(
+        [
+            not (t.startswith(_BYTE_LEVEL_WHITESPACE) or (t in added and t[:1].isspace()))
+            for t in tokens
+        ]
+    )
+    return _make_vocab(path, "bpe", tokens, is_special, is_continuation)
+
+
+def _is_byte_level(pre_tokenizer) -> bool:
+    """Whether a tokenizer.json's pre_tokenizer object is, or holds, a ByteLevel one."""
+    if not isinstance(pre_tokenizer, dict):
+        return False
+    if pre_tokenizer.get("type") == "Sequence":
+        return any(_is_byte_level(p) for p in pre_tokenizer.get("pretokenizers") or [])
+    return pre_tokenizer.get("type") == "ByteLevel"
+
+
+def _tokens_by_id(path: str, pairs) -> tuple[str, ...]:
+    """The tokens of (token, id) pairs in id order; the ids must be 0, 1, ... n - 1."""
     by_id = {}
-    for token, i in vocab.items():
+    for token, i in pairs:
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
             raise VocabError(f"{path}: token {token!r} has the id {i!r}; ids are integers >= 0")
         if i in by_id:
@@ -210,10 +285,10 @@ def _sentencepiece_vocab(path: str, data: bytes) -> Vocab:
     )
     is_special = np.array([p.type in never_from_text for p in proto.pieces])
     is_continuation = np.array([not t.startswith(SENTENCEPIECE_WORD_START) for t in tokens])
-    return _make_vocab(path, tokens, is_special, is_continuation & ~is_special)
+    return _make_vocab(path, "sentencepiece", tokens, is_special, is_continuation & ~is_special)
 
 
-def _make_vocab(path, tokens, is_special, is_continuation) -> Vocab:
+def _make_vocab(path, kind, tokens, is_special, is_continuation) -> Vocab:
     ids = {token: i for i, token in enumerate(tokens)}
     missing = [t for t in SPECIAL_TOKENS if t not in ids]
     if missing:
@@ -233,6 +308,7 @@ def _make_vocab(path, tokens, is_special, is_continuation) -> Vocab:
         array.setflags(write=False)
     vocab = Vocab(
         path=path,
+        kind=kind,
         tokens=tuple(tokens),
         pad_id=pad_id,
         unk_id=unk_id,

@@ -74,6 +74,7 @@ class ChunkInstances:
     max_seq_length: int
     short_seq_prob: float
     random_next_prob: float
+    next_sentence: bool  # False: single segments (instances.create_segments_from_document)
     seed: int
     names: tuple[str, ...]
     spec: masking.MaskingSpec
@@ -91,6 +92,7 @@ class ChunkInstances:
             short_seq_prob=self.short_seq_prob,
             random_next_prob=self.random_next_prob,
             rng=random.Random(f"{self.seed}:{epoch}:{chunk}"),
+            next_sentence=self.next_sentence,
         )
         spec = self.spec
         laid = instances.pack_instances(

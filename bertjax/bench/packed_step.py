@@ -43,12 +43,12 @@ def define_flags() -> None:
 
 
 def _examples(batch) -> int:
-    """The examples a batch holds: its sentence pairs, or its fine-tuning examples."""
-    if "next_sentence_weights" in batch:
-        return int(np.count_nonzero(batch["next_sentence_weights"]))
+    """The examples a batch holds: its sentence pairs or sequences, or its fine-tuning
+    examples."""
     if "example_weight" in batch:
         return int(np.count_nonzero(batch["example_weight"]))
-    return len(batch["input_ids"])
+    # input_mask numbers a packed row's sequences (an unpacked row's one is 1 on its tokens).
+    return int(np.asarray(batch["input_mask"]).max(axis=1).sum())
 
 
 def _prepared(config, workdir: str, packed: bool, steps: int):

@@ -7,7 +7,10 @@ the loss is the mean MLM loss over the masked positions plus the mean NSP
 loss over the examples (losses.py). With `config.data.pack_examples` a batch is
 rows of several sequences each (data_pipeline/schema.py); the model reads each
 sequence's NSP logits at its [CLS] (`cls_positions`) and the losses are those
-of the sequences, as unpacked. `config.init_checkpoint` starts from
+of the sequences, as unpacked. With `config.data.next_sentence_prediction`
+False it is masked LM alone (RoBERTa; ModernBERT, Warner et al. 2024, section
+2.2): single-segment sequences, a model without the pooler and NSP head, the
+MLM loss alone and no NSP metrics. `config.init_checkpoint` starts from
 another pretraining run's parameters (phase 2 at length 512 from phase 1).
 """
 
@@ -50,6 +53,7 @@ def check_config(config) -> None:
     data = data_config_lib.from_config(config.data)
     model_config = model_lib.from_config(config.model)
     data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
+    data_config_lib.check_predictions_fit(data)
     from bertjax import optim  # here: restore() reads task modules and imports no trainer code
 
     optim.learning_rate_schedule(config.optimizer, config.num_train_steps)  # warmup fits
@@ -88,25 +92,30 @@ def setup(config, workdir: str) -> Setup:
             f"config.model.vocab_size={model_config.vocab_size}"
         )
     data = data.replace(vocab_file=vocab_file)
+    next_sentence = data.next_sentence_prediction
+    features = schema.features(data.pack_examples, next_sentence)
     inputs = {
         "input_ids": data.max_seq_length,
         "input_mask": data.max_seq_length,
         "segment_ids": data.max_seq_length,
         "masked_lm_positions": data.max_predictions_per_seq,
         # Packed rows: the [CLS] of each of a row's sequences, for its NSP logits.
-        **({"cls_positions": data.max_sequences_per_row} if data.pack_examples else {}),
+        **({"cls_positions": data.max_sequences_per_row} if "cls_positions" in features else {}),
     }
+    console = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"))
     return Setup(
-        model=Model(model_config, BertForPreTraining(model_config), inputs),
+        model=Model(
+            model_config, BertForPreTraining(model_config, next_sentence=next_sentence), inputs
+        ),
         objective=Objective(
             num_train_steps=config.num_train_steps,
             optimizer=config.optimizer,
-            features=schema.features(data.pack_examples),
+            features=features,
             sums=_sums,
-            denominators=_denominators,
+            denominators=functools.partial(_denominators, next_sentence=next_sentence),
             loss=_loss,
             summarize=losses.summarize,
-            console=(("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc")),
+            console=console if next_sentence else console[:1],
         ),
         data=Data(
             vocab_file=vocab_file,
@@ -124,10 +133,15 @@ def setup(config, workdir: str) -> Setup:
         init=Initialization(
             checkpoint=config.init_checkpoint,
             # Phase 2 continues every parameter, heads included.
-            keys=("bert", "predictions", "seq_relationship") if config.init_checkpoint else (),
+            keys=_init_keys(next_sentence) if config.init_checkpoint else (),
             scan_layers=init_scan_layers,
         ),
     )
+
+
+def _init_keys(next_sentence: bool) -> tuple[str, ...]:
+    """The parameters of a pretraining model (BertForPreTraining's submodules)."""
+    return ("bert", "predictions", "seq_relationship") if next_sentence else ("bert", "predictions")
 
 
 def _check_checkpoints(config, workdir: str, model_config) -> bool:
@@ -151,16 +165,23 @@ def _score(outputs: list):
 
 def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
     """The encoder, its last layer at the positions the heads read where the model trims
-    it; the masked-LM head at the masked positions (dense and tied-embedding logits) and
-    the next-sentence pooler and classifier at each sequence's [CLS]."""
-    del description
+    it; the masked-LM head at the masked positions (dense and tied-embedding logits) and,
+    unless it is masked LM alone, the next-sentence pooler and classifier at each
+    sequence's [CLS]."""
     h = c.hidden_size
     predictions, pooled = inputs["masked_lm_positions"], inputs.get("cls_positions", 1)
     last = pooled + predictions if model_lib.queries_in_last_layer(c) else None
-    heads = pooled * (flops.pooler_flops(c) + 2 * h * 2) + predictions * (
-        2 * h * h + 2 * h * c.vocab_size
-    )
+    heads = predictions * (2 * h * h + 2 * h * c.vocab_size)
+    if next_sentence_prediction(description):
+        heads += pooled * (flops.pooler_flops(c) + 2 * h * 2)
     return flops.encoder_flops(c, inputs["input_ids"], last) + heads
+
+
+def next_sentence_prediction(description: Description) -> bool:
+    """Whether a workdir's model has the NSP head: its data config's
+    next_sentence_prediction, True for a workdir written before the option."""
+    default = data_config_lib.DataConfig.next_sentence_prediction
+    return description.tokenizer_data.get("next_sentence_prediction", default)
 
 
 def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
@@ -171,7 +192,10 @@ def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
     shapes = schema.feature_shapes(
         inputs["input_ids"], inputs["masked_lm_positions"], inputs.get("cls_positions", 0)
     )
-    return {name: ((batch_size, *shapes[name]), schema.feature_dtype(name)) for name in shapes}
+    return {
+        name: ((batch_size, *shapes[name]), schema.feature_dtype(name))
+        for name in setup.objective.features
+    }
 
 
 def without_data(config, workdir: str):
@@ -188,14 +212,16 @@ def without_data(config, workdir: str):
 
 
 def _sums(outputs, batch):
-    mlm_logits, nsp_logits = outputs
+    mlm_logits, nsp_logits = outputs  # nsp_logits None: masked LM alone
     return losses.pretraining_sums(mlm_logits, nsp_logits, batch)
 
 
-def _denominators(batch):
-    """The whole batch's masked positions and examples (sequences, packed or not): what
-    microbatch losses divide by."""
+def _denominators(batch, *, next_sentence: bool):
+    """The whole batch's masked positions and examples (sequences, packed or not; None
+    of masked LM alone): what microbatch losses divide by."""
     mlm_weight = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
+    if not next_sentence:
+        return mlm_weight, None
     return mlm_weight, jnp.sum(losses.nsp_weights(batch))
 
 
@@ -220,7 +246,9 @@ def _report(workdir: str, config, results: dict, *, out, fill_mask_examples: int
 TASK = Task(
     name="pretraining",
     setup=setup,
-    make_model=lambda model_config, description: BertForPreTraining(model_config),
+    make_model=lambda model_config, description: BertForPreTraining(
+        model_config, next_sentence=next_sentence_prediction(description)
+    ),
     best_metric=lambda config: BEST_METRIC,
     forward_flops=forward_flops,
     batch_shapes=batch_shapes,

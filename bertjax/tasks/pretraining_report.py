@@ -2,7 +2,7 @@
 
 The baselines are what a model with no understanding scores on the same
 held-out batches: always predicting the most frequent masked token, and always
-predicting the more frequent NSP label.
+predicting the more frequent NSP label (none of masked LM alone).
 """
 
 import collections
@@ -17,7 +17,8 @@ _WORD = re.compile(r"[A-Za-z]{4,}")
 
 
 def baselines(data_config, *, batch_size: int, num_batches: int) -> dict:
-    """Accuracies of constant predictions on the held-out batches the evaluation uses."""
+    """Accuracies of constant predictions on the held-out batches the evaluation uses; no
+    NSP entries for batches of masked LM alone."""
     dataset = make_pretraining_dataset(data_config, split="eval", batch_size=batch_size, seed=0)
     if num_batches:
         dataset = dataset.take(num_batches)
@@ -26,18 +27,18 @@ def baselines(data_config, *, batch_size: int, num_batches: int) -> dict:
     for batch in dataset.as_numpy_iterator():
         weights = batch["masked_lm_weights"] > 0
         tokens.update(batch["masked_lm_ids"][weights].tolist())
+        if "next_sentence_labels" not in batch:  # masked LM alone
+            continue
         labels = batch["next_sentence_labels"]
         if "next_sentence_weights" in batch:  # packed rows: the labels of their sequences
             labels = labels[batch["next_sentence_weights"] > 0]
         nsp.update(labels.tolist())
     token, token_count = tokens.most_common(1)[0]
-    label, label_count = nsp.most_common(1)[0]
-    return {
-        "mlm_token": token,
-        "mlm_accuracy": token_count / sum(tokens.values()),
-        "nsp_label": label,
-        "nsp_accuracy": label_count / sum(nsp.values()),
-    }
+    out = {"mlm_token": token, "mlm_accuracy": token_count / sum(tokens.values())}
+    if nsp:
+        label, label_count = nsp.most_common(1)[0]
+        out.update(nsp_label=label, nsp_accuracy=label_count / sum(nsp.values()))
+    return out
 
 
 def held_out_sentences(data_config, count: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -73,12 +74,13 @@ def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: i
             f"perplexity {last_eval['mlm_perplexity']:.1f}",
             file=out,
         )
-        label = "NotNext" if base["nsp_label"] else "IsNext"
-        print(
-            f"held-out NSP accuracy {last_eval['nsp_accuracy']:.3f} "
-            f"(baseline {base['nsp_accuracy']:.3f}: always {label})",
-            file=out,
-        )
+        if "nsp_accuracy" in base:
+            label = "NotNext" if base["nsp_label"] else "IsNext"
+            print(
+                f"held-out NSP accuracy {last_eval['nsp_accuracy']:.3f} "
+                f"(baseline {base['nsp_accuracy']:.3f}: always {label})",
+                file=out,
+            )
     if not fill_mask_examples:
         return
     sentences = held_out_sentences(data, fill_mask_examples)

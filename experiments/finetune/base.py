@@ -67,7 +67,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.model = get_model_config()
 
     config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"
+    config.optimizer.name = "adamw"  # adamw, lamb or stable_adamw (StableAdamW, as ModernBERT)
     config.optimizer.learning_rate = 2e-5
     # Linear warmup over this share of the steps, then linear decay to 0
     # (run_classifier.py's and run_squad.py's warmup_proportion).
@@ -81,4 +81,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Steps in a row whose gradients are not finite that are skipped (parameters
     # unchanged) before the run stops; 0 stops it at the first.
     config.optimizer.skip_non_finite_steps = 0
+    # 'linear' (BERT's: warmup, then down to 0 at the last step) or 'warmup_stable_decay'
+    # (warmup, the peak held, then down to 0 over the last decay_steps in decay_shape:
+    # linear, 1-sqrt as ModernBERT, or cosine). bertjax/optim.py.
+    config.optimizer.schedule = "linear"
+    config.optimizer.decay_steps = 0
+    config.optimizer.decay_shape = "linear"
     return config

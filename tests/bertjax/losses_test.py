@@ -172,6 +172,28 @@ def test_summarize_of_empty_sums_is_zero_and_a_huge_loss_keeps_perplexity_finite
     assert huge["mlm_perplexity"] == pytest.approx(np.exp(80.0))
 
 
+def test_masked_lm_alone_sums_divides_and_summarizes_without_nsp():
+    batch = pretraining_batch()
+    del batch["next_sentence_labels"]  # masked LM alone: batches carry no NSP labels
+    sums = jax.jit(losses.pretraining_sums)(jnp.asarray(MLM_LOGITS), None, batch)
+    mlm_loss = nll([2.0, 1.0, 0.0], 0) + nll([0.0, 0.5, 3.0], 1) + nll([1.0, 1.5, -1.0], 1)
+    expected = {"mlm_loss_sum": mlm_loss, "mlm_correct": 2.0, "mlm_weight": 3.0}
+    assert_sums(sums, expected)
+    assert set(sums) == set(losses.MLM_SUM_KEYS)
+    # The loss is the MLM mean alone, over the whole batch's masked positions.
+    loss = losses.total_loss(sums, mlm_weight=6.0, nsp_count=None)
+    assert float(loss) == pytest.approx(mlm_loss / 6.0)
+    summary = losses.summarize(sums)
+    assert summary == pytest.approx(
+        {
+            "loss": mlm_loss / 3.0,
+            "mlm_loss": mlm_loss / 3.0,
+            "mlm_accuracy": 2.0 / 3.0,
+            "mlm_perplexity": np.exp(mlm_loss / 3.0),
+        }
+    )
+
+
 # ------------------------------------------------------------------ fine-tuning
 
 CLASS_LOGITS = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0], [7.0, 0.0, 0.0]], np.float32)

@@ -275,3 +275,137 @@ def test_unknown_and_missing_keys_are_named():
 def test_out_of_range_values_are_named(key, value):
     with pytest.raises(ValueError, match=rf"config\.optimizer\.{key}="):
         optim.from_config(optimizer_config(**{key: value}))
+
+
+# ------------------------------------------------ ModernBERT's schedule and optimizer
+
+
+def wsd_config(**overrides) -> ml_collections.ConfigDict:
+    config = optimizer_config(
+        learning_rate=1.0, warmup_steps=2, schedule="warmup_stable_decay", decay_steps=4
+    )
+    config.update(overrides)
+    return config
+
+
+@pytest.mark.parametrize(
+    ("decay_shape", "decay"),
+    [
+        ("linear", [1.0, 0.75, 0.5, 0.25, 0.0]),
+        # 1 - sqrt(s) at s = 0, 1/4, 1/2, 3/4, 1.
+        ("1-sqrt", [1.0, 0.5, 1 - np.sqrt(0.5), 1 - np.sqrt(0.75), 0.0]),
+        # (1 + cos(pi s)) / 2.
+        ("cosine", [1.0, (1 + np.sqrt(0.5)) / 2, 0.5, (1 - np.sqrt(0.5)) / 2, 0.0]),
+    ],
+)
+def test_warmup_stable_decay_holds_the_peak_then_decays_over_the_last_steps(decay_shape, decay):
+    # 10 steps: warmup over steps 0-2, the peak until step 6, decay over steps 6-10.
+    schedule = optim.learning_rate_schedule(wsd_config(decay_shape=decay_shape), 10)
+    expected = [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, *decay, 0.0]
+    np.testing.assert_allclose([schedule(s) for s in range(12)], expected, atol=1e-6)
+
+
+def test_warmup_stable_decay_may_decay_from_the_end_of_warmup_or_the_first_step():
+    no_stable = optim.learning_rate_schedule(wsd_config(warmup_steps=2, decay_steps=2), 4)
+    np.testing.assert_allclose([no_stable(s) for s in range(5)], [0, 0.5, 1, 0.5, 0], atol=1e-7)
+    all_decay = optim.learning_rate_schedule(wsd_config(warmup_steps=0, decay_steps=4), 4)
+    np.testing.assert_allclose([all_decay(s) for s in range(5)], [1, 0.75, 0.5, 0.25, 0], atol=1e-7)
+
+
+def test_warmup_stable_decay_without_decay_steps_holds_the_peak_to_the_end():
+    # ModernBERT's phase 1: its decay is phase 3's, another run.
+    held = optim.learning_rate_schedule(wsd_config(warmup_steps=2, decay_steps=0), 5)
+    np.testing.assert_allclose([held(s) for s in range(7)], [0, 0.5, 1, 1, 1, 1, 1], atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"decay_steps": 9}, r"decay_steps=9: warmup_steps \+ decay_steps = 11 is above "),
+        ({"schedule": "cosine"}, r"schedule='cosine': must be one of linear, warmup_stable"),
+        ({"decay_shape": "sqrt"}, r"decay_shape='sqrt': must be one of linear, 1-sqrt, cosine"),
+        (
+            {"schedule": "linear", "decay_steps": 0, "decay_shape": "1-sqrt"},
+            r"decay_shape='1-sqrt': applies to schedule='warmup_stable_decay' only",
+        ),
+        (
+            {"schedule": "linear"},
+            r"decay_steps=4: applies to schedule='warmup_stable_decay' only",
+        ),
+    ],
+)
+def test_schedule_options_are_checked_by_name(overrides, message):
+    with pytest.raises(ValueError, match=rf"^config\.optimizer\.{message}"):
+        optim.learning_rate_schedule(wsd_config(**overrides), num_train_steps=10)
+
+
+def test_options_added_later_may_be_missing_but_others_may_not():
+    # An optimizer config written before the schedule options reads as the linear schedule.
+    assert optim.from_config(optimizer_config()).schedule == "linear"
+    values = wsd_config().to_dict()
+    del values["b1"]
+    with pytest.raises(ValueError, match=r"missing optimizer option\(s\): config\.optimizer\.b1$"):
+        optim.from_config(values)
+
+
+def numpy_stable_adamw(params, grads_per_step, *, lr_at, b1, b2, eps, weight_decay):
+    """Algorithm 1 of Wortsman et al. 2023: AdamW whose rate, decay included, is divided per
+    tensor by max(1, RMS(g^2 / max(v_hat, eps^2))); decay on kernels and embeddings only."""
+    decays = {"embedding": True, "scale": False, "bias": False, "kernel": True}
+    flat = {k: np.array(v, np.float64) for k, v in _flatten(params).items()}
+    m = {k: np.zeros_like(v) for k, v in flat.items()}
+    v = {k: np.zeros_like(x) for k, x in flat.items()}
+    clipped = 0
+    for t, grads in enumerate(grads_per_step):
+        for k, g in _flatten(grads).items():
+            g = np.array(g, np.float64)
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g**2
+            m_hat = m[k] / (1 - b1 ** (t + 1))
+            v_hat = v[k] / (1 - b2 ** (t + 1))
+            rms = np.sqrt(np.mean(g**2 / np.maximum(v_hat, eps**2)))
+            clipped += rms > 1
+            lr = lr_at(t) / max(1.0, rms)
+            if decays[k.rsplit("/", 1)[-1]]:
+                flat[k] = flat[k] - lr * weight_decay * flat[k]
+            flat[k] = flat[k] - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return flat, clipped
+
+
+def test_stable_adamw_steps_match_a_hand_computation():
+    config = optimizer_config(
+        name="stable_adamw", learning_rate=0.1, warmup_steps=0, weight_decay=0.3, max_grad_norm=0.0
+    )
+    params = small_params()
+    rng = np.random.default_rng(2)
+    # A gradient 20 times the last one outruns the second moment: those steps are clipped.
+    grads_per_step = [
+        jax.tree.map(lambda x, scale=scale: scale * rng.normal(size=np.shape(x)), params)
+        for scale in (0.05, 1.0, 0.1, 2.0)
+    ]
+
+    def lr_at(t):
+        return config.learning_rate * (10 - t) / 10
+
+    hyper = dict(b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay)
+    expected, clipped = numpy_stable_adamw(params, grads_per_step, lr_at=lr_at, **hyper)
+    assert clipped >= 4  # most tensors on the two jumps: the comparison covers the clipping
+    got = _flatten(run_optimizer(optim.make_optimizer(config, 10), params, grads_per_step))
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # Plain AdamW takes larger steps on those jumps.
+    adamw = numpy_adamw(params, grads_per_step, lr_at=lr_at, max_grad_norm=0.0, **hyper)
+    assert max(np.max(np.abs(adamw[k] - expected[k])) for k in expected) > 1e-3
+
+
+def test_stable_adamw_runs_under_jit_on_boxed_params():
+    tx = optim.make_optimizer(optimizer_config(name="stable_adamw", warmup_steps=0), 10)
+    params = jax.tree.map(
+        lambda x: nn.LogicallyPartitioned(jnp.asarray(x), ("embed",) * np.ndim(x)), small_params()
+    )
+    grads = jax.tree.map(jnp.ones_like, params)
+    updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
+    moved = optax.apply_updates(params, updates)
+    for key, value in _flatten(nn.meta.unbox(moved)).items():
+        assert np.all(np.isfinite(value)), key

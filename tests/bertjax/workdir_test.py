@@ -209,3 +209,18 @@ def test_check_same_run_refuses_a_shorter_run_and_counts_the_keys_it_does_not_sh
     many = run_config(seed=1, a=1, b=2, c=3, d=4)
     with pytest.raises(workdir.CheckpointError, match=r"a '\(none\)' -> 1, .* and 1 more\)"):
         workdir.check_same_run(str(tmp_path / "run"), many)
+
+
+def test_check_same_run_reads_keys_added_since_as_their_old_values(tmp_path):
+    # A run saved before config.optimizer.schedule (and the data options) existed.
+    describe(tmp_path)
+    now = run_config(optimizer={"learning_rate": 1e-4, "warmup_steps": 10, "schedule": "linear"})
+    workdir.check_same_run(str(tmp_path / "run"), now)
+    changed = run_config(
+        optimizer={"learning_rate": 1e-4, "warmup_steps": 10, "schedule": "warmup_stable_decay"}
+    )
+    with pytest.raises(
+        workdir.CheckpointError,
+        match=r"\(optimizer\.schedule 'linear' -> 'warmup_stable_decay'\)",
+    ):
+        workdir.check_same_run(str(tmp_path / "run"), changed)

@@ -177,3 +177,25 @@ def test_format_example_leaves_out_padding_and_predictions_of_weight_0():
     assert batch_statistics.format_example(rows(batch(), 3), VOCAB) == (
         "IsNext, 3 tokens, 0 masked\n  A: [CLS] [SEP] [SEP]\n  B: "
     )
+
+
+def test_masked_lm_alone_has_no_nsp_line_and_one_segment_per_example():
+    b = batch()
+    del b["next_sentence_labels"]  # masked LM alone: no NSP labels
+    stats = batch_statistics.BatchStatistics(L, P, next_sentence=False)
+    stats.update(b, VOCAB)
+    summary = stats.summary()
+    assert summary["share_not_next"] is None
+    lines = batch_statistics.format_summary(summary).splitlines()
+    assert not [line for line in lines if line.startswith("NSP")]
+    example = {
+        "input_ids": np.array([CLS, THE, MASK, SAT, SEP, 0, 0, 0]),
+        "input_mask": np.array([1, 1, 1, 1, 1, 0, 0, 0]),
+        "segment_ids": np.zeros(8, np.int32),
+        "masked_lm_positions": np.array([2, 0]),
+        "masked_lm_ids": np.array([CAT, 0]),
+        "masked_lm_weights": np.array([1.0, 0.0]),
+    }
+    assert batch_statistics.format_example(example, VOCAB) == (
+        "5 tokens, 1 masked\n  A: [CLS] the [MASK]{cat} sat [SEP]"
+    )

@@ -40,7 +40,10 @@ def test_the_defaults_are_the_pipelines():
         ({"source": "tfrecord"}, "tfrecord_train_files='': source='tfrecord' needs a glob"),
         ({"eval_fraction": 1.0}, r"eval_fraction=1.0: must be in \[0, 1\)"),
         ({"eval_fraction": -0.1}, r"eval_fraction=-0.1: must be in \[0, 1\)"),
-        ({"tokenizer": "bpe"}, "tokenizer='bpe': must be one of wordpiece, sentencepiece"),
+        (
+            {"tokenizer": "unigram"},
+            "tokenizer='unigram': must be one of wordpiece, sentencepiece, bpe",
+        ),
         ({"vocab_size": 63}, "vocab_size=63: a learned vocabulary needs at least 64 entries"),
         ({"max_chars_per_word": 0}, "max_chars_per_word=0: must be at least 1"),
         ({"max_seq_length": 4}, r"max_seq_length=4: must be at least 5 \(\[CLS\] A \[SEP\] B"),
@@ -143,8 +146,8 @@ def test_from_config_of_a_data_config_is_that_config():
 
 
 def test_from_config_checks_the_values(data_config):
-    data_config.tokenizer = "bpe"
-    with pytest.raises(ConfigError, match=r"^config\.data\.tokenizer='bpe'"):
+    data_config.tokenizer = "unigram"
+    with pytest.raises(ConfigError, match=r"^config\.data\.tokenizer='unigram'"):
         config_lib.from_config(data_config)
 
 
@@ -246,3 +249,30 @@ def test_a_value_of_the_wrong_type_is_refused_by_name():
     ):
         DataConfig(max_seq_length=True)
     assert DataConfig(masked_lm_prob=1).masked_lm_prob == 1  # an int is a float
+
+
+def test_the_eval_split_masks_at_its_own_rate_or_the_training_one():
+    assert DataConfig(masked_lm_prob=0.3).masking_rate("eval") == 0.3  # 0.0: the same
+    ours = DataConfig(masked_lm_prob=0.3, max_predictions_per_seq=40, eval_masked_lm_prob=0.15)
+    assert (ours.masking_rate("train"), ours.masking_rate("eval")) == (0.3, 0.15)
+    with pytest.raises(
+        ConfigError, match=r"^config\.data\.eval_masked_lm_prob=1\.5: must be a probability"
+    ):
+        DataConfig(eval_masked_lm_prob=1.5)
+
+
+def test_max_predictions_per_seq_must_hold_both_masking_rates():
+    config_lib.check_predictions_fit(DataConfig())  # 128 * 0.15 = 19.2 of 20
+    # Within rounding: the MLPerf layout, 76 at 512 tokens (76.8 asked).
+    config_lib.check_predictions_fit(DataConfig(max_seq_length=512, max_predictions_per_seq=76))
+    with pytest.raises(
+        ConfigError,
+        match=r"^config\.data\.max_predictions_per_seq=20: a 128-token sequence would be masked "
+        r"at 0\.156, not config\.data\.masked_lm_prob=0\.3; raise it to at least 38$",
+    ):
+        config_lib.check_predictions_fit(DataConfig(masked_lm_prob=0.3))
+    with pytest.raises(
+        ConfigError,
+        match=r"^config\.data\.max_predictions_per_seq=20: .*eval_masked_lm_prob=0\.25; .* 32$",
+    ):
+        config_lib.check_predictions_fit(DataConfig(eval_masked_lm_prob=0.25))

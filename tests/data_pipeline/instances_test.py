@@ -197,3 +197,48 @@ def test_pack_layout():
         packed["input_mask"], [[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1, 0]]
     )
     np.testing.assert_array_equal(packed["next_sentence_labels"], [1, 0])
+
+
+def test_masked_lm_alone_cuts_a_document_into_consecutive_segments():
+    document = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+    # max_seq_length 6: 4 tokens between [CLS] and [SEP], across sentence boundaries.
+    made = instances.create_segments_from_document(
+        document, max_seq_length=6, short_seq_prob=0.0, rng=random.Random(0)
+    )
+    assert made == [
+        instances.Instance([1, 2, 3, 4], [], False),
+        instances.Instance([5, 6, 7, 8], [], False),
+        instances.Instance([9, 10], [], False),
+    ]
+    laid = instances.pack_instances(made, max_seq_length=6, cls_id=101, sep_id=102)
+    np.testing.assert_array_equal(
+        laid["input_ids"],
+        [[101, 1, 2, 3, 4, 102], [101, 5, 6, 7, 8, 102], [101, 9, 10, 102, 0, 0]],
+    )
+    np.testing.assert_array_equal(laid["input_mask"][2], [1, 1, 1, 1, 0, 0])
+    assert not laid["segment_ids"].any()
+
+
+def test_masked_lm_alone_draws_no_other_document():
+    documents = [("a", [[1, 2], [3]]), ("b", [[4, 5, 6]])]
+    chunk = instances.instances_from_chunk(
+        documents,
+        max_seq_length=16,
+        short_seq_prob=0.0,
+        random_next_prob=1.0,  # unused: every pair would be NotNext
+        rng=random.Random(0),
+        next_sentence=False,
+    )
+    assert sorted(i.tokens_a for i in chunk) == [[1, 2, 3], [4, 5, 6]]
+    assert all(i.tokens_b == [] and not i.is_random_next for i in chunk)
+    # A one-document stream has nothing to pair with, and needs nothing.
+    [one] = instances.instances_from_stream(
+        [("a", [[1, 2], [3]])],
+        max_seq_length=16,
+        short_seq_prob=0.0,
+        random_next_prob=0.5,
+        buffer_size=4,
+        rng=random.Random(0),
+        next_sentence=False,
+    )
+    assert one == [instances.Instance([1, 2, 3], [], False)]

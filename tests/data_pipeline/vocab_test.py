@@ -137,7 +137,7 @@ def test_missing_and_unreadable_files(tmp_path):
 def test_tokenizer_json_errors(tmp_path):
     ok = {t: i for i, t in enumerate([*SPECIAL_TOKENS, "a", "##b"])}
     cases = [
-        ({"type": "BPE", "vocab": ok, "merges": []}, "'BPE'; only 'WordPiece'"),
+        ({"type": "Unigram", "vocab": [["a", 0.0]]}, "'Unigram'; only 'WordPiece' and 'BPE'"),
         ({**WORDPIECE, "vocab": {**ok, "c": 9}}, "not contiguous.*id 7 is missing"),
         ({**WORDPIECE, "vocab": {**ok, "c": 5}}, "share the id 5"),
         ({**WORDPIECE, "vocab": {}}, "empty vocabulary"),

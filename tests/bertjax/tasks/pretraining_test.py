@@ -389,3 +389,64 @@ def test_the_evaluation_scores_the_sums_of_every_batch(tmp_path):
             "nsp_accuracy": 0.75,
         }
     )
+
+
+# ------------------------------------------------------------------ masked LM alone
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_masked_lm_alone_builds_a_model_without_the_nsp_head_and_reads_no_nsp(tmp_path, packed):
+    _, setup = built(
+        tmp_path,
+        **{"data.next_sentence_prediction": False, "data.pack_examples": packed},
+    )
+    assert setup.model.module.next_sentence is False
+    # Packed rows need no cls_positions: only the NSP head reads them.
+    assert "cls_positions" not in setup.model.inputs
+    assert setup.objective.features == schema.features(packed, next_sentence=False)
+    assert not {"next_sentence_labels", "next_sentence_weights"} & set(setup.objective.features)
+    assert set(TASK.batch_shapes(setup, "train", 2)) == set(setup.objective.features)
+    assert setup.objective.console == (("mlm_accuracy", "mlm_acc"),)
+    # The loss divides the MLM sum alone by the whole batch's masked positions.
+    batch = {
+        "masked_lm_ids": jnp.array([[1, 2, 3], [0, 1, 0]]),
+        "masked_lm_weights": jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]),
+    }
+    denominators = setup.objective.denominators(batch)
+    assert float(denominators[0]) == 5.0 and denominators[1] is None
+    sums = setup.objective.sums((jnp.zeros((2, 3, 4)), None), batch)
+    assert set(sums) == {"mlm_loss_sum", "mlm_correct", "mlm_weight"}
+    loss = setup.objective.loss(sums, denominators)
+    assert float(loss) == pytest.approx(math.log(4), rel=1e-6)
+    assert "nsp_accuracy" not in setup.objective.summarize(sums)
+
+
+def test_masked_lm_alone_continues_a_checkpoint_without_the_nsp_head(tmp_path):
+    model_config = model_lib.from_config(tiny_config().model)
+    phase1 = describe_workdir(tmp_path / "p1" / "w", model_config)
+    vocab = write_placeholder_vocab(str(tmp_path / "aside" / "vocab.txt"), 4096)
+    config = tiny_config(
+        init_checkpoint=phase1,
+        **{"data.vocab_file": vocab, "data.next_sentence_prediction": False},
+    )
+    setup = TASK.setup(config, str(tmp_path / "run"))
+    assert setup.init.keys == ("bert", "predictions")
+
+
+def test_a_workdirs_model_has_the_nsp_head_its_run_had():
+    without = Description(8, {"next_sentence_prediction": False})
+    assert TASK.make_model(SMALL, without).next_sentence is False
+    # A workdir written before the option had the head.
+    assert TASK.make_model(SMALL, Description(8, {})).next_sentence is True
+    # The pooler and the NSP classifier are not counted: ROW's MLM head and encoder only.
+    counted = TASK.forward_flops(SMALL, ROW, without)
+    assert counted == 65344 - (2 * 16 * 16 + 2 * 16 * 2)
+
+
+def test_too_few_predictions_for_the_masking_rate_is_a_config_error():
+    config = tiny_config(**{"data.masked_lm_prob": 0.3})
+    with pytest.raises(ConfigError, match=r"^config\.data\.max_predictions_per_seq=20: .*0\.3"):
+        TASK.check_config(config)
+    TASK.check_config(
+        tiny_config(**{"data.masked_lm_prob": 0.3, "data.max_predictions_per_seq": 40})
+    )

@@ -1,0 +1,76 @@
+"""A short pretraining run with ModernBERT's objective and recipe: masked LM alone at 30%
+(scored at 15%), StableAdamW under a warmup-stable-decay schedule, then restored."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+import support
+
+from bertjax import inference, optim, train
+from experiments.finetune import classify
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, make_small_config):
+    config = make_small_config()
+    config.data.next_sentence_prediction = False
+    config.data.masked_lm_prob = 0.3
+    config.data.eval_masked_lm_prob = 0.15
+    config.data.max_predictions_per_seq = 20  # 64 * 0.3 = 19.2
+    config.optimizer.name = "stable_adamw"
+    config.optimizer.schedule = "warmup_stable_decay"
+    config.optimizer.decay_steps = 4
+    config.optimizer.decay_shape = "1-sqrt"
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
+
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    train_lines = [m for m in lines if m["split"] == "train"]
+    assert [m["step"] for m in train_lines] == [2, 4, 6, 8]
+    for m in lines:
+        assert not [key for key in m if key.startswith("nsp")], m
+        assert np.isfinite(m["mlm_loss"]) and m["loss"] == m["mlm_loss"]
+    # Warmup over 2 steps, the peak until step 4, then 1 - sqrt over the last 4 steps; a
+    # line shows the rate of its last step, counted from 0 (1, 3, 5, 7).
+    peak = config.optimizer.learning_rate
+    expected = [peak / 2, peak, peak * (1 - np.sqrt(0.25)), peak * (1 - np.sqrt(0.75))]
+    np.testing.assert_allclose([m["learning_rate"] for m in train_lines], expected, rtol=1e-5)
+    schedule = optim.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    assert float(schedule(config.num_train_steps)) == 0.0
+
+    restored = inference.restore(workdir)
+    assert restored.model.next_sentence is False
+    assert "seq_relationship" not in restored.params
+    assert "pooler" not in restored.params["bert"]
+    assert inference.embed(restored, ["the river"]).shape == (1, 64)
+    with pytest.raises(ValueError, match="masked LM alone"):
+        inference.next_sentence(restored, "The river.", "The town.")
+
+    # Fine-tuning a classifier from it: the encoder comes from the checkpoint, the pooler
+    # (which masked LM alone never trained) starts fresh, as RoBERTa's and ModernBERT's.
+    finetune = classify.get_config()
+    finetune.init_checkpoint = workdir
+    finetune.train_batch_size = finetune.eval_batch_size = 8
+    finetune.num_train_epochs = 2.0  # 4 examples x 2 epochs / 8 = 1 step
+    mrpc = support.TESTDATA / "finetune"
+    finetune.data.train_file = str(mrpc / "mrpc_train.tsv")
+    finetune.data.eval_file = str(mrpc / "mrpc_dev.tsv")
+    finetune.data.text_a, finetune.data.text_b = "#1 String", "#2 String"
+    finetune.data.label = "Quality"
+    finetune.data.max_seq_length = 32
+    run = train.build_run(finetune, str(tmp_path / "mrpc"), devices=jax.devices()[:1])
+    assert run.setup.init.fresh == ("bert/pooler",)
+    with jax.set_mesh(run.mesh):
+        state = train.create_state(run)
+    np.testing.assert_array_equal(
+        state.params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        restored.params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+    )
+    assert set(state.params["bert"]["pooler"]) == {"dense"}
+    results = train.train_and_evaluate(finetune, str(tmp_path / "mrpc"), devices=jax.devices()[:1])
+    assert 0.0 <= results["eval"]["accuracy"] <= 1.0

@@ -296,6 +296,9 @@ def create_state(run: Run):
     if not run.setup.init.keys:
         return state
     params = {**state.params, **_init_checkpoint_params(run)}
+    for path in run.setup.init.fresh:
+        key, module = path.split("/")
+        params[key] = {**params[key], module: state.params[key][module]}
     state = state.replace(params=params, opt_state=run.tx.init(params))
     return jax.device_put(state, run.state_shardings)
 
@@ -304,6 +307,9 @@ def _init_checkpoint_params(run: Run) -> dict:
     """The init checkpoint's parameters under `setup.init.keys`, in this run's layer layout."""
     init, model_config = run.setup.init, run.setup.model.config
     wanted = {key: run.abstract_state.params[key] for key in init.keys}
+    for path in init.fresh:
+        key, module = path.split("/")
+        wanted[key] = {k: v for k, v in wanted[key].items() if k != module}
     if init.scan_layers == model_config.scan_layers or "bert" not in wanted:
         return checkpoint.restore_params(init.checkpoint, wanted, what="init_checkpoint")[0]
     # The checkpoint's layout, restored whole on every device, then rearranged.

@@ -30,6 +30,10 @@ NOT_AS_WRITTEN = {
         "tasks: the nine MiniLM fine-tunings take 7 minutes"
     ),
     "python -m bertjax.glue report": "tests/bertjax/glue/suite_test.py, on its own suite",
+    "python -m bertjax.bench.encoders": (
+        "tests/bertjax/bench/encoders_bench_test.py, with a few steps: as written, two "
+        "pretraining runs of about 13 minutes each"
+    ),
 }
 
 
@@ -66,7 +70,9 @@ def run(argv: list[str], cwd) -> subprocess.CompletedProcess:
 @pytest.mark.integration
 def test_the_tours_pretraining_and_notebook_steps(tmp_path):
     tour = readme.tour_dir(tmp_path)
-    pretrain = run(readme.command("python -m bertjax.main --config experiments/pretrain/"), tour)
+    pretrain = run(
+        readme.command("python -m bertjax.main --config experiments/pretrain/tiny"), tour
+    )
     assert "held-out MLM accuracy" in pretrain.stdout
     assert pretrain.stdout.count("    answer '") == 3  # --fill_mask_examples 3
     assert pretrain.stderr == ""  # no start-up lines, no warnings
@@ -95,3 +101,13 @@ def test_the_tours_launch_dry_run_of_create():
 @pytest.mark.integration  # checks the config as a run would: seconds of imports
 def test_the_tours_launch_dry_run_of_run():
     check_dry_run(run(readme.command("python -m bertjax.tpu.launch run"), REPO))
+
+
+@pytest.mark.integration
+def test_the_tours_modern_encoder_step(tmp_path):
+    tour = readme.tour_dir(tmp_path)
+    command = readme.command("python -m bertjax.main --config experiments/pretrain/modernbert")
+    result = run(command, tour)
+    assert "held-out MLM accuracy" in result.stdout
+    assert "NSP" not in result.stdout and "nsp" not in result.stdout  # masked LM alone
+    assert result.stderr == ""

@@ -32,6 +32,7 @@ from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
+from data_pipeline.tokenizer import normalizer_lowercases
 from data_pipeline.vocab import VocabError, load_vocab
 
 
@@ -49,6 +50,8 @@ HF_MAX_CHARS_PER_WORD = 100
 class _Source:
     """A checkpoint read into memory, tensor names as param_names spells them."""
 
+    # 'bert' or 'modernbert' (config_json.hf_family).
+    family: str
     config: BertConfig
     config_file: str
     weights_file: str
@@ -92,7 +95,7 @@ def import_checkpoint(
         vocab = load_vocab(src.vocab_file)
     except VocabError as e:
         raise ConversionError(str(e)) from None
-    embedding = param_names.names(format, 0)["bert/embeddings/word_embeddings/embedding"][0]
+    embedding = _table(format, config, 0)["bert/embeddings/word_embeddings/embedding"][0]
     if len(vocab) != config.vocab_size:
         raise ConversionError(
             f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
@@ -152,11 +155,12 @@ def params_from_tensors(
     the optional groups that were missing and so got our initialization from `seed`.
     """
     tensors = dict(tensors)
+    family = config_json.hf_family(config)
     if format == "hf":
-        _untie(tensors, where)
+        _untie(tensors, where, family)
     per_layer = dataclasses.replace(config, scan_layers=False)
     shapes = _flat(jax.eval_shape(functools.partial(_init_params, per_layer), jax.random.key(0)))
-    table = param_names.names(format, config.num_hidden_layers)
+    table = _table(format, config, config.num_hidden_layers)
     known = {name for name, _ in table.values()}
     ignored = param_names.IGNORED[format]
     unknown = sorted(n for n in tensors if n not in known and not ignored.fullmatch(n))
@@ -165,12 +169,12 @@ def params_from_tensors(
             f"{where}: tensor {unknown[0]!r} is not one bertjax knows"
             + (f" ({len(unknown) - 1} more: {', '.join(unknown[1:4])}...)" if unknown[1:] else "")
             + f"; {config_file} has num_hidden_layers={config.num_hidden_layers} and the table "
-            "(bertjax/convert/param_names.py) lists BERT's encoder, pooler and pretraining heads"
+            f"(bertjax/convert/param_names.py) lists {_WHAT_THE_TABLE_LISTS[family]}"
         )
     missing = [path for path, (name, _) in table.items() if name not in tensors]
     initialized = [
         group
-        for group in param_names.OPTIONAL_GROUPS
+        for group in _OPTIONAL_GROUPS[family]
         if all(path in missing for path in table if param_names.group_of(path) == group)
     ]
     missing = [path for path in missing if param_names.group_of(path) not in initialized]
@@ -192,7 +196,9 @@ def params_from_tensors(
             )
         value = param_names.to_ours(value, layout, format, shapes[path].shape)
         flat[path] = value.astype(shapes[path].dtype)
-    if initialized:
+    # ModernBERT's layer 0 has no attention norm; ours exists unused (model.BertLayer).
+    unread = [path for path in shapes if path not in table]
+    if initialized or unread:
         # Heads and pooler take their rngs from their own paths, so a one-layer model
         # initializes them as the full one would, and compiles in a fraction of the time.
         one_layer = dataclasses.replace(config, num_hidden_layers=1, scan_layers=False)
@@ -200,15 +206,51 @@ def params_from_tensors(
         for path in table:
             if param_names.group_of(path) in initialized:
                 flat[path] = np.asarray(fresh[path])
+        for path in unread:
+            flat[path] = np.asarray(fresh[path])
     params = traverse_util.unflatten_dict(flat, sep="/")
     if config.scan_layers:
         params["bert"] = model_lib.stack_layers(params["bert"], config.num_hidden_layers)
     return params, initialized
 
 
-def _untie(tensors: dict[str, np.ndarray], where: str) -> None:
+# Per family (config_json.hf_family): what its rename table lists, the groups of our
+# parameters a checkpoint may leave out, and its tied tensors.
+_WHAT_THE_TABLE_LISTS = {
+    "bert": "BERT's encoder, pooler and pretraining heads",
+    "modernbert": "ModernBertForMaskedLM's encoder and masked-LM head",
+}
+_OPTIONAL_GROUPS = {"bert": param_names.OPTIONAL_GROUPS, "modernbert": ("predictions",)}
+_TIED = {"bert": param_names.HF_TIED, "modernbert": param_names.MODERNBERT_TIED}
+# A Hugging Face encoder without heads (BertModel, ModernBertModel) names its tensors
+# without the prefix its pretraining class adds, and starts them with these.
+_ENCODER_PREFIXES = {
+    "bert": (param_names.HF_ENCODER_PREFIX, ("embeddings.", "encoder.", "pooler.")),
+    "modernbert": (
+        param_names.MODERNBERT_ENCODER_PREFIX,
+        ("embeddings.", "layers.", "final_norm."),
+    ),
+}
+
+
+def _table(format: str, config: BertConfig, num_layers: int, kind: str = "pretraining"):
+    """param_names' table of the format for a model of `config`."""
+    family = config_json.hf_family(config)
+    if family == "modernbert" and format == "hf":
+        return param_names.modernbert_names(num_layers, kind)
+    if family != "bert":
+        raise ConversionError(
+            f"no {format} checkpoint holds this model: its block options "
+            f"(norm_placement={config.norm_placement!r}, feed_forward={config.feed_forward!r}, "
+            f"position_embedding={config.position_embedding!r}, ...) are neither BERT's nor "
+            "ModernBERT's (docs/modern-encoders.md)"
+        )
+    return param_names.names(format, num_layers, kind)
+
+
+def _untie(tensors: dict[str, np.ndarray], where: str, family: str) -> None:
     """Drops Hugging Face's tied copies after checking they are copies."""
-    for alias, name in param_names.HF_TIED.items():
+    for alias, name in _TIED[family].items():
         if alias not in tensors:
             continue
         value = tensors.pop(alias)
@@ -228,13 +270,20 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
         raise ConversionError(f"{source}: pass the checkpoint's directory, not a file")
     directory = _source_directory(source)
     config_file = _required_file(directory, "config.json", "a Hugging Face checkpoint")
-    model_type = _read_json(config_file).get("model_type")
-    if model_type != "bert":
+    values = _read_json(config_file)
+    family = values.get("model_type")
+    if family not in _ENCODER_PREFIXES:
         raise ConversionError(
-            f"{config_file}: model_type {model_type!r} is not supported; only BERT ('bert') "
-            "checkpoints convert"
+            f"{config_file}: model_type {family!r} is not supported; BERT ('bert') and "
+            "ModernBERT ('modernbert') checkpoints convert"
         )
-    config = _bert_config(config_file)
+    if family == "bert":
+        config = _bert_config(config_file)
+    else:
+        try:
+            config = config_json.from_modernbert(values, config_file)
+        except data_config_lib.ConfigError as e:
+            raise ConversionError(str(e)) from None
     weights_file = os.path.join(directory, "model.safetensors")
     if not _isfile(weights_file):
         pickles = sorted(n for n in _listdir(directory) if n.endswith(PICKLE_SUFFIXES))
@@ -252,19 +301,20 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
     except safetensors.SafetensorError as e:
         raise ConversionError(f"{weights_file}: not a readable safetensors file: {e}") from None
     # A BertModel's names lack the "bert." its BertForPreTraining would give them.
-    prefix = param_names.HF_ENCODER_PREFIX
+    prefix, encoder = _ENCODER_PREFIXES[family]
     if not any(name.startswith(prefix) for name in tensors):
-        encoder = ("embeddings.", "encoder.", "pooler.")
         tensors = {(prefix if n.startswith(encoder) else "") + n: v for n, v in tensors.items()}
-    vocab_files = [os.path.join(directory, n) for n in ("vocab.txt", "tokenizer.json")]
+    # ModernBERT's tokenizer is a byte-level BPE in tokenizer.json alone.
+    names = ("vocab.txt", "tokenizer.json") if family == "bert" else ("tokenizer.json",)
+    vocab_files = [os.path.join(directory, n) for n in names]
     vocab_file = next(filter(_isfile, vocab_files), None)
     if vocab_file is None:
         raise ConversionError(
-            f"{os.path.join(directory, 'vocab.txt')}: missing (a Hugging Face checkpoint needs "
-            "vocab.txt or tokenizer.json)"
+            f"{vocab_files[0]}: missing (a Hugging Face checkpoint needs {' or '.join(names)})"
         )
     inferred, max_chars_per_word, case_file = _hf_tokenizer_settings(directory)
     return _Source(
+        family=family,
         config=config,
         config_file=config_file,
         weights_file=weights_file,
@@ -273,7 +323,7 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
         vocab_file=vocab_file,
         do_lower_case=_lower_case(inferred, do_lower_case, case_file or directory),
         max_chars_per_word=max_chars_per_word,
-        record={"architectures": _read_json(config_file).get("architectures")},
+        record={"architectures": values.get("architectures")},
     )
 
 
@@ -285,6 +335,9 @@ def _hf_tokenizer_settings(directory: str) -> tuple[bool | None, int, str | None
         values = _read_json(tokenizer_json)
         model = values.get("model") or {}
         max_chars = model.get("max_input_chars_per_word", HF_MAX_CHARS_PER_WORD)
+        if model.get("type") == "BPE":
+            # Its normalizer says; ModernBERT's keeps case.
+            return normalizer_lowercases(values.get("normalizer")), max_chars, tokenizer_json
         normalizer = values.get("normalizer") or {}
         if normalizer.get("type") == "BertNormalizer":
             lower = normalizer.get("lowercase")
@@ -327,6 +380,7 @@ def _read_tf(source: str, do_lower_case: bool | None) -> _Source:
     words = set(re.split(r"[_-]", name))
     inferred = True if "uncased" in words else False if "cased" in words else None
     return _Source(
+        family="bert",
         config=config,
         config_file=config_file,
         weights_file=prefix,
@@ -377,7 +431,13 @@ def _lower_case(inferred: bool | None, given: bool | None, where: str) -> bool:
 
 def _data_config(src: _Source, vocab_file: str, vocab_size: int) -> ml_collections.ConfigDict:
     data = data_config_lib.default_config()
-    data.tokenizer = "wordpiece"
+    data.tokenizer = "wordpiece" if src.family == "bert" else "bpe"
+    if src.family == "modernbert":
+        # Its objective, for a run that continues pretraining from it (docs/modern-encoders.md).
+        data.next_sentence_prediction = False
+        data.masked_lm_prob = 0.3
+        data.eval_masked_lm_prob = 0.15
+        data.max_predictions_per_seq = 40  # 30% of 128 tokens
     data.vocab_file = vocab_file
     data.vocab_size = vocab_size
     data.do_lower_case = src.do_lower_case
@@ -418,6 +478,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     if config is None:
         raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
     kind, _ = workdir_lib.read_task(workdir)
+    family = config_json.hf_family(config)
     if kind not in HF_CLASSES:
         raise ConversionError(
             f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: a {kind} workdir; export writes "
@@ -432,9 +493,11 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
         vocab = load_vocab(vocab_file)
     except VocabError as e:
         raise ConversionError(str(e)) from None
-    if vocab.is_sentencepiece:
+    needed = {"bert": "wordpiece", "modernbert": "bpe"}.get(family, vocab.kind)
+    if vocab.kind != needed:
         raise ConversionError(
-            f"{vocab_file}: a sentencepiece model; Hugging Face's BERT tokenizer needs WordPiece"
+            f"{vocab_file}: a {vocab.kind} vocabulary; Hugging Face's "
+            f"{'BERT' if family == 'bert' else 'ModernBERT'} tokenizer here is {needed}"
         )
     if len(vocab) != config.vocab_size:
         raise ConversionError(
@@ -448,31 +511,50 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     restored = inference.restore(workdir, step)
     step = restored.step
     tensors = tensors_from_params(restored.params, config, "hf", kind=kind)
-    hf_config = {
-        "architectures": [HF_CLASSES[kind]],
-        "model_type": "bert",
-        **config_json.to_hf(config),
-        **_hf_labels(kind, restored.task),
-        "position_embedding_type": "absolute",
-        "pad_token_id": vocab.pad_id,
-        "tie_word_embeddings": True,
-    }
-    tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
-    tokenizer = tokenizer_files.hf_tokenizer_files(
-        vocab,
-        do_lower_case=tokenizer_data["do_lower_case"],
-        max_chars_per_word=tokenizer_data["max_chars_per_word"],
-        max_length=config.max_position_embeddings,
-    )
+    if family == "modernbert":
+        hf_class = param_names.MODERNBERT_CLASSES[kind]
+        hf_config = {
+            "architectures": [hf_class],
+            "model_type": "modernbert",
+            **config_json.to_modernbert(config),
+            **_hf_labels(kind, restored.task),
+            "pad_token_id": vocab.pad_id,
+            "cls_token_id": vocab.cls_id,
+            "sep_token_id": vocab.sep_id,
+            "bos_token_id": vocab.cls_id,
+            "eos_token_id": vocab.sep_id,
+        }
+        tokenizer = tokenizer_files.bpe_tokenizer_files(
+            vocab, _read_json(vocab_file), max_length=config.max_position_embeddings
+        )
+    else:
+        hf_class = HF_CLASSES[kind]
+        hf_config = {
+            "architectures": [hf_class],
+            "model_type": "bert",
+            **config_json.to_hf(config),
+            **_hf_labels(kind, restored.task),
+            "position_embedding_type": "absolute",
+            "pad_token_id": vocab.pad_id,
+            "tie_word_embeddings": True,
+        }
+        tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
+        tokenizer = tokenizer_files.hf_tokenizer_files(
+            vocab,
+            do_lower_case=tokenizer_data["do_lower_case"],
+            max_chars_per_word=tokenizer_data["max_chars_per_word"],
+            max_length=config.max_position_embeddings,
+        )
     with _staging_dir(out_dir) as staging:
         files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
         for name, values in tokenizer.items():
             files.atomic_write_json(os.path.join(staging, name), values)
-        with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
-            f.write("".join(token + "\n" for token in vocab.tokens))
+        if family == "bert":
+            with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
+                f.write("".join(token + "\n" for token in vocab.tokens))
         with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
             f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
-    return {"out_dir": out_dir, "step": step, "config": config, "class": HF_CLASSES[kind]}
+    return {"out_dir": out_dir, "step": step, "config": config, "class": hf_class}
 
 
 def _hf_labels(kind: str, task) -> dict:
@@ -498,14 +580,22 @@ def tensors_from_params(
     a `kind` workdir's model as that format's class for its task holds them."""
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
-    table = param_names.names(format, config.num_hidden_layers, kind)
-    # A token or span head's transformers class has no pooler; ours computes one unused.
-    unused = {path for path in flat if path.startswith("bert/pooler/") and path not in table}
-    assert set(flat) - unused == set(table), sorted((set(flat) - unused) ^ set(table))
-    return {
-        name: param_names.from_ours(flat[path], layout, format)
-        for path, (name, layout) in table.items()
+    table = _table(format, config, config.num_hidden_layers, kind)
+    # A BERT token or span head's transformers class has no pooler; ours computes one
+    # unused. ModernBERT's layer 0 has no attention norm; ours is there unused.
+    unused = {
+        path
+        for path in flat
+        if path not in table
+        and (path.startswith("bert/pooler/") or "layer_0/pre_attention_LayerNorm" in path)
     }
+    assert set(flat) - unused == set(table), sorted((set(flat) - unused) ^ set(table))
+    tensors = {}
+    # Parts of one fused tensor (ModernBERT's Wqkv, Wi) come in the order of their k.
+    for path, (name, layout) in sorted(table.items(), key=lambda row: row[1][1].part or (0, 1)):
+        value = param_names.from_ours(flat[path], layout, format)
+        tensors[name] = value if name not in tensors else np.concatenate([tensors[name], value])
+    return tensors
 
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:
@@ -529,7 +619,9 @@ def _checkpoint_step(workdir: str, step: int | None) -> int:
 
 def _init_params(config: BertConfig, rng):
     ids = jnp.zeros((1, 2), jnp.int32)
-    variables = BertForPreTraining(config).init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
+    # ModernBERT pretrains with masked LM alone: no pooler, no NSP head.
+    model = BertForPreTraining(config, next_sentence=config_json.hf_family(config) != "modernbert")
+    variables = model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)
     return nn.meta.unbox(variables["params"])
 
 

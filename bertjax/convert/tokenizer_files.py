@@ -96,3 +96,38 @@ def hf_tokenizer_files(
         **token,
     }
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": tokenizer_config}
+
+
+def bpe_tokenizer_files(vocab: Vocab, tokenizer: dict, *, max_length: int) -> dict[str, dict]:
+    """File name -> JSON content for a byte-level BPE `vocab` read from the tokenizer.json
+    `tokenizer` (ModernBERT's kind): that file with the run's template, [CLS] A [SEP] and
+    [CLS] A [SEP] B [SEP], and a tokenizer_config.json without token type ids, which a
+    model without token type embeddings does not take."""
+    cls, sep = vocab.tokens[vocab.cls_id], vocab.tokens[vocab.sep_id]
+
+    def special(piece: str) -> dict:
+        return {"SpecialToken": {"id": piece, "type_id": 0}}
+
+    def sequence(name: str) -> dict:
+        return {"Sequence": {"id": name, "type_id": 0}}
+
+    template = {
+        "type": "TemplateProcessing",
+        "single": [special(cls), sequence("A"), special(sep)],
+        "pair": [special(cls), sequence("A"), special(sep), sequence("B"), special(sep)],
+        "special_tokens": {
+            piece: {"id": piece, "ids": [vocab.token_to_id(piece)], "tokens": [piece]}
+            for piece in (cls, sep)
+        },
+    }
+    roles = ("pad", "unk", "cls", "sep", "mask")
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": max_length,
+        **{f"{role}_token": vocab.tokens[getattr(vocab, f"{role}_id")] for role in roles},
+    }
+    return {
+        "tokenizer.json": {**tokenizer, "post_processor": template},
+        "tokenizer_config.json": tokenizer_config,
+    }

@@ -148,6 +148,9 @@ class Initialization:
     checkpoint: str = ""
     keys: tuple[str, ...] = ()
     scan_layers: bool = False
+    # Modules under `keys` the checkpoint lacks, which keep this run's initialization:
+    # `bert/pooler` of a model pretrained with masked LM alone.
+    fresh: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

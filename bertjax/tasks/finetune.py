@@ -104,6 +104,9 @@ class Pretrained:
     tokenizer_data: dict  # the pretraining data config its tokenizer follows
     tokenizer: Any
     scan_layers: bool  # the checkpoint's own layer layout
+    # Pretrained with masked LM alone: no pooler, which fine-tuning then starts fresh
+    # (as RoBERTa's and ModernBERT's classifiers do).
+    without_pooler: bool
 
 
 def load_pretrained(config, workdir: str) -> Pretrained:
@@ -135,6 +138,10 @@ def load_pretrained(config, workdir: str) -> Pretrained:
         tokenizer_data=tokenizer_data,
         tokenizer=make_tokenizer(data_config_lib.from_config(tokenizer_data), vocab_file),
         scan_layers=saved.scan_layers,
+        without_pooler=(
+            workdir_lib.read_task(init)[0] == "pretraining"
+            and not tokenizer_data["next_sentence_prediction"]
+        ),
     )
 
 
@@ -286,6 +293,7 @@ def make_setup(
             checkpoint=config.init_checkpoint,
             keys=() if config.random_init else ("bert",),
             scan_layers=pretrained.scan_layers,
+            fresh=("bert/pooler",) if pretrained.without_pooler else (),
         ),
     )
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+import tokenizers
 
 from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
@@ -76,7 +77,7 @@ def predict_answers(
         features=features,
         basic=_basic_words(features.documents, tokenizer),
         vocab_tokens=tokenizer.vocab.tokens,
-        detokenize=_sentencepiece_text if tokenizer.vocab.is_sentencepiece else _wordpiece_text,
+        detokenize=_DETOKENIZERS[tokenizer.vocab.kind],
     )
     positions = np.arange(config.max_seq_length)
     in_document = (positions >= features.doc_offset[:, None]) & (
@@ -282,6 +283,20 @@ def _wordpiece_text(tokens: Sequence[str]) -> str:
 
 def _sentencepiece_text(tokens: Sequence[str]) -> str:
     return " ".join("".join(tokens).replace(SENTENCEPIECE_WORD_START, " ").split())
+
+
+def _bpe_text(tokens: Sequence[str]) -> str:
+    # Byte-level pieces back to their bytes, then text (a piece cut inside a character
+    # gives U+FFFD); whitespace as the words the tokenizer reads.
+    return " ".join(_BYTE_LEVEL.decode(list(tokens)).split())
+
+
+_BYTE_LEVEL = tokenizers.decoders.ByteLevel()
+_DETOKENIZERS = {
+    "wordpiece": _wordpiece_text,
+    "sentencepiece": _sentencepiece_text,
+    "bpe": _bpe_text,
+}
 
 
 def final_text(predicted: str, original: str, tokenized: str) -> str:

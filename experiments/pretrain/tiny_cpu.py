@@ -45,6 +45,17 @@ def get_model_config(preset: str, vocab_size) -> ml_collections.ConfigDict:
         ("remat_policy", str),  # none, full, or a jax.checkpoint_policies name
         ("attention_implementation", str),  # xla; cudnn (GPU) or splash (TPU): no attention dropout
         ("trim_last_layer", bool),  # last layer at the heads' positions only (the default)
+        # The block (docs/modern-encoders.md); the presets are BERT's.
+        ("norm_placement", str),  # post (BERT) or pre (with a final LayerNorm)
+        ("use_bias", bool),  # biases of dense layers and LayerNorms
+        ("feed_forward", str),  # mlp or geglu
+        ("position_embedding", str),  # learned or rotary
+        ("rope_theta", float),  # rotary base of global layers
+        ("local_rope_theta", float),  # and of local ones
+        ("global_attention_every", int),  # layer i is global when i % this == 0
+        ("local_attention_window", int),  # local layers see keys up to this // 2 away
+        ("pooler", str),  # tanh (BERT) or norm (dense, activation, LayerNorm)
+        ("scale_output_init", bool),  # output projections start at std / sqrt(2 layers)
     ):
         model[field] = ml_collections.FieldReference(None, field_type=field_type)
     return model
@@ -94,7 +105,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.attention_probs_dropout_prob = 0.0
 
     config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"
+    config.optimizer.name = "adamw"  # adamw, lamb or stable_adamw (StableAdamW, as ModernBERT)
     config.optimizer.learning_rate = 2e-3
     config.optimizer.warmup_steps = 100
     config.optimizer.b1 = 0.9
@@ -106,6 +117,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Steps in a row whose gradients are not finite that are skipped (parameters
     # unchanged) before the run stops; 0 stops it at the first.
     config.optimizer.skip_non_finite_steps = 0
+    # 'linear' (BERT's: warmup, then down to 0 at the last step) or 'warmup_stable_decay'
+    # (warmup, the peak held, then down to 0 over the last decay_steps in decay_shape:
+    # linear, 1-sqrt as ModernBERT, or cosine). bertjax/optim.py.
+    config.optimizer.schedule = "linear"
+    config.optimizer.decay_steps = 0
+    config.optimizer.decay_shape = "linear"
     return config
 
 

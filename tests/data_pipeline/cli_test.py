@@ -20,6 +20,7 @@ TOOLS = (
     "bertjax.main",
     "bertjax.bench.throughput",
     "bertjax.bench.events",
+    "bertjax.bench.encoders",
     "bertjax.bench.packed_step",
     "bertjax.bench.attention_kernels",
     "bertjax.tpu.aot",

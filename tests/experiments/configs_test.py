@@ -5,6 +5,7 @@ TPU configs are replaced by the released vocab and a local directory where the
 trainer's own checks need a file.
 """
 
+import dataclasses
 import importlib
 import math
 
@@ -18,13 +19,15 @@ from support import REPO
 from bertjax import model as model_lib
 from bertjax import optim, sharding, train
 from bertjax import workdir as workdir_lib
+from bertjax.convert import config_json
 from bertjax.tasks import pretraining
 from bertjax.tpu import slices
 from data_pipeline import config as data_config_lib
 
 CONFIG_DIR = REPO / "experiments" / "pretrain"
 NAMES = sorted(p.stem for p in CONFIG_DIR.glob("*.py") if p.stem != "__init__")
-PHASE2_NAMES = [name for name in NAMES if name.endswith("_phase2")]
+PHASE2_NAMES = [name for name in NAMES if name.endswith("_phase2") and name.startswith("bert_")]
+MODERN_NAMES = [name for name in NAMES if name.startswith("modernbert_")]
 
 # docs/reference.md#model-sizes: (L, H, A, intermediate) and the published encoder
 # parameter count (embeddings and pooler included, vocab 30,522, 512 positions).
@@ -77,6 +80,8 @@ DEVICE_COUNTS = {
     "bert_large": (64, 128),  # v4-128, or v3-128
     "bert_small": (4,),  # v4-8
     "bert_mini": (4,),  # v4-8
+    "modernbert_base": (64,),  # v5p-128
+    "modernbert_large": (64,),  # v5p-128
 }
 
 
@@ -164,6 +169,8 @@ def test_preset_resolves_to_its_published_size(name):
     model_config = model_lib.from_config(config.model)
     preset = config.model.preset
     expected = PUBLISHED[preset][0] if preset in PUBLISHED else TURC_SIZES[preset]
+    if name.startswith("modernbert_"):
+        expected = MODERN_SIZES[name.removesuffix("_phase2")]
     assert size_of(model_config) == expected
 
 
@@ -185,11 +192,11 @@ def test_encoder_parameter_count_is_published(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_platform(name):
     # The paper's configs are for TPUs; a TPU VM whose TPU did not start must not train on CPU.
-    expected = "any" if name == "tiny_cpu" else "tpu"
+    expected = "any" if name.endswith("tiny_cpu") else "tpu"
     assert load(name).get_config().platform == expected
 
 
-@pytest.mark.parametrize("name", [name for name in NAMES if name != "tiny_cpu"])
+@pytest.mark.parametrize("name", [name for name in NAMES if not name.endswith("tiny_cpu")])
 def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
     """build_run's every check (platform, vocab size, mesh, shardings) on the 8 chips of a
     v5e-8 (the TPU compiler's devices, no TPU needed); compiles nothing.
@@ -198,9 +205,14 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
     model config, so the trainer's same-shapes check runs too.
     """
     config = load(name).get_config()
+    # ModernBERT's configs read a BPE tokenizer.json; its vocabulary is not what is built here.
+    config.data.tokenizer = "wordpiece"
     config.data.vocab_file = bert_tokenizer_json
+    config.data.vocab_size = 30522
     if config.init_checkpoint:
         phase1 = load(name.removesuffix("_phase2")).get_config()
+        phase1.data.tokenizer = "wordpiece"
+        phase1.data.vocab_size = 30522
         init_dir = tmp_path / "phase1"
         workdir_lib.write_run_description(
             str(init_dir),
@@ -216,3 +228,60 @@ def test_trainer_builds_the_run(name, bert_tokenizer_json, tmp_path):
     assert run.mesh.devices.size == 8
     assert run.setup.model.config.vocab_size == 30522
     assert run.setup.model.inputs["input_ids"] == config.data.max_seq_length
+
+
+def test_the_model_config_lists_every_bertconfig_field():
+    # A locked config takes --config.model.FIELD=VALUE only for the fields it lists.
+    from experiments.pretrain import tiny_cpu
+
+    listed = set(tiny_cpu.get_model_config("tiny", 100)) - {"preset"}
+    assert listed == {f.name for f in dataclasses.fields(model_lib.BertConfig)}
+
+
+# Warner et al. 2024, Table 4: (layers, hidden, heads, intermediate), GeGLU's half of Wi.
+MODERN_SIZES = {
+    "modernbert_base": (22, 768, 12, 1152),
+    "modernbert_large": (28, 1024, 16, 2624),
+    "modernbert_tiny_cpu": (4, 128, 2, 256),
+}
+
+
+@pytest.mark.parametrize("name", MODERN_NAMES)
+def test_modern_configs_are_modernberts_block_and_objective(name):
+    config = load(name).get_config()
+    model_config = model_lib.from_config(config.model)
+    assert config_json.hf_family(model_config) == "modernbert"
+    assert (model_config.global_attention_every, model_config.local_attention_window) == (
+        3,
+        128,
+    ) or (name.endswith("tiny_cpu"))
+    data = data_config_lib.from_config(config.data)
+    assert not data.next_sentence_prediction
+    assert (data.masked_lm_prob, data.masking_rate("eval")) == (0.3, 0.15)
+    assert data.pack_examples
+    optimizer = optim.from_config(config.optimizer)
+    assert (optimizer.name, optimizer.schedule, optimizer.decay_shape) == (
+        "stable_adamw",
+        "warmup_stable_decay",
+        "1-sqrt",
+    )
+    if name in ("modernbert_base", "modernbert_large"):
+        # Phase 1: 1,719 billion tokens at length 1,024, the global RoPE base 10,000, no decay.
+        tokens = config.num_train_steps * config.train_batch_size * data.max_seq_length
+        assert abs(tokens - 1.719e12) / 1.719e12 < 1e-3
+        assert model_config.rope_theta == 10_000.0 and optimizer.decay_steps == 0
+        # The paper's weight decay of 1e-5 per step at the peak rate.
+        assert optimizer.weight_decay * optimizer.learning_rate == pytest.approx(1e-5)
+        assert optimizer.learning_rate == {"modernbert_base": 8e-4, "modernbert_large": 5e-4}[name]
+    if name.endswith("_phase2"):
+        # Phases 2 and 3: 300 billion tokens at 8,192, the last 50 billion decaying.
+        assert data.max_seq_length == 8192 and model_config.rope_theta == 160_000.0
+        assert model_config.local_rope_theta == 10_000.0
+        steps_tokens = config.train_batch_size * data.max_seq_length
+        assert abs(config.num_train_steps * steps_tokens - 3e11) / 3e11 < 1e-3
+        assert abs(optimizer.decay_steps * steps_tokens - 5e10) / 5e10 < 1e-3
+        assert optimizer.warmup_steps == 0 and config.init_checkpoint
+        phase1 = load(name.removesuffix("_phase2")).get_config()
+        assert model_lib.from_config(config.model) == dataclasses.replace(
+            model_lib.from_config(phase1.model), rope_theta=160_000.0
+        )

@@ -13,13 +13,14 @@ import pathlib
 
 import numpy as np
 import pytest
+from support.bpe import modernbert_like
 from support.squad import V1_CONFIG, V2_CONFIG, example, rows_of
 
 from bertjax import losses
 from bertjax.tasks import scores, squad
 from bertjax.tasks.squad import final_text, predict_answers, write_predictions
 from data_pipeline.finetune import squad_input
-from data_pipeline.tokenizer import SentencePieceTokenizer
+from data_pipeline.tokenizer import BpeTokenizer, SentencePieceTokenizer
 from data_pipeline.vocab import load_vocab
 
 
@@ -199,6 +200,23 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
     # tokenized alone has, so the span stays the whole word "(1911).", which
     # normalizes to the gold "1911".
     assert answers[example(v1_data, "In what year").qid] == "(1911)."
+    assert answers[example(v1_data, "What is the largest city").qid] == "Zürich"
+
+
+def test_bpe_tokenizer(tmp_path, v1_data, v2_data):
+    # Byte-level BPE as ModernBERT's (support/bpe.py): cased, no accents stripped.
+    path = tmp_path / "tokenizer.json"
+    modernbert_like().save(str(path))
+    tokenizer = BpeTokenizer(load_vocab(str(path)), lower_case=False)
+    answers = {}
+    for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
+        features = squad_input.make_features(data, tokenizer, config)
+        predictions = predict_answers(features, *oracle_logits(features), tokenizer)
+        version = "v2.0" if config.version_2_with_negative else "v1.1"
+        result = scores.squad_scores(data.gold_answers(), predictions.answers, version=version)
+        assert result["exact_match"] == 1.0
+        answers.update(predictions.answers)
+    # The pieces' bytes give back the text as written: case, accents and all.
     assert answers[example(v1_data, "What is the largest city").qid] == "Zürich"
 
 

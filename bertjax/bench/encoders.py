@@ -1,0 +1,179 @@
+"""A tiny modern encoder against BERT-Tiny for the same training FLOPs, on the built-in corpus.
+
+    python -m bertjax.bench.encoders --workdir runs/encoders [--bert_steps 3000]
+
+Trains experiments/pretrain/tiny_cpu.py (BERT-Tiny, BERT's recipe) for --bert_steps
+steps and experiments/pretrain/modernbert_tiny_cpu.py (ModernBERT's block and
+recipe at BERT-Tiny's width) for as many steps as take the same model FLOPs
+(bertjax.flops: the modern model's step costs more, so it takes fewer), each in
+WORKDIR/NAME (a finished run is reused, a stopped one resumed). Then scores both
+on one held-out set: the built-in corpus's eval split as single segments, masked
+once at 15% from a fixed seed, so the two accuracies are over the same tokens.
+Both learn their WordPiece vocabulary with the same settings, so they share it.
+Prints a row per model: parameters, FLOPs per step, steps, training FLOPs and
+time, and held-out MLM loss and accuracy.
+"""
+
+import dataclasses
+import os
+import pathlib
+
+from absl import flags
+
+from data_pipeline import cli
+
+FLAGS = flags.FLAGS
+# The models compared: name -> experiment module.
+MODELS = {"bert_tiny": "tiny_cpu", "modern_tiny": "modernbert_tiny_cpu"}
+EVAL_BATCH = 64
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("workdir", None, "Where the two runs go (one folder each).")
+    flags.DEFINE_integer("bert_steps", 3000, "BERT-Tiny's steps; the modern model gets its FLOPs.")
+    flags.mark_flag_as_required("workdir")
+
+
+def configs(bert_steps: int) -> dict:
+    """The two experiment configs, the modern one's steps set to BERT-Tiny's FLOPs."""
+    import importlib
+
+    loaded = {
+        name: importlib.import_module(f"experiments.pretrain.{module}").get_config()
+        for name, module in MODELS.items()
+    }
+    per_step = {name: step_flops(config) for name, config in loaded.items()}
+    bert, modern = loaded["bert_tiny"], loaded["modern_tiny"]
+    bert.num_train_steps = bert_steps
+    steps = round(bert_steps * per_step["bert_tiny"] / per_step["modern_tiny"])
+    modern.num_train_steps = steps  # its warmup and decay follow (modernbert_tiny_cpu.py)
+    bert.optimizer.warmup_steps = min(bert.optimizer.warmup_steps, bert_steps // 10)
+    for config in loaded.values():
+        steps = config.num_train_steps
+        config.eval_every_steps = config.checkpoint_every_steps = steps
+        config.log_every_steps = max(1, steps // 10)
+    return loaded
+
+
+def step_flops(config) -> float:
+    """Model FLOPs of one train step of `config` (bertjax.flops, through the task's count)."""
+    from bertjax import model as model_lib
+    from bertjax.tasks import pretraining
+    from data_pipeline import config as data_config_lib
+
+    data = data_config_lib.from_config(config.data)
+    inputs = {
+        **dict.fromkeys(("input_ids", "input_mask", "segment_ids"), data.max_seq_length),
+        "masked_lm_positions": data.max_predictions_per_seq,
+    }
+    if data.pack_examples and data.next_sentence_prediction:
+        inputs["cls_positions"] = data.max_sequences_per_row
+    model_config = model_lib.from_config(config.model)
+    forward = pretraining.forward_flops(model_config, inputs, pretraining.describe(config.data))
+    return 3.0 * config.train_batch_size * forward
+
+
+def held_out(workdir: str, data) -> dict:
+    """MLM loss and accuracy of `workdir`'s model over the held-out batches of `data`."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bertjax import inference
+    from data_pipeline import make_pretraining_dataset
+
+    restored = inference.restore(workdir)
+
+    @jax.jit
+    def sums(params, batch):
+        mlm, _ = restored.model.apply(
+            {"params": params},
+            batch["input_ids"],
+            batch["input_mask"],
+            batch["segment_ids"],
+            batch["masked_lm_positions"],
+            deterministic=True,
+        )
+        labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
+        log_probs = jax.nn.log_softmax(mlm)
+        nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+        correct = (jnp.argmax(mlm, -1) == labels).astype(jnp.float32)
+        return jnp.stack([(nll * weights).sum(), (correct * weights).sum(), weights.sum()])
+
+    total = np.zeros(3)
+    batches = make_pretraining_dataset(data, split="eval", batch_size=EVAL_BATCH, seed=0)
+    for batch in batches.as_numpy_iterator():
+        total += np.asarray(sums(restored.params, batch))
+    loss, correct, count = total
+    return {"loss": loss / count, "accuracy": correct / count, "predictions": int(count)}
+
+
+def main(argv):
+    del argv
+    import jax
+
+    from bertjax import goodput, train
+    from bertjax import workdir as workdir_lib
+    from data_pipeline import config as data_config_lib
+
+    loaded = configs(FLAGS.bert_steps)
+    rows = []
+    for name, config in loaded.items():
+        workdir = os.path.join(FLAGS.workdir, name)
+        train.train_and_evaluate(config, workdir)
+        # Time spent training, over every process that trained it (bertjax.goodput).
+        seconds = goodput.account(goodput.read_events(workdir))["seconds"]["productive"]
+        count = sum(x.size for x in jax.tree.leaves(parameter_shapes(config)))
+        rows.append((name, workdir, config, count, seconds))
+    # One held-out set for both: single segments, 15% masked, unpacked.
+    modern_data = data_config_lib.from_config(loaded["modern_tiny"].data)
+    vocab = {workdir_lib.vocab_file(workdir) for _, workdir, *_ in rows}
+    data = dataclasses.replace(
+        modern_data,
+        vocab_file=sorted(vocab)[0],
+        masked_lm_prob=0.15,
+        eval_masked_lm_prob=0.0,
+        max_predictions_per_seq=20,
+        pack_examples=False,
+        next_sentence_prediction=False,
+    )
+    same = len({pathlib.Path(v).read_bytes() for v in vocab}) == 1
+    print()
+    print(
+        "held-out set: the built-in corpus's eval split, single segments of up to "
+        f"{data.max_seq_length} tokens, 15% masked (seed {data.eval_seed})"
+        + ("" if same else "; WARNING: the two runs learned different vocabularies")
+    )
+    header = f"{'model':<12} {'params':>9} {'GFLOP/step':>10} {'steps':>6} {'PFLOP':>6} "
+    print(header + f"{'training':>10} {'MLM loss':>8} {'MLM acc':>7}")
+    for name, workdir, config, count, seconds in rows:
+        score = held_out(workdir, data)
+        per_step = step_flops(config)
+        print(
+            f"{name:<12} {count:>9,} {per_step / 1e9:>10.1f} {config.num_train_steps:>6} "
+            f"{per_step * config.num_train_steps / 1e15:>6.2f} {seconds / 60:>8.1f} m "
+            f"{score['loss']:>8.3f} {score['accuracy']:>7.3f}"
+        )
+
+
+def parameter_shapes(config):
+    """The pretraining model's parameter shapes for `config` (no arrays)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from bertjax import model as model_lib
+
+    model_config = model_lib.from_config(config.model)
+    model = model_lib.BertForPreTraining(
+        model_config, next_sentence=config.data.next_sentence_prediction
+    )
+    ids = jnp.zeros((1, 8), jnp.int32)
+    variables = jax.eval_shape(
+        lambda: model.init(jax.random.key(0), ids, ids, ids, ids[:, :2], deterministic=True)
+    )
+    return nn.unbox(variables["params"])
+
+
+if __name__ == "__main__":
+    cli.run(main, define_flags)

@@ -224,6 +224,16 @@ SHAPE_FIELDS = (
     "max_position_embeddings",
     "type_vocab_size",
 )
+# With the block options that decide which parameters exist: what a checkpoint's
+# model and the model restoring it must agree on.
+PARAMETER_FIELDS = (
+    *SHAPE_FIELDS,
+    "norm_placement",
+    "use_bias",
+    "feed_forward",
+    "position_embedding",
+    "pooler",
+)
 
 
 def _check(c: BertConfig) -> None:
@@ -635,7 +645,9 @@ class BertPooler(nn.Module):
             first = sequence_output[:, 0]
         else:
             first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
-        x = Dense(c, c.hidden_size, ("embed", "embed_out"), name="dense")(first)
+        # ModernBERT's task head starts as an output projection (scale_output_init).
+        output = c.pooler == "norm"
+        x = Dense(c, c.hidden_size, ("embed", "embed_out"), output=output, name="dense")(first)
         if c.pooler == "norm":
             return _layer_norm(c, "LayerNorm")(_ACTIVATIONS[c.hidden_act](x))
         return jnp.tanh(x)

@@ -149,7 +149,7 @@ def stable_adamw(
     mask: Any,
 ) -> optax.GradientTransformation:
     """AdamW whose step, decay included, is divided per parameter tensor by
-    max(1, RMS(g^2 / max(v_hat, eps^2))): StableAdamW (Wortsman et al. 2023, arXiv
+    max(1, sqrt(mean(g^2 / max(v_hat, eps^2)))): StableAdamW (Wortsman et al. 2023, arXiv
     2304.13013, Algorithm 1), where g is the step's gradient and v_hat Adam's
     bias-corrected second moment, that gradient included.
 

@@ -36,7 +36,7 @@ import tensorflow as tf
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bertjax.model import SHAPE_FIELDS, BertConfig
+from bertjax.model import PARAMETER_FIELDS, BertConfig
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
@@ -100,12 +100,13 @@ def require_model_config(workdir: str, *, what: str) -> BertConfig:
 
 
 def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> None:
-    """Fails when a saved model's parameter shapes differ from this run's."""
-    for name in SHAPE_FIELDS:
+    """Fails when a saved model's parameters (which there are, and their shapes) differ
+    from this run's."""
+    for name in PARAMETER_FIELDS:
         if getattr(saved, name) != getattr(current, name):
             raise CheckpointError(
-                f"{where}: the saved model has {name}={getattr(saved, name)}, this run "
-                f"config.model.{name}={getattr(current, name)}"
+                f"{where}: the saved model has {name}={getattr(saved, name)!r}, this run "
+                f"config.model.{name}={getattr(current, name)!r}"
             )
 
 

@@ -203,9 +203,10 @@ def check_max_positions(config: DataConfig, max_position_embeddings: int) -> Non
 
 def check_predictions_fit(config: DataConfig) -> None:
     """max_predictions_per_seq holds what each masking rate asks of a full-length sequence,
-    to within rounding (BERT masks round(n * rate) of n tokens, at most
-    max_predictions_per_seq): else the cap, not the rate, would decide how much is masked.
-    Pretraining runs and the offline writer check it; BERT's 76 at 512 tokens passes."""
+    less its fraction: int(max_seq_length * rate). BERT masks round(n * rate) of n tokens,
+    at most max_predictions_per_seq, so a cap below the whole part would decide how much
+    is masked instead of the rate; the fraction is let go so that MLPerf's 76 at 512
+    tokens (76.8 asked) passes. Pretraining runs and the offline writer check it."""
     for option in ("masked_lm_prob", "eval_masked_lm_prob"):
         rate = getattr(config, option)
         wanted = config.max_seq_length * rate

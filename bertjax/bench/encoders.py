@@ -76,10 +76,8 @@ def step_flops(config) -> float:
 def held_out(workdir: str, data) -> dict:
     """MLM loss and accuracy of `workdir`'s model over the held-out batches of `data`."""
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    from bertjax import inference
+    from bertjax import inference, losses
     from data_pipeline import make_pretraining_dataset
 
     restored = inference.restore(workdir)
@@ -94,18 +92,15 @@ def held_out(workdir: str, data) -> dict:
             batch["masked_lm_positions"],
             deterministic=True,
         )
-        labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
-        log_probs = jax.nn.log_softmax(mlm)
-        nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-        correct = (jnp.argmax(mlm, -1) == labels).astype(jnp.float32)
-        return jnp.stack([(nll * weights).sum(), (correct * weights).sum(), weights.sum()])
+        return losses.pretraining_sums(mlm, None, batch)
 
-    total = np.zeros(3)
+    total = None
     batches = make_pretraining_dataset(data, split="eval", batch_size=EVAL_BATCH, seed=0)
     for batch in batches.as_numpy_iterator():
-        total += np.asarray(sums(restored.params, batch))
-    loss, correct, count = total
-    return {"loss": loss / count, "accuracy": correct / count, "predictions": int(count)}
+        got = jax.device_get(sums(restored.params, batch))
+        total = got if total is None else {k: total[k] + got[k] for k in total}
+    means = losses.summarize(total)
+    return {"loss": means["mlm_loss"], "accuracy": means["mlm_accuracy"]}
 
 
 def main(argv):

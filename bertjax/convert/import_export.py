@@ -155,12 +155,12 @@ def params_from_tensors(
     the optional groups that were missing and so got our initialization from `seed`.
     """
     tensors = dict(tensors)
+    table = _table(format, config, config.num_hidden_layers)
     family = config_json.hf_family(config)
     if format == "hf":
         _untie(tensors, where, family)
     per_layer = dataclasses.replace(config, scan_layers=False)
     shapes = _flat(jax.eval_shape(functools.partial(_init_params, per_layer), jax.random.key(0)))
-    table = _table(format, config, config.num_hidden_layers)
     known = {name for name, _ in table.values()}
     ignored = param_names.IGNORED[format]
     unknown = sorted(n for n in tensors if n not in known and not ignored.fullmatch(n))
@@ -238,6 +238,11 @@ def _table(format: str, config: BertConfig, num_layers: int, kind: str = "pretra
     family = config_json.hf_family(config)
     if family == "modernbert" and format == "hf":
         return param_names.modernbert_names(num_layers, kind)
+    if family == "modernbert":
+        raise ConversionError(
+            f"--format={format}: a model in ModernBERT's shape converts to and from Hugging "
+            "Face's format (hf) only"
+        )
     if family != "bert":
         raise ConversionError(
             f"no {format} checkpoint holds this model: its block options "
@@ -484,6 +489,12 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: a {kind} workdir; export writes "
             f"the models of {', '.join(HF_CLASSES)} workdirs"
         )
+    next_sentence = workdir_lib.read_tokenizer_data(workdir)["next_sentence_prediction"]
+    if kind == "pretraining" and family == "modernbert" and next_sentence:
+        raise ConversionError(
+            f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: pretrained with next-sentence "
+            "prediction, which transformers' ModernBertForMaskedLM has no head for"
+        )
     vocab_file = workdir_lib.vocab_file(workdir)
     if vocab_file is None:
         raise ConversionError(
@@ -528,7 +539,9 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             vocab, _read_json(vocab_file), max_length=config.max_position_embeddings
         )
     else:
-        hf_class = HF_CLASSES[kind]
+        # Pretrained with masked LM alone: no pooler and no NSP head, as BertForMaskedLM.
+        masked_lm = kind == "pretraining" and not next_sentence
+        hf_class = "BertForMaskedLM" if masked_lm else HF_CLASSES[kind]
         hf_config = {
             "architectures": [hf_class],
             "model_type": "bert",
@@ -581,6 +594,13 @@ def tensors_from_params(
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
     table = _table(format, config, config.num_hidden_layers, kind)
+    # A model pretrained with masked LM alone has no pooler and no NSP head: its
+    # transformers class is BertForMaskedLM's (hf_class), whose names are the rest.
+    table = {
+        path: entry
+        for path, entry in table.items()
+        if path in flat or param_names.group_of(path) not in ("bert/pooler", "seq_relationship")
+    }
     # A BERT token or span head's transformers class has no pooler; ours computes one
     # unused. ModernBERT's layer 0 has no attention norm; ours is there unused.
     unused = {
@@ -589,7 +609,12 @@ def tensors_from_params(
         if path not in table
         and (path.startswith("bert/pooler/") or "layer_0/pre_attention_LayerNorm" in path)
     }
-    assert set(flat) - unused == set(table), sorted((set(flat) - unused) ^ set(table))
+    if set(flat) - unused != set(table):
+        differ = sorted((set(flat) - unused) ^ set(table))
+        raise ConversionError(
+            f"the {kind} model's parameters do not fit transformers' class for it: "
+            f"{', '.join(differ[:3])}{' ...' if differ[3:] else ''}"
+        )
     tensors = {}
     # Parts of one fused tensor (ModernBERT's Wqkv, Wi) come in the order of their k.
     for path, (name, layout) in sorted(table.items(), key=lambda row: row[1][1].part or (0, 1)):

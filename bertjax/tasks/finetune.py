@@ -24,7 +24,7 @@ from flax import linen as nn
 
 from bertjax import flops, losses
 from bertjax import workdir as workdir_lib
-from bertjax.model import SHAPE_FIELDS, BertConfig
+from bertjax.model import PARAMETER_FIELDS, BertConfig
 from bertjax.sharding import BATCH_AXES
 from bertjax.tasks.contract import (
     Data,
@@ -73,7 +73,7 @@ def check_config(config) -> None:
         )
     unknown_model = sorted(set(config.model.keys()) - set(MODEL_OVERRIDES))
     if unknown_model:
-        shape = " (a shape of the checkpoint's)" if unknown_model[0] in SHAPE_FIELDS else ""
+        shape = " (a shape of the checkpoint's)" if unknown_model[0] in PARAMETER_FIELDS else ""
         raise ConfigError(
             f"config.model.{unknown_model[0]}: not changeable when fine-tuning{shape}; "
             f"use one of {', '.join(MODEL_OVERRIDES)}"

@@ -10,8 +10,8 @@ Expected result: held-out MLM accuracy at 15% masking above BERT-Tiny's
 has the measured pair and the command that compares them.
 
 ModernBERT's block (experiments/pretrain/modernbert_base.py: pre-LayerNorm, no biases,
-GeGLU, rotary embeddings, a global layer every third and 64-token windows in the
-others) and objective (masked LM alone at 30%, scored at 15%, packed rows),
+GeGLU, rotary embeddings, a global layer every third and sliding windows in the
+others: 128 tokens there, 64 here for rows of 128) and objective (masked LM alone at 30%, scored at 15%, packed rows),
 StableAdamW under a warmup-stable-decay schedule, on tiny_cpu.py's built-in corpus.
 The tokenizer stays tiny_cpu's learned WordPiece so that the two models' MLM accuracies
 are over the same tokens; `--config.data.tokenizer=bpe` learns a byte-level BPE instead,

@@ -10,6 +10,7 @@ import pytest
 import support
 
 from bertjax import inference, optim, train
+from bertjax.convert import import_export
 from experiments.finetune import classify
 
 pytestmark = pytest.mark.integration
@@ -74,3 +75,38 @@ def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, make_small
     assert set(state.params["bert"]["pooler"]) == {"dense"}
     results = train.train_and_evaluate(finetune, str(tmp_path / "mrpc"), devices=jax.devices()[:1])
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
+
+
+def test_a_masked_lm_bert_exports_as_bert_for_masked_lm(tmp_path, make_small_config):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = make_small_config()
+    config.data.next_sentence_prediction = False
+    config.num_train_steps = 2
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
+    result = import_export.export_hf(workdir, str(tmp_path / "exported"))
+    assert result["class"] == "BertForMaskedLM"
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        str(tmp_path / "exported"), output_loading_info=True
+    )
+    assert type(model).__name__ == "BertForMaskedLM" and not any(info.values()), info
+    restored = inference.restore(workdir)
+    ours = inference.encode(restored, ["The river runs past the town."])
+    everywhere = np.arange(ours["input_ids"].shape[1], dtype=np.int32)[None]
+    mlm, _ = restored.model.apply(
+        {"params": restored.params},
+        ours["input_ids"],
+        ours["input_mask"],
+        ours["segment_ids"],
+        everywhere,
+        deterministic=True,
+    )
+    inputs = {
+        "input_ids": torch.tensor(ours["input_ids"], dtype=torch.long),
+        "attention_mask": torch.tensor(ours["input_mask"]),
+        "token_type_ids": torch.tensor(ours["segment_ids"], dtype=torch.long),
+    }
+    with torch.no_grad():
+        theirs = model.eval()(**inputs).logits.numpy()
+    np.testing.assert_allclose(np.asarray(mlm), theirs, atol=1e-4)

@@ -1,6 +1,7 @@
 """bertjax.workdir: the files of a run read back as written, refusals that name the file,
 and one live run per workdir."""
 
+import dataclasses
 import json
 import os
 import re
@@ -162,6 +163,10 @@ def test_check_same_shapes_names_the_field_that_differs():
         workdir.CheckpointError, match="here: the saved model has vocab_size=99, this run .*=100"
     ):
         workdir.check_same_shapes(MODEL_CONFIG, wider, where="here")
+    # Same shapes, other parameters: a pre-LayerNorm model has a final norm BERT has not.
+    pre = dataclasses.replace(MODEL_CONFIG, norm_placement="pre")
+    with pytest.raises(workdir.CheckpointError, match="norm_placement='post', this run .*'pre'"):
+        workdir.check_same_shapes(MODEL_CONFIG, pre, where="here")
 
 
 def test_a_claimed_workdir_refuses_a_second_claim_until_released(tmp_path):

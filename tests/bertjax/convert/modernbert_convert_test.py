@@ -7,8 +7,10 @@ ModernBERT checkpoint can be had offline. The oracles are transformers in eval m
 `tokenizers` library, loading the files as a user would.
 """
 
+import json
 import os
 import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -20,7 +22,7 @@ from support.bpe import modernbert_like
 import bertjax
 from bertjax import checkpoint, predict, train
 from bertjax import workdir as workdir_lib
-from bertjax.convert import import_export
+from bertjax.convert import config_json, import_export
 from bertjax.model import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -151,8 +153,12 @@ def test_exported_it_loads_in_transformers_as_it_came(source, imported, tmp_path
     assert set(theirs) == set(back)
     for name, tensor in theirs.items():
         np.testing.assert_array_equal(back[name].numpy(), tensor.numpy(), err_msg=name)
-    assert loaded.config.layer_types == model.config.layer_types
-    assert loaded.config.rope_parameters == model.config.rope_parameters
+
+    # The same architecture, in transformers 4.x's keys or 5.x's.
+    def read(config, where):
+        return config_json.from_modernbert(json.loads(config.to_json_string()), where)
+
+    assert read(loaded.config, "out") == read(model.config, "in")
     # AutoTokenizer gives bertjax's ids, and no token type ids (ModernBERT takes none).
     auto = transformers.AutoTokenizer.from_pretrained(str(out))
     encoded = auto(TEXTS, padding=True, return_tensors="np")
@@ -253,3 +259,13 @@ def test_fine_tuning_and_predict_run_on_an_imported_modernbert(imported, tmp_pat
     # And it exports as transformers' class of its task.
     exported = import_export.export_hf(workdir, str(tmp_path / "exported"))
     assert exported["class"] == "ModernBertForSequenceClassification"
+
+
+def test_a_modern_model_pretrained_with_nsp_has_no_transformers_class(imported, tmp_path):
+    workdir = tmp_path / "with_nsp"
+    shutil.copytree(imported[0], workdir)
+    task = json.loads((workdir / workdir_lib.TASK_FILE).read_text())
+    task["tokenizer_data"]["next_sentence_prediction"] = True
+    (workdir / workdir_lib.TASK_FILE).write_text(json.dumps(task))
+    with pytest.raises(import_export.ConversionError, match="pretrained with next-sentence"):
+        import_export.export_hf(str(workdir), str(tmp_path / "out"))

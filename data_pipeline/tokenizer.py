@@ -212,6 +212,15 @@ class BpeTokenizer:
             return np.fromiter(ids, np.int32, int(lengths.sum())), lengths
 
 
+def bpe_text(tokens) -> str:
+    """Byte-level BPE tokens back to the text they spell ("Ġfox" -> " fox"); a run of
+    tokens cut inside a character gives U+FFFD for it."""
+    return _BYTE_LEVEL.decode(list(tokens))
+
+
+_BYTE_LEVEL = tokenizers.decoders.ByteLevel()
+
+
 def normalizer_lowercases(normalizer) -> bool:
     """Whether a tokenizer.json's normalizer object lowercases."""
     if not isinstance(normalizer, dict):

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tokenizers
 
 from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
@@ -28,6 +27,7 @@ from data_pipeline import files
 from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
 from data_pipeline.finetune.squad_input import SquadDocument, SquadError, SquadFeatures
+from data_pipeline.tokenizer import bpe_text
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
 # ----------------------------------------------------------------------------- answers from logits
@@ -286,12 +286,10 @@ def _sentencepiece_text(tokens: Sequence[str]) -> str:
 
 
 def _bpe_text(tokens: Sequence[str]) -> str:
-    # Byte-level pieces back to their bytes, then text (a piece cut inside a character
-    # gives U+FFFD); whitespace as the words the tokenizer reads.
-    return " ".join(_BYTE_LEVEL.decode(list(tokens)).split())
+    # Whitespace as the words the tokenizer reads.
+    return " ".join(bpe_text(tokens).split())
 
 
-_BYTE_LEVEL = tokenizers.decoders.ByteLevel()
 _DETOKENIZERS = {
     "wordpiece": _wordpiece_text,
     "sentencepiece": _sentencepiece_text,

@@ -128,6 +128,8 @@ def test_an_imported_modernbert_computes_as_transformers(source, imported):
     # fill_mask, the notebook API, works on it.
     guesses = bertjax.fill_mask(restored, "The quick brown [MASK] jumps.", top_k=3)
     assert len(guesses[0]) == 3
+    # Guesses read as text ("fox" with its space), not as byte-level symbols ("Ġfox").
+    assert not any("\u0120" in token for token, _ in guesses[0])
 
 
 def test_a_modernbert_model_without_its_head_imports_with_a_fresh_head(source, tmp_path):

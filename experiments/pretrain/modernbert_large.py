@@ -3,13 +3,14 @@
     python -m bertjax.main --config experiments/pretrain/modernbert_large.py \
         --workdir gs://YOUR_BUCKET/runs/modernbert_large --distributed
 
-Hardware: a Cloud TPU v5p-256 slice or larger (4,928 sequences of 1,024 tokens a
-step; `--distributed` on multi-host slices). The original trained on 8 H100 GPUs
-(paper, Table 3: 3,363 GPU-hours for this phase).
+Hardware: a Cloud TPU v5p-128 slice (64 chips, `--distributed`): 77 of the 4,928
+sequences of 1,024 tokens a chip, in 7 microbatches of 11 (4,928 = 64 x 77 splits no
+other way). `python -m bertjax.tpu.aot --config experiments/pretrain/modernbert_large.py
+--topology v5p-8 --config.train_batch_size=128 --noeval` puts 32 a chip at 81.8 GiB. The
+original trained on 8 H100 GPUs (paper, Table 3: 3,363 GPU-hours for this phase).
 
-Time: not measured on a TPU; `python -m bertjax.tpu.aot --config
-experiments/pretrain/modernbert_large.py --topology v5p-8 --config.train_batch_size=64`
-prints its memory per chip and roofline step time (docs/modern-encoders.md).
+Time: not measured on a TPU; docs/modern-encoders.md has what the TPU compiler
+estimates.
 
 Expected result: GLUE dev average 90.4 for the released ModernBERT-large after all
 three phases (paper, Table 1).
@@ -51,4 +52,5 @@ def get_config() -> ml_collections.ConfigDict:
     config.optimizer.learning_rate = PEAK_LEARNING_RATE
     config.optimizer.warmup_steps = steps(WARMUP_TOKENS, BATCH_SIZE, length)
     config.optimizer.weight_decay = modernbert_base.PAPER_WEIGHT_DECAY / PEAK_LEARNING_RATE
+    config.optimizer.num_microbatches = 7
     return config

@@ -4,8 +4,9 @@
     echo "Hello, World!" | bertjax-tokenize --vocab tokenizer.json --cased
 
 Each input line gives one output line {"ids": [...], "tokens": [...]}, without
-[CLS]/[SEP]. --vocab is a vocab.txt or tokenizer.json (WordPiece) or a
-sentencepiece *.model. Invalid UTF-8 bytes are replaced by U+FFFD (which the
+[CLS]/[SEP]. --vocab is a vocab.txt or tokenizer.json (WordPiece), a sentencepiece
+*.model, or a byte-level BPE tokenizer.json (ModernBERT's; its own normalizer decides
+the case, --cased does not apply). Invalid UTF-8 bytes are replaced by U+FFFD (which the
 WordPiece tokenizer drops, as the original BERT code drops undecodable bytes),
 and their count is reported on stderr at the end.
 """
@@ -25,7 +26,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     flags.DEFINE_string(
-        "vocab", None, "vocab.txt or tokenizer.json (WordPiece), or a sentencepiece .model file."
+        "vocab",
+        None,
+        "vocab.txt or tokenizer.json (WordPiece or byte-level BPE), or a sentencepiece .model.",
     )
     flags.DEFINE_bool("cased", False, "Keep case and accents (a cased model).")
     flags.DEFINE_integer(
@@ -64,9 +67,11 @@ def main(argv):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from data_pipeline.tokenizer import SentencePieceTokenizer, WordPieceTokenizer
+    from data_pipeline.tokenizer import BpeTokenizer, SentencePieceTokenizer, WordPieceTokenizer
 
-    if vocab.is_sentencepiece:
+    if vocab.kind == "bpe":
+        tokenizer = BpeTokenizer(vocab, lower_case=None)
+    elif vocab.is_sentencepiece:
         tokenizer = SentencePieceTokenizer(vocab, lower_case=not FLAGS.cased)
     else:
         tokenizer = WordPieceTokenizer(

@@ -162,7 +162,8 @@ class BpeTokenizer:
     the same segment.
     """
 
-    def __init__(self, vocab: Vocab, *, lower_case: bool):
+    def __init__(self, vocab: Vocab, *, lower_case: bool | None):
+        """`lower_case` None: as the file's normalizer does."""
         if vocab.kind != "bpe":
             raise VocabError(f"{vocab.path}: a {vocab.kind} vocabulary, not a BPE tokenizer.json")
         self.vocab = vocab
@@ -173,6 +174,8 @@ class BpeTokenizer:
         except Exception as e:  # the library raises a bare Exception
             raise VocabError(f"{vocab.path}: Hugging Face tokenizers cannot load it: {e}") from None
         lowercases = normalizer_lowercases(json.loads(text).get("normalizer"))
+        if lower_case is None:
+            self.lower_case = lower_case = lowercases
         if lowercases != lower_case:
             raise VocabError(
                 f"{vocab.path}: its normalizer {'lowercases' if lowercases else 'keeps case'}; "

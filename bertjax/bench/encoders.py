@@ -2,16 +2,22 @@
 
     python -m bertjax.bench.encoders --workdir runs/encoders [--bert_steps 3000]
 
-Trains experiments/pretrain/tiny_cpu.py (BERT-Tiny, BERT's recipe) for --bert_steps
-steps and experiments/pretrain/modernbert_tiny_cpu.py (ModernBERT's block and
-recipe at BERT-Tiny's width) for as many steps as take the same model FLOPs
-(bertjax.flops: the modern model's step costs more, so it takes fewer), each in
-WORKDIR/NAME (a finished run is reused, a stopped one resumed). Then scores both
-on one held-out set: the built-in corpus's eval split as single segments, masked
-once at 15% from a fixed seed, so the two accuracies are over the same tokens.
-Both learn their WordPiece vocabulary with the same settings, so they share it.
-Prints a row per model: parameters, FLOPs per step, steps, training FLOPs and
-time, and held-out MLM loss and accuracy.
+Trains, each for the model FLOPs of BERT-Tiny's --bert_steps steps (bertjax.flops: a
+step that costs more gets fewer steps), each in WORKDIR/NAME (a finished run is
+reused, a stopped one resumed):
+
+    bert_tiny       experiments/pretrain/tiny_cpu.py: BERT's block and recipe
+    bert_block_mlm  BERT-Tiny's block with modernbert_tiny_cpu.py's recipe (masked LM
+                    alone at 30% on packed rows, StableAdamW, warmup-stable-decay)
+    modern_tiny     experiments/pretrain/modernbert_tiny_cpu.py: ModernBERT's block
+                    and recipe at BERT-Tiny's width
+
+so that the recipe's share and the block's can be told apart. Then scores them on one
+held-out set: the built-in corpus's eval split as single segments, masked once at 15%
+from a fixed seed, so the accuracies are over the same tokens. All learn their
+WordPiece vocabulary with the same settings, so they share it. Prints a row per
+model: parameters, FLOPs per step, steps, training FLOPs and time, and held-out MLM
+loss and accuracy.
 """
 
 import dataclasses
@@ -23,33 +29,35 @@ from absl import flags
 from data_pipeline import cli
 
 FLAGS = flags.FLAGS
-# The models compared: name -> experiment module.
-MODELS = {"bert_tiny": "tiny_cpu", "modern_tiny": "modernbert_tiny_cpu"}
 EVAL_BATCH = 64
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("workdir", None, "Where the two runs go (one folder each).")
-    flags.DEFINE_integer("bert_steps", 3000, "BERT-Tiny's steps; the modern model gets its FLOPs.")
+    flags.DEFINE_string("workdir", None, "Where the runs go (one folder each).")
+    flags.DEFINE_integer("bert_steps", 3000, "BERT-Tiny's steps; the others get their FLOPs.")
     flags.mark_flag_as_required("workdir")
 
 
 def configs(bert_steps: int) -> dict:
-    """The two experiment configs, the modern one's steps set to BERT-Tiny's FLOPs."""
-    import importlib
+    """The configs of the models compared (module docstring), each one's steps set to
+    BERT-Tiny's FLOPs."""
+    from experiments.pretrain import modernbert_tiny_cpu, tiny_cpu
 
-    loaded = {
-        name: importlib.import_module(f"experiments.pretrain.{module}").get_config()
-        for name, module in MODELS.items()
-    }
-    per_step = {name: step_flops(config) for name, config in loaded.items()}
-    bert, modern = loaded["bert_tiny"], loaded["modern_tiny"]
+    bert = tiny_cpu.get_config()
     bert.num_train_steps = bert_steps
-    steps = round(bert_steps * per_step["bert_tiny"] / per_step["modern_tiny"])
-    modern.num_train_steps = steps  # its warmup and decay follow (modernbert_tiny_cpu.py)
     bert.optimizer.warmup_steps = min(bert.optimizer.warmup_steps, bert_steps // 10)
+    mlm = modernbert_tiny_cpu.get_config()
+    mlm.model = tiny_cpu.get_config().model
+    mlm.model.vocab_size = mlm.data.get_ref("vocab_size")
+    loaded = {
+        "bert_tiny": bert,
+        "bert_block_mlm": mlm,
+        "modern_tiny": modernbert_tiny_cpu.get_config(),
+    }
+    budget = step_flops(bert) * bert_steps
     for config in loaded.values():
-        steps = config.num_train_steps
+        # The modern recipe's warmup and decay follow num_train_steps (modernbert_tiny_cpu.py).
+        config.num_train_steps = steps = round(budget / step_flops(config))
         config.eval_every_steps = config.checkpoint_every_steps = steps
         config.log_every_steps = max(1, steps // 10)
     return loaded
@@ -120,7 +128,7 @@ def main(argv):
         seconds = goodput.account(goodput.read_events(workdir))["seconds"]["productive"]
         count = sum(x.size for x in jax.tree.leaves(parameter_shapes(config)))
         rows.append((name, workdir, config, count, seconds))
-    # One held-out set for both: single segments, 15% masked, unpacked.
+    # One held-out set for all: single segments, 15% masked, unpacked.
     modern_data = data_config_lib.from_config(loaded["modern_tiny"].data)
     vocab = {workdir_lib.vocab_file(workdir) for _, workdir, *_ in rows}
     data = dataclasses.replace(
@@ -137,15 +145,15 @@ def main(argv):
     print(
         "held-out set: the built-in corpus's eval split, single segments of up to "
         f"{data.max_seq_length} tokens, 15% masked (seed {data.eval_seed})"
-        + ("" if same else "; WARNING: the two runs learned different vocabularies")
+        + ("" if same else "; WARNING: the runs learned different vocabularies")
     )
-    header = f"{'model':<12} {'params':>9} {'GFLOP/step':>10} {'steps':>6} {'PFLOP':>6} "
+    header = f"{'model':<14} {'params':>9} {'GFLOP/step':>10} {'steps':>6} {'PFLOP':>6} "
     print(header + f"{'training':>10} {'MLM loss':>8} {'MLM acc':>7}")
     for name, workdir, config, count, seconds in rows:
         score = held_out(workdir, data)
         per_step = step_flops(config)
         print(
-            f"{name:<12} {count:>9,} {per_step / 1e9:>10.1f} {config.num_train_steps:>6} "
+            f"{name:<14} {count:>9,} {per_step / 1e9:>10.1f} {config.num_train_steps:>6} "
             f"{per_step * config.num_train_steps / 1e15:>6.2f} {seconds / 60:>8.1f} m "
             f"{score['loss']:>8.3f} {score['accuracy']:>7.3f}"
         )

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+import tokenizers
 from support import REPO
+from support.bpe import modernbert_like
 
 from data_pipeline.tokenize_lines import decode_line
 from data_pipeline.tokenizer import WordPieceTokenizer
@@ -76,6 +78,18 @@ def test_cased_max_chars_and_sentencepiece(bert_json, sentencepiece_model):
     assert result.returncode == 0, result.stderr.decode()
     processor = sentencepiece.SentencePieceProcessor(model_file=sentencepiece_model)
     assert json.loads(result.stdout)["ids"] == processor.encode("the cat")
+
+
+@pytest.mark.integration
+def test_a_byte_level_bpe_tokenizer_json(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    modernbert_like().save(str(path))
+    result = run_cli("--vocab", str(path), stdin=b"Hello, World!\n  two  spaces\n")
+    assert result.returncode == 0, result.stderr.decode()
+    records = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    oracle = tokenizers.Tokenizer.from_file(str(path))
+    for record, line in zip(records, ["Hello, World!", "  two  spaces"], strict=True):
+        assert record["ids"] == oracle.encode(line, add_special_tokens=False).ids
 
 
 @pytest.mark.integration

@@ -12,14 +12,19 @@ from bertjax.bench import encoders
 pytestmark = pytest.mark.integration
 
 
-def test_the_modern_model_gets_bert_tinys_flops():
+def test_every_model_gets_bert_tinys_flops():
     loaded = encoders.configs(3000)
-    bert, modern = loaded["bert_tiny"], loaded["modern_tiny"]
-    flops = {name: encoders.step_flops(config) for name, config in loaded.items()}
-    assert flops["modern_tiny"] > flops["bert_tiny"]  # twice the layers, three FFN matrices
-    bert_total = flops["bert_tiny"] * bert.num_train_steps
-    modern_total = flops["modern_tiny"] * modern.num_train_steps
-    assert abs(modern_total - bert_total) <= flops["modern_tiny"] / 2  # to within a step
+    assert loaded["bert_tiny"].num_train_steps == 3000
+    budget = encoders.step_flops(loaded["bert_tiny"]) * 3000
+    for name, config in loaded.items():
+        per_step = encoders.step_flops(config)
+        assert abs(per_step * config.num_train_steps - budget) <= per_step / 2, name
+    # The ablation is BERT-Tiny's block under the modern recipe.
+    mlm, modern = loaded["bert_block_mlm"], loaded["modern_tiny"]
+    assert mlm.model.to_dict() == {**loaded["bert_tiny"].model.to_dict(), "vocab_size": 4096}
+    assert mlm.data.to_dict() == modern.data.to_dict()
+    assert mlm.optimizer.name == "stable_adamw" and not mlm.data.next_sentence_prediction
+    # The modern recipe's warmup and decay follow its steps.
     assert modern.optimizer.decay_steps == modern.num_train_steps // 5
 
 
@@ -49,6 +54,6 @@ def test_a_short_comparison_prints_a_row_per_model(tmp_path):
             re.M,
         )
     }
-    assert set(rows) == {"bert_tiny", "modern_tiny"}
+    assert set(rows) == {"bert_tiny", "bert_block_mlm", "modern_tiny"}
     assert int(rows["bert_tiny"]["steps"]) == 12
-    assert 0 < int(rows["modern_tiny"]["steps"]) < 12
+    assert 0 < int(rows["modern_tiny"]["steps"]) < int(rows["bert_block_mlm"]["steps"]) < 12

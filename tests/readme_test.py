@@ -31,8 +31,8 @@ NOT_AS_WRITTEN = {
     ),
     "python -m bertjax.glue report": "tests/bertjax/glue/suite_test.py, on its own suite",
     "python -m bertjax.bench.encoders": (
-        "tests/bertjax/bench/encoders_bench_test.py, with a few steps: as written, two "
-        "pretraining runs of about 13 minutes each"
+        "tests/bertjax/bench/encoders_bench_test.py, with a few steps: as written, three "
+        "pretraining runs of about 10 minutes each"
     ),
 }
 

@@ -93,6 +93,7 @@ def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: i
         print(f"\nfill-mask on held-out sentences (model at step {restored.step}):", file=out)
     for masked, word in sentences:
         [top] = inference.fill_mask(restored, masked, top_k=5)
-        guesses = "  ".join(f"{token} {p:.2f}" for token, p in top)
-        hit = "*" if word.lower() in [token for token, _ in top] else " "
+        # A byte-level BPE guess is text with its leading space (" level").
+        guesses = "  ".join(f"{token.strip()} {p:.2f}" for token, p in top)
+        hit = "*" if word.lower() in [token.strip().lower() for token, _ in top] else " "
         print(f"  {masked}\n    answer {word!r}{hit}  top 5: {guesses}", file=out)

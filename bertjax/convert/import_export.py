@@ -489,8 +489,13 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
             f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: a {kind} workdir; export writes "
             f"the models of {', '.join(HF_CLASSES)} workdirs"
         )
-    next_sentence = workdir_lib.read_tokenizer_data(workdir)["next_sentence_prediction"]
-    if kind == "pretraining" and family == "modernbert" and next_sentence:
+    _table("hf", config, 0)  # a mix of BERT's and ModernBERT's blocks fails here, in one line
+    tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
+    if (
+        kind == "pretraining"
+        and family == "modernbert"
+        and tokenizer_data["next_sentence_prediction"]
+    ):
         raise ConversionError(
             f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: pretrained with next-sentence "
             "prediction, which transformers' ModernBertForMaskedLM has no head for"
@@ -504,7 +509,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
         vocab = load_vocab(vocab_file)
     except VocabError as e:
         raise ConversionError(str(e)) from None
-    needed = {"bert": "wordpiece", "modernbert": "bpe"}.get(family, vocab.kind)
+    needed = {"bert": "wordpiece", "modernbert": "bpe"}[family]
     if vocab.kind != needed:
         raise ConversionError(
             f"{vocab_file}: a {vocab.kind} vocabulary; Hugging Face's "
@@ -520,9 +525,24 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
 
     # Without `step`, the newest checkpoint that verifies.
     restored = inference.restore(workdir, step)
-    step = restored.step
     tensors = tensors_from_params(restored.params, config, "hf", kind=kind)
-    if family == "modernbert":
+    hf_class, hf_config, tokenizer = _hf_files(restored, vocab, vocab_file, tokenizer_data)
+    with _staging_dir(out_dir) as staging:
+        files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
+        for name, values in tokenizer.items():
+            files.atomic_write_json(os.path.join(staging, name), values)
+        if family == "bert":
+            with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
+                f.write("".join(token + "\n" for token in vocab.tokens))
+        with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
+            f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+    return {"out_dir": out_dir, "step": restored.step, "config": config, "class": hf_class}
+
+
+def _hf_files(restored, vocab, vocab_file: str, tokenizer_data: dict) -> tuple[str, dict, dict]:
+    """(transformers class, config.json, tokenizer files) of a restored workdir's model."""
+    config, kind = restored.config, restored.kind
+    if config_json.hf_family(config) == "modernbert":
         hf_class = param_names.MODERNBERT_CLASSES[kind]
         hf_config = {
             "architectures": [hf_class],
@@ -538,36 +558,26 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
         tokenizer = tokenizer_files.bpe_tokenizer_files(
             vocab, _read_json(vocab_file), max_length=config.max_position_embeddings
         )
-    else:
-        # Pretrained with masked LM alone: no pooler and no NSP head, as BertForMaskedLM.
-        masked_lm = kind == "pretraining" and not next_sentence
-        hf_class = "BertForMaskedLM" if masked_lm else HF_CLASSES[kind]
-        hf_config = {
-            "architectures": [hf_class],
-            "model_type": "bert",
-            **config_json.to_hf(config),
-            **_hf_labels(kind, restored.task),
-            "position_embedding_type": "absolute",
-            "pad_token_id": vocab.pad_id,
-            "tie_word_embeddings": True,
-        }
-        tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
-        tokenizer = tokenizer_files.hf_tokenizer_files(
-            vocab,
-            do_lower_case=tokenizer_data["do_lower_case"],
-            max_chars_per_word=tokenizer_data["max_chars_per_word"],
-            max_length=config.max_position_embeddings,
-        )
-    with _staging_dir(out_dir) as staging:
-        files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
-        for name, values in tokenizer.items():
-            files.atomic_write_json(os.path.join(staging, name), values)
-        if family == "bert":
-            with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
-                f.write("".join(token + "\n" for token in vocab.tokens))
-        with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
-            f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
-    return {"out_dir": out_dir, "step": step, "config": config, "class": hf_class}
+        return hf_class, hf_config, tokenizer
+    # Pretrained with masked LM alone: no pooler and no NSP head, as BertForMaskedLM.
+    masked_lm = kind == "pretraining" and not tokenizer_data["next_sentence_prediction"]
+    hf_class = "BertForMaskedLM" if masked_lm else HF_CLASSES[kind]
+    hf_config = {
+        "architectures": [hf_class],
+        "model_type": "bert",
+        **config_json.to_hf(config),
+        **_hf_labels(kind, restored.task),
+        "position_embedding_type": "absolute",
+        "pad_token_id": vocab.pad_id,
+        "tie_word_embeddings": True,
+    }
+    tokenizer = tokenizer_files.hf_tokenizer_files(
+        vocab,
+        do_lower_case=tokenizer_data["do_lower_case"],
+        max_chars_per_word=tokenizer_data["max_chars_per_word"],
+        max_length=config.max_position_embeddings,
+    )
+    return hf_class, hf_config, tokenizer
 
 
 def _hf_labels(kind: str, task) -> dict:

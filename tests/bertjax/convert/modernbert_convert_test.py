@@ -271,3 +271,12 @@ def test_a_modern_model_pretrained_with_nsp_has_no_transformers_class(imported, 
     (workdir / workdir_lib.TASK_FILE).write_text(json.dumps(task))
     with pytest.raises(import_export.ConversionError, match="pretrained with next-sentence"):
         import_export.export_hf(str(workdir), str(tmp_path / "out"))
+
+
+def test_a_mix_of_the_two_blocks_is_refused_before_anything_is_restored(imported, tmp_path):
+    workdir = tmp_path / "mixed"
+    shutil.copytree(imported[0], workdir)
+    path = workdir / workdir_lib.MODEL_CONFIG_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "feed_forward": "mlp"}))
+    with pytest.raises(import_export.ConversionError, match="neither BERT's nor ModernBERT's"):
+        import_export.export_hf(str(workdir), str(tmp_path / "out"))

@@ -186,8 +186,8 @@ def test_logits_must_cover_every_feature_once(v1_features, tokenizer):
         predict_answers(v1_features, rows, start[:, :10], end[:, :10], tokenizer)
 
 
-def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
-    tokenizer = SentencePieceTokenizer(load_vocab(sentencepiece_model), lower_case=True)
+def oracle_answers(tokenizer, v1_data, v2_data) -> dict:
+    """Both versions' answers from logits peaked on the gold spans, each exactly right."""
     answers = {}
     for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
         features = squad_input.make_features(data, tokenizer, config)
@@ -196,6 +196,12 @@ def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
         result = scores.squad_scores(data.gold_answers(), predictions.answers, version=version)
         assert result["exact_match"] == 1.0
         answers.update(predictions.answers)
+    return answers
+
+
+def test_sentencepiece_tokenizer(sentencepiece_model, v1_data, v2_data):
+    tokenizer = SentencePieceTokenizer(load_vocab(sentencepiece_model), lower_case=True)
+    answers = oracle_answers(tokenizer, v1_data, v2_data)
     # Inside a word the pieces lack the word-start mark that the answer
     # tokenized alone has, so the span stays the whole word "(1911).", which
     # normalizes to the gold "1911".
@@ -208,14 +214,7 @@ def test_bpe_tokenizer(tmp_path, v1_data, v2_data):
     path = tmp_path / "tokenizer.json"
     modernbert_like().save(str(path))
     tokenizer = BpeTokenizer(load_vocab(str(path)), lower_case=False)
-    answers = {}
-    for data, config in ((v1_data, V1_CONFIG), (v2_data, V2_CONFIG)):
-        features = squad_input.make_features(data, tokenizer, config)
-        predictions = predict_answers(features, *oracle_logits(features), tokenizer)
-        version = "v2.0" if config.version_2_with_negative else "v1.1"
-        result = scores.squad_scores(data.gold_answers(), predictions.answers, version=version)
-        assert result["exact_match"] == 1.0
-        answers.update(predictions.answers)
+    answers = oracle_answers(tokenizer, v1_data, v2_data)
     # The pieces' bytes give back the text as written: case, accents and all.
     assert answers[example(v1_data, "What is the largest city").qid] == "Zürich"
 

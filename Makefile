@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # TensorFlow's C++ logging is noise for a person reading the demo.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo minilm test test-fast coverage lint format install clean bench-hf
+.PHONY: demo minilm test test-all test-fast coverage lint format install clean bench-hf
 
 $(STAMP): requirements.txt requirements-test.txt requirements-test-extras.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,15 +53,22 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The whole suite, lint first: what CI (.ci/run) runs. Three xdist workers on two
-# cores: many tests wait on subprocesses, servers and signals, and a third worker
-# keeps the cores busy meanwhile.
+# What a change must pass: lint, the unit tier and one short run of every user-facing
+# command (the `command` tier): at most 10 minutes from a clean clone on 2 cores.
+# Three xdist workers on two cores: the command tests wait on their programs, and a
+# third worker keeps the cores busy meanwhile; loadgroup keeps each xdist_group on one.
+TIERS_OF_TEST := not (slow or integration or emulator or tpu_compile or gpu)
 test: lint
-	$(PY) -m pytest -n 3 --durations=15 tests
+	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=10 -m "$(TIERS_OF_TEST)" tests
 
-# The unit tier: every test without a tier marker (tests/support/tiers.py), for the
-# edit loop. Add PYTEST_ARGS=... to pick tests (PYTEST_ARGS="-k losses").
-UNIT := not (slow or integration or emulator or tpu_compile or gpu)
+# The whole suite, lint first: every tier (scenarios, multi-process runs, faults,
+# emulators, TPU compiles). What CI (.ci/run) runs.
+test-all: lint
+	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=15 tests
+
+# The unit tier, for the edit loop. Add PYTEST_ARGS=... to pick tests
+# (PYTEST_ARGS="-k losses").
+UNIT := $(TIERS_OF_TEST) and not command
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q -m "$(UNIT)" $(PYTEST_ARGS) tests
 
@@ -77,7 +84,7 @@ coverage: $(STAMP)
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) combine -q
 	@echo "== unit tier (make test-fast)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) report --sort=cover
-	@echo "== whole suite (make test)"
+	@echo "== whole suite (make test-all)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) report --sort=cover
 
 # Times our train step against Hugging Face's FlaxBertForPreTraining on BERT-Small,

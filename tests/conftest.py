@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(items):
     workers finish together instead of one running them alone at the end; the unit tier
     last. A file's tests stay together, in their order, so that its module fixtures are
     made once."""
-    order = ("integration", "emulator", "tpu_compile", "slow")
+    order = ("integration", "emulator", "command", "tpu_compile", "slow")
 
     def rank(item):
         marks = [i for i, name in enumerate(order) if item.get_closest_marker(name)]

@@ -16,7 +16,7 @@ from support import REPO, readme
 # README command (its start) -> where it runs instead, and why not as written.
 NOT_AS_WRITTEN = {
     "make demo": "by hand (16 minutes); its job is the tour's step 1 below at 3,000 steps",
-    "make test": "CI (.ci/run)",
+    "make test": "by hand, before a change is pushed; CI (.ci/run) runs make test-all",
     "make minilm": "tests/makefile_test.py, into a temporary folder rather than the checkout",
     "python -m bertjax.tpu.aot --config experiments/pretrain/bert_base.py": (
         "tests/bertjax/tpu/aot_test.py, with tiny_cpu.py: BERT-Base takes 6 minutes of CPU"

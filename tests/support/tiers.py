@@ -3,16 +3,18 @@
 A test carries one marker when what it checks takes more than a few seconds or
 needs more than this process:
 
+    command      one short end-to-end run of a user-facing command, as a user starts it
     slow         a unit test that is slow only because of what it computes
     integration  the process boundary or the whole training loop is what it checks
     emulator     it starts a server: the GCS emulator, PostgreSQL
     tpu_compile  it compiles for TPU devices with libtpu's compiler
     gpu          it needs a GPU (skipped without one)
 
-The rest is the unit tier, `make test-fast`. An unmarked test whose body uses
-more than UNIT_LIMIT_S of CPU time (this process's, all threads: compiling
-included), or waits more than UNIT_WALL_LIMIT_S, fails, so the unit tier stays
-fast as tests are added. CPU time, not wall time, so that a loaded machine (CI,
+The rest is the unit tier, `make test-fast`; `make test` runs it and the `command`
+tests, `make test-all` every tier. An unmarked test whose body uses more than
+UNIT_LIMIT_S of CPU time (this process's, all threads: compiling included), or
+waits more than UNIT_WALL_LIMIT_S, fails, so the unit tier stays fast as tests
+are added. CPU time, not wall time, so that a loaded machine (CI,
 xdist workers sharing two cores) does not fail a test that is fast; the call
 alone, not its fixtures, which are shared (the first user of a session fixture
 should not pay for it). `-o unit_cpu_limit_s=N` changes the CPU limit for one
@@ -23,7 +25,7 @@ import time
 
 import pytest
 
-TIERS = ("slow", "integration", "emulator", "tpu_compile", "gpu")
+TIERS = ("command", "slow", "integration", "emulator", "tpu_compile", "gpu")
 UNIT_LIMIT_S = 8.0  # of CPU time
 UNIT_WALL_LIMIT_S = 60.0
 

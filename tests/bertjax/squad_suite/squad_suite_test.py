@@ -116,7 +116,7 @@ def squad_cli(*args, timeout=900):
     )  # fmt: skip
 
 
-@pytest.mark.integration
+@pytest.mark.command
 def test_both_versions_run_report_their_results_and_resume_as_done(tmp_path, pretrained_run):
     out = tmp_path / "out"
     args = [

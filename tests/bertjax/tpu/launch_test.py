@@ -148,7 +148,7 @@ def one_error_line(result) -> str:
 # ---------------------------------------------------------------------- golden files
 
 
-@pytest.mark.integration
+@pytest.mark.command
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_dry_run_prints_the_golden_commands(case):
     result = launcher(*GOLDEN[case], "--dry_run")

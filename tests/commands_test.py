@@ -1,0 +1,177 @@
+"""One short run of each user-facing command, as a user starts it: what `make test` runs
+besides the unit tier.
+
+Each program runs once, a few steps on the small test vocabulary, and its output is
+checked the way a person reads it. The scenarios behind each command (kills, resumes
+on other meshes, learning to a target, the suites' kill and resume) are in the rest of
+the suite, `make test-all`. The launcher's dry runs (tests/bertjax/tpu/launch_test.py)
+and the SQuAD suite (tests/bertjax/squad_suite/squad_suite_test.py) carry the `command`
+marker where they are.
+"""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from support import REPO, SMALL_VOCAB_SIZE
+
+pytestmark = pytest.mark.command
+# The tests that read the module's pretrained workdir run in one xdist worker
+# (--dist loadgroup), which trains it once.
+chain = pytest.mark.xdist_group("pretrained")
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+# make_small_config (tests/conftest.py) as overrides of tiny_cpu.py.
+SMALL_MODEL = {
+    "train_batch_size": 8, "eval_batch_size": 8, "num_eval_steps": 2, "eval_every_steps": 4,
+    "checkpoint_every_steps": 4, "log_every_steps": 2, "optimizer.warmup_steps": 2,
+    "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
+    "data.document_buffer_size": 32, "data.shuffle_buffer_size": 64,
+    "data.vocab_size": SMALL_VOCAB_SIZE, "model.hidden_size": 64,
+    "model.num_attention_heads": 2, "model.intermediate_size": 128,
+    "model.max_position_embeddings": 64,
+}  # fmt: skip
+
+
+def flags(overrides: dict) -> list[str]:
+    return [f"--config.{key}={value}" for key, value in overrides.items()]
+
+
+def run(module: str, *args, cwd=REPO, expect: int = 0) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == expect, result.stderr[-3000:] + result.stdout[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, small_vocab_file):
+    """`python -m bertjax.main` for 4 steps, then the same command at 6: it resumes."""
+    workdir = tmp_path_factory.mktemp("commands") / "pretrained"
+    small = {**SMALL_MODEL, "data.vocab_file": small_vocab_file}
+    args = ["--config", "experiments/pretrain/tiny_cpu.py", "--workdir", workdir, *flags(small)]
+    first = run("bertjax.main", *args, "--config.num_train_steps=4", "--fill_mask_examples=1")
+    second = run("bertjax.main", *args, "--config.num_train_steps=6")
+    return workdir, first, second
+
+
+@chain
+def test_pretraining_trains_reports_and_resumes(pretrained):
+    workdir, first, second = pretrained
+    assert "held-out MLM accuracy" in first.stdout
+    assert first.stdout.count("    answer '") == 1  # --fill_mask_examples=1
+    assert re.search(r"^goodput: \d+% of ", first.stdout, re.M)
+    # The second run starts from checkpoint 4: it logs step 6 alone (every 2nd step).
+    assert re.findall(r"^step +(\d+)/6 ", second.stdout, re.M) == ["6"], second.stdout
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6"]
+    assert first.stderr == second.stderr == ""  # no start-up lines, no warnings
+
+
+@chain
+def test_goodput_counts_both_processes(pretrained):
+    workdir, _, _ = pretrained
+    report = run("bertjax.goodput", workdir, "--json")
+    result = json.loads(report.stdout)
+    assert len(result["processes"]) == 2, result
+    assert 0 < result["fractions"]["productive"] < 1
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained, tmp_path_factory):
+    """The README's fine-tuning step from the small pretrained workdir, a few steps."""
+    tasks = tmp_path_factory.mktemp("builtin_tasks")
+    run("data_pipeline.builtin_tasks", "--out_dir", tasks)
+    workdir = tasks.parent / "topics"
+    result = run(
+        "bertjax.main", "--config", "experiments/finetune/builtin_topics.py",
+        "--workdir", workdir, f"--config.init_checkpoint={pretrained[0]}",
+        f"--config.data.train_file={tasks}/topics_train.tsv",
+        f"--config.data.eval_file={tasks}/topics_eval.tsv",
+        "--config.num_train_epochs=0.2", "--config.log_every_steps=1",
+    )  # fmt: skip
+    return workdir, tasks, result
+
+
+@chain
+def test_finetuning_scores_and_predict_labels_each_row(finetuned, tmp_path):
+    workdir, tasks, result = finetuned
+    assert re.search(r"final \(step \d+\): accuracy 0\.\d+", result.stdout), result.stdout
+    assert json.loads((workdir / "results.json").read_text())["eval"]["accuracy"] >= 0
+    out = tmp_path / "predictions.jsonl"
+    run("bertjax.predict", "--workdir", workdir, "--input", f"{tasks}/topics_eval.tsv",
+        "--output", out)  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 87
+    assert {row["label"] for row in rows} <= {"debugger", "string-methods"}
+
+
+@chain
+def test_export_and_import_hugging_face(pretrained, finetuned, tmp_path):
+    exported = run("bertjax.convert", "export", "--format", "hf", finetuned[0], tmp_path / "topics")
+    assert "BertForSequenceClassification" in exported.stdout
+    config = json.loads((tmp_path / "topics" / "config.json").read_text())
+    assert config["id2label"] == {"0": "debugger", "1": "string-methods"}
+
+    run("bertjax.convert", "export", "--format", "hf", pretrained[0], tmp_path / "pretrained")
+    imported = run("bertjax.convert", "import", "--format", "hf", tmp_path / "pretrained",
+                   tmp_path / "imported")  # fmt: skip
+    assert "2 layers, hidden 64" in imported.stdout, imported.stdout
+    assert (tmp_path / "imported" / "checkpoints" / "0").is_dir()
+
+
+SWEEP = """\
+from experiments.pretrain import tiny_cpu
+
+
+def get_config():
+    config = tiny_cpu.get_config()
+    for key, value in {overrides}.items():
+        config.update_from_flattened_dict({{key: value}})
+    return config
+
+
+def get_hyper(hyper):
+    return hyper.sweep("config.seed", [0, 1])
+"""
+
+
+def test_a_sweep_of_two_trials_runs_and_reports(tmp_path, small_vocab_file):
+    overrides = {**SMALL_MODEL, "num_train_steps": 4, "data.vocab_file": small_vocab_file}
+    config = tmp_path / "experiment.py"
+    config.write_text(SWEEP.format(overrides=overrides))
+    sweep_dir = tmp_path / "sweep"
+    result = run("bertjax.sweep", "run", "--config", config, "--sweep_dir", sweep_dir,
+                 "--parallel", "2")  # fmt: skip
+    assert "2 trial(s)" in result.stdout, result.stdout
+    report = run("bertjax.sweep", "report", sweep_dir)
+    assert re.search(r"^best: ", report.stdout, re.M), report.stdout
+    with open(sweep_dir / "report" / "report.csv", encoding="utf-8") as f:
+        assert [row["status"] for row in csv.DictReader(f)] == ["done", "done"]
+
+
+def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
+    sample = tmp_path / "glue_sample"
+    run("bertjax.glue", "sample", sample, "--rows", "8")
+    out = tmp_path / "glue"
+    result = run(
+        "bertjax.glue", "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir", sample,
+        "--out", out, "--tasks", "rte,stsb", "--learning_rates", "5e-5", "--parallel", "2",
+        "--config.data.max_seq_length=32", "--config.train_batch_size=8",
+    )  # fmt: skip
+    for task in ("rte ", "stsb "):
+        assert any(line.startswith(task) for line in result.stdout.splitlines()), result.stdout
+    assert "GLUE score: - (needs every task)" in result.stdout
+    assert sorted(os.listdir(out / "submission")) == ["RTE.tsv", "STS-B.tsv"]
+    again = run("bertjax.glue", "report", out)
+    assert "GLUE score: - (needs every task)" in again.stdout

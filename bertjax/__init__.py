@@ -6,7 +6,7 @@ The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_m
 neither jax nor TensorFlow and changes no environment variable.
 
 In a Jupyter kernel that first use also keeps TensorFlow's, XLA's and libtpu's
-start-up lines out of the cells (data_pipeline/native_log.py), as the tools
+start-up lines out of the cells (bertjax/program.py's `notebook`), as the tools
 do; BERTJAX_VERBOSE=1 in the kernel's environment keeps them.
 """
 
@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 # name -> the module that defines it; a task's notebook function lives with the task.
 _API = {
     "restore": "inference",
-    "fill_mask": "inference",
+    "fill_mask": "tasks.pretraining_report",
     "encode": "inference",
     "embed": "inference",
     "next_sentence": "inference",
@@ -30,15 +30,9 @@ __all__ = list(_API)
 def __getattr__(name):
     if name in _API:
         import importlib
-        import os
-        import sys
 
-        from bertjax.tpu import slices
+        from bertjax import program
 
-        slices.libtpu_without_tpu()  # before jax starts; nothing on a TPU host
-        if "ipykernel" in sys.modules and not os.environ.get("BERTJAX_VERBOSE"):
-            from data_pipeline import native_log
-
-            native_log.filter_stderr()
+        program.notebook()  # before jax starts
         return getattr(importlib.import_module(f"bertjax.{_API[name]}"), name)
     raise AttributeError(f"module 'bertjax' has no attribute {name!r}")

@@ -26,7 +26,7 @@ with `cls_positions`); tagging's and squad's per-token classifier.
 
 The peak of one device, by `device.device_kind`, for the model's
 `config.model.dtype`:
-  TPU  the chip's bf16 figure (bertjax.tpu.slices.CHIPS, from Cloud TPU's
+  TPU  the chip's bf16 figure (bertjax/chips.py, from Cloud TPU's
        documentation; a v4 or v5p device is one megacore chip). float32
        models get the same figure: at JAX's default precision a TPU computes
        float32 matmuls in one bfloat16 pass.
@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.tpu import slices
+from bertjax import chips
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -147,7 +147,7 @@ _FULL_FLOAT32 = ("highest", "float32", "f32_f32_f32")
 def device_peak_flops(device_kind: str, dtype: str) -> tuple[float, str] | None:
     """(peak FLOP/s of one device of this kind for `dtype` matmuls, its source), or None for
     a kind without a vendor figure (CPUs included)."""
-    chip = slices.CHIPS.get(slices.DEVICE_KINDS.get(device_kind, ""))
+    chip = chips.CHIPS.get(chips.DEVICE_KINDS.get(device_kind, ""))
     if chip is not None:
         where = f"Cloud TPU documentation, TPU {chip.generation} system architecture"
         return chip.peak_flops, f"{device_kind}: bf16 per chip, {where}"

@@ -30,7 +30,8 @@ import os
 
 from absl import app, flags
 
-from data_pipeline import cli, files
+from bertjax import program
+from data_pipeline import files
 from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -279,4 +280,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags, positional_args=True)
+    program.run(main, define_flags, positional_args=True)

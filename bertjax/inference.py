@@ -44,9 +44,7 @@ from bertjax.tasks.contract import Description
 from bertjax.tasks.finetune import MODEL_INPUTS
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
-from data_pipeline.tokenizer import bpe_text, make_tokenizer
-
-MASK_TEXT = "[MASK]"
+from data_pipeline.tokenizer import make_tokenizer
 
 
 @dataclasses.dataclass
@@ -269,55 +267,6 @@ def next_sentence(restored: Restored, first: str, second: str) -> float:
     )
     # Label 0 is IsNext, as in the original data and data_pipeline.
     return float(jax.nn.softmax(nsp_logits[0])[0])
-
-
-def fill_mask(restored: Restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each `[MASK]` in `text`, the `top_k` tokens and their probabilities (of a
-    byte-level BPE, the tokens' text: "fox" for "Ġfox", with its space in front)."""
-    restored.require("pretraining", "fill_mask")
-    vocab = restored.tokenizer.vocab
-    pieces = text.split(MASK_TEXT)
-    if len(pieces) < 2:
-        raise ValueError(f"no {MASK_TEXT} in {text!r}")
-    if vocab.kind == "bpe":
-        # A byte-level token carries the space before it, so the mask takes the space
-        # before it too (ModernBERT's [MASK] strips it: lstrip).
-        pieces = [piece.rstrip() for piece in pieces[:-1]] + pieces[-1:]
-    encoded = restored.tokenizer.tokenize(tf.constant(pieces)).to_list()
-    ids = [vocab.cls_id]
-    positions = []
-    for index, piece in enumerate(encoded):
-        if index:
-            positions.append(len(ids))
-            ids.append(vocab.mask_id)
-        ids.extend(piece)
-    ids.append(vocab.sep_id)
-    if len(ids) > restored.max_seq_length:
-        raise ValueError(
-            f"{len(ids)} tokens: longer than the model's max_seq_length {restored.max_seq_length}"
-        )
-    input_ids = jnp.asarray([ids], jnp.int32)
-    ones = jnp.ones_like(input_ids)
-    mlm_logits, _ = restored.model.apply(
-        {"params": restored.params},
-        input_ids,
-        ones,
-        jnp.zeros_like(input_ids),
-        jnp.asarray([positions], jnp.int32),
-        deterministic=True,
-    )
-    probs = np.asarray(jax.nn.softmax(mlm_logits[0], axis=-1))
-    results = []
-    for row in probs:
-        best = np.argsort(-row)[:top_k]
-        results.append([(_token_text(vocab, i), float(row[i])) for i in best])
-    return results
-
-
-def _token_text(vocab, i: int) -> str:
-    if vocab.kind != "bpe" or vocab.is_special[i]:
-        return vocab.tokens[i]
-    return bpe_text([vocab.tokens[i]])
 
 
 def attention_maps(restored: Restored, text: str) -> tuple[np.ndarray, list[str]]:

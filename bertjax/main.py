@@ -20,9 +20,7 @@ import sys
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax import goodput, tasks
-from bertjax.tpu import slices
-from data_pipeline import cli
+from bertjax import goodput, program
 
 FLAGS = flags.FLAGS
 
@@ -71,12 +69,11 @@ def compilation_cache_dir(config, workdir: str, current: str | None) -> str | No
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()  # before jax starts
     # Imported here, not at the top: `--help`, a bad flag or a bad config key answer
     # in a fraction of a second instead of after seconds of TensorFlow and JAX imports.
     import jax
 
-    from bertjax import preemption, train
+    from bertjax import inference, preemption, tasks, train
 
     if FLAGS.distributed:
         initialize_distributed()
@@ -94,7 +91,7 @@ def main(argv):
     # Every host runs the report (restoring a checkpoint is collective); process 0 prints it.
     with preemption.stop_at_once("the end-of-run report"):
         task.report(
-            FLAGS.workdir,
+            inference.restore(FLAGS.workdir),
             FLAGS.config,
             results,
             fill_mask_examples=FLAGS.fill_mask_examples,
@@ -103,4 +100,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

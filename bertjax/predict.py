@@ -17,9 +17,8 @@ directory FILE.predictions/ for SQuAD.
 
 from absl import flags
 
-from bertjax import tasks
-from bertjax.tpu import slices
-from data_pipeline import cli, files
+from bertjax import program
+from data_pipeline import files
 
 
 def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
@@ -28,7 +27,7 @@ def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch
         raise FileNotFoundError(f"--input={input_path}: no such file")
     # Imported here, not at the top: `--help`, a usage error and a missing local --input
     # answer in a fraction of a second instead of after seconds of TensorFlow and JAX imports.
-    from bertjax import inference
+    from bertjax import inference, tasks
     from bertjax.workdir import CheckpointError
 
     restored = inference.restore(workdir, step=step)
@@ -50,7 +49,6 @@ def define_flags() -> None:
 
 def main(argv) -> None:
     del argv
-    slices.libtpu_without_tpu()  # before jax starts
     values = flags.FLAGS
     where = predict(
         values.workdir,
@@ -63,4 +61,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

@@ -41,9 +41,9 @@ os.environ["XLA_FLAGS"] = _xla_flags(
 # libtpu (installed for the ahead-of-time compile tests) starts with every jax
 # process; on this host without a TPU it only compiles, in this process and the
 # programs the tests start.
-from bertjax.tpu import slices  # noqa: E402
+from bertjax import program  # noqa: E402
 
-slices.libtpu_without_tpu()
+program.libtpu_without_tpu()
 
 import jax  # noqa: E402 - after XLA_FLAGS and the libtpu settings
 

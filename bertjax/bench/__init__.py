@@ -1,3 +1,10 @@
-"""Benchmarks that print numbers: the train step (`python -m bertjax.bench.step`, against
-Hugging Face's Flax BERT with hf_flax.py), packing (`bertjax.bench.packed_step`) and the
-attention kernels (`bertjax.bench.attention_kernels`)."""
+"""Benchmarks that print numbers, each a program (`python -m bertjax.bench.NAME --help`):
+
+throughput         the real train step: time, tokens/s, MFU (against Hugging Face's
+                   Flax BERT with --compare_hf_flax, hf_flax.py)
+packed_step        packing's train step against unpacked rows
+attention_kernels  the attention implementations
+events             what the event log and the input-wait timing add to a step
+checkpoint         saving and restoring a train state
+encoders           BERT-Tiny against the modern encoder recipe at equal FLOPs
+"""

@@ -24,8 +24,7 @@ import time
 import numpy as np
 from absl import flags
 
-from bertjax.tpu import slices
-from data_pipeline import cli
+from bertjax import program
 from data_pipeline.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -126,7 +125,6 @@ def measure(
 
 def main(argv):
     del argv
-    slices.libtpu_without_tpu()  # before jax starts
     lengths = [int(x) for x in FLAGS.lengths]
     batch_sizes = [int(x) for x in FLAGS.batch_sizes]
     if len(batch_sizes) != len(lengths):
@@ -180,4 +178,4 @@ def _parse_bool(flag: str, value: str) -> bool:
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

@@ -22,8 +22,7 @@ import time
 
 from absl import flags
 
-from bertjax.tpu import slices
-from data_pipeline import cli
+from bertjax import program
 
 FLAGS = flags.FLAGS
 
@@ -36,7 +35,6 @@ def define_flags() -> None:
 
 def main(argv):
     del argv
-    slices.libtpu_without_tpu()  # before jax starts
     import jax
     import jax.numpy as jnp
     import optax
@@ -146,4 +144,4 @@ def _restore_before(manager, abstract):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

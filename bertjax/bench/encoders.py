@@ -25,8 +25,9 @@ import os
 import pathlib
 
 from absl import flags
+from ml_collections import config_flags
 
-from data_pipeline import cli
+from bertjax import program
 
 FLAGS = flags.FLAGS
 EVAL_BATCH = 64
@@ -38,21 +39,32 @@ def define_flags() -> None:
     flags.mark_flag_as_required("workdir")
 
 
+# The experiment configs compared, read by path as `--config` reads them: the library
+# does not import experiments/.
+PRETRAIN_CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "pretrain"
+
+
+def load_config(name: str):
+    """A fresh copy of experiments/pretrain/NAME's config."""
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", str(PRETRAIN_CONFIGS / name), flag_values=values)
+    values(["encoders"])
+    return values.config
+
+
 def configs(bert_steps: int) -> dict:
     """The configs of the models compared (module docstring), each one's steps set to
     BERT-Tiny's FLOPs."""
-    from experiments.pretrain import modernbert_tiny_cpu, tiny_cpu
-
-    bert = tiny_cpu.get_config()
+    bert = load_config("tiny_cpu.py")
     bert.num_train_steps = bert_steps
     bert.optimizer.warmup_steps = min(bert.optimizer.warmup_steps, bert_steps // 10)
-    mlm = modernbert_tiny_cpu.get_config()
-    mlm.model = tiny_cpu.get_config().model
+    mlm = load_config("modernbert_tiny_cpu.py")
+    mlm.model = load_config("tiny_cpu.py").model
     mlm.model.vocab_size = mlm.data.get_ref("vocab_size")
     loaded = {
         "bert_tiny": bert,
         "bert_block_mlm": mlm,
-        "modern_tiny": modernbert_tiny_cpu.get_config(),
+        "modern_tiny": load_config("modernbert_tiny_cpu.py"),
     }
     budget = step_flops(bert) * bert_steps
     for config in loaded.values():
@@ -179,4 +191,4 @@ def parameter_shapes(config):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

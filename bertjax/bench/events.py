@@ -20,8 +20,7 @@ import time
 from absl import flags
 from ml_collections import config_flags
 
-from bertjax.tpu import slices
-from data_pipeline import cli
+from bertjax import program
 
 FLAGS = flags.FLAGS
 
@@ -77,7 +76,6 @@ def instrumentation_seconds(workdir: str, repeats: int) -> dict:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()  # before jax starts
     from bertjax.bench import throughput
 
     config = FLAGS.config
@@ -97,4 +95,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

@@ -27,8 +27,7 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bertjax.tpu import slices
-from data_pipeline import cli
+from bertjax import program
 
 FLAGS = flags.FLAGS
 
@@ -126,7 +125,6 @@ def measure(config, workdir: str, steps: int) -> dict:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     with tempfile.TemporaryDirectory() as workdir:
         r = measure(FLAGS.config, workdir, FLAGS.steps)
@@ -151,4 +149,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

@@ -44,9 +44,8 @@ import numpy as np
 from absl import flags, logging
 from ml_collections import config_flags
 
+from bertjax import program
 from bertjax.bench import hf_flax
-from bertjax.tpu import slices
-from data_pipeline import cli
 
 FLAGS = flags.FLAGS
 
@@ -199,7 +198,6 @@ def measure(
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     if FLAGS.compare_hf_flax:
         hf_flax.import_hf_flax_bert()  # fail before compiling anything
@@ -253,4 +251,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

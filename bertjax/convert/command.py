@@ -17,7 +17,6 @@ where that rename copies each object and so is not atomic.
 from absl import app, flags
 
 from bertjax.convert.param_names import FORMATS
-from bertjax.tpu import slices
 
 FLAGS = flags.FLAGS
 COMMANDS = {
@@ -47,7 +46,6 @@ def define_flags() -> None:
 
 
 def main(argv: list[str]) -> None:
-    slices.libtpu_without_tpu()  # before jax starts
     command, first, second = _command_line(argv[1:])
     # Imported here, not at the top: `--help` and a usage error answer in a fraction of a
     # second instead of after seconds of TensorFlow and JAX imports.

@@ -13,6 +13,8 @@ task=...)` directly.
 import dataclasses
 import importlib
 
+from bertjax.tasks import classification, pretraining, squad, tagging
+from bertjax.tasks.contract import Task
 from data_pipeline.config import ConfigError
 
 # What a config without `task` trains.
@@ -20,10 +22,7 @@ DEFAULT = "pretraining"
 
 
 def table() -> dict:
-    """name -> Task, for every task bertjax ships (imported here, on first use: the task
-    modules import the contract, which is this package's)."""
-    from bertjax.tasks import classification, pretraining, squad, tagging
-
+    """name -> Task, for every task bertjax ships."""
     return {
         task.name: task
         for task in (pretraining.TASK, classification.TASK, tagging.TASK, squad.TASK)
@@ -47,8 +46,6 @@ def for_config(config):
 
 
 def _imported(path: str, where: str):
-    from bertjax.tasks.contract import Task
-
     module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)

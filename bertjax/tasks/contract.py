@@ -28,8 +28,9 @@ reads `config.task` or compares a task's name.
                                            description its run wrote to task.json
     task.predict_file(restored, input, output, batch_size) -> output
                                            predictions for a file of new examples
-    task.report(workdir, config, results, out=..., fill_mask_examples=...)
+    task.report(restored, config, results, out=..., fill_mask_examples=...)
                                            what a person reads at the end of a run
+                                           (restored: its workdir's inference.restore)
 
 The training loop (train.py) owns everything else, once for every task:
 resume, the checkpoint and evaluation cadence, the finite check, metrics,

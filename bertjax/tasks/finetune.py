@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from bertjax import flops, losses
+from bertjax import flops, losses, optim
 from bertjax import workdir as workdir_lib
 from bertjax.model import PARAMETER_FIELDS, BertConfig
 from bertjax.sharding import BATCH_AXES
@@ -85,8 +85,6 @@ def config_checker(data_from_config):
     which reads no data) and the init checkpoint's architecture."""
 
     def check(config) -> None:
-        from bertjax import optim  # here: restore() imports no trainer code
-
         check_config(config)
         optim.from_config(optimizer_values(config, num_train_steps=1))
         data_from_config(config.data)

@@ -20,11 +20,11 @@ import os
 
 import jax.numpy as jnp
 
-from bertjax import flops, losses
+from bertjax import flops, losses, optim
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
-from bertjax.tasks import scores
+from bertjax.tasks import pretraining_report, scores
 from bertjax.tasks.contract import (
     Data,
     Description,
@@ -54,8 +54,6 @@ def check_config(config) -> None:
     model_config = model_lib.from_config(config.model)
     data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
     data_config_lib.check_predictions_fit(data)
-    from bertjax import optim  # here: restore() reads task modules and imports no trainer code
-
     optim.learning_rate_schedule(config.optimizer, config.num_train_steps)  # warmup fits
     for key in ("num_eval_steps", "eval_every_steps", "checkpoint_every_steps"):
         if config[key] < 0:
@@ -230,12 +228,9 @@ def _loss(sums, denominators):
     return losses.total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count)
 
 
-def _report(workdir: str, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:
-    # report restores the workdir through inference, which imports the task table.
-    from bertjax.tasks import pretraining_report
-
+def _report(restored, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:
     pretraining_report.print_report(
-        workdir,
+        restored,
         config,
         results.get("eval", {}),
         fill_mask_examples=fill_mask_examples,

@@ -9,10 +9,16 @@ import collections
 import random
 import re
 
-from bertjax import inference
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow as tf
+
 from data_pipeline import config as data_config_lib
 from data_pipeline import corpus, make_pretraining_dataset
+from data_pipeline.tokenizer import bpe_text
 
+MASK_TEXT = "[MASK]"
 _WORD = re.compile(r"[A-Za-z]{4,}")
 
 
@@ -51,7 +57,7 @@ def held_out_sentences(data_config, count: int, seed: int = 0) -> list[tuple[str
             candidates = list(_WORD.finditer(sentence))
             if 8 <= len(words) <= 24 and candidates:
                 match = rng.choice(candidates)
-                masked = sentence[: match.start()] + inference.MASK_TEXT + sentence[match.end() :]
+                masked = sentence[: match.start()] + MASK_TEXT + sentence[match.end() :]
                 picked.append((masked, match.group()))
                 break
         if len(picked) == count:
@@ -59,9 +65,8 @@ def held_out_sentences(data_config, count: int, seed: int = 0) -> list[tuple[str
     return picked
 
 
-def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: int, out) -> None:
+def print_report(restored, config, last_eval: dict, *, fill_mask_examples: int, out) -> None:
     data = data_config_lib.from_config(config.data)
-    restored = inference.restore(workdir)
     vocab = restored.tokenizer.vocab
     data = data.replace(vocab_file=restored.tokenizer.vocab.path)
     if not last_eval:
@@ -92,8 +97,57 @@ def print_report(workdir: str, config, last_eval: dict, *, fill_mask_examples: i
     else:
         print(f"\nfill-mask on held-out sentences (model at step {restored.step}):", file=out)
     for masked, word in sentences:
-        [top] = inference.fill_mask(restored, masked, top_k=5)
+        [top] = fill_mask(restored, masked, top_k=5)
         # A byte-level BPE guess is text with its leading space (" level").
         guesses = "  ".join(f"{token.strip()} {p:.2f}" for token, p in top)
         hit = "*" if word.lower() in [token.strip().lower() for token, _ in top] else " "
         print(f"  {masked}\n    answer {word!r}{hit}  top 5: {guesses}", file=out)
+
+
+def fill_mask(restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each `[MASK]` in `text`, the `top_k` tokens and their probabilities (of a
+    byte-level BPE, the tokens' text: "fox" for "Ġfox", with its space in front)."""
+    restored.require("pretraining", "fill_mask")
+    vocab = restored.tokenizer.vocab
+    pieces = text.split(MASK_TEXT)
+    if len(pieces) < 2:
+        raise ValueError(f"no {MASK_TEXT} in {text!r}")
+    if vocab.kind == "bpe":
+        # A byte-level token carries the space before it, so the mask takes the space
+        # before it too (ModernBERT's [MASK] strips it: lstrip).
+        pieces = [piece.rstrip() for piece in pieces[:-1]] + pieces[-1:]
+    encoded = restored.tokenizer.tokenize(tf.constant(pieces)).to_list()
+    ids = [vocab.cls_id]
+    positions = []
+    for index, piece in enumerate(encoded):
+        if index:
+            positions.append(len(ids))
+            ids.append(vocab.mask_id)
+        ids.extend(piece)
+    ids.append(vocab.sep_id)
+    if len(ids) > restored.max_seq_length:
+        raise ValueError(
+            f"{len(ids)} tokens: longer than the model's max_seq_length {restored.max_seq_length}"
+        )
+    input_ids = jnp.asarray([ids], jnp.int32)
+    ones = jnp.ones_like(input_ids)
+    mlm_logits, _ = restored.model.apply(
+        {"params": restored.params},
+        input_ids,
+        ones,
+        jnp.zeros_like(input_ids),
+        jnp.asarray([positions], jnp.int32),
+        deterministic=True,
+    )
+    probs = np.asarray(jax.nn.softmax(mlm_logits[0], axis=-1))
+    results = []
+    for row in probs:
+        best = np.argsort(-row)[:top_k]
+        results.append([(_token_text(vocab, i), float(row[i])) for i in best])
+    return results
+
+
+def _token_text(vocab, i: int) -> str:
+    if vocab.kind != "bpe" or vocab.is_special[i]:
+        return vocab.tokens[i]
+    return bpe_text([vocab.tokens[i]])

@@ -30,8 +30,8 @@ import tempfile
 from absl import flags, logging
 from ml_collections import config_flags
 
+from bertjax import program
 from bertjax.tpu import slices
-from data_pipeline import cli
 from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -358,7 +358,6 @@ def format_report(r: dict) -> str:
 
 def main(argv):
     del argv  # cli.run refuses positional arguments
-    slices.libtpu_without_tpu()  # before jax starts
     logging.set_verbosity(logging.ERROR)
     tpu_slice = slices.parse(FLAGS.topology, num_slices=FLAGS.num_slices)
     result = compile_report(
@@ -376,4 +375,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags)
+    program.run(main, define_flags)

@@ -101,8 +101,8 @@ import tempfile
 from absl import flags
 from ml_collections import config_flags
 
+from bertjax import program
 from bertjax.tpu import slices
-from data_pipeline import cli
 from data_pipeline.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -817,9 +817,9 @@ def pack(path: str, names: list[str]) -> None:
 
 
 def check_programs(commands: list[list[str]]) -> None:
-    for program in dict.fromkeys(command[0] for command in commands):
-        if shutil.which(program) is None:
-            raise LaunchError(f"{program}: not found on PATH; {INSTALL[program]}")
+    for name in dict.fromkeys(command[0] for command in commands):
+        if shutil.which(name) is None:
+            raise LaunchError(f"{name}: not found on PATH; {INSTALL[name]}")
 
 
 def execute(plan: Plan, name: str, config: str | None, limit_mib: float) -> None:
@@ -878,4 +878,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, define_flags, positional_args=True)
+    program.run(main, define_flags, positional_args=True)

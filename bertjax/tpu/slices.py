@@ -6,52 +6,22 @@ and v5p (two per chip, used as one "megacore" device) and chips on v5e and v6e.
 `bertjax.tpu.aot` compiles for a slice's devices on any host, with the TPU compiler
 of the installed libtpu; `bertjax.tpu.launch` creates and drives slices.
 
-Chip figures are from Google's Cloud TPU documentation (the "System
-architecture" table of each version's page): peak bf16 FLOP/s, HBM capacity
-and HBM bandwidth per chip.
+Each generation's chip and its figures are in bertjax/chips.py.
 """
 
 import dataclasses
-import glob
-import importlib.util
 import math
-import os
 import re
 
+from bertjax import program
+from bertjax.chips import CHIPS, Chip
 from data_pipeline.errors import UserError
-
-GiB = 2**30
 
 
 class SliceError(UserError):
     """A TPU slice name that bertjax does not know."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Chip:
-    generation: str  # what users write: v4, v5e, v5p, v6e
-    gcloud_prefix: str  # what gcloud's --accelerator-type starts with
-    topology_prefix: str  # what the TPU compiler's topology names start with
-    cores_in_name: int  # TensorCores the slice name counts per chip
-    peak_flops: float  # bf16 FLOP/s per chip
-    hbm_bytes: int
-    hbm_bandwidth: float  # bytes/s
-    dims: int  # 3 for the 3D-torus chips, 2 for the 2D ones
-    max_chips_per_host: int  # a host of a multi-host slice drives this many chips
-    single_host_chips: int  # slices up to this many chips have one host
-    runtime_version: str  # the TPU VM image for `gcloud ... --version`
-
-
-CHIPS = {
-    "v4": Chip("v4", "v4", "v4", 2, 275e12, 32 * GiB, 1200e9, 3, 4, 4, "tpu-ubuntu2204-base"),
-    "v5e": Chip(
-        "v5e", "v5litepod", "v5e", 1, 197e12, 16 * GiB, 819e9, 2, 4, 8, "v2-alpha-tpuv5-lite"
-    ),
-    "v5p": Chip("v5p", "v5p", "v5", 2, 459e12, 95 * GiB, 2765e9, 3, 4, 4, "v2-alpha-tpuv5"),
-    "v6e": Chip("v6e", "v6e", "v6e", 1, 918e12, 32 * GiB, 1640e9, 2, 4, 8, "v2-alpha-tpuv6e"),
-}
-# The TPU compiler's name for each device kind (device.device_kind).
-DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
 _PREFIXES = {"v4": "v4", "v5litepod": "v5e", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}
 
 
@@ -101,7 +71,7 @@ class Slice:
 
     def compile_devices(self) -> list:
         """This slice's devices for compiling only (no TPU needed; libtpu must be installed)."""
-        libtpu_without_tpu()
+        program.libtpu_without_tpu()
         from jax.experimental import topologies
 
         kwargs = {"chips_per_host_bounds": self.host_bounds(), "num_slices": self.num_slices}
@@ -134,12 +104,6 @@ def parse(name: str, *, num_slices: int = 1, option: str = "--topology") -> Slic
     return Slice(chip, size // chip.cores_in_name, num_slices)
 
 
-def chip_of(device) -> Chip | None:
-    """The Chip of a TPU device (from its device_kind), None for other devices."""
-    generation = DEVICE_KINDS.get(getattr(device, "device_kind", ""))
-    return CHIPS[generation] if generation else None
-
-
 def _is_slice(chips: int, dims: int) -> bool:
     if chips < 4 or chips & (chips - 1):  # bertjax compiles for 4 chips or more, powers of two
         return False
@@ -157,23 +121,3 @@ def _shape(chips: int, dims: int) -> tuple[int, ...]:
         shape[axis] *= 2
         axis = axis - 1 if axis > 0 else dims - 1
     return tuple(sorted(shape))
-
-
-def libtpu_without_tpu() -> None:
-    """Settings for libtpu installed on a host with no TPU attached, where it only compiles
-    (bertjax.tpu.aot); nothing where libtpu is not installed or a TPU is.
-
-    libtpu still looks for the TPU VM's metadata whenever jax starts, and prints a
-    page of warnings; these settings answer it. Its lock file, which keeps two
-    processes off one TPU, would also keep two compiling processes apart. They
-    must be set before jax starts its backends: every bertjax tool that starts jax
-    calls this first thing in its `main`, and so does the test suite.
-    """
-    if importlib.util.find_spec("libtpu") is None:
-        return
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
-        return
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")  # any name: compiling
-    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # names its own topology
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")

@@ -78,11 +78,13 @@ def test_every_tool_follows_the_convention(name):
     source = path.read_text(encoding="utf-8")
     assert "def define_flags() -> None:" in source
     assert re.search(r"^def main\(argv", source, re.M)
+    # bertjax's programs start through bertjax/program.py, which also sets libtpu's environment.
+    runner = "program.run" if name.startswith("bertjax.") else "cli.run"
     if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.convert
-        runner = (path.parent / "__main__.py").read_text(encoding="utf-8")
-        assert f"cli.run({path.stem}.main, {path.stem}.define_flags" in runner
+        main = (path.parent / "__main__.py").read_text(encoding="utf-8")
+        assert f"{runner}({path.stem}.main, {path.stem}.define_flags" in main
     else:
-        assert "cli.run(main, define_flags" in source
+        assert f"{runner}(main, define_flags" in source
     assert "app.run(" not in source and "USER_ERRORS" not in source
 
 

@@ -25,14 +25,16 @@ def test_fill_mask_gives_top_k_per_mask(trained):
     _, workdir, _ = trained
     restored = inference.restore(workdir)
     assert restored.step == 4
-    guesses = inference.fill_mask(restored, "The [MASK] statement raises an [MASK].", top_k=3)
+    guesses = pretraining_report.fill_mask(
+        restored, "The [MASK] statement raises an [MASK].", top_k=3
+    )
     assert len(guesses) == 2 and all(len(g) == 3 for g in guesses)
     for g in guesses:
         probs = [p for _, p in g]
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
         assert all(token in restored.tokenizer.vocab.tokens for token, _ in g)
     with pytest.raises(ValueError, match="no \\[MASK\\]"):
-        inference.fill_mask(restored, "nothing to fill")
+        pretraining_report.fill_mask(restored, "nothing to fill")
 
 
 def test_fill_mask_matches_the_training_forward_pass(trained):
@@ -56,7 +58,9 @@ def test_fill_mask_matches_the_training_forward_pass(trained):
 def test_report_prints_accuracy_baselines_and_guesses(trained):
     config, workdir, last_eval = trained
     out = io.StringIO()
-    pretraining_report.print_report(workdir, config, last_eval, fill_mask_examples=2, out=out)
+    pretraining_report.print_report(
+        inference.restore(workdir), config, last_eval, fill_mask_examples=2, out=out
+    )
     text = out.getvalue()
     assert "held-out MLM accuracy" in text and "baseline" in text
     assert "held-out NSP accuracy" in text
@@ -83,7 +87,9 @@ def test_report_without_evaluation_or_held_out_text(trained):
     config.eval_every_steps = 0
     config.data.eval_fraction = 0.0
     out = io.StringIO()
-    pretraining_report.print_report(workdir, config, {}, fill_mask_examples=2, out=out)
+    pretraining_report.print_report(
+        inference.restore(workdir), config, {}, fill_mask_examples=2, out=out
+    )
     assert out.getvalue() == (
         "\nno held-out evaluation (config.eval_every_steps=0)\n"
         "\nno held-out sentences to fill (config.data.eval_fraction=0.0)\n"

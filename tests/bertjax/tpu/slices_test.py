@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from bertjax import chips
 from bertjax.tpu import slices
 
 
@@ -55,17 +56,17 @@ def test_unknown_slices_are_one_line(name, message):
 
 def test_chip_figures_are_googles():
     # Peak bf16 FLOP/s, HBM and its bandwidth per chip (Cloud TPU documentation).
-    assert slices.CHIPS["v4"].peak_flops == 275e12
-    assert slices.CHIPS["v5e"].hbm_bandwidth == 819e9
-    assert slices.CHIPS["v5p"].peak_flops == 459e12
-    assert slices.CHIPS["v6e"].hbm_bytes == 32 * 2**30
+    assert chips.CHIPS["v4"].peak_flops == 275e12
+    assert chips.CHIPS["v5e"].hbm_bandwidth == 819e9
+    assert chips.CHIPS["v5p"].peak_flops == 459e12
+    assert chips.CHIPS["v6e"].hbm_bytes == 32 * 2**30
 
 
 def test_compile_only_devices_have_the_slice_shape():
     devices = slices.parse("v5p-16").compile_devices()
     assert len(devices) == 8  # one megacore device per chip
     assert {device.process_index for device in devices} == {0, 1}
-    assert slices.chip_of(devices[0]) is slices.CHIPS["v5p"]
+    assert chips.chip_of(devices[0]) is chips.CHIPS["v5p"]
     devices = slices.parse("v6e-8", num_slices=2).compile_devices()
     assert len(devices) == 16
     assert {device.slice_index for device in devices} == {0, 1}
@@ -95,7 +96,7 @@ def test_libtpu_settings_are_made_when_a_tool_starts_not_when_bertjax_is_importe
     script = (
         "import os; from bertjax import main; "
         "assert 'TPU_WORKER_HOSTNAMES' not in os.environ; "
-        "from bertjax.tpu import slices; slices.libtpu_without_tpu(); "
+        "from bertjax import program; program.libtpu_without_tpu(); "
         "print(os.environ.get('TPU_WORKER_HOSTNAMES'))"
     )
     result = subprocess.run(

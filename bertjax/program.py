@@ -1,0 +1,57 @@
+"""How a bertjax program starts: its flags answered first, then jax, with libtpu's settings.
+
+A program (`python -m bertjax.main`, a tool) is a module whose docstring is its usage,
+with `define_flags()` and `main(argv)`, that ends with
+
+    if __name__ == "__main__":
+        program.run(main, define_flags)
+
+`run` is data_pipeline/cli.py's `run` (flags defined only when the module runs, user
+errors in one line, TensorFlow's and XLA's start-up lines left out of stderr) that first
+sets libtpu's environment, so that no program needs to. What a program's work needs
+(TensorFlow, JAX, the trainer) is imported once the flags are parsed, so that `--help`, a
+bad flag or an unknown config key answer in a fraction of a second
+(tests/data_pipeline/cli_test.py).
+"""
+
+import glob
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+
+from data_pipeline import cli, native_log
+
+
+def run(main: Callable, define_flags: Callable[[], None], *, positional_args: bool = False):
+    libtpu_without_tpu()
+    cli.run(main, define_flags, positional_args=positional_args)
+
+
+def notebook() -> None:
+    """What a notebook's first use of the bertjax API sets up, as `run` does for a program:
+    libtpu's settings, and TensorFlow's, XLA's and libtpu's start-up lines kept out of
+    the cells of a Jupyter kernel (BERTJAX_VERBOSE=1 keeps them)."""
+    libtpu_without_tpu()
+    if "ipykernel" in sys.modules and not os.environ.get("BERTJAX_VERBOSE"):
+        native_log.filter_stderr()
+
+
+def libtpu_without_tpu() -> None:
+    """Settings for libtpu installed on a host with no TPU attached, where it only compiles
+    (bertjax.tpu.aot); nothing where libtpu is not installed or a TPU is.
+
+    libtpu still looks for the TPU VM's metadata whenever jax starts, and prints a
+    page of warnings; these settings answer it. Its lock file, which keeps two
+    processes off one TPU, would also keep two compiling processes apart. They
+    must be set before jax starts its backends: `run` and `notebook` set them, and so
+    does the test suite.
+    """
+    if importlib.util.find_spec("libtpu") is None:
+        return
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")  # any name: compiling
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # names its own topology
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")

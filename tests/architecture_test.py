@@ -7,9 +7,13 @@ import functools
 from support import REPO
 
 PACKAGES = ("bertjax", "data_pipeline")
-# The tools: bertjax's subpackages that run as programs (`python -m bertjax.sweep`).
+# The core: bertjax's own modules and the task contract with its tasks. The tools are
+# bertjax's other subpackages (sweep/, tpu/, convert/, bench/, the suites), built on it.
+CORE_PACKAGES = ("tasks",)
 TOOLS = tuple(
-    f"bertjax.{path.parent.name}" for path in sorted((REPO / "bertjax").glob("*/__main__.py"))
+    f"bertjax.{path.parent.name}"
+    for path in sorted((REPO / "bertjax").glob("*/__init__.py"))
+    if path.parent.name not in CORE_PACKAGES
 )
 FRAMEWORKS = ("jax", "flax", "optax", "orbax")
 

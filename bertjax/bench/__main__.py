@@ -1,5 +1,0 @@
-"""`python -m bertjax.bench`: names the benchmarks (this package's docstring)."""
-
-import bertjax.bench
-
-print(bertjax.bench.__doc__)

@@ -208,7 +208,7 @@ def _cli(*args):
     )
 
 
-@pytest.mark.integration
+@pytest.mark.command
 def test_cli_writes_a_vocab_and_a_summary(tmp_path):
     text_file = _write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "vocab.txt"

@@ -292,7 +292,7 @@ PROGRAMS = [
 ]
 
 
-@pytest.mark.integration
+@pytest.mark.command
 @pytest.mark.parametrize("command", PROGRAMS)
 def test_help_answers_before_tensorflow_and_jax_start(command):
     result, imported = heavy_imports(command, "--help")

@@ -322,7 +322,7 @@ def run_cli(*args):
     )
 
 
-@pytest.mark.integration
+@pytest.mark.command
 def test_cli_writes_shards_with_two_workers(tmp_path, bert_tokenizer_json):
     files = write_text_corpus(tmp_path / "corpus", num_files=3, docs_per_file=16)
     out = tmp_path / "out"

@@ -44,7 +44,7 @@ def test_decode_line_replaces_and_counts():
     assert decode_line(b"\xe2\x82") == ("\ufffd", 2)
 
 
-@pytest.mark.integration
+@pytest.mark.command
 def test_tokenizes_lines_like_the_library(bert_json):
     lines = ["Hello, World!", "", "café\u200dnaïve 中文", " \t", "x" * 201]
     stdin = "\n".join(lines).encode() + b"\ncaf\xc3 ok \xff\xfehello\n"

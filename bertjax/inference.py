@@ -62,9 +62,15 @@ class Restored:
     task: Description  # the rest of the workdir's task.json
 
     def require(self, kind: str, what: str) -> None:
-        """Fails unless the restored model is of the task `what` needs."""
+        """Fails unless the restored model is of the task `what` needs (a task's own
+        notebook function asks for its task)."""
         if self.kind != kind:
             raise ValueError(f"{what} needs a {kind} workdir; this is a {self.kind} workdir")
+
+    def require_pretraining_heads(self, what: str) -> None:
+        """Fails unless the model has the pretraining heads, whatever its task is called."""
+        if not isinstance(self.model, BertForPreTraining):
+            raise ValueError(f"{what} needs a pretraining workdir; this is a {self.kind} workdir")
 
     def apply(self, features: dict):
         """The model's outputs for a dict of NumPy input features."""
@@ -250,7 +256,7 @@ def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np
 
 def next_sentence(restored: Restored, first: str, second: str) -> float:
     """The model's probability that `second` follows `first` (the NSP head's IsNext)."""
-    restored.require("pretraining", "next_sentence")
+    restored.require_pretraining_heads("next_sentence")
     if not restored.model.next_sentence:
         raise ValueError(
             "next_sentence needs the NSP head; this workdir was pretrained with masked LM "

@@ -22,13 +22,14 @@ import tensorflow as tf
 from flax import linen as nn
 from flax import traverse_util
 
-from bertjax import checkpoint, inference
+from bertjax import checkpoint, inference, tasks
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.convert import config_json, param_names, tokenizer_files
-from bertjax.convert.param_names import FORMATS, HF_CLASSES
+from bertjax.convert.param_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
+from bertjax.tasks.contract import Description, HFClass
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.errors import UserError
@@ -233,11 +234,13 @@ _ENCODER_PREFIXES = {
 }
 
 
-def _table(format: str, config: BertConfig, num_layers: int, kind: str = "pretraining"):
-    """param_names' table of the format for a model of `config`."""
+def _table(format: str, config: BertConfig, num_layers: int, hf_class: HFClass | None = None):
+    """param_names' table of the format for a model of `config`: the pretraining model's,
+    or in hf that of `hf_class`."""
     family = config_json.hf_family(config)
+    head, pooler = (None, True) if hf_class is None else (hf_class.head, hf_class.pooler)
     if family == "modernbert" and format == "hf":
-        return param_names.modernbert_names(num_layers, kind)
+        return param_names.modernbert_names(num_layers, head, pooler)
     if family == "modernbert":
         raise ConversionError(
             f"--format={format}: a model in ModernBERT's shape converts to and from Hugging "
@@ -250,7 +253,7 @@ def _table(format: str, config: BertConfig, num_layers: int, kind: str = "pretra
             f"position_embedding={config.position_embedding!r}, ...) are neither BERT's nor "
             "ModernBERT's (docs/modern-encoders.md)"
         )
-    return param_names.names(format, num_layers, kind)
+    return param_names.names(format, num_layers, head, pooler)
 
 
 def _untie(tensors: dict[str, np.ndarray], where: str, family: str) -> None:
@@ -472,7 +475,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     """Writes `workdir`'s checkpoint (latest or `step`) as the Hugging Face model of its task.
 
     A pretraining or converted workdir becomes a BertForPreTraining, a fine-tuned
-    one the transformers class of its head (HF_CLASSES), with its labels. OUT_DIR
+    one the transformers class of its head (its task's `hf_class`), with its labels. OUT_DIR
     gets config.json, model.safetensors and the tokenizer (tokenizer_files.py):
     `AutoModelFor...from_pretrained(OUT_DIR)` loads it with nothing missing or
     unexpected, and `AutoTokenizer.from_pretrained(OUT_DIR)` tokenizes as the run did.
@@ -482,24 +485,16 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     config = workdir_lib.read_model_config(workdir)
     if config is None:
         raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
-    kind, _ = workdir_lib.read_task(workdir)
+    task_file = os.path.join(workdir, workdir_lib.TASK_FILE)
+    kind, values = workdir_lib.read_task(workdir)
+    hf_class_of = _exported_task(kind, task_file).hf_class
     family = config_json.hf_family(config)
-    if kind not in HF_CLASSES:
-        raise ConversionError(
-            f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: a {kind} workdir; export writes "
-            f"the models of {', '.join(HF_CLASSES)} workdirs"
-        )
     _table("hf", config, 0)  # a mix of BERT's and ModernBERT's blocks fails here, in one line
+    try:
+        hf_class = hf_class_of(family, Description.from_json(values, where=task_file))
+    except ValueError as e:
+        raise ConversionError(f"{task_file}: {e}") from None
     tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
-    if (
-        kind == "pretraining"
-        and family == "modernbert"
-        and tokenizer_data["next_sentence_prediction"]
-    ):
-        raise ConversionError(
-            f"{os.path.join(workdir, workdir_lib.TASK_FILE)}: pretrained with next-sentence "
-            "prediction, which transformers' ModernBertForMaskedLM has no head for"
-        )
     vocab_file = workdir_lib.vocab_file(workdir)
     if vocab_file is None:
         raise ConversionError(
@@ -525,8 +520,8 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
 
     # Without `step`, the newest checkpoint that verifies.
     restored = inference.restore(workdir, step)
-    tensors = tensors_from_params(restored.params, config, "hf", kind=kind)
-    hf_class, hf_config, tokenizer = _hf_files(restored, vocab, vocab_file, tokenizer_data)
+    tensors = tensors_from_params(restored.params, config, "hf", hf_class)
+    hf_config, tokenizer = _hf_files(restored, hf_class, vocab, vocab_file, tokenizer_data)
     with _staging_dir(out_dir) as staging:
         files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
         for name, values in tokenizer.items():
@@ -536,19 +531,35 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
                 f.write("".join(token + "\n" for token in vocab.tokens))
         with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
             f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
-    return {"out_dir": out_dir, "step": restored.step, "config": config, "class": hf_class}
+    return {"out_dir": out_dir, "step": restored.step, "config": config, "class": hf_class.name}
 
 
-def _hf_files(restored, vocab, vocab_file: str, tokenizer_data: dict) -> tuple[str, dict, dict]:
-    """(transformers class, config.json, tokenizer files) of a restored workdir's model."""
-    config, kind = restored.config, restored.kind
+def _exported_task(kind: str, task_file: str):
+    """The Task of a `kind` workdir, which must export to Hugging Face."""
+    try:
+        task = tasks.get(kind, where=f"{task_file}: kind")
+    except data_config_lib.ConfigError:
+        task = None  # a task of the user's that is not importable here
+    if task is None or task.hf_class is None:
+        exported = [name for name, t in tasks.table().items() if t.hf_class is not None]
+        raise ConversionError(
+            f"{task_file}: a {kind} workdir; export writes the models of "
+            f"{', '.join(exported)} workdirs"
+        )
+    return task
+
+
+def _hf_files(
+    restored, hf_class: HFClass, vocab, vocab_file: str, tokenizer_data: dict
+) -> tuple[dict, dict]:
+    """(config.json, tokenizer files) of a restored workdir's model as `hf_class`."""
+    config = restored.config
     if config_json.hf_family(config) == "modernbert":
-        hf_class = param_names.MODERNBERT_CLASSES[kind]
         hf_config = {
-            "architectures": [hf_class],
+            "architectures": [hf_class.name],
             "model_type": "modernbert",
             **config_json.to_modernbert(config),
-            **_hf_labels(kind, restored.task),
+            **hf_class.config,
             "pad_token_id": vocab.pad_id,
             "cls_token_id": vocab.cls_id,
             "sep_token_id": vocab.sep_id,
@@ -558,15 +569,12 @@ def _hf_files(restored, vocab, vocab_file: str, tokenizer_data: dict) -> tuple[s
         tokenizer = tokenizer_files.bpe_tokenizer_files(
             vocab, _read_json(vocab_file), max_length=config.max_position_embeddings
         )
-        return hf_class, hf_config, tokenizer
-    # Pretrained with masked LM alone: no pooler and no NSP head, as BertForMaskedLM.
-    masked_lm = kind == "pretraining" and not tokenizer_data["next_sentence_prediction"]
-    hf_class = "BertForMaskedLM" if masked_lm else HF_CLASSES[kind]
+        return hf_config, tokenizer
     hf_config = {
-        "architectures": [hf_class],
+        "architectures": [hf_class.name],
         "model_type": "bert",
         **config_json.to_hf(config),
-        **_hf_labels(kind, restored.task),
+        **hf_class.config,
         "position_embedding_type": "absolute",
         "pad_token_id": vocab.pad_id,
         "tie_word_embeddings": True,
@@ -577,33 +585,17 @@ def _hf_files(restored, vocab, vocab_file: str, tokenizer_data: dict) -> tuple[s
         max_chars_per_word=tokenizer_data["max_chars_per_word"],
         max_length=config.max_position_embeddings,
     )
-    return hf_class, hf_config, tokenizer
-
-
-def _hf_labels(kind: str, task) -> dict:
-    """config.json's head fields: the number of labels and their names, or regression."""
-    if kind == "classification" and task.num_labels == 1:
-        return {"num_labels": 1, "problem_type": "regression"}
-    if kind in ("classification", "tagging"):
-        names = task.label_names or tuple(f"LABEL_{i}" for i in range(task.num_labels))
-        extra = {"problem_type": "single_label_classification"} if kind == "classification" else {}
-        return {
-            "num_labels": len(names),
-            "id2label": dict(enumerate(names)),
-            "label2id": {name: i for i, name in enumerate(names)},
-            **extra,
-        }
-    return {}
+    return hf_config, tokenizer
 
 
 def tensors_from_params(
-    params, config: BertConfig, format: str, kind: str = "pretraining"
+    params, config: BertConfig, format: str, hf_class: HFClass | None = None
 ) -> dict[str, np.ndarray]:
     """The checkpoint tensors (float32, the format's names and layouts) of our parameters:
-    a `kind` workdir's model as that format's class for its task holds them."""
+    the pretraining model's, or in hf as `hf_class` holds them."""
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
-    table = _table(format, config, config.num_hidden_layers, kind)
+    table = _table(format, config, config.num_hidden_layers, hf_class)
     # A model pretrained with masked LM alone has no pooler and no NSP head: its
     # transformers class is BertForMaskedLM's (hf_class), whose names are the rest.
     table = {
@@ -622,7 +614,8 @@ def tensors_from_params(
     if set(flat) - unused != set(table):
         differ = sorted((set(flat) - unused) ^ set(table))
         raise ConversionError(
-            f"the {kind} model's parameters do not fit transformers' class for it: "
+            f"the model's parameters do not fit transformers' "
+            f"{'class for it' if hf_class is None else hf_class.name}: "
             f"{', '.join(differ[:3])}{' ...' if differ[3:] else ''}"
         )
     tensors = {}

@@ -7,7 +7,8 @@ Two formats:
         or ModernBertForMaskedLM's for a model in ModernBERT's shape (MODERNBERT_TABLE)
 
 A fine-tuned model is exported only, and only to hf: the encoder's rows of TABLE
-and its head from HF_HEADS, under the names of its transformers class (HF_CLASSES).
+and its head's Dense modules as the Linears its task's transformers class names
+(the task's `hf_class`, bertjax/tasks/contract.py).
 
 Each row of TABLE is (our path, TF name, HF name, layout); `{i}` is a layer
 index. A layout says how a source tensor becomes ours: transpose it when that
@@ -21,6 +22,7 @@ import dataclasses
 import itertools
 import math
 import re
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -96,28 +98,18 @@ TABLE = [
 # BertForMaskedLM no pooler and no NSP head); each is all there or all missing.
 OPTIONAL_GROUPS = ("bert/pooler", "predictions", "seq_relationship")
 
-# The transformers class each task's workdir is exported as.
-HF_CLASSES = {
-    "pretraining": "BertForPreTraining",
-    "classification": "BertForSequenceClassification",
-    "tagging": "BertForTokenClassification",
-    "squad": "BertForQuestionAnswering",
-}
-# The fine-tuning heads (model.py) in transformers' names, [out, in] as every Linear.
-_CLASSIFIER = [
-    ("classifier/kernel", "classifier.weight", KERNEL),
-    ("classifier/bias", "classifier.bias", SAME),
-]
-HF_HEADS = {
-    "classification": _CLASSIFIER,
-    "tagging": _CLASSIFIER,
-    "squad": [
-        ("qa_outputs/kernel", "qa_outputs.weight", KERNEL),
-        ("qa_outputs/bias", "qa_outputs.bias", SAME),
-    ],
-}
-# transformers' token and span classes have no pooler (add_pooling_layer=False).
-HF_WITHOUT_POOLER = ("tagging", "squad")
+# A Dense module of a fine-tuning head as a PyTorch Linear: (our leaf, its leaf, layout).
+_LINEAR = [("kernel", "weight", KERNEL), ("bias", "bias", SAME)]
+
+
+def _linears(head: Mapping[str, str]) -> dict[str, tuple[str, Layout]]:
+    """Our path -> (HF name, layout) of a head's Dense modules, {ours: their Linear}."""
+    return {
+        f"{ours}/{leaf}": (f"{theirs}.{hf_leaf}", layout)
+        for ours, theirs in head.items()
+        for leaf, hf_leaf, layout in _LINEAR
+    }
+
 
 # Hugging Face's ModernBertForMaskedLM (Warner et al. 2024) against bertjax's model with
 # norm_placement='pre', use_bias=False, feed_forward='geglu', position_embedding='rotary',
@@ -144,45 +136,32 @@ MODERNBERT_TABLE = [
 # fmt: on
 MODERNBERT_TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
 MODERNBERT_ENCODER_PREFIX = "model."
-# The transformers class of each task's workdir in ModernBERT's shape. Its task classes
-# share one `head` (dense, activation, norm: our pooler with pooler='norm') before
-# the classifier.
-MODERNBERT_CLASSES = {
-    "pretraining": "ModernBertForMaskedLM",
-    "classification": "ModernBertForSequenceClassification",
-    "tagging": "ModernBertForTokenClassification",
-    "squad": "ModernBertForQuestionAnswering",
-}
+# ModernBERT's fine-tuning classes share one `head` (dense, activation, norm: our pooler
+# with pooler='norm') before their Linear.
 _MODERNBERT_HEAD = [
     ("bert/pooler/dense/kernel", "head.dense.weight", KERNEL),
     ("bert/pooler/LayerNorm/scale", "head.norm.weight", SAME),
 ]
-MODERNBERT_HEADS = {
-    "classification": [*_MODERNBERT_HEAD, *_CLASSIFIER],
-    "tagging": [*_MODERNBERT_HEAD, *_CLASSIFIER],
-    "squad": [
-        *_MODERNBERT_HEAD,
-        ("qa_outputs/kernel", "classifier.weight", KERNEL),
-        ("qa_outputs/bias", "classifier.bias", SAME),
-    ],
-}
 
 
-def modernbert_names(num_layers: int, kind: str = "pretraining") -> dict[str, tuple[str, Layout]]:
-    """Our path -> (the name in transformers' ModernBERT class of a `kind` workdir
-    (MODERNBERT_CLASSES), layout), every layer spelled out."""
-    if kind not in MODERNBERT_CLASSES:
-        raise ValueError(f"no ModernBERT names for a {kind} model")
+def modernbert_names(
+    num_layers: int, head: Mapping[str, str] | None = None, pooler: bool = True
+) -> dict[str, tuple[str, Layout]]:
+    """Our path -> (the name in a transformers ModernBERT class, layout), every layer
+    spelled out: ModernBertForMaskedLM's (head None), or a fine-tuning class's, whose
+    Linears are our Dense modules `head` names ({ours: theirs}) and whose `head` is our
+    pooler (when `pooler`)."""
     table = {
         path.format(i=i): (name.format(i=i), layout)
         for path, name, layout in MODERNBERT_TABLE
         for i in (range(num_layers) if "{i}" in path else [None])
         if not (i == 0 and "attn_norm" in name)
     }
-    if kind == "pretraining":
+    if head is None:
         return table
     encoder = {path: entry for path, entry in table.items() if path.startswith("bert/")}
-    return {**encoder, **{path: (name, layout) for path, name, layout in MODERNBERT_HEADS[kind]}}
+    pooled = {path: (name, layout) for path, name, layout in _MODERNBERT_HEAD} if pooler else {}
+    return {**encoder, **pooled, **_linears(head)}
 
 
 # Hugging Face names of tensors tied to another one: the MLM decoder is the
@@ -209,28 +188,30 @@ def group_of(path: str) -> str | None:
     return None
 
 
-def names(fmt: str, num_layers: int, kind: str = "pretraining") -> dict[str, tuple[str, Layout]]:
-    """Our path -> (the format's name, layout), every layer spelled out, for the model of a
-    `kind` workdir (a task of HF_CLASSES)."""
+def names(
+    fmt: str, num_layers: int, head: Mapping[str, str] | None = None, pooler: bool = True
+) -> dict[str, tuple[str, Layout]]:
+    """Our path -> (the format's name, layout), every layer spelled out: of the pretraining
+    model (head None), or in hf of a fine-tuning class, whose Linears are our Dense
+    modules `head` names ({ours: theirs}), with BERT's pooler when `pooler`."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: must be one of {', '.join(FORMATS)}")
-    if kind not in HF_CLASSES or (kind != "pretraining" and fmt != "hf"):
-        raise ValueError(f"no {fmt} names for a {kind} model")
+    if head is not None and fmt != "hf":
+        raise ValueError(f"no {fmt} names for a fine-tuned model")
     column = FORMATS.index(fmt) + 1
     table = {
         row[0].format(i=i): (row[column].format(i=i), row[3])
         for row in TABLE
         for i in (range(num_layers) if "{i}" in row[0] else [None])
     }
-    if kind == "pretraining":
+    if head is None:
         return table
     encoder = {
         path: entry
         for path, entry in table.items()
-        if path.startswith("bert/")
-        and not (kind in HF_WITHOUT_POOLER and group_of(path) == "bert/pooler")
+        if path.startswith("bert/") and (pooler or group_of(path) != "bert/pooler")
     }
-    return {**encoder, **{path: (name, layout) for path, name, layout in HF_HEADS[kind]}}
+    return {**encoder, **_linears(head)}
 
 
 def source_shape(layout: Layout, fmt: str, shape: tuple[int, ...]) -> tuple[int, ...]:

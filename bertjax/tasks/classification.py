@@ -22,7 +22,14 @@ from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForSequenceClassification
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes, host_share
+from bertjax.tasks.contract import (
+    Description,
+    HFClass,
+    Setup,
+    Task,
+    dataset_batch_shapes,
+    host_share,
+)
 from data_pipeline.finetune import classification_input
 
 
@@ -166,6 +173,13 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     return output
 
 
+def hf_config(description: Description) -> dict:
+    """config.json's head fields: the labels, or regression for a single output."""
+    if description.num_labels == 1:
+        return {"num_labels": 1, "problem_type": "regression"}
+    return {**finetune.hf_labels(description), "problem_type": "single_label_classification"}
+
+
 TASK = Task(
     name="classification",
     setup=setup,
@@ -178,4 +192,13 @@ TASK = Task(
     check_config=finetune.config_checker(classification_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
+    hf_class=finetune.hf_classes(
+        {
+            "bert": HFClass("BertForSequenceClassification", {"classifier": "classifier"}),
+            "modernbert": HFClass(
+                "ModernBertForSequenceClassification", {"classifier": "classifier"}
+            ),
+        },
+        config=hf_config,
+    ),
 )

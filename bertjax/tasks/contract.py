@@ -31,6 +31,10 @@ reads `config.task` or compares a task's name.
     task.report(restored, config, results, out=..., fill_mask_examples=...)
                                            what a person reads at the end of a run
                                            (restored: its workdir's inference.restore)
+    task.hf_class(family, description) -> HFClass
+                                           the Hugging Face transformers class a
+                                           workdir's model exports as
+                                           (python -m bertjax.convert export)
 
 The training loop (train.py) owns everything else, once for every task:
 resume, the checkpoint and evaluation cadence, the finite check, metrics,
@@ -167,6 +171,24 @@ class Setup:
     init: Initialization = Initialization()
 
 
+@dataclasses.dataclass(frozen=True)
+class HFClass:
+    """The Hugging Face transformers class a workdir's model exports as, in its model's
+    family: BERT's blocks ("bert") or ModernBERT's ("modernbert"), as
+    bertjax/convert/config_json.py's hf_family tells them apart."""
+
+    name: str  # "BertForTokenClassification"
+    # Our head's Dense modules -> the Linear of the class each becomes, {"qa_outputs":
+    # "classifier"}; None: the family's pretraining class, whose heads the rename table
+    # (bertjax/convert/param_names.py) holds.
+    head: Mapping[str, str] | None = None
+    # Whether the class holds our pooler (BERT's pooler, ModernBERT's `head`); ours is
+    # computed unused, and not exported, where it does not.
+    pooler: bool = True
+    # config.json's fields of the head: num_labels, id2label, problem_type, ...
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
 def _unchanged(config, workdir: str):
     del workdir
     return config
@@ -197,6 +219,10 @@ class Task:
     predict_file: Callable[..., str] | None = None
     # (workdir, config, results, *, out, fill_mask_examples): lines for a person at the end
     report: Callable[..., None] | None = None
+    # (model family, description) -> the transformers class the workdir's model exports
+    # as; raises ValueError saying why a model has none in that family. None: the task's
+    # workdirs do not export to Hugging Face.
+    hf_class: Callable[[str, Description], HFClass] | None = None
 
 
 def dataset_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:

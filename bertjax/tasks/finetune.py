@@ -30,6 +30,7 @@ from bertjax.tasks.contract import (
     Data,
     Description,
     Evaluation,
+    HFClass,
     Initialization,
     Model,
     Objective,
@@ -330,6 +331,29 @@ def forward_flops_per_token(c, inputs: dict[str, int], description: Description)
     """The encoder, then a classifier of num_labels outputs at every position."""
     length = inputs["input_ids"]
     return flops.encoder_flops(c, length) + length * 2 * c.hidden_size * description.num_labels
+
+
+def hf_classes(
+    classes: dict[str, HFClass], config: Callable[[Description], dict] = lambda description: {}
+):
+    """Task.hf_class of a fine-tuning task: its transformers class in each model family,
+    with config.json's head fields `config(description)`."""
+
+    def hf_class(family: str, description: Description) -> HFClass:
+        return dataclasses.replace(classes[family], config=config(description))
+
+    return hf_class
+
+
+def hf_labels(description: Description) -> dict:
+    """config.json's labels of a head with one output per label: their number and names
+    (transformers' LABEL_i when the run had none)."""
+    names = description.label_names or tuple(f"LABEL_{i}" for i in range(description.num_labels))
+    return {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
 
 
 def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):

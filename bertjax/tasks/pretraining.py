@@ -29,6 +29,7 @@ from bertjax.tasks.contract import (
     Data,
     Description,
     Evaluation,
+    HFClass,
     Initialization,
     Model,
     Objective,
@@ -238,6 +239,20 @@ def _report(restored, config, results: dict, *, out, fill_mask_examples: int = 0
     )
 
 
+def hf_class(family: str, description: Description) -> HFClass:
+    """The family's pretraining class; pretrained with masked LM alone (no pooler and no
+    NSP head), BertForMaskedLM."""
+    next_sentence = next_sentence_prediction(description)
+    if family == "bert":
+        return HFClass("BertForPreTraining" if next_sentence else "BertForMaskedLM")
+    if next_sentence:
+        raise ValueError(
+            "pretrained with next-sentence prediction, which transformers' "
+            "ModernBertForMaskedLM has no head for"
+        )
+    return HFClass("ModernBertForMaskedLM")
+
+
 TASK = Task(
     name="pretraining",
     setup=setup,
@@ -251,4 +266,5 @@ TASK = Task(
     check_hosts=check_hosts,
     without_data=without_data,
     report=_report,
+    hf_class=hf_class,
 )

@@ -107,7 +107,7 @@ def print_report(restored, config, last_eval: dict, *, fill_mask_examples: int, 
 def fill_mask(restored, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each `[MASK]` in `text`, the `top_k` tokens and their probabilities (of a
     byte-level BPE, the tokens' text: "fox" for "Ġfox", with its space in front)."""
-    restored.require("pretraining", "fill_mask")
+    restored.require_pretraining_heads("fill_mask")
     vocab = restored.tokenizer.vocab
     pieces = text.split(MASK_TEXT)
     if len(pieces) < 2:

@@ -22,7 +22,7 @@ import tensorflow as tf
 from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
+from bertjax.tasks.contract import HFClass, Setup, Task, dataset_batch_shapes
 from data_pipeline import files
 from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
@@ -454,4 +454,11 @@ TASK = Task(
     check_config=finetune.config_checker(squad_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
+    hf_class=finetune.hf_classes(
+        {
+            # transformers' span class has no pooler (add_pooling_layer=False)
+            "bert": HFClass("BertForQuestionAnswering", {"qa_outputs": "qa_outputs"}, False),
+            "modernbert": HFClass("ModernBertForQuestionAnswering", {"qa_outputs": "classifier"}),
+        }
+    ),
 )

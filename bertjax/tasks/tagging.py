@@ -20,7 +20,7 @@ from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import Setup, Task, dataset_batch_shapes
+from bertjax.tasks.contract import HFClass, Setup, Task, dataset_batch_shapes
 from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import read_text_file
 
@@ -127,4 +127,12 @@ TASK = Task(
     check_config=finetune.config_checker(tagging_input.from_config),
     predict_file=predict_file,
     report=finetune.report,
+    hf_class=finetune.hf_classes(
+        {
+            # transformers' token class has no pooler (add_pooling_layer=False)
+            "bert": HFClass("BertForTokenClassification", {"classifier": "classifier"}, False),
+            "modernbert": HFClass("ModernBertForTokenClassification", {"classifier": "classifier"}),
+        },
+        config=finetune.hf_labels,
+    ),
 )

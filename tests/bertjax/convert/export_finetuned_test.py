@@ -181,3 +181,29 @@ def test_a_workdir_that_cannot_be_exported_is_refused_by_its_file(
     }
     assert result.stderr.splitlines() == ["error: " + error.format(**paths)]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_task_of_ones_own_exports_only_when_it_declares_its_transformers_class(
+    tmp_path, monkeypatch
+):
+    # An importable task without `hf_class` (the contract's default) is refused in one line,
+    # as a shipped task's workdir would be were its `hf_class` taken away.
+    (tmp_path / "my_tasks.py").write_text(
+        "import dataclasses\n"
+        "from bertjax.tasks import classification\n"
+        "TASK = dataclasses.replace(classification.TASK, hf_class=None)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    config = BertConfig(
+        num_hidden_layers=1, hidden_size=8, num_attention_heads=2, intermediate_size=16
+    )
+    (workdir / workdir_lib.MODEL_CONFIG_FILE).write_text(json.dumps(config.to_dict()))
+    (workdir / workdir_lib.TASK_FILE).write_text(json.dumps({"kind": "my_tasks:TASK"}))
+    with pytest.raises(
+        import_export.ConversionError,
+        match=r"task.json: a my_tasks:TASK workdir; export writes the models of pretraining, "
+        "classification, tagging, squad workdirs$",
+    ):
+        import_export.export_hf(str(workdir), str(tmp_path / "out"))

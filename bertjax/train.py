@@ -699,7 +699,7 @@ class Saver:
         commit, and raises Preempted saying whether it did."""
         started = time.perf_counter()
         why = self.session.stop.signal_name or "a preemption notice"
-        self.log.times.log.write("signal", name=why, step=step)
+        self.session.event_log.write("signal", name=why, step=step)
         if not saved:
             self.save(step, state)
         budget = self.run.config.preemption_save_seconds
@@ -790,10 +790,9 @@ class TrainBatches:
 
 
 def _train_stream(run: Run, start_step: int, positions) -> TrainBatches:
-    """This host's train batches from the step after `start_step`, with the plan of the
-    streams it reads: from the stream positions the
-    checkpoint recorded, whatever the number of hosts that wrote it, or else by
-    replaying the streams to that step."""
+    """This host's train batches from the step after `start_step`: from the stream
+    positions the checkpoint recorded, whatever the number of hosts that wrote it, or
+    else by replaying the streams to that step."""
     hosts, host = jax.process_count(), jax.process_index()
     how = streams.plan(len(positions) if positions else hosts, hosts, host)
     replay = 0

@@ -1,6 +1,5 @@
 """The shape of the code: the train loop reads in one screen and takes its concerns as
-hooks, not parameters (docs: STYLE.md, habits 11 and 14), and no function runs on for
-pages."""
+hooks, not parameters, and no function runs on for pages."""
 
 import ast
 import pathlib

@@ -409,7 +409,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
     positions = (restored[2] or {}).get("stream_positions") if restored else None
-    train_batches, how = _train_stream(run, start_step, positions)
+    batches = _train_stream(run, start_step, positions)
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.
     workdir_lib.write_run_description(
@@ -429,20 +429,14 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     manager = checkpoint.make_manager(
         workdir, max_to_keep=config.checkpoints_to_keep, keep=(start_step,) if start_step else ()
     )
+    num_steps = setup.objective.num_train_steps
+    last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     try:
-        results = _loop(
-            run,
-            workdir,
-            manager,
-            start_step,
-            restored,
-            train_batches,
-            how,
-            claim,
-            stop,
-            stop_after,
-            event_log,
+        state = _start(run, workdir, restored)
+        session = Session(
+            run, workdir, start_step, last_step, state, batches, manager, claim, stop, event_log
         )
+        results = _loop(session)
     except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
         try:
@@ -460,71 +454,90 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     return results
 
 
-def _loop(
-    run: Run,
-    workdir: str,
-    manager,
-    start_step: int,
-    restored,
-    train_batches,
-    how,
-    claim,
-    stop,
-    stop_after,
-    event_log,
-) -> dict:
-    config, setup = run.config, run.setup
-    num_steps = setup.objective.num_train_steps
-    state = _start(run, workdir, restored)
-    checkpoint.check_space(manager, state)  # before the first step, not at the first save
+@dataclasses.dataclass(frozen=True, eq=False)
+class Session:
+    """What this process's part of a run holds, from its restore to its last save; the
+    loop and its hooks read it. When the run logs, evaluates and saves is decided here."""
+
+    run: Run
+    workdir: str
+    start_step: int  # the step resumed after (0: none)
+    last_step: int  # the last step this process trains (train_and_evaluate's stop_after)
+    state: Any  # at start_step: the first step takes it (donated), so read it before only
+    batches: "TrainBatches"
+    manager: Any  # checkpoint.make_manager's
+    claim: Any  # workdir.claim's
+    stop: preemption.StopRequests
+    event_log: events.EventLog
+
+    @property
+    def num_steps(self) -> int:
+        return self.run.setup.objective.num_train_steps
+
+    def logs(self, step: int) -> bool:
+        """Whether `step` has a train line: every config.log_every_steps, and the last."""
+        return step % self.run.config.log_every_steps == 0 or step == self.num_steps
+
+    def evaluates(self, step: int) -> bool:
+        """Whether `step` has an evaluation: every eval_every_steps (0: never), and the last."""
+        every = self.run.setup.evaluation.every_steps
+        return bool(every) and (step % every == 0 or step == self.num_steps)
+
+    def saves(self, step: int) -> bool:
+        """Whether `step` has a checkpoint: every config.checkpoint_every_steps (0: none),
+        each evaluation's where the task asks, and the last step this process trains."""
+        every = self.run.config.checkpoint_every_steps
+        return bool(
+            (every and step % every == 0)
+            or (self.evaluates(step) and self.run.setup.evaluation.checkpoint_each)
+            or step == self.last_step
+        )
+
+    def renew_claim(self, step: int, state) -> None:
+        """A hook: the workdir claim's lease renewed after every step."""
+        del step, state
+        self.claim.renew()
+
+
+def _loop(session: Session) -> dict:
+    """Trains the steps after session.start_step to session.last_step, each followed by the
+    hooks in order; returns what results.json holds."""
+    run, start_step = session.run, session.start_step
+    state, step = session.state, start_step
+    checkpoint.check_space(session.manager, state)  # before the first step, not at the first save
     jitted_train_step, jitted_eval_step = jit_steps(run)
-    writer = metrics.MetricWriter(workdir, num_train_steps=num_steps, start_step=start_step)
-    evaluator = Evaluator(run, workdir, jitted_eval_step, writer, stop)
-    profiler = profiling.Profiler(config.profile, workdir, event_log)
-    rng = jax.random.key(config.seed)
-    log = TrainLog(run, writer, start_step, event_log)  # its clocks start here
-    saver = Saver(run, manager, stop, log.times, how)
-    position = None  # where the streams this host reads stand after the last batch trained on
-    last_step = num_steps if stop_after is None else min(stop_after, num_steps)
-    step = start_step
+    writer = metrics.MetricWriter(
+        session.workdir, num_train_steps=session.num_steps, start_step=start_step
+    )
+    profiler = profiling.Profiler(run.config.profile, session.workdir, session.event_log)
+    rng = jax.random.key(run.config.seed)
+    log = TrainLog(session, writer)  # its clocks start here
+    evaluator = Evaluator(session, jitted_eval_step, log)
+    saver = Saver(session, log)
+    hooks = (
+        profiler.after,
+        session.renew_claim,
+        log.write,
+        saver.stop_if_requested,
+        evaluator.evaluate_if_due,
+        saver.save_if_due,
+    )
     try:
-        for step in range(start_step + 1, last_step + 1):
+        for step in range(start_step + 1, session.last_step + 1):
             profiler.before(step)
-            host_batch = log.next_batch(train_batches)  # timed: the wait for input
-            if streams.POSITIONS in host_batch:
-                position = host_batch[streams.POSITIONS]
-            features = {name: host_batch[name] for name in setup.objective.features}
+            host_batch = log.next_batch(session.batches)  # timed: the wait for input
+            features = {name: host_batch[name] for name in run.setup.objective.features}
             batch = sharding.make_global_batch(features, run.mesh)
             state, sums = jitted_train_step(state, batch, rng)
             log.add(step, sums, host_batch, rows=batch["input_ids"].shape[0])
-            profiler.after(step, state)
-            claim.renew()
-            if step % config.log_every_steps == 0 or step == num_steps:
-                log.write(step, state)
-            if stop.requested(step):
-                saver.save_and_stop(step, state, position, log.window, saved=False)
-            evaluates = setup.evaluation.every_steps and (
-                step % setup.evaluation.every_steps == 0 or step == num_steps
-            )
-            if evaluates:
-                # Left out of the train line's rates, which are of training alone.
-                with log.window.paused(), log.times.span("eval", step):
-                    evaluator.record(step, state.params)
-            due = (
-                (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-                or (evaluates and setup.evaluation.checkpoint_each)
-                or step == last_step
-            )
-            if due:
-                saver.save(step, state, position, log.window)
-            if stop.pending:  # arrived during the evaluation, which it cut short
-                saver.save_and_stop(step, state, position, log.window, saved=due)
-        if start_step >= last_step and setup.evaluation.every_steps:
+            for hook in hooks:
+                hook(step, state)
+        if start_step >= session.last_step and run.setup.evaluation.every_steps:
             # Nothing left to train (a finished run started again): report where it stands.
             # Every host evaluates (the steps are collective), whatever results.json says.
             evaluator.record(start_step, state.params)
         with log.times.span("checkpoint_commit", step):
-            checkpoint.wait(manager)
+            checkpoint.wait(session.manager)
     finally:
         log.times.flush(step)
         profiler.close(step)
@@ -544,11 +557,12 @@ def _start(run: Run, workdir: str, restored):
 
 class TrainLog:
     """The train lines: the metric sums of the steps since the last line, turned into
-    means, rates, MFU and a line on the console when `write` is called; and the `steps`
-    events of the event log (`times`)."""
+    means, rates, MFU and a line on the console at the steps that have one (`write`, a
+    hook); and the `steps` events of the event log (`times`)."""
 
-    def __init__(self, run: Run, writer: metrics.MetricWriter, start_step: int, event_log):
-        self.run, self.writer, self.start_step = run, writer, start_step
+    def __init__(self, session: Session, writer: metrics.MetricWriter):
+        run, start_step = session.run, session.start_step
+        self.session, self.run, self.writer, self.start_step = session, run, writer, start_step
         self.schedule = optim.learning_rate_schedule(
             run.optimizer, run.setup.objective.num_train_steps
         )
@@ -561,7 +575,7 @@ class TrainLog:
             logging.warning("%s", source)
         self.input_wait_warned = False
         self.window = metrics.TrainWindow(start_step)
-        self.times = events.StepTimes(event_log, start_step, peak_flops=self.peak_flops)
+        self.times = events.StepTimes(session.event_log, start_step, peak_flops=self.peak_flops)
         self.started = time.perf_counter()
 
     def next_batch(self, batches) -> dict:
@@ -582,7 +596,10 @@ class TrainLog:
         self.times.stepped(step)
 
     def write(self, step: int, state) -> None:
-        """The train line of the steps up to `step`."""
+        """A hook: at the steps that have one (Session.logs), the train line of the steps
+        since the last."""
+        if not self.session.logs(step):
+            return
         run = self.run
         check_bad_steps(state, run.optimizer, step)
         summary = checked_finite(run.setup.objective.summarize(self.window.sums), step)
@@ -634,17 +651,33 @@ class TrainLog:
 
 class Saver:
     """Checkpoints of the run, each after the checks that keep non-finite values out,
-    each a span of the event log (`times`)."""
+    each a span of the event log (the log's `times`); its hooks save at the checkpoint
+    steps and on a stop request."""
 
-    def __init__(self, run: Run, manager, stop, times: events.StepTimes, how: streams.Plan):
-        self.run, self.manager, self.stop, self.times, self.how = run, manager, stop, times, how
+    def __init__(self, session: Session, log: TrainLog):
+        self.session, self.run, self.log = session, session.run, log
         self.params_finite = jax.jit(all_finite)
 
-    def save(self, step: int, state, position, window: metrics.TrainWindow) -> None:
+    def stop_if_requested(self, step: int, state) -> None:
+        """A hook: on a stop request (seen at the same step on every host), saves and stops."""
+        if self.session.stop.requested(step):
+            self.save_and_stop(step, state, saved=False)
+
+    def save_if_due(self, step: int, state) -> None:
+        """A hook: saves at the steps that have a checkpoint (Session.saves); then stops
+        if a request arrived during the evaluation, which it cut short."""
+        due = self.session.saves(step)
+        if due:
+            self.save(step, state)
+        if self.session.stop.pending:
+            self.save_and_stop(step, state, saved=due)
+
+    def save(self, step: int, state) -> None:
         """Saves `state` and every host's stream position, unless a value went non-finite
         (the parameters, or the loss of the steps not yet logged)."""
         nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
-        with self.times.span("checkpoint", step, bytes=nbytes):
+        window, batches = self.log.window, self.session.batches
+        with self.log.times.span("checkpoint", step, bytes=nbytes):
             if window.sums is not None:
                 checked_finite(self.run.setup.objective.summarize(window.sums), step)
             check_bad_steps(state, self.run.optimizer, step)
@@ -653,25 +686,25 @@ class Saver:
                     f"non-finite parameters after step {step}; not saved. Lower "
                     "config.optimizer.learning_rate or check the data."
                 )
-            checkpoint.check_space(self.manager, state)
+            checkpoint.check_space(self.session.manager, state)
             checkpoint.save(
-                self.manager,
+                self.session.manager,
                 step,
                 state,
-                {"stream_positions": _gather_positions(position, self.how)},
+                {"stream_positions": _gather_positions(batches.position, batches.how)},
             )
 
-    def save_and_stop(self, step: int, state, position, window, *, saved: bool):
+    def save_and_stop(self, step: int, state, *, saved: bool):
         """Saves (unless `saved`), waits up to preemption_save_seconds for the save to
         commit, and raises Preempted saying whether it did."""
         started = time.perf_counter()
-        why = self.stop.signal_name or "a preemption notice"
-        self.times.log.write("signal", name=why, step=step)
+        why = self.session.stop.signal_name or "a preemption notice"
+        self.session.event_log.write("signal", name=why, step=step)
         if not saved:
-            self.save(step, state, position, window)
+            self.save(step, state)
         budget = self.run.config.preemption_save_seconds
-        with self.times.span("checkpoint_commit", step):
-            committed = checkpoint.wait(self.manager, budget)
+        with self.log.times.span("checkpoint_commit", step):
+            committed = checkpoint.wait(self.session.manager, budget)
         took = time.perf_counter() - started
         if not committed:
             raise preemption.Preempted(
@@ -689,19 +722,26 @@ class Evaluator:
     """Evaluations of the run, recorded in metrics, results.json and, at the last step,
     the task's prediction files."""
 
-    def __init__(self, run: Run, workdir: str, jitted_eval_step, writer, stop):
-        self.run, self.workdir, self.eval_step = run, workdir, jitted_eval_step
-        self.writer, self.stop = writer, stop
-        self.metric = metric = run.task.best_metric(run.config)
-        self.results = workdir_lib.read_results(workdir)
+    def __init__(self, session: Session, jitted_eval_step, log: TrainLog):
+        self.session, self.run, self.workdir = session, session.run, session.workdir
+        self.eval_step, self.log, self.writer = jitted_eval_step, log, log.writer
+        self.metric = metric = self.run.task.best_metric(self.run.config)
+        self.results = workdir_lib.read_results(self.workdir)
         self.results.update(
-            init_checkpoint=run.setup.init.checkpoint,
+            init_checkpoint=self.run.setup.init.checkpoint,
             # What "best" follows, for tools that compare runs (bertjax.sweep).
             best_metric={"name": metric.name, "higher_is_better": metric.higher_is_better},
         )
 
+    def evaluate_if_due(self, step: int, state) -> None:
+        """A hook: at the steps that have an evaluation (Session.evaluates), records one,
+        left out of the train line's rates, which are of training alone."""
+        if self.session.evaluates(step):
+            with self.log.window.paused(), self.log.times.span("eval", step):
+                self.record(step, state.params)
+
     def record(self, step: int, params) -> None:
-        evaluated = evaluate(self.run, params, self.eval_step, stop=self.stop)
+        evaluated = evaluate(self.run, params, self.eval_step, stop=self.session.stop)
         if evaluated is None:
             return  # cut short by a stop request
         values, predictions = evaluated
@@ -734,11 +774,25 @@ def check_bad_steps(state, optimizer: optim.OptimizerConfig, step: int) -> None:
         )
 
 
-def _train_stream(run: Run, start_step: int, positions) -> tuple[Any, streams.Plan]:
-    """This host's train batches from the step after `start_step`, and the plan of the
-    streams it reads (data_pipeline/streams.py): from the stream positions the
-    checkpoint recorded, whatever the number of hosts that wrote it, or else by
-    replaying the streams to that step."""
+class TrainBatches:
+    """This host's train batches (an iterator), the plan of the streams they come from
+    (`how`, data_pipeline/streams.py) and where those streams stand after the last batch
+    taken (`position`, its POSITIONS; None before the first, or when the stream has none)."""
+
+    def __init__(self, batches, how: streams.Plan):
+        self.batches, self.how, self.position = batches, how, None
+
+    def __next__(self) -> dict:
+        batch = next(self.batches)
+        if streams.POSITIONS in batch:
+            self.position = batch[streams.POSITIONS]
+        return batch
+
+
+def _train_stream(run: Run, start_step: int, positions) -> TrainBatches:
+    """This host's train batches from the step after `start_step`: from the stream
+    positions the checkpoint recorded, whatever the number of hosts that wrote it, or
+    else by replaying the streams to that step."""
     hosts, host = jax.process_count(), jax.process_index()
     how = streams.plan(len(positions) if positions else hosts, hosts, host)
     replay = 0
@@ -771,7 +825,7 @@ def _train_stream(run: Run, start_step: int, positions) -> tuple[Any, streams.Pl
         positions=positions,
         skip=replay,
     )
-    return dataset.as_numpy_iterator(), how
+    return TrainBatches(dataset.as_numpy_iterator(), how)
 
 
 def _gather_positions(position, how: streams.Plan) -> list | None:

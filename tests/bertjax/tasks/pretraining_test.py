@@ -436,8 +436,11 @@ def test_masked_lm_alone_continues_a_checkpoint_without_the_nsp_head(tmp_path):
 def test_a_workdirs_model_has_the_nsp_head_its_run_had():
     without = Description(8, {"next_sentence_prediction": False})
     assert TASK.make_model(SMALL, without).next_sentence is False
-    # A workdir written before the option had the head.
-    assert TASK.make_model(SMALL, Description(8, {})).next_sentence is True
+    # A workdir written before the option: one line saying what to add.
+    with pytest.raises(
+        CheckpointError, match=r'^task.json: .*; add "next_sentence_prediction": true to it$'
+    ):
+        TASK.make_model(SMALL, Description(8, {}))
     # The pooler and the NSP classifier are not counted: ROW's MLM head and encoder only.
     counted = TASK.forward_flops(SMALL, ROW, without)
     assert counted == 65344 - (2 * 16 * 16 + 2 * 16 * 2)

@@ -182,9 +182,9 @@ def next_sentence_prediction(description: Description) -> bool:
     next_sentence_prediction."""
     if "next_sentence_prediction" not in description.tokenizer_data:
         raise workdir_lib.CheckpointError(
-            f"{workdir_lib.TASK_FILE}: tokenizer_data has no next_sentence_prediction (written "
-            'by an older bertjax, whose models all had the NSP head); add "next_sentence_'
-            'prediction": true to it'
+            f"{workdir_lib.TASK_FILE}: tokenizer_data has no next_sentence_prediction "
+            "(written by an older bertjax, whose models all had the NSP head); add "
+            '"next_sentence_prediction": true to it'
         )
     return description.tokenizer_data["next_sentence_prediction"]
 

@@ -589,7 +589,8 @@ def _unreadable(error: BaseException, reason: str) -> str:
     short = re.search(r"byte range \[\d+, (\d+)\) is not valid for value of size (\d+)", text)
     if short:
         end, size = short.groups()
-        return f"{name} is unreadable: {where} is truncated ({size} bytes, {end} needed)"
+        file = f"a file in {where}" if where.endswith("/") else where
+        return f"{name} is unreadable: {file} is truncated ({size} bytes, {end} needed)"
     innermost = chain[-1]
     code = re.match(r"([A-Z][A-Z_]+): ", innermost)
     if innermost.endswith("does not exist"):

@@ -112,7 +112,7 @@ def edit_data(workdir, step: int, **values) -> None:
         ),
         (
             lambda w: truncate(data_files(w, 4)[0]),
-            r"\S+ is unreadable: \S+/checkpoints/4/state/\S+ is truncated \(\d+ bytes, \d+ needed\)",
+            r"\S+ is unreadable: (a file in )?\S+/checkpoints/4/state/\S* is truncated \(\d+ bytes, \d+ needed\)",
         ),
         (
             lambda w: os.remove(os.path.join(w, "checkpoints", "4", "state", "_METADATA")),

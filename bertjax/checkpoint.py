@@ -10,16 +10,19 @@ A fingerprint is a 32-bit sum of an array's bits weighted by position, computed
 where the array lives: a save dispatches jitted reductions (a sharded array sends
 the host one number, not its bytes) and reads them while orbax writes the arrays.
 Every restore computes them again (on a CPU, with numpy over the arrays in place)
-and compares: a flipped bit, a truncated or missing file or unreadable
-metadata makes the checkpoint Damaged, with one line naming the step and what is
-wrong. `restore_newest_good` then falls back to the newest step that verifies;
-a run moves the damaged step aside to WORKDIR/damaged_checkpoints/ (never
-deleting it), a reader leaves the workdir as it is. Checkpoints written before
-fingerprints existed restore unverified.
+and compares: a flipped bit, a truncated or missing file, missing or unreadable
+metadata, a data item without its fingerprints or edited (its checksum) makes the
+checkpoint Damaged, with one line naming the step and what is wrong.
+`restore_newest_good` then falls back to the newest step that verifies; a run moves
+the damaged step aside to WORKDIR/damaged_checkpoints/ (never deleting it), a reader
+leaves the workdir as it is. A checkpoint whose arrays do not fit the model asked for
+(their names or shapes) is no damage but a checkpoint of another config: a
+CheckpointError, and nothing moves.
 """
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import re
@@ -27,6 +30,7 @@ import shutil
 import sys
 import threading
 import traceback
+import zlib
 from collections.abc import Callable
 from concurrent import futures
 
@@ -49,10 +53,14 @@ ITEMS = (ITEM, DATA_ITEM)
 # The data item's key for the state's fingerprints (in it, not an item of their own:
 # each item costs a save and a restore a few tenths of a second of files and commits).
 FINGERPRINTS = "fingerprints"
+# The data item's key for a CRC-32 of the rest of it (stream positions, fingerprints).
+CHECKSUM = "checksum"
 # Where a run moves the checkpoints that fail to restore, in the workdir.
 DAMAGED_DIR = "damaged_checkpoints"
 # What every complete step directory holds; orbax writes it before the commit.
 _STEP_METADATA = "_CHECKPOINT_METADATA"
+# The state item's tree metadata: the names, shapes and types of its arrays.
+_TREE_METADATA = "_METADATA"
 
 
 class Damaged(CheckpointError):
@@ -158,9 +166,14 @@ class _DataHandler(ocp.JsonCheckpointHandler):
     the background commit (a save does not wait for them)."""
 
     async def _save_fn(self, x, directory):
-        if isinstance(x.get(FINGERPRINTS), _Fingerprints):
-            x = {**x, FINGERPRINTS: x[FINGERPRINTS].result()}
-        await super()._save_fn(x, directory)
+        x = {**x, FINGERPRINTS: x[FINGERPRINTS].result()}
+        await super()._save_fn({**x, CHECKSUM: _checksum(x)}, directory)
+
+
+def _checksum(data: dict) -> int:
+    """CRC-32 of the data item's JSON without its checksum, its keys sorted."""
+    rest = {key: value for key, value in data.items() if key != CHECKSUM}
+    return zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
 
 
 @ocp.args.register_with_handler(_DataHandler, for_save=True)
@@ -286,11 +299,8 @@ def _fingerprint_in_place(x) -> int:
     return (2 * (width * int(by_row) + int(by_column)) + int(total)) % 2**32
 
 
-def _verify(directory: str, step: int, tree, saved: dict | None) -> None:
-    """Fails with Damaged when an array of `tree` does not match its saved fingerprint;
-    a checkpoint from before fingerprints (`saved` None) passes."""
-    if saved is None:
-        return
+def _verify(directory: str, step: int, tree, saved: dict) -> None:
+    """Fails with Damaged when an array of `tree` does not match its saved fingerprint."""
     for name, value in _Fingerprints(tree, in_place=True).result().items():
         if name not in saved:
             raise Damaged(directory, step, f"{name} has no fingerprint in {DATA_ITEM}/")
@@ -387,22 +397,92 @@ def wait(manager: ocp.CheckpointManager, timeout_s: float | None = None) -> bool
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state) -> tuple:
-    """(state on the shardings of `abstract_state`, the data item or None), verified
-    against the step's fingerprints; Damaged when it cannot be. Checkpoints from before
-    the data item have none."""
+    """(state on the shardings of `abstract_state`, the data item), verified against the
+    step's fingerprints; Damaged when it cannot be, a CheckpointError when its arrays are
+    not those of `abstract_state` (another config's)."""
     directory = str(manager.directory)
-    step_dir = epath.Path(directory) / str(step)
-    args = {ITEM: ocp.args.StandardRestore(abstract_state)}
-    if (step_dir / DATA_ITEM).exists():
-        args[DATA_ITEM] = _DataRestore()
+    data = _read_data(manager, directory, step)
+    _check_fits(directory, step, abstract_state, data[FINGERPRINTS], partial=False)
     with _read_errors(directory, step):
-        restored = manager.restore(step, args=ocp.args.Composite(**args))
-    data = restored.get(DATA_ITEM)
-    if data is None:
-        return restored[ITEM], None
-    data = dict(data)
-    _verify(directory, step, restored[ITEM], data.pop(FINGERPRINTS, None))
-    return restored[ITEM], data
+        state = manager.restore(
+            step, args=ocp.args.Composite(**{ITEM: ocp.args.StandardRestore(abstract_state)})
+        )[ITEM]
+    _verify(directory, step, state, data[FINGERPRINTS])
+    return state, {k: v for k, v in data.items() if k not in (FINGERPRINTS, CHECKSUM)}
+
+
+def _read_data(manager: ocp.CheckpointManager, directory: str, step: int) -> dict:
+    """The step's data item, its checksum verified; Damaged when it is missing, edited, or
+    has no fingerprints (every checkpoint bertjax writes has them)."""
+    if not (epath.Path(directory) / str(step) / DATA_ITEM).exists():
+        raise Damaged(directory, step, f"its {DATA_ITEM}/ item (the fingerprints) is missing")
+    with _read_errors(directory, step):
+        restored = manager.restore(step, args=ocp.args.Composite(**{DATA_ITEM: _DataRestore()}))
+    data = restored[DATA_ITEM]
+    for key in (FINGERPRINTS, CHECKSUM):
+        if not isinstance(data, dict) or key not in data:
+            raise Damaged(directory, step, f"{DATA_ITEM}/ has no {key}")
+    if data[CHECKSUM] != _checksum(data):
+        raise Damaged(
+            directory, step, f"{DATA_ITEM}/ differs from what was written (checksum mismatch)"
+        )
+    return dict(data)
+
+
+def _check_fits(directory: str, step: int, abstract_tree, fingerprints: dict, *, partial: bool):
+    """Before reading an array. Damaged when the step's tree metadata is missing,
+    unreadable or lists other arrays than its fingerprints (both written by the save); a
+    CheckpointError when those arrays are not the ones of `abstract_tree` (with `partial`,
+    a part of them), by name and shape: a checkpoint of another config, not damage."""
+    step_dir = epath.Path(directory) / str(step)
+    if not (step_dir / ITEM / _TREE_METADATA).exists():
+        raise Damaged(directory, step, f"its metadata file {ITEM}/{_TREE_METADATA} is missing")
+    with _read_errors(directory, step):
+        metadata = ocp.PyTreeCheckpointHandler().metadata(step_dir / ITEM)
+    saved = {name: _shape(leaf) for name, leaf in _named_leaves(metadata.tree)}
+    if saved.keys() != fingerprints.keys():
+        odd = sorted(saved.keys() ^ fingerprints.keys())[0]
+        raise Damaged(
+            directory,
+            step,
+            f"{ITEM}/{_TREE_METADATA} and {DATA_ITEM}/ disagree on the arrays written ({odd})",
+        )
+    wanted = {name: _shape(leaf) for name, leaf in _named_leaves(abstract_tree)}
+    unknown, extra = sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys())
+    if unknown:
+        problem = f"has no {unknown[0]}"
+    elif extra and not partial:
+        problem = f"has {extra[0]}, which this model has not"
+    else:
+        problem = next(
+            (
+                f"has {name} of shape {saved[name]}, this model {shape}"
+                for name, shape in wanted.items()
+                if None not in (saved[name], shape) and saved[name] != shape
+            ),
+            None,
+        )
+    if problem:
+        raise CheckpointError(f"{step_dir}: {problem}; {_OTHER_CONFIG}")
+
+
+_OTHER_CONFIG = (
+    "a checkpoint of another config (left as it is): run with the config that wrote it, "
+    "or use another workdir"
+)
+
+
+def _shape(leaf) -> tuple | None:
+    """An array's shape; None for a PRNG key, whose stored shape is its key data's."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return None
+    return tuple(getattr(leaf, "shape", ()))
+
+
+def _named_leaves(tree) -> list:
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(jax.tree_util.keystr(path, simple=True, separator="/"), leaf) for path, leaf in leaves]
 
 
 def restore_newest_good(
@@ -474,14 +554,51 @@ class _read_errors:
     def __exit__(self, kind, error, traceback):
         if error is None or not isinstance(error, Exception) or isinstance(error, UserError):
             return False
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        text = str(error)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         reason = lines[0] if lines else type(error).__name__
         reason = reason if len(reason) <= 300 else reason[:297] + "..."
-        if isinstance(error, MemoryError) or _TRANSIENT.search(str(error)):
-            raise CheckpointError(
-                f"{self.directory}/{self.step}: could not be read ({reason})"
-            ) from None
-        raise Damaged(self.directory, self.step, f"unreadable: {reason}") from None
+        where = f"{self.directory}/{self.step}"
+        if isinstance(error, MemoryError) or _TRANSIENT.search(text):
+            raise CheckpointError(f"{where}: could not be read ({reason})") from None
+        if _MISMATCH.search(text):
+            raise CheckpointError(f"{where}: {reason}; {_OTHER_CONFIG}") from None
+        raise Damaged(self.directory, self.step, _unreadable(error, reason)) from None
+
+
+# Orbax's words for arrays that are not those asked for: another config's, not damage.
+_MISMATCH = re.compile(r"is not compatible with the stored shape|pytree structure error")
+
+
+def _unreadable(error: BaseException, reason: str) -> str:
+    """What a failed read says: the array and the file it failed on when tensorstore
+    names them somewhere in the chain of causes (orbax's own message holds the
+    array's whole TensorStore spec instead)."""
+    chain = []
+    while error is not None and len(chain) < 8:
+        chain.append(str(error).split(" [tensorstore_spec")[0].strip())
+        error = error.__cause__ or error.__context__
+    text = "\n".join(chain)
+    array = re.search(r'(?:Error reading|Metadata at) "([^"]+?)/[^"/]*"', text)
+    if not array:
+        return f"unreadable: {reason}"
+    name = array.group(1).replace(".", "/")
+    files = re.findall(r'local file "([^"]+)"', text)
+    data_files = [file for file in files if not file.endswith("/")]
+    where = data_files[-1] if data_files else files[-1] if files else "its item"
+    short = re.search(r"byte range \[\d+, (\d+)\) is not valid for value of size (\d+)", text)
+    if short:
+        end, size = short.groups()
+        file = f"a file in {where}" if where.endswith("/") else where
+        return f"{name} is unreadable: {file} is truncated ({size} bytes, {end} needed)"
+    innermost = chain[-1]
+    code = re.match(r"([A-Z][A-Z_]+): ", innermost)
+    if innermost.endswith("does not exist"):
+        detail = "its metadata does not exist"
+    else:
+        detail = innermost.rsplit('": ', 1)[-1]
+        detail = detail if len(detail) <= 120 else detail[:117] + "..."
+    return f"{name} is unreadable in {where}: {detail}" + (f" ({code.group(1)})" if code else "")
 
 
 class _QuietAbandonedReads:
@@ -572,19 +689,15 @@ def restore_params(
 
 
 def _restore_params(manager, directory: str, step: int, abstract_params):
-    step_dir = epath.Path(directory) / str(step)
-    args = {
-        ITEM: ocp.args.PyTreeRestore(
-            item={"params": abstract_params},
-            restore_args={"params": ocp.checkpoint_utils.construct_restore_args(abstract_params)},
-            partial_restore=True,
-        )
-    }
-    if (step_dir / DATA_ITEM).exists():
-        args[DATA_ITEM] = _DataRestore()
+    fingerprints = _read_data(manager, directory, step)[FINGERPRINTS]
+    _check_fits(directory, step, {"params": abstract_params}, fingerprints, partial=True)
+    args = ocp.args.PyTreeRestore(
+        item={"params": abstract_params},
+        restore_args={"params": ocp.checkpoint_utils.construct_restore_args(abstract_params)},
+        partial_restore=True,
+    )
     with _read_errors(directory, step):
-        restored = manager.restore(step, args=ocp.args.Composite(**args))
+        restored = manager.restore(step, args=ocp.args.Composite(**{ITEM: args}))
     params = restored[ITEM]["params"]
-    data = restored.get(DATA_ITEM) or {}
-    _verify(directory, step, {"params": params}, data.get(FINGERPRINTS))
+    _verify(directory, step, {"params": params}, fingerprints)
     return params

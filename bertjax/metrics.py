@@ -52,9 +52,11 @@ class MetricWriter:
             # Each flush puts the lines on disk; in Cloud Storage it uploads the whole
             # object again, cheap for a file that grows by one line a log step.
             self._jsonl = tf.io.gfile.GFile(metrics_file, "a")
-            self._tensorboard = tf.summary.create_file_writer(
-                os.path.join(workdir, workdir_lib.TENSORBOARD_DIR)
-            )
+            self._summaries = _SummaryErrors(workdir)
+            with self._summaries:
+                self._tensorboard = tf.summary.create_file_writer(
+                    os.path.join(workdir, workdir_lib.TENSORBOARD_DIR)
+                )
 
     def write(self, step: int, split: str, values: dict) -> None:
         if not self.active:
@@ -62,12 +64,12 @@ class MetricWriter:
         record = {"step": step, "split": split, **values}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
-        with self._tensorboard.as_default(step=step):
+        with self._summaries, self._tensorboard.as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, int | float):
                     tensor = tf.constant(value, tf.float32)
                     tf.summary.write(f"{split}/{name}", tensor, metadata=_SCALAR_METADATA)
-        self._tensorboard.flush()
+            self._tensorboard.flush()
 
     def console(self, line: str) -> None:
         if self.active:
@@ -91,7 +93,33 @@ class MetricWriter:
     def close(self) -> None:
         if self.active:
             self._jsonl.close()
-            self._tensorboard.close()
+            with self._summaries:
+                self._tensorboard.close()
+
+
+class _SummaryErrors:
+    """Turns TensorFlow's failure to write the TensorBoard summaries (several lines: its
+    function node, the event file, "Failed to flush 1 events ...") into one OSError line
+    naming the workdir, and a full disk as such."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if not isinstance(error, tf.errors.OpError):
+            return False
+        first = error.message.strip().splitlines()[0] if error.message.strip() else ""
+        reason = first.rsplit(";", 1)[-1].strip() or type(error).__name__
+        where = os.path.join(self.workdir, workdir_lib.TENSORBOARD_DIR)
+        if "No space left on device" in error.message:
+            raise OSError(
+                f"{self.workdir}: the disk is full (no space left for the TensorBoard "
+                f"summaries in {where}); free some space, then run the same command to resume"
+            ) from None
+        raise OSError(f"cannot write the TensorBoard summaries in {where}: {reason}") from None
 
 
 def cut_history(workdir: str, step: int) -> None:

@@ -387,27 +387,35 @@ RESUMABLE_CHANGES = (
 )
 
 
-# Config keys added since runs were made, with the value that such a run had: a saved
-# config without one reads as holding it.
-ADDED_KEYS = {
-    "data.next_sentence_prediction": True,
-    "data.eval_masked_lm_prob": 0.0,
-    "optimizer.schedule": "linear",
-    "optimizer.decay_steps": 0,
-    "optimizer.decay_shape": "linear",
-}
-
-
 def check_same_run(workdir: str, config) -> None:
     """Fails, with a one-line diff, when the run `workdir` holds had another config in
     anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs). A run
     writes its config.json before its first step, so this holds from then on, whether or
-    not it saved a checkpoint."""
-    saved = read_json(os.path.join(workdir, CONFIG_FILE))
+    not it saved a checkpoint; a workdir with checkpoints and no config.json is refused.
+    A config.json without a key this config has (an older bertjax's) is refused in one
+    line too."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    saved = read_json(path)
     if saved is None:
+        steps = tf.io.gfile.glob(os.path.join(workdir, CHECKPOINT_DIR, "[0-9]*"))
+        if steps:
+            raise CheckpointError(
+                f"{path}: missing, though {os.path.dirname(steps[0])} holds checkpoints; "
+                f"put back the {CONFIG_FILE} of the run that wrote them, or use a new workdir"
+            )
         return
     now = _flat(json.loads(config.to_json_best_effort()))
-    before = {**{k: v for k, v in ADDED_KEYS.items() if k in now}, **_flat(saved)}
+    before = _flat(saved)
+    older = sorted(
+        key
+        for key in now.keys() - before.keys()
+        if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_CHANGES)
+    )
+    if older:
+        raise CheckpointError(
+            f"{path}: has no {', '.join(older[:3])}{' ...' if len(older) > 3 else ''} (written "
+            "by an older bertjax); resume it with that version, or use a new workdir"
+        )
     changed = [
         key
         for key in sorted(before.keys() | now.keys())

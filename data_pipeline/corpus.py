@@ -31,6 +31,7 @@ import glob
 import gzip
 import hashlib
 import io
+import math
 import os
 import random
 import re
@@ -247,6 +248,14 @@ def check_two_documents(
         "text": f"config.data.text_files={config.text_files!r}",
         "tfds": f"TFDS dataset {config.tfds_name!r}",
     }.get(config.source, "the built-in corpus")
+    needed = _documents_needed(config.eval_fraction)
+    if process_count == 1 and stats.documents_read < needed:
+        # A split short of two in a corpus this small is its size, not bad luck of the split.
+        raise CorpusError(
+            f"{source}: the corpus is too small, {_documents(stats.documents_read)}: "
+            f"next-sentence prediction needs 2 in each split, about {needed} at "
+            f"config.data.eval_fraction={config.eval_fraction}; add documents"
+        )
     where = f"{source}: the {split} split"
     if process_count > 1:
         where += f" of {shard} {process_index} of {process_count}"
@@ -264,6 +273,14 @@ def check_two_documents(
         f"{where} has a single document ({seen[0]}), of {of}; next-sentence prediction "
         f"needs NotNext segments from another document{hint}"
     )
+
+
+def _documents_needed(eval_fraction: float) -> int:
+    """The documents a corpus needs for 2 in each split, on average, when `eval_fraction`
+    of them are held out (2 when none are)."""
+    if not 0 < eval_fraction < 1:
+        return 2
+    return math.ceil(2 / min(eval_fraction, 1 - eval_fraction) - 1e-9)
 
 
 def _too_few_documents(config: DataConfig, count: int) -> str:

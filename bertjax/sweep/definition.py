@@ -55,17 +55,16 @@ class SweepDefinition:
         for name in value:
             if name not in names:
                 raise hyper.SweepError(f"sweep definition: unknown field {name!r}")
-        for name in names:
-            if name not in value and name not in _ADDED_SINCE:
-                raise hyper.SweepError(f"sweep definition: missing field {name!r}")
-        value = {**_ADDED_SINCE, **copy.deepcopy(value)}
+        missing = [name for name in names if name not in value]
+        if missing:
+            raise hyper.SweepError(
+                f"sweep definition: missing field {missing[0]!r} (recorded by an older "
+                "bertjax); run the sweep again under another --study_name or --storage"
+            )
+        value = copy.deepcopy(value)
         value["trials"] = tuple(value["trials"])
         value["space"] = {key: _part(key, part) for key, part in value["space"].items()}
         return cls(**value)
-
-
-# Fields newer than some recorded sweeps, with the value those sweeps meant.
-_ADDED_SINCE = {"program": "bertjax.main"}
 
 
 def _part_json(part: hyper.Choice | hyper.Range) -> dict:

@@ -178,9 +178,14 @@ def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
 
 def next_sentence_prediction(description: Description) -> bool:
     """Whether a workdir's model has the NSP head: its data config's
-    next_sentence_prediction, True for a workdir written before the option."""
-    default = data_config_lib.DataConfig.next_sentence_prediction
-    return description.tokenizer_data.get("next_sentence_prediction", default)
+    next_sentence_prediction."""
+    if "next_sentence_prediction" not in description.tokenizer_data:
+        raise workdir_lib.CheckpointError(
+            f"{workdir_lib.TASK_FILE}: tokenizer_data has no next_sentence_prediction "
+            "(written by an older bertjax, whose models all had the NSP head); add "
+            '"next_sentence_prediction": true to it'
+        )
+    return description.tokenizer_data["next_sentence_prediction"]
 
 
 def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:

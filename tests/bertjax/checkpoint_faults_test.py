@@ -3,6 +3,7 @@
 the newest checkpoint, every checkpoint damaged, and kill -9 after a fallback. No
 damaged checkpoint is trained on or exported, and a good earlier one always survives."""
 
+import json
 import os
 import re
 import shutil
@@ -70,24 +71,63 @@ def warnings(stderr: str) -> list[str]:
             if line.startswith("W")]  # fmt: skip
 
 
-@pytest.fixture
-def four_steps(tmp_path, small_vocab_file):
-    """A run of 4 steps with checkpoints at 2 and 4: its workdir."""
-    workdir = str(tmp_path / "run")
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, small_vocab_file):
+    """A run of 4 steps with checkpoints at 2 and 4, once a module: read it only."""
+    workdir = str(tmp_path_factory.mktemp("trained") / "run")
     code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=4", *RUN))
     assert code == 0, stderr
     assert steps(workdir) == [2, 4]
     return workdir
 
 
+@pytest.fixture
+def four_steps(trained, tmp_path):
+    """A copy of `trained`'s workdir, for one test to change."""
+    workdir = str(tmp_path / "run")
+    shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns(".lock"))
+    return workdir
+
+
+def edit_data(workdir, step: int, **values) -> None:
+    """Sets keys of a step's data item as a text editor would (None: deletes the key)."""
+    path = os.path.join(workdir, "checkpoints", str(step), "data", "metadata")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    for key, value in values.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+
+
 @pytest.mark.parametrize(
-    "damage, reason", [(flip_low_bits, r"\S+ differs from what was written"), (truncate, "unreadable: ")]
-)  # fmt: skip
+    "damage, reason",
+    [
+        (
+            lambda w: flip_low_bits(data_files(w, 4)[0]),
+            r"\S+ differs from what was written \(fingerprint mismatch\)",
+        ),
+        (
+            lambda w: truncate(data_files(w, 4)[0]),
+            r"\S+ is unreadable: (a file in )?\S+/checkpoints/4/state/\S* is truncated \(\d+ bytes, \d+ needed\)",
+        ),
+        (
+            lambda w: os.remove(os.path.join(w, "checkpoints", "4", "state", "_METADATA")),
+            "its metadata file state/_METADATA is missing",
+        ),
+    ],
+    ids=["flipped_bits", "truncated_array", "lost_tree_metadata"],
+)
 def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_before_it(
     four_steps, small_vocab_file, damage, reason
 ):
+    # A truncated file was reported as TensorStore's spec of the array, a lost _METADATA
+    # as "pytree structure error: different types at key path".
     workdir = four_steps
-    damage(data_files(workdir, 4)[0])
+    damage(workdir)
     before = {r["step"]: r for r in train_lines(workdir)}
     process = start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN)
     code, stderr = finish(process)
@@ -95,7 +135,7 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_before_i
     moved = os.path.join(workdir, "damaged_checkpoints", "4")
     said = warnings(stderr)
     assert re.fullmatch(
-        rf"{workdir}/checkpoints/4: damaged, {reason}.*; moved to {moved}", said[0]
+        rf"{workdir}/checkpoints/4: damaged, {reason}; moved to {moved}", said[0]
     ), said
     assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
     assert "Traceback" not in stderr
@@ -223,6 +263,141 @@ def test_export_skips_a_damaged_newest_checkpoint_and_leaves_the_workdir_as_it_i
     assert re.fullmatch(rf"{workdir}/checkpoints/4: damaged, .*", said[0]), said
     assert said[1] == "using step 2, the newest checkpoint that verifies"
     assert steps(workdir) == [2, 4]  # a reader moves nothing
+
+
+RESTORE = "import sys, bertjax; print(bertjax.restore(sys.argv[1]).step)"
+
+
+def read(workdir, reader: str, out) -> tuple[str, list[str]]:
+    """`bertjax.restore` or `convert export` on `workdir` as a user runs them: (what it
+    printed, its warnings)."""
+    if reader == "restore":
+        command = [sys.executable, "-c", RESTORE, workdir]
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "bertjax.convert",
+            "export",
+            "--format",
+            "hf",
+            workdir,
+            out,
+        ]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    if reader == "export":
+        return result.stdout, warnings(result.stderr)
+    # In a notebook's Python, absl's warnings go through the logging module's format.
+    prefix = "WARNING:absl:"
+    lines = result.stderr.splitlines()
+    return result.stdout, [line[len(prefix) :] for line in lines if line.startswith(prefix)]
+
+
+@pytest.mark.parametrize(
+    "damage, reason, reader",
+    [
+        (
+            lambda w: shutil.rmtree(os.path.join(w, "checkpoints", "4", "data")),
+            r"its data/ item \(the fingerprints\) is missing",
+            "restore",
+        ),
+        (lambda w: edit_data(w, 4, fingerprints=None), "data/ has no fingerprints", "export"),
+        (
+            lambda w: edit_data(w, 4, stream_positions=[[4, 0, 0, 0, 0, 0, 0, 8]]),
+            r"data/ differs from what was written \(checksum mismatch\)",
+            None,
+        ),
+    ],
+    ids=["no_data_item", "no_fingerprints", "edited_stream_positions"],
+)
+def test_a_checkpoint_without_its_fingerprints_or_with_edited_positions_is_damaged(
+    four_steps, small_vocab_file, tmp_path, damage, reason, reader
+):
+    # Such a checkpoint once restored unverified, as "from before fingerprints": a bit
+    # flipped in it was trained on, and bertjax.restore and convert export used it.
+    workdir = four_steps
+    damage(workdir)
+    flip_a_bit_of(workdir, 4, "params.")
+    damaged = rf"{workdir}/checkpoints/4: damaged, {reason}"
+    if reader:
+        printed, said = read(workdir, reader, str(tmp_path / "exported"))
+        used = printed.strip() if reader == "restore" else printed.split()[3]
+        assert used == "2", printed
+        assert re.fullmatch(damaged, said[0]), said
+        assert said[1] == "using step 2, the newest checkpoint that verifies"
+        assert steps(workdir) == [2, 4]  # a reader moves nothing
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
+    assert code == 0, stderr
+    moved = os.path.join(workdir, "damaged_checkpoints", "4")
+    said = warnings(stderr)
+    assert re.fullmatch(rf"{damaged}; moved to {moved}", said[0]), said
+    assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
+    assert steps(workdir) == [2, 4, 6]
+
+
+def listing(workdir) -> dict[str, float]:
+    """Every file of a workdir but its lock, with its modification time."""
+    return {
+        os.path.relpath(os.path.join(root, name), workdir): os.stat(
+            os.path.join(root, name)
+        ).st_mtime
+        for root, _, names in os.walk(workdir)
+        for name in names
+        if name != ".lock"
+    }
+
+
+def test_a_workdir_with_checkpoints_and_no_config_json_is_refused_before_compiling(
+    four_steps, small_vocab_file
+):
+    # Without config.json, a run of another seed and learning rate resumed the run; with
+    # model_config.json gone too, one of another head count called the shapes "damage"
+    # and moved every good checkpoint aside.
+    workdir = four_steps
+    os.remove(os.path.join(workdir, "config.json"))
+    before = listing(workdir)
+    other_run = ("--config.seed=7", "--config.optimizer.learning_rate=0.01")
+    code, stderr = finish(
+        start(workdir, small_vocab_file, "--config.num_train_steps=6", *other_run)
+    )
+    refused = (
+        f"error: {workdir}/config.json: missing, though {workdir}/checkpoints holds checkpoints; "
+        "put back the config.json of the run that wrote them, or use a new workdir"
+    )
+    assert (code, last_line(stderr)) == (2, refused), stderr
+    assert "Traceback" not in stderr
+    assert listing(workdir) == before  # nothing moved or written
+    os.remove(os.path.join(workdir, "model_config.json"))
+    before = listing(workdir)
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.model.num_attention_heads=4"))
+    assert (code, last_line(stderr)) == (2, refused), stderr
+    assert listing(workdir) == before
+
+
+def test_a_checkpoint_of_another_head_count_is_refused_and_never_moved(
+    four_steps, small_vocab_file
+):
+    # The workdir's config files edited to 4 heads: its checkpoints are of 2.
+    workdir = four_steps
+    for name, key in (("config.json", "model"), ("model_config.json", None)):
+        path = os.path.join(workdir, name)
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+        (values[key] if key else values)["num_attention_heads"] = 4
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(values, f)
+    code, stderr = finish(start(workdir, small_vocab_file, "--config.model.num_attention_heads=4"))
+    assert code == 2, stderr
+    assert re.fullmatch(
+        rf"error: {workdir}/checkpoints/4: has params/\S+ of shape \(.*\), this model \(.*\); "
+        r"a checkpoint of another config \(left as it is\): run with the config that wrote "
+        r"it, or use another workdir",
+        last_line(stderr),
+    ), stderr[-3000:]
+    assert "damaged" not in stderr and "Traceback" not in stderr
+    assert not os.path.exists(os.path.join(workdir, "damaged_checkpoints"))
+    assert steps(workdir) == [2, 4]
 
 
 READ_DAMAGED_STEPS = """

@@ -213,3 +213,48 @@ def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, small
         last_line(stderr),
     ), last_line(stderr)
     assert os.listdir(os.path.join(workdir, "checkpoints")) == ["1"]  # committed, nothing partial
+
+
+def test_a_corpus_of_three_documents_is_too_small_in_one_line(tmp_path, small_vocab_file):
+    # It was told to raise config.data.eval_fraction, as if the split were at fault.
+    corpus = tmp_path / "three.txt"
+    corpus.write_text("One sentence.\n\nAnother one.\n\nA third.\n", encoding="utf-8")
+    workdir = tmp_path / "run"
+    code, stderr = finish(
+        start(workdir, small_vocab_file, "--config.data.source=text",
+              f"--config.data.text_files={corpus}", "--config.eval_every_steps=2")
+    )  # fmt: skip
+    assert code == 2, stderr
+    assert last_line(stderr) == (
+        f"error: config.data.text_files={str(corpus)!r}: the corpus is too small, 3 documents: "
+        "next-sentence prediction needs 2 in each split, about 20 at "
+        "config.data.eval_fraction=0.1; add documents"
+    )
+    assert "Traceback" not in stderr
+
+
+def test_a_full_disk_under_the_tensorboard_summaries_is_one_line(tmp_path, small_vocab_file):
+    # Once three lines of TensorFlow's ("{{function_node __wrapped__...}} ...; No space left
+    # on device", "Failed to flush 1 events to ...", ...).
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs as a full disk")
+    workdir = tmp_path / "run"
+    summaries = workdir / "tensorboard"
+    summaries.mkdir(parents=True)
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {summaries}"])
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a user namespace here")
+    # A 64 KiB disk with one 4 KiB page free: the summaries of a few steps fill it.
+    fill = f"dd if=/dev/zero of={summaries}/filler bs=4k count=15 2>/dev/null"
+    script = f"mount -t tmpfs -o size=64k tmpfs {summaries} && {fill} && exec " + " ".join(
+        command(workdir, small_vocab_file, "--config.num_train_steps=40")
+    )
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stderr
+    assert last_line(result.stderr) == (
+        f"error: {workdir}: the disk is full (no space left for the TensorBoard summaries in "
+        f"{summaries}); free some space, then run the same command to resume"
+    )
+    assert "Traceback" not in result.stderr and "Failed to flush" not in result.stderr

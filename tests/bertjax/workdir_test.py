@@ -211,21 +211,33 @@ def test_check_same_run_refuses_a_shorter_run_and_counts_the_keys_it_does_not_sh
     shorter = run_config(num_train_steps=50)
     with pytest.raises(workdir.CheckpointError, match=r"\(num_train_steps 100 -> 50\)"):
         workdir.check_same_run(str(tmp_path / "run"), shorter)
+    (tmp_path / "other").mkdir()
+    describe(tmp_path / "other", run_config(a=0, b=0, c=0, d=0))
     many = run_config(seed=1, a=1, b=2, c=3, d=4)
-    with pytest.raises(workdir.CheckpointError, match=r"a '\(none\)' -> 1, .* and 1 more\)"):
-        workdir.check_same_run(str(tmp_path / "run"), many)
+    with pytest.raises(workdir.CheckpointError, match=r"\(a 0 -> 1, .* and 1 more\)"):
+        workdir.check_same_run(str(tmp_path / "other" / "run"), many)
 
 
-def test_check_same_run_reads_keys_added_since_as_their_old_values(tmp_path):
-    # A run saved before config.optimizer.schedule (and the data options) existed.
+def test_a_config_json_without_a_key_this_bertjax_has_is_refused_in_one_line(tmp_path):
+    # An older bertjax's run: its config.json has no optimizer.schedule.
     describe(tmp_path)
     now = run_config(optimizer={"learning_rate": 1e-4, "warmup_steps": 10, "schedule": "linear"})
-    workdir.check_same_run(str(tmp_path / "run"), now)
-    changed = run_config(
-        optimizer={"learning_rate": 1e-4, "warmup_steps": 10, "schedule": "warmup_stable_decay"}
+    with pytest.raises(workdir.CheckpointError) as caught:
+        workdir.check_same_run(str(tmp_path / "run"), now)
+    assert str(caught.value) == (
+        f"{tmp_path}/run/config.json: has no optimizer.schedule (written by an older "
+        "bertjax); resume it with that version, or use a new workdir"
     )
-    with pytest.raises(
-        workdir.CheckpointError,
-        match=r"\(optimizer\.schedule 'linear' -> 'warmup_stable_decay'\)",
-    ):
-        workdir.check_same_run(str(tmp_path / "run"), changed)
+
+
+def test_a_workdir_with_checkpoints_and_no_config_json_is_refused(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    workdir.check_same_run(str(run), run_config())  # no checkpoint yet: a new run
+    (run / "checkpoints" / "4").mkdir()
+    with pytest.raises(workdir.CheckpointError) as caught:
+        workdir.check_same_run(str(run), run_config())
+    assert str(caught.value) == (
+        f"{run}/config.json: missing, though {run}/checkpoints holds checkpoints; put back "
+        "the config.json of the run that wrote them, or use a new workdir"
+    )

@@ -199,21 +199,40 @@ def test_many_files_too_few_documents_are_named_up_to_five(tmp_path, text_config
     )
 
 
-def test_a_split_short_of_two_documents_says_how_many_the_corpus_has(tmp_path, text_config):
-    path = _write(tmp_path / "three.txt", b"Doc one.\n\nDoc two.\n\nDoc three.\n")
-    where = f"config.data.text_files={str(path)!r}"
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_a_corpus_too_small_for_two_documents_in_each_split_says_so(tmp_path, text_config, count):
+    # It once said "raise config.data.eval_fraction" or "lower" it, as if the split were
+    # at fault, for a corpus no fraction would serve.
+    text = "\n\n".join(f"Document number {i}." for i in range(count)).encode()
+    path = _write(tmp_path / "small.txt", text + b"\n")
+    for split in ("train", "eval"):
+        try:
+            corpus.check_two_documents(text_config(path, eval_fraction=0.1), split=split)
+        except corpus.CorpusError as error:
+            assert str(error) == (
+                f"config.data.text_files={str(path)!r}: the corpus is too small, {count} "
+                "documents: next-sentence prediction needs 2 in each split, about 20 at "
+                "config.data.eval_fraction=0.1; add documents"
+            )
+        else:
+            assert split == "train"  # the eval split of 5 or fewer has fewer than 2
+
+
+def test_a_split_short_of_two_documents_in_a_big_enough_corpus_names_the_fraction(
+    tmp_path, text_config
+):
+    # 20 documents, all but one held out at 0.9 (the split is a hash of the text).
+    held_out = [f"Doc {i}." for i in range(200) if corpus.is_eval_document([f"Doc {i}."], 0.9)]
+    trained = next(
+        f"Doc {i}." for i in range(200) if not corpus.is_eval_document([f"Doc {i}."], 0.9)
+    )
+    path = _write(tmp_path / "twenty.txt", "\n\n".join([*held_out[:19], trained]).encode() + b"\n")
     with pytest.raises(corpus.CorpusError) as raised:
         corpus.check_two_documents(text_config(path, eval_fraction=0.9), split="train")
-    # Which documents are held out is a hash of their text: none of these three trains.
     assert str(raised.value) == (
-        f"{where}: the train split has no documents, of the corpus's 3 documents "
-        "(lower config.data.eval_fraction=0.9)"
-    )
-    with pytest.raises(corpus.CorpusError) as raised:
-        corpus.check_two_documents(text_config(path), split="eval")
-    assert str(raised.value) == (
-        f"{where}: the eval split has no documents, of the corpus's 3 documents "
-        "(raise config.data.eval_fraction)"
+        f"config.data.text_files={str(path)!r}: the train split has a single document "
+        f"({path}:19), of the corpus's 20 documents; next-sentence prediction needs NotNext "
+        "segments from another document (lower config.data.eval_fraction=0.9)"
     )
 
 

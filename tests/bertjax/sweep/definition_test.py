@@ -84,9 +84,14 @@ def test_a_definition_that_is_not_a_dict_is_refused(value):
         SweepDefinition.from_json(value)
 
 
-def test_a_sweep_recorded_before_trials_had_a_program_runs_bertjax_main(tmp_path):
+def test_a_sweep_recorded_before_a_field_existed_is_refused_in_one_line(tmp_path):
     stored = make_definition(tmp_path).to_json()
     del stored["program"]  # as sweeps recorded before the field existed
-    assert SweepDefinition.from_json(stored).program == "bertjax.main"
+    with pytest.raises(hyper.SweepError) as caught:
+        SweepDefinition.from_json(stored)
+    assert str(caught.value) == (
+        "sweep definition: missing field 'program' (recorded by an older bertjax); run the "
+        "sweep again under another --study_name or --storage"
+    )
     glue = make_definition(tmp_path, program="bertjax.glue.trial")
     assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.glue.trial"

@@ -25,6 +25,10 @@ from experiments.pretrain import tiny_cpu
 TASK = pretraining.TASK
 
 
+# A pretraining workdir's task.json description, of a model with the NSP head.
+WITH_NSP = Description(8, {"next_sentence_prediction": True})
+
+
 def tiny_config(**changes):
     """experiments/pretrain/tiny_cpu.py's config with `changes` ({"data.max_seq_length": 64})."""
     config = tiny_cpu.get_config()
@@ -174,7 +178,7 @@ def test_forward_flops_is_the_trimmed_encoder_plus_both_heads():
     # output) + 4*8*16 (scores, weighted sum) + 4*16*32 (feed-forward)) = 8192 + 3584 q.
     # The last layer's queries are [CLS] and the 3 masked positions: 36864 + 22528.
     # Heads: pooler 2*16*16 + NSP 2*16*2; MLM 3 * (2*16*16 + 2*16*40).
-    counted = TASK.forward_flops(SMALL, ROW, Description(8, {}))
+    counted = TASK.forward_flops(SMALL, ROW, WITH_NSP)
     assert counted == 59392 + 576 + 5376 == 65344
     heads = flops.pooler_flops(SMALL) + 2 * 16 * 2 + 3 * (2 * 16 * 16 + 2 * 16 * 40)
     assert counted == flops.encoder_flops(SMALL, 8, 1 + 3) + heads
@@ -184,13 +188,13 @@ def test_forward_flops_is_the_trimmed_encoder_plus_both_heads():
     "change", [dict(scan_layers=True), dict(trim_last_layer=False)], ids=["scanned", "untrimmed"]
 )
 def test_an_untrimmed_last_layer_counts_every_position(change):
-    counted = TASK.forward_flops(dataclasses.replace(SMALL, **change), ROW, Description(8, {}))
+    counted = TASK.forward_flops(dataclasses.replace(SMALL, **change), ROW, WITH_NSP)
     assert counted == 2 * 36864 + 5952 == 79680
 
 
 def test_a_packed_row_counts_the_next_sentence_head_once_per_slot():
     # Two [CLS] and 3 masked positions in the last layer: 36864 + (8192 + 5 * 3584).
-    counted = TASK.forward_flops(SMALL, {**ROW, "cls_positions": 2}, Description(8, {}))
+    counted = TASK.forward_flops(SMALL, {**ROW, "cls_positions": 2}, WITH_NSP)
     assert counted == 36864 + 26112 + 2 * 576 + 5376 == 69504
 
 
@@ -267,7 +271,7 @@ def test_describe_keeps_the_tokenizer_settings_and_the_length():
 
 
 def test_make_model_is_the_pretraining_model_of_the_saved_config():
-    model = TASK.make_model(SMALL, Description(8, {}))
+    model = TASK.make_model(SMALL, WITH_NSP)
     assert isinstance(model, model_lib.BertForPreTraining) and model.config == SMALL
 
 
@@ -436,8 +440,11 @@ def test_masked_lm_alone_continues_a_checkpoint_without_the_nsp_head(tmp_path):
 def test_a_workdirs_model_has_the_nsp_head_its_run_had():
     without = Description(8, {"next_sentence_prediction": False})
     assert TASK.make_model(SMALL, without).next_sentence is False
-    # A workdir written before the option had the head.
-    assert TASK.make_model(SMALL, Description(8, {})).next_sentence is True
+    # A workdir written before the option: one line saying what to add.
+    with pytest.raises(
+        CheckpointError, match=r'^task.json: .*; add "next_sentence_prediction": true to it$'
+    ):
+        TASK.make_model(SMALL, Description(8, {}))
     # The pooler and the NSP classifier are not counted: ROW's MLM head and encoder only.
     counted = TASK.forward_flops(SMALL, ROW, without)
     assert counted == 65344 - (2 * 16 * 16 + 2 * 16 * 2)

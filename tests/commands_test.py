@@ -20,8 +20,8 @@ import pytest
 from support import REPO, SMALL_VOCAB_SIZE
 
 pytestmark = pytest.mark.command
-# The tests that read the module's pretrained workdir run in one xdist worker
-# (--dist loadgroup), which trains it once.
+# The tests that read the pretrained workdir run in one xdist worker (--dist loadgroup),
+# which trains it once.
 chain = pytest.mark.xdist_group("pretrained")
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -55,7 +55,7 @@ def run(module: str, *args, cwd=REPO, expect: int = 0) -> subprocess.CompletedPr
     return result
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not torn down when another module's test runs between
 def pretrained(tmp_path_factory, small_vocab_file):
     """`python -m bertjax.main` for 4 steps, then the same command at 6: it resumes."""
     workdir = tmp_path_factory.mktemp("commands") / "pretrained"
@@ -87,7 +87,7 @@ def test_goodput_counts_both_processes(pretrained):
     assert 0 < result["fractions"]["productive"] < 1
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finetuned(pretrained, tmp_path_factory):
     """The README's fine-tuning step from the small pretrained workdir, a few steps."""
     tasks = tmp_path_factory.mktemp("builtin_tasks")

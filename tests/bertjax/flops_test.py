@@ -49,7 +49,9 @@ def step_flops(kind: str, c, inputs: dict, batch_size: int, num_labels: int = 0)
     """flops.flops_per_step of a run of the task `kind` with these model inputs."""
     setup = types.SimpleNamespace(
         model=types.SimpleNamespace(config=c, inputs=inputs),
-        description=Description(inputs["input_ids"], {}, num_labels=num_labels),
+        description=Description(
+            inputs["input_ids"], {"next_sentence_prediction": True}, num_labels=num_labels
+        ),
     )
     return flops.flops_per_step(tasks.get(kind), setup, batch_size)
 

@@ -88,5 +88,5 @@ def test_a_sweep_recorded_before_trials_had_a_program_runs_bertjax_main(tmp_path
     stored = make_definition(tmp_path).to_json()
     del stored["program"]  # as sweeps recorded before the field existed
     assert SweepDefinition.from_json(stored).program == "bertjax.main"
-    glue = make_definition(tmp_path, program="bertjax.glue.trial")
-    assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.glue.trial"
+    glue = make_definition(tmp_path, program="bertjax.suites.glue.trial")
+    assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.suites.glue.trial"

@@ -1,8 +1,8 @@
-"""`python -m bertjax.glue run|report|submit ...`: see command.py."""
+"""`python -m bertjax.suites glue|squad run|report|submit|sample ...`: see command.py."""
 
 import sys
 
-from bertjax.glue import command
+from bertjax.suites import command
 from data_pipeline import cli
 
 __doc__ = command.__doc__  # what --help prints: absl shows the __main__ module's docstring

@@ -27,6 +27,7 @@ TOOLS = (
     "bertjax.tpu.launch",
     "bertjax.convert.command",
     "bertjax.sweep.command",
+    "bertjax.suites.command",
     "bertjax.predict",
     "bertjax.goodput",
     "data_pipeline.benchmark",
@@ -78,7 +79,7 @@ def test_every_tool_follows_the_convention(name):
     source = path.read_text(encoding="utf-8")
     assert "def define_flags() -> None:" in source
     assert re.search(r"^def main\(argv", source, re.M)
-    if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.convert
+    if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.suites
         runner = (path.parent / "__main__.py").read_text(encoding="utf-8")
         assert f"cli.run({path.stem}.main, {path.stem}.define_flags" in runner
     else:
@@ -249,7 +250,8 @@ def test_check_known_keys():
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "command")]
+    "command, module",
+    [("bertjax.sweep", "command"), ("bertjax.convert", "command"), ("bertjax.suites", "command")],
 )
 def test_a_package_command_helps_with_its_module_usage(command, module):
     # absl prints the __main__ module's docstring; a package's __main__.py lends its command's.
@@ -285,6 +287,7 @@ PROGRAMS = [
     {
         "bertjax.convert.command": "bertjax.convert",
         "bertjax.sweep.command": "bertjax.sweep",
+        "bertjax.suites.command": "bertjax.suites",
     }.get(t, t)
     for t in TOOLS
 ]

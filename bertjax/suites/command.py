@@ -166,7 +166,8 @@ def definition_from_flags(kind) -> SweepDefinition:
             raise SuiteError(f"run: --{name} is required")
     given = FLAGS[kind.parts_flag].value
     parts = parse_parts(kind, kind.parts if given is None else given)
-    rates = parse_learning_rates(FLAGS.learning_rates or kind.learning_rates)
+    given_rates = FLAGS.learning_rates
+    rates = parse_learning_rates(kind.learning_rates if given_rates is None else given_rates)
     data_dir = FLAGS.data_dir if FLAGS.data_dir == "tfds" else absolute(FLAGS.data_dir)
     sweep = suite_sweep(kind.part_trials(parts, data_dir), rates, FLAGS.seeds)
     if FLAGS.parallel < 1:

@@ -25,11 +25,11 @@ NOT_AS_WRITTEN = {
         "tests/bertjax/sweep/sweep_test.py, with tiny trials: these are six MiniLM fine-tunings"
     ),
     "python -m bertjax.sweep report": "tests/bertjax/sweep/sweep_test.py, on its own sweeps",
-    "python -m bertjax.glue run": (
-        "tests/bertjax/glue/suite_test.py, on the README's sample with a tiny model and three "
+    "python -m bertjax.suites glue run": (
+        "tests/bertjax/suites/glue/glue_run_test.py, on the README's sample with a tiny model and three "
         "tasks: the nine MiniLM fine-tunings take 7 minutes"
     ),
-    "python -m bertjax.glue report": "tests/bertjax/glue/suite_test.py, on its own suite",
+    "python -m bertjax.suites glue report": "tests/bertjax/suites/glue/glue_run_test.py, on its own suite",
     "python -m bertjax.bench.encoders": (
         "tests/bertjax/bench/encoders_bench_test.py, with a few steps: as written, three "
         "pretraining runs of about 10 minutes each"

@@ -31,7 +31,7 @@ class SweepDefinition:
     # The whole resolved config, so that a config file edited between two runs is noticed.
     config_values: dict
     # The module each trial runs (`python -m PROGRAM --config ... --workdir ...`): the
-    # training entry point, or one that also predicts after it (bertjax.glue.trial).
+    # training entry point, or one that also predicts after it (bertjax.suites.glue.trial).
     program: str = "bertjax.main"
 
     @property

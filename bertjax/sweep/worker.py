@@ -6,7 +6,7 @@ A trial runs as
     python -m bertjax.main --config FILE[:ARG] --workdir SWEEP_DIR/trials/NNN-NAME \
         [the sweep's --config overrides] [the trial's --config overrides]
 
-(or the sweep's own program in place of bertjax.main: `bertjax.glue run`'s trials
+(or the sweep's own program in place of bertjax.main: `bertjax.suites glue run`'s trials
 also predict GLUE's test sets)
 
 with its output appended to SWEEP_DIR/trials/NNN-NAME.log (on this machine, in

@@ -1,5 +1,5 @@
 """A small GLUE folder in the layout of the benchmark's download, for trying
-`bertjax.glue` without the download (`python -m bertjax.glue sample DIR`) and for the
+`bertjax.suites glue` without the download (`python -m bertjax.suites glue sample DIR`) and for the
 tests: every task's folder and files, each with its own columns (headers or none,
 CoLA's four headerless columns, MNLI's parse columns, test files with an index and
 no label), a few rows each.

@@ -27,6 +27,7 @@ TOOLS = (
     "bertjax.tpu.launch",
     "bertjax.convert.command",
     "bertjax.sweep.command",
+    "bertjax.suites.command",
     "bertjax.predict",
     "bertjax.goodput",
     "data_pipeline.benchmark",
@@ -80,7 +81,7 @@ def test_every_tool_follows_the_convention(name):
     assert re.search(r"^def main\(argv", source, re.M)
     # bertjax's programs start through bertjax/program.py, which also sets libtpu's environment.
     runner = "program.run" if name.startswith("bertjax.") else "cli.run"
-    if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.convert
+    if path.stem == "command":  # run as its package: python -m bertjax.sweep, bertjax.suites
         main = (path.parent / "__main__.py").read_text(encoding="utf-8")
         assert f"{runner}({path.stem}.main, {path.stem}.define_flags" in main
     else:
@@ -251,7 +252,8 @@ def test_check_known_keys():
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "command, module", [("bertjax.sweep", "command"), ("bertjax.convert", "command")]
+    "command, module",
+    [("bertjax.sweep", "command"), ("bertjax.convert", "command"), ("bertjax.suites", "command")],
 )
 def test_a_package_command_helps_with_its_module_usage(command, module):
     # absl prints the __main__ module's docstring; a package's __main__.py lends its command's.
@@ -287,6 +289,7 @@ PROGRAMS = [
     {
         "bertjax.convert.command": "bertjax.convert",
         "bertjax.sweep.command": "bertjax.sweep",
+        "bertjax.suites.command": "bertjax.suites",
     }.get(t, t)
     for t in TOOLS
 ]

@@ -1,8 +1,8 @@
 """What the tests share besides fixtures: the checkout's paths, helpers that start
 servers and processes (gcs_emulator, postgres_server, multihost_worker), a sweep's
-definition and queue made in the test's process (sweeps), the SQuAD tests' files and
-configs (squad), a byte-level BPE tokenizer built as ModernBERT's (bpe), and the
-tiers plugin (tiers)."""
+definition and queue made in the test's process (sweeps), the suites' command, data and
+hand-made suites (suites), the SQuAD tests' files and configs (squad), a byte-level BPE
+tokenizer built as ModernBERT's (bpe), and the tiers plugin (tiers)."""
 
 import pathlib
 

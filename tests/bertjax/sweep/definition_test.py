@@ -93,5 +93,5 @@ def test_a_sweep_recorded_before_a_field_existed_is_refused_in_one_line(tmp_path
         "sweep definition: missing field 'program' (recorded by an older bertjax); run the "
         "sweep again under another --study_name or --storage"
     )
-    glue = make_definition(tmp_path, program="bertjax.glue.trial")
-    assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.glue.trial"
+    glue = make_definition(tmp_path, program="bertjax.suites.glue.trial")
+    assert SweepDefinition.from_json(glue.to_json()).program == "bertjax.suites.glue.trial"

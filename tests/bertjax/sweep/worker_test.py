@@ -141,8 +141,8 @@ def test_a_trial_runs_main_with_the_sweeps_overrides_then_its_own(tmp_path):
         "--config.a.b=2.0",
         "--config.seed=1",  # the last one is the one main sees
     ]
-    glue = make_definition(tmp_path, config="glue.py", program="bertjax.glue.trial")
-    assert worker.trial_command(glue, "/w/000", {})[1:3] == ["-m", "bertjax.glue.trial"]
+    glue = make_definition(tmp_path, config="glue.py", program="bertjax.suites.glue.trial")
+    assert worker.trial_command(glue, "/w/000", {})[1:3] == ["-m", "bertjax.suites.glue.trial"]
 
 
 def test_each_trial_gets_its_own_cores_gpus_or_tpu_chips():

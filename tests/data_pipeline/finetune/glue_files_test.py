@@ -3,10 +3,11 @@ their own columns, and the errors of a data directory a user may have."""
 
 import numpy as np
 import pytest
-from support.glue import SENTENCES, write_glue_dir
 
 from data_pipeline.finetune import glue_files
 from data_pipeline.finetune.classification_input import GLUE_TASKS
+from data_pipeline.finetune.glue_sample import SENTENCES
+from data_pipeline.finetune.glue_sample import write as write_glue_dir
 from data_pipeline.finetune.records import TaskDataError
 
 

@@ -1,36 +1,24 @@
-"""bertjax.squad_suite: its trials (each version's data, rate and seed), its data checks, the
+"""The SQuAD suite: its trials (each version's data, rate and seed), its data checks, the
 report's choices from synthetic trials, and, through its command with a tiny model, both
 versions run, reported from their results and run again without rerunning anything."""
 
 import csv
+import functools
 import json
 import os
 import pathlib
-import shutil
-import subprocess
-import sys
 
 import pytest
-from support import REPO, TESTDATA
-from support.sweeps import make_definition
+from support import suites
 
-from bertjax.squad_suite import command, report
+from bertjax.suites import command, report, squad
 from data_pipeline.errors import UserError
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def squad_dir(root) -> str:
-    """The official file names over the test data (train and dev alike)."""
-    os.makedirs(root, exist_ok=True)
-    for version in ("v1.1", "v2.0"):
-        for name in command.FILES[version]:
-            shutil.copy(TESTDATA / "finetune" / f"squad_{version}.json", os.path.join(root, name))
-    return str(root)
+SQUAD = squad.SQUAD
 
 
 def test_each_version_reads_its_own_files_and_knows_its_kind():
-    sweep = command.suite_sweep(("v1.1", "v2.0"), (3e-5, 5e-5), 2, "/d")
+    sweep = command.suite_sweep(SQUAD.part_trials(("v1.1", "v2.0"), "/d"), (3e-5, 5e-5), 2)
     assert len(sweep.trials) == 8
     first, last = sweep.trials[0], sweep.trials[-1]
     assert first == {
@@ -43,34 +31,25 @@ def test_each_version_reads_its_own_files_and_knows_its_kind():
     }
     assert last["data.version_2_with_negative"] and last["data.eval_file"] == "/d/dev-v2.0.json"
     assert (last["optimizer.learning_rate"], last["seed"]) == (5e-5, 1)
-    tfds = command.suite_sweep(("v2.0",), (3e-5,), 1, "tfds")
+    tfds = command.suite_sweep(SQUAD.part_trials(("v2.0",), "tfds"), (3e-5,), 1)
     assert tfds.trials == ({"data.version_2_with_negative": True, "data.tfds_name": "squad/v2.0",
                             "optimizer.learning_rate": 3e-5, "seed": 0},)  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "names, message",
-    [(["v3"], "unknown version 'v3'"), ([" "], "name v1.1, v2.0 or both"),
-     (["v1.1", "v1.1"], "named twice")],
-)  # fmt: skip
-def test_bad_versions_are_one_line(names, message):
-    with pytest.raises(UserError, match=message):
-        command.parse_versions(names)
-
-
 def test_a_missing_file_is_one_line_naming_it(tmp_path):
-    root = squad_dir(tmp_path / "squad")
-    command.check_data(root, ("v1.1", "v2.0"), "")
+    root = suites.squad_dir(tmp_path / "squad")
+    data = {"tfds_data_dir": ""}
+    squad.check_data(root, data, ("v1.1", "v2.0"))
     os.remove(os.path.join(root, "dev-v2.0.json"))
-    command.check_data(root, ("v1.1",), "")
+    squad.check_data(root, data, ("v1.1",))
     with pytest.raises(UserError, match=r"dev-v2.0.json: missing, for SQuAD v2.0; the official"):
-        command.check_data(root, ("v1.1", "v2.0"), "")
+        squad.check_data(root, data, ("v1.1", "v2.0"))
     with pytest.raises(UserError, match="no such directory"):
-        command.check_data(str(tmp_path / "nowhere"), ("v1.1",), "")
+        squad.check_data(str(tmp_path / "nowhere"), data, ("v1.1",))
 
 
 def trial(index, version, rate, seed, **scores):
-    return report.Trial(index, version, rate, seed, "done", f"/w/{index}", 1.0, scores, "")
+    return suites.make_trial(SQUAD, index, version, rate, seed, scores, workdir=f"/w/{index}")
 
 
 def test_the_rate_is_chosen_by_the_median_f1_and_tuned_f1_for_v2(tmp_path):
@@ -88,32 +67,20 @@ def test_the_rate_is_chosen_by_the_median_f1_and_tuned_f1_for_v2(tmp_path):
         trial(7, "v2.0", 5e-5, 0, exact_match=40.0, f1=50.0, tuned_exact_match=60.0,
               tuned_f1=70.0, tuned_f1_threshold=-2.5),
     )  # fmt: skip
-    definition = make_definition(
-        tmp_path,
-        trials=[
-            {"data.version_2_with_negative": v, "optimizer.learning_rate": r, "seed": 0}
-            for v in (False, True)
-            for r in (3e-5, 5e-5)
-        ],
-    )
-    suite = report.Suite(str(tmp_path), definition, ("v1.1", "v2.0"), trials, "bert-base")
+    suite = suites.make_suite(SQUAD, tmp_path, trials, model="bert-base")
     v1 = report.summarize(suite, "v1.1")
     assert v1.chosen_rate == 5e-5 and v1.median == {"exact_match": 71.0, "f1": 80.0}
     assert v1.spread == (79.0, 81.0) and v1.best.index == 0
     v2 = report.summarize(suite, "v2.0")
     assert v2.chosen_rate == 5e-5 and v2.median["tuned_f1_threshold"] == -2.5
-    rows = report.table(suite)
+    rows = squad.table(suite)
     assert rows[1][-1] == "80.8/88.5"  # the paper's BERT-Base, v1.1 dev
     assert rows[2][-1] == "-"  # no BERT-Base number for v2.0
     assert rows[2][-2] == "60.0/70.0 (-2.50)"
     assert len(report.csv_text(suite).splitlines()) == 1 + len(trials)
 
 
-def squad_cli(*args, timeout=900):
-    return subprocess.run(
-        [sys.executable, "-m", "bertjax.squad_suite", *map(str, args)],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+squad_cli = functools.partial(suites.suite_cli, "squad")
 
 
 @pytest.mark.command
@@ -121,7 +88,7 @@ def test_both_versions_run_report_their_results_and_resume_as_done(tmp_path, pre
     out = tmp_path / "out"
     args = [
         "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir",
-        squad_dir(tmp_path / "squad"), "--out", out, "--parallel", "2",
+        suites.squad_dir(tmp_path / "squad"), "--out", out, "--parallel", "2",
         "--config.data.max_seq_length=64", "--config.data.max_query_length=16",
         "--config.data.doc_stride=32", "--config.train_batch_size=8",
         "--config.eval_batch_size=8",

@@ -1,4 +1,4 @@
-"""What a trial of `bertjax.glue run` adds to its fine-tuning run, from the run's final
+"""What a trial of `bertjax.suites glue run` adds to its fine-tuning run, from the run's final
 checkpoint: the scores of the dev sets the run itself does not evaluate (MNLI's
 mismatched one), and predictions for the task's test sets in the files the GLUE server
 takes (submission.py), the MNLI run also predicting the diagnostic set (AX).
@@ -12,7 +12,7 @@ last, says that everything before it is there.
 import json
 import os
 
-from bertjax.glue import submission
+from bertjax.suites.glue import submission
 from data_pipeline import files
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import classification_input, glue_files
@@ -44,7 +44,7 @@ def write(workdir: str, data_config: dict, batch_size: int) -> dict:
     """Scores the other dev splits and predicts the test sets of the task of
     `data_config` (a GLUE classification config) from the latest checkpoint; returns
     what results.json holds. Done once a checkpoint: a second call reads it back."""
-    # Imported here: bertjax.glue's command imports this module, and answers --help and a
+    # Imported here: the GLUE suite imports this module, and answers --help and a
     # bad data directory before TensorFlow and JAX load.
     from bertjax import checkpoint, inference
     from bertjax.tasks import classification, scores

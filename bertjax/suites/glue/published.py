@@ -44,18 +44,3 @@ SCORES = {
         "wnli": 62.3, "ax": 30.5,
     }),
 }  # fmt: skip
-
-# The compact models' shapes (layers, hidden size), by which a checkpoint is matched.
-SHAPES = {
-    (2, 128): "bert-tiny",
-    (4, 256): "bert-mini",
-    (4, 512): "bert-small",
-    (8, 512): "bert-medium",
-    (12, 768): "bert-base",
-    (24, 1024): "bert-large",
-}
-
-
-def matching(num_layers: int, hidden_size: int) -> str | None:
-    """The published model of a checkpoint's shape, or None."""
-    return SHAPES.get((num_layers, hidden_size))

@@ -1,21 +1,22 @@
-"""bertjax.glue's command line without running a suite: --tasks and --learning_rates
-parsed and refused in one line, the suite's trials in their order, and the default
---config added to `run` alone."""
+"""bertjax.suites' command line without running a suite: --tasks, --versions and
+--learning_rates parsed and refused in one line, the suite's trials in their order, and
+the suite's default --config added to `run` alone."""
 
 import os
 
 import pytest
+from support import REPO
 
-from bertjax.glue import command
+from bertjax.suites import command
+from bertjax.suites.glue.suite import GLUE, TASKS
+from bertjax.suites.squad import SQUAD
 from bertjax.sweep import hyper
 from data_pipeline.errors import UserError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-
 
 def test_tasks_are_lowercased_stripped_and_kept_in_order():
-    assert command.parse_tasks(["RTE", " mrpc ", "", "MNLI"]) == ("rte", "mrpc", "mnli")
-    assert command.parse_tasks(list(command.TASKS)) == command.TASKS
+    assert command.parse_parts(GLUE, ["RTE", " mrpc ", "", "MNLI"]) == ("rte", "mrpc", "mnli")
+    assert command.parse_parts(GLUE, list(TASKS)) == TASKS
 
 
 @pytest.mark.parametrize(
@@ -30,15 +31,28 @@ def test_tasks_are_lowercased_stripped_and_kept_in_order():
     ids=["unknown", "ax", "none", "blank", "twice"],
 )
 def test_bad_tasks_are_one_line_errors(names, message):
-    with pytest.raises(command.GlueError, match=message) as error:
-        command.parse_tasks(names)
+    with pytest.raises(command.SuiteError, match=message) as error:
+        command.parse_parts(GLUE, names)
     assert "\n" not in str(error.value)
     assert isinstance(error.value, UserError)
 
 
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (["v3"], r"^--versions: unknown version 'v3'; the versions: v1.1,v2.0$"),
+        ([" "], r"^--versions: name one or more versions$"),
+        (["v1.1", "V1.1"], r"^--versions: a version is named twice: v1.1,v1.1$"),
+    ],
+)
+def test_bad_versions_are_one_line(names, message):
+    with pytest.raises(command.SuiteError, match=message):
+        command.parse_parts(SQUAD, names)
+
+
 def test_learning_rates_are_parsed_in_order():
     assert command.parse_learning_rates(["5e-5", "0.00002", " 3e-5"]) == (5e-5, 2e-5, 3e-5)
-    assert command.parse_learning_rates(command.LEARNING_RATES.split(",")) == (
+    assert command.parse_learning_rates(GLUE.learning_rates) == (
         5e-5, 4e-5, 3e-5, 2e-5,
     )  # fmt: skip
 
@@ -56,13 +70,13 @@ def test_learning_rates_are_parsed_in_order():
     ids=["word", "zero", "negative", "inf", "nan", "none"],
 )
 def test_bad_learning_rates_are_one_line_errors(values, message):
-    with pytest.raises(command.GlueError, match=message) as error:
+    with pytest.raises(command.SuiteError, match=message) as error:
         command.parse_learning_rates(values)
     assert "\n" not in str(error.value)
 
 
 def test_the_suite_runs_each_task_then_rate_then_seed():
-    sweep = command.suite_sweep(("rte", "mrpc"), (3e-5, 2e-5), 2)
+    sweep = command.suite_sweep(GLUE.part_trials(("rte", "mrpc"), "tfds"), (3e-5, 2e-5), 2)
     assert [tuple(t.values()) for t in sweep.trials] == [
         ("rte", 3e-5, 0), ("rte", 3e-5, 1), ("rte", 2e-5, 0), ("rte", 2e-5, 1),
         ("mrpc", 3e-5, 0), ("mrpc", 3e-5, 1), ("mrpc", 2e-5, 0), ("mrpc", 2e-5, 1),
@@ -76,7 +90,7 @@ def test_the_suite_runs_each_task_then_rate_then_seed():
 
 
 def test_one_seed_is_seed_zero():
-    sweep = command.suite_sweep(("cola",), (5e-5, 4e-5, 3e-5), 1)
+    sweep = command.suite_sweep(GLUE.part_trials(("cola",), "tfds"), (5e-5, 4e-5, 3e-5), 1)
     assert sweep.trials == tuple(
         {"data.glue_task": "cola", "optimizer.learning_rate": rate, "seed": 0}
         for rate in (5e-5, 4e-5, 3e-5)
@@ -85,60 +99,42 @@ def test_one_seed_is_seed_zero():
 
 @pytest.mark.parametrize("seeds", [0, -1])
 def test_fewer_than_one_seed_is_refused(seeds):
-    with pytest.raises(command.GlueError, match=rf"^--seeds={seeds}: must be at least 1$"):
-        command.suite_sweep(("rte",), (2e-5,), seeds)
+    with pytest.raises(command.SuiteError, match=rf"^--seeds={seeds}: must be at least 1$"):
+        command.suite_sweep(GLUE.part_trials(("rte",), "tfds"), (2e-5,), seeds)
 
 
-def test_run_without_a_config_gets_the_glue_config_first(monkeypatch):
+@pytest.mark.parametrize("kind", [GLUE, SQUAD], ids=["glue", "squad"])
+def test_run_without_a_config_gets_the_suites_config_first(monkeypatch, kind):
     monkeypatch.chdir(REPO)
-    argv = ["glue", "run", "--init_checkpoint=w", "--config.seed=3", "--data_dir=d"]
-    assert command.with_default_config(argv) == [
-        "glue",
-        f"--config={os.path.join('experiments', 'finetune', 'glue.py')}",
-        *argv[1:],
-    ]
-    assert os.path.isfile(command.CONFIG)
+    argv = ["suites", kind.name, "run", "--init_checkpoint=w", "--config.seed=3", "--data_dir=d"]
+    assert command.with_default_config(argv) == ["suites", f"--config={kind.config}", *argv[1:]]
+    assert os.path.isfile(kind.config)
 
 
 def test_run_from_outside_the_checkout_gets_the_configs_absolute_path(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    program, flag, *rest = command.with_default_config(["glue", "run", "--out=o"])
-    assert (program, rest) == ("glue", ["run", "--out=o"])
+    program, flag, *rest = command.with_default_config(["suites", "glue", "run", "--out=o"])
+    assert (program, rest) == ("suites", ["glue", "run", "--out=o"])
     path = flag.removeprefix("--config=")
     assert os.path.isabs(path)
-    assert os.path.samefile(path, os.path.join(REPO, command.CONFIG))
+    assert os.path.samefile(path, REPO / GLUE.config)
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["glue", "run", "--config=mine.py", "--out=o"],
-        ["glue", "run", "--out=o", "--config", "mine.py"],
-        ["glue", "run", "-config=mine.py:arg"],
-        ["glue", "report", "out"],
-        ["glue", "submit", "out"],
-        ["glue"],
-        ["glue", "--help"],
+        ["suites", "glue", "run", "--config=mine.py", "--out=o"],
+        ["suites", "squad", "run", "--out=o", "--config", "mine.py"],
+        ["suites", "glue", "run", "-config=mine.py:arg"],
+        ["suites", "glue", "report", "out"],
+        ["suites", "glue", "submit", "out"],
+        ["suites", "run", "--out=o"],
+        ["suites", "nosuch", "run"],
+        ["suites"],
+        ["suites", "--help"],
     ],
-    ids=["config", "config-apart", "single-dash", "report", "submit", "nothing", "help"],
-)
+    ids=["config", "config-apart", "single-dash", "report", "submit", "no-suite", "unknown",
+         "nothing", "help"],
+)  # fmt: skip
 def test_argv_is_kept_otherwise(argv):
     assert command.with_default_config(list(argv)) == argv
-
-
-def test_tfds_glue_not_prepared_is_one_line_naming_the_dataset_and_how_to_build_it(tmp_path):
-    data = {"glue_dir": "", "tfds_data_dir": str(tmp_path)}
-    with pytest.raises(UserError, match=r"TFDS dataset 'glue/rte' .* `tfds build glue/rte`"):
-        command.check_data(data, ["rte"])
-
-
-def test_a_glue_folder_is_checked_for_every_file_the_trials_read(tmp_path):
-    from support.glue import write_glue_dir
-
-    root = write_glue_dir(str(tmp_path / "glue"))
-    data = {"glue_dir": root, "tfds_data_dir": ""}
-    command.check_data(data, list(command.TASKS))  # all there
-    os.remove(os.path.join(root, "QNLI", "dev.tsv"))
-    command.check_data(data, ["rte", "mnli"])  # not needed
-    with pytest.raises(UserError, match=r"QNLI/dev.tsv: missing, for the task qnli"):
-        command.check_data(data, ["rte", "qnli"])

@@ -1,53 +1,28 @@
-"""bertjax.glue.report on hand-made suites: the learning rate chosen by the median over
+"""The GLUE suite's report on hand-made suites: the learning rate chosen by the median over
 seeds, the chosen and best runs, the spread, two-metric tasks and MNLI's columns, the GLUE
 score and the paper's average, the published numbers beside them, the printed text, the
 CSV and the plots, and the submission made from the chosen runs' test files (in
-workdirs written here, against a small GLUE download)."""
+workdirs written here, against a small GLUE download); its data checks."""
 
 import csv
 import dataclasses
+import functools
 import io
 import os
 import zipfile
 
 import numpy as np
 import pytest
-from support.glue import write_glue_dir
-from support.sweeps import make_definition
+from support import suites
 
-from bertjax.glue import benchmark, predictions, published, report, submission
-from data_pipeline.finetune import classification_input, glue_files
+from bertjax.suites import report
+from bertjax.suites.glue import benchmark, predictions, published, submission
+from bertjax.suites.glue import suite as glue
+from data_pipeline.errors import UserError
+from data_pipeline.finetune import classification_input, glue_files, glue_sample
 
-
-def make_trial(index, task, rate, seed, scores=None, status="done", **fields):
-    values = dict(
-        index=index,
-        task=task,
-        learning_rate=rate,
-        seed=seed,
-        status=status,
-        workdir=f"/trials/{index}",
-        minutes=1.5,
-        scores=dict(scores or {}),
-        test={},
-        error="",
-    )
-    return report.Trial(**{**values, **fields})
-
-
-def make_suite(tmp_path, trials, tasks=None, model=None, shape=None, config_values=None):
-    """A suite whose definition holds exactly `trials`' task, rate and seed, in order."""
-    definition = make_definition(
-        tmp_path,
-        trials=tuple(
-            {"data.glue_task": t.task, "optimizer.learning_rate": t.learning_rate, "seed": t.seed}
-            for t in trials
-        ),
-        program="bertjax.glue.trial",
-        config_values=config_values or {},
-    )
-    tasks = tasks or tuple(dict.fromkeys(t.task for t in trials))
-    return report.Suite(str(tmp_path), definition, tuple(tasks), tuple(trials), model, shape)
+make_trial = functools.partial(suites.make_trial, glue.GLUE)
+make_suite = functools.partial(suites.make_suite, glue.GLUE)
 
 
 def rte(index, rate, seed, accuracy, **fields):
@@ -82,7 +57,7 @@ def test_the_chosen_rate_has_the_best_median_not_the_best_single_run(tmp_path):
 
 def test_the_table_row_shows_the_chosen_rate_the_median_the_spread_and_the_best_run(tmp_path):
     suite = make_suite(tmp_path, MEDIAN_VS_BEST)
-    rows = report.table(suite)
+    rows = glue.table(suite)
     assert rows[0] == ["task", "metric", "chosen lr", "median (dev)", "spread", "seeds",
                        "best on dev", "published"]  # fmt: skip
     assert rows[1] == ["rte", "accuracy", "3e-05", "71.0", "70.0-72.0", "3",
@@ -104,7 +79,7 @@ def test_a_task_with_no_finished_trial_has_nothing_chosen(tmp_path):
     s = report.summarize(suite, "rte")
     assert (s.chosen_rate, s.median, s.spread, s.best, s.chosen) == (None, {}, None, None, None)
     assert s.by_rate == {2e-5: []}
-    assert report.table(suite)[1] == ["rte", "accuracy", "-", "-", "-", "0", "-", "-"]
+    assert glue.table(suite)[1] == ["rte", "accuracy", "-", "-", "-", "0", "-", "-"]
 
 
 def test_a_two_metric_task_is_scored_by_the_mean_of_its_columns(tmp_path):
@@ -118,31 +93,31 @@ def test_a_two_metric_task_is_scored_by_the_mean_of_its_columns(tmp_path):
         make_trial(3, "mrpc", 3e-5, 2, {"mrpc f1": 86.0, "mrpc accuracy": 85.0}),
         make_trial(4, "stsb", 2e-5, 0, {"stsb pearson": 88.0, "stsb spearman": 86.0}),
     )
-    assert trials[0].task_score == 80.0
-    assert trials[4].task_score == 87.0
+    assert trials[0].score == 80.0
+    assert trials[4].score == 87.0
     suite = make_suite(tmp_path, trials)
     s = report.summarize(suite, "mrpc")
     assert s.chosen_rate == 3e-5
     assert s.median == {"mrpc f1": 85.0, "mrpc accuracy": 85.0}
     assert s.spread == (84.0, 85.5)
     assert s.chosen.index == 3 and s.best.index == 3
-    rows = {row[0]: row for row in report.table(suite)}
+    rows = {row[0]: row for row in glue.table(suite)}
     assert rows["mrpc"][1:5] == ["f1/accuracy", "3e-05", "85.0/85.0", "84.0-85.5"]
     assert rows["stsb"][1:4] == ["pearson/spearman", "2e-05", "88.0/86.0"]
     summaries = {task: report.summarize(suite, task) for task in ("mrpc", "stsb")}
-    assert report.glue_columns(summaries) == {"mrpc": (85.0, 85.0), "stsb": (88.0, 86.0)}
+    assert glue.glue_columns(summaries) == {"mrpc": (85.0, 85.0), "stsb": (88.0, 86.0)}
 
 
 def test_mnli_is_scored_by_its_matched_and_mismatched_accuracy(tmp_path):
     trial = make_trial(0, "mnli", 2e-5, 0, {"mnli-m accuracy": 84.0, "mnli-mm accuracy": 83.0})
-    assert report.COLUMNS["mnli"] == (("mnli-m", "accuracy"), ("mnli-mm", "accuracy"))
-    assert trial.task_score == 83.5
-    assert make_trial(1, "mnli", 2e-5, 0, {"mnli accuracy": 84.0}).task_score is None
+    assert glue.COLUMNS["mnli"] == (("mnli-m", "accuracy"), ("mnli-mm", "accuracy"))
+    assert trial.score == 83.5
+    assert make_trial(1, "mnli", 2e-5, 0, {"mnli accuracy": 84.0}).score is None
     suite = make_suite(tmp_path, (trial,))
     s = report.summarize(suite, "mnli")
     assert s.median == {"mnli-m accuracy": 84.0, "mnli-mm accuracy": 83.0}
-    assert report.glue_columns({"mnli": s}) == {"mnli-m": 84.0, "mnli-mm": 83.0}
-    assert report.table(suite)[1][1:4] == ["mnli-m/mnli-mm", "2e-05", "84.0/83.0"]
+    assert glue.glue_columns({"mnli": s}) == {"mnli-m": 84.0, "mnli-mm": 83.0}
+    assert glue.table(suite)[1][1:4] == ["mnli-m/mnli-mm", "2e-05", "84.0/83.0"]
 
 
 # One run per task. Per task (GLUE score): cola 50, sst2 90, mrpc 75, stsb 50, qqp 80,
@@ -169,22 +144,22 @@ def nine_tasks(tmp_path, leave_out=(), **fields):
         for i, (task, scores) in enumerate(NINE.items())
         if task not in leave_out
     )
-    return make_suite(tmp_path, trials, tasks=tuple(NINE), **fields)
+    return make_suite(tmp_path, trials, parts=tuple(NINE), **fields)
 
 
 def summaries(suite):
-    return {task: report.summarize(suite, task) for task in suite.tasks}
+    return {task: report.summarize(suite, task) for task in suite.parts}
 
 
 def test_all_nine_tasks_give_the_glue_score_and_the_papers_average(tmp_path):
     suite = nine_tasks(tmp_path)
-    columns = report.glue_columns(summaries(suite))
+    columns = glue.glue_columns(summaries(suite))
     assert columns == {
         "cola": 50.0, "sst2": 90.0, "mrpc": (80.0, 70.0), "stsb": (60.0, 40.0),
         "qqp": (70.0, 90.0), "mnli-m": 80.0, "mnli-mm": 78.0, "qnli": 88.0, "rte": 66.0,
         "wnli": 56.0,
     }  # fmt: skip
-    found = report.averages(columns)
+    found = glue.averages(columns)
     assert found == pytest.approx(
         {"GLUE score": GLUE_SCORE, "paper average (no WNLI)": PAPER_AVERAGE}
     )
@@ -196,7 +171,7 @@ def test_all_nine_tasks_give_the_glue_score_and_the_papers_average(tmp_path):
 
 def test_without_wnli_only_the_papers_average_is_there(tmp_path):
     suite = nine_tasks(tmp_path, leave_out=("wnli",))
-    found = report.averages(report.glue_columns(summaries(suite)))
+    found = glue.averages(glue.glue_columns(summaries(suite)))
     assert found == pytest.approx({"paper average (no WNLI)": PAPER_AVERAGE})
     lines = report.text(suite).splitlines()
     assert "GLUE score: - (needs every task)" in lines
@@ -205,7 +180,7 @@ def test_without_wnli_only_the_papers_average_is_there(tmp_path):
 
 def test_without_rte_neither_average_is_there(tmp_path):
     suite = nine_tasks(tmp_path, leave_out=("rte",))
-    assert report.averages(report.glue_columns(summaries(suite))) == {}
+    assert glue.averages(glue.glue_columns(summaries(suite))) == {}
     lines = report.text(suite).splitlines()
     assert "GLUE score: - (needs every task)" in lines
     assert "paper average (no WNLI): - (needs every task)" in lines
@@ -213,7 +188,7 @@ def test_without_rte_neither_average_is_there(tmp_path):
 
 def test_the_published_numbers_of_bert_base_stand_beside_the_runs(tmp_path):
     suite = nine_tasks(tmp_path, model="bert-base", shape=(12, 768))
-    rows = {row[0]: row for row in report.table(suite)}
+    rows = {row[0]: row for row in glue.table(suite)}
     assert rows["task"][-1] == "bert-base (test)"
     assert rows["rte"][-1] == "66.4"
     assert rows["mnli"][-1] == "84.6/83.4"
@@ -229,7 +204,7 @@ def test_the_published_numbers_of_bert_base_stand_beside_the_runs(tmp_path):
 
 def test_the_compact_models_publish_a_glue_score(tmp_path):
     suite = nine_tasks(tmp_path, model="bert-tiny", shape=(2, 128))
-    rows = {row[0]: row for row in report.table(suite)}
+    rows = {row[0]: row for row in glue.table(suite)}
     assert rows["mrpc"][-1] == "81.1/71.1"
     assert rows["wnli"][-1] == "62.3"
     lines = report.text(suite).splitlines()
@@ -239,7 +214,7 @@ def test_the_compact_models_publish_a_glue_score(tmp_path):
 
 def test_a_shape_with_nothing_published_says_so(tmp_path):
     suite = nine_tasks(tmp_path, model=None, shape=(6, 384))
-    rows = report.table(suite)
+    rows = glue.table(suite)
     assert rows[0][-1] == "published"
     assert all(row[-1] == "-" for row in rows[1:])
     text = report.text(suite)
@@ -310,7 +285,7 @@ def test_a_figure_only_for_a_task_with_a_finished_trial(tmp_path):
         (ax,) = fig.axes
         assert ax.get_title() == "rte"
         points = sorted(tuple(p) for c in ax.collections for p in c.get_offsets())
-        assert points == sorted((t.learning_rate, t.task_score) for t in trials if t.task == "rte")
+        assert points == sorted((t.learning_rate, t.score) for t in trials if t.part == "rte")
         chosen_line = [line for line in ax.lines if line.get_label() == "chosen"]
         assert list(chosen_line[0].get_xdata()) == [3e-5, 3e-5]
     finally:
@@ -322,7 +297,7 @@ def test_a_figure_only_for_a_task_with_a_finished_trial(tmp_path):
 
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
-    return write_glue_dir(str(tmp_path_factory.mktemp("glue")), rows=8)
+    return glue_sample.write(str(tmp_path_factory.mktemp("glue")), rows=8)
 
 
 def data_values(glue_dir):
@@ -336,7 +311,7 @@ def with_test_files(glue_dir, tmp_path, trial):
     them: every prediction 0 but that of the example numbered the trial's index."""
     workdir = str(tmp_path / "trials" / str(trial.index))
     test = {}
-    for task, split in predictions.test_sets(trial.task):
+    for task, split in predictions.test_sets(trial.part):
         data = glue_files.read_split(glue_dir, task, split)
         guesses = (np.arange(len(data.index)) == trial.index).astype(int)
         path = submission.write(
@@ -359,7 +334,7 @@ def submission_suite(glue_dir, tmp_path, tasks=None):
     trials = tuple(with_test_files(glue_dir, tmp_path, t) for t in trials)
     out = tmp_path / "suite"
     out.mkdir()
-    return make_suite(out, trials, tasks=tasks, config_values=data_values(glue_dir))
+    return make_suite(out, trials, parts=tasks, config_values=data_values(glue_dir))
 
 
 def read(path):
@@ -374,7 +349,7 @@ def test_the_submission_holds_the_chosen_runs_files(glue_dir, tmp_path):
     os.makedirs(os.path.join(suite.out, "submission"))
     with open(os.path.join(suite.out, "submission", "notes.txt"), "w") as f:
         f.write("from an earlier submission")
-    made = report.write_submission(suite)
+    made = glue.write_submission(suite)
     assert made.folder == os.path.join(suite.out, "submission")
     assert sorted(os.listdir(made.folder)) == ["MRPC.tsv", "RTE.tsv"]
     rte_file = read(os.path.join(made.folder, "RTE.tsv"))
@@ -401,12 +376,12 @@ def test_a_damaged_test_file_of_the_chosen_run_is_refused(glue_dir, tmp_path):
     # The other seeds' files are not submitted: damaging them changes nothing.
     for index in (0, 2, 3):
         os.remove(os.path.join(suite.trials[index].workdir, predictions.TEST_DIR, "RTE.tsv"))
-    assert report.write_submission(suite).problems == ()
+    assert glue.write_submission(suite).problems == ()
     path = os.path.join(suite.trials[1].workdir, predictions.TEST_DIR, "RTE.tsv")
     lines = read(path).splitlines()
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines[:-1]) + "\n")
-    made = report.write_submission(suite)
+    made = glue.write_submission(suite)
     (problem,) = made.problems
     assert problem.startswith("RTE.tsv: 7 rows; the test file"), problem
     assert f"  refused: {problem}" in made.summary.splitlines()
@@ -416,8 +391,29 @@ def test_a_damaged_test_file_of_the_chosen_run_is_refused(glue_dir, tmp_path):
 
 def test_a_task_with_no_finished_run_leaves_its_file_missing(glue_dir, tmp_path):
     suite = submission_suite(glue_dir, tmp_path, tasks=("rte", "mrpc", "cola"))
-    made = report.write_submission(suite)
+    made = glue.write_submission(suite)
     lines = made.summary.splitlines()
     assert "cola: no finished run with test predictions" in lines
     assert made.problems == ("CoLA.tsv: missing (the cola test set)",)
     assert sorted(os.listdir(made.folder)) == ["MRPC.tsv", "RTE.tsv"]
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def test_tfds_glue_not_prepared_is_one_line_naming_the_dataset_and_how_to_build_it(tmp_path):
+    data = {"glue_dir": "", "tfds_data_dir": str(tmp_path)}
+    with pytest.raises(UserError, match=r"TFDS dataset 'glue/rte' .* `tfds build glue/rte`"):
+        glue.check_data("tfds", data, ["rte"])
+
+
+def test_a_glue_folder_is_checked_for_every_file_the_trials_read(tmp_path):
+    root = glue_sample.write(str(tmp_path / "glue"))
+    data = {"glue_dir": root, "tfds_data_dir": ""}
+    glue.check_data(root, data, list(glue.TASKS))  # all there
+    os.remove(os.path.join(root, "QNLI", "dev.tsv"))
+    glue.check_data(root, data, ["rte", "mnli"])  # not needed
+    with pytest.raises(UserError, match=r"QNLI/dev.tsv: missing, for the task qnli"):
+        glue.check_data(root, data, ["rte", "qnli"])
+    with pytest.raises(UserError, match=r"^--data_dir=\S+/nowhere: no such directory; the GLUE"):
+        glue.check_data(str(tmp_path / "nowhere"), data, ["rte"])

@@ -1,8 +1,8 @@
-r"""One trial of `bertjax.glue run`: bertjax.main's fine-tuning run, then what GLUE asks of
+r"""One trial of `bertjax.suites glue run`: bertjax.main's fine-tuning run, then what GLUE asks of
 it beyond its own evaluation (predictions.py): MNLI's mismatched dev set and the test
 sets' predictions, from the final checkpoint.
 
-    python -m bertjax.glue.trial --config experiments/finetune/glue.py --workdir DIR \
+    python -m bertjax.suites.glue.trial --config experiments/finetune/glue.py --workdir DIR \
         --config.data.glue_task=rte --config.init_checkpoint=W [--config.KEY=VALUE ...]
 
 The flags are bertjax.main's. Run again after a stop, it resumes the training (or
@@ -12,7 +12,7 @@ finds it done) and predicts what is not yet written.
 from absl import flags
 
 from bertjax import main as main_lib
-from data_pipeline import cli
+from bertjax import program
 
 FLAGS = flags.FLAGS
 
@@ -21,7 +21,7 @@ def main(argv):
     main_lib.main(argv)
     import jax
 
-    from bertjax.glue import predictions
+    from bertjax.suites.glue import predictions
 
     config = FLAGS.config
     results = predictions.write(FLAGS.workdir, config.data.to_dict(), config.eval_batch_size)
@@ -34,4 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, main_lib.define_flags)
+    program.run(main, main_lib.define_flags)

@@ -3,7 +3,8 @@ from them: the table and the two averages check each other."""
 
 import pytest
 
-from bertjax.glue import benchmark, published
+from bertjax.suites import report
+from bertjax.suites.glue import benchmark, published
 
 
 @pytest.mark.parametrize("model", ["bert-tiny", "bert-mini", "bert-small", "bert-medium"])
@@ -22,6 +23,7 @@ def test_the_papers_average_is_the_mean_of_its_nine_numbers(model):
 
 
 def test_a_checkpoint_shape_finds_its_published_model():
-    assert published.matching(2, 128) == "bert-tiny"
-    assert published.matching(12, 768) == "bert-base"
-    assert published.matching(6, 384) is None  # MiniLM: nothing published in this table
+    assert set(report.PUBLISHED_SHAPES.values()) == set(published.SCORES)
+    assert report.PUBLISHED_SHAPES[(2, 128)] == "bert-tiny"
+    assert report.PUBLISHED_SHAPES[(12, 768)] == "bert-base"
+    assert (6, 384) not in report.PUBLISHED_SHAPES  # MiniLM: nothing published in this table

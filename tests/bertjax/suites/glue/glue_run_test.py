@@ -1,4 +1,4 @@
-"""`python -m bertjax.glue` end to end, as processes: data directories that lack a file
+"""`python -m bertjax.suites glue` end to end, as processes: data directories that lack a file
 refused in one line before anything trains; a suite of three tasks (a headerless one,
 a regression, MNLI with its mismatched dev set and the diagnostic set) killed with
 kill -9 and run again, which resumes, reports and writes a submission that validates.
@@ -16,44 +16,32 @@ import time
 import zipfile
 
 import pytest
-from support import REPO, readme
-from support.glue import write_glue_dir
+from support import REPO, readme, suites
 from support.notebooks import run_notebook
 
-from bertjax.glue import submission
-from data_pipeline.finetune import glue_files
+from bertjax.suites.glue import submission
+from data_pipeline.finetune import glue_files, glue_sample
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def glue_cli(*args, timeout=900):
-    return subprocess.run(
-        [sys.executable, "-m", "bertjax.glue", *map(str, args)],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+glue_cli = functools.partial(suites.suite_cli, "glue")
 
 
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
-    return write_glue_dir(str(tmp_path_factory.mktemp("glue")))
+    return glue_sample.write(str(tmp_path_factory.mktemp("glue")))
 
 
 def test_the_readmes_sample_is_every_task_in_glues_layout_and_is_not_overwritten(tmp_path):
     root = readme.tour_dir(tmp_path / "tour")
-    argv = readme.command("python -m bertjax.glue sample")
+    argv = readme.command("python -m bertjax.suites glue sample")
     made = subprocess.run(
-        [sys.executable, *argv[1:]], cwd=root, env=ENV, capture_output=True, text=True
+        [sys.executable, *argv[1:]], cwd=root, env=suites.ENV, capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr[-3000:]
     sample = root / argv[-1]
     glue_files.check_data_dir(str(sample), list(glue_files.LAYOUTS))  # every file of every task
     assert "scores on it mean nothing" in made.stdout
     again = subprocess.run(
-        [sys.executable, *argv[1:]], cwd=root, env=ENV, capture_output=True, text=True
+        [sys.executable, *argv[1:]], cwd=root, env=suites.ENV, capture_output=True, text=True
     )
     assert again.returncode == 2 and f"error: {argv[-1]}: not empty" in again.stderr
 
@@ -142,9 +130,9 @@ def test_a_suite_killed_and_run_again_resumes_reports_and_submits(
     ]  # fmt: skip
     with open(tmp_path / "first.log", "w") as log:
         first = subprocess.Popen(
-            [sys.executable, "-m", "bertjax.glue", *map(str, args)],
+            [sys.executable, "-m", "bertjax.suites", "glue", *map(str, args)],
             cwd=REPO,
-            env=ENV,
+            env=suites.ENV,
             stdout=log,
             stderr=subprocess.STDOUT,
         )

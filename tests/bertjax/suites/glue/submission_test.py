@@ -7,15 +7,14 @@ import zipfile
 
 import numpy as np
 import pytest
-from support.glue import write_glue_dir
 
-from bertjax.glue import submission
-from data_pipeline.finetune import glue_files
+from bertjax.suites.glue import submission
+from data_pipeline.finetune import glue_files, glue_sample
 
 
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
-    return write_glue_dir(str(tmp_path_factory.mktemp("glue")))
+    return glue_sample.write(str(tmp_path_factory.mktemp("glue")))
 
 
 def write_all(glue_dir, folder):

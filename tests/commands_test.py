@@ -5,7 +5,7 @@ Each program runs once, a few steps on the small test vocabulary, and its output
 checked the way a person reads it. The scenarios behind each command (kills, resumes
 on other meshes, learning to a target, the suites' kill and resume) are in the rest of
 the suite, `make test-all`. The launcher's dry runs (tests/bertjax/tpu/launch_test.py)
-and the SQuAD suite (tests/bertjax/squad_suite/squad_suite_test.py) carry the `command`
+and the SQuAD suite (tests/bertjax/suites/suites_squad_test.py) carry the `command`
 marker where they are.
 """
 
@@ -162,10 +162,10 @@ def test_a_sweep_of_two_trials_runs_and_reports(tmp_path, small_vocab_file):
 
 def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
     sample = tmp_path / "glue_sample"
-    run("bertjax.glue", "sample", sample, "--rows", "8")
+    run("bertjax.suites", "glue", "sample", sample, "--rows", "8")
     out = tmp_path / "glue"
     result = run(
-        "bertjax.glue", "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir", sample,
+        "bertjax.suites", "glue", "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir", sample,
         "--out", out, "--tasks", "rte,stsb", "--learning_rates", "5e-5", "--parallel", "2",
         "--config.data.max_seq_length=32", "--config.train_batch_size=8",
     )  # fmt: skip
@@ -173,5 +173,5 @@ def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
         assert any(line.startswith(task) for line in result.stdout.splitlines()), result.stdout
     assert "GLUE score: - (needs every task)" in result.stdout
     assert sorted(os.listdir(out / "submission")) == ["RTE.tsv", "STS-B.tsv"]
-    again = run("bertjax.glue", "report", out)
+    again = run("bertjax.suites", "glue", "report", out)
     assert "GLUE score: - (needs every task)" in again.stdout

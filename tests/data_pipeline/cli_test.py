@@ -74,7 +74,9 @@ def test_importing_every_tool_in_one_process_defines_no_flag():
     assert result.stdout.strip() == "{}"
 
 
-_RUN = re.compile(r"\b(program|cli)\.run\(\s*(\"([\w.]+):(\w+)\"|(?:\w+\.)?main), (\w+\.)?define_flags\b")
+_RUN = re.compile(
+    r"\b(program|cli)\.run\(\s*(\"([\w.]+):(\w+)\"|(?:\w+\.)?main), (\w+\.)?define_flags\b"
+)
 
 
 @pytest.mark.parametrize("name", TOOLS)

@@ -18,25 +18,6 @@ directory FILE.predictions/ for SQuAD.
 from absl import flags
 
 from bertjax import program
-from data_pipeline import files
-
-
-def predict(workdir: str, input_path: str, output: str = "", *, step=None, batch_size=32) -> str:
-    """Writes the predictions for `input_path`; returns where they went."""
-    if not files.exists(input_path):
-        raise FileNotFoundError(f"--input={input_path}: no such file")
-    # Imported here, not at the top: `--help`, a usage error and a missing local --input
-    # answer in a fraction of a second instead of after seconds of TensorFlow and JAX imports.
-    from bertjax import inference, tasks
-    from bertjax.workdir import CheckpointError
-
-    restored = inference.restore(workdir, step=step)
-    task = tasks.get(restored.kind, where=f"{workdir}: task.json's kind")
-    if task.predict_file is None:
-        raise CheckpointError(
-            f"--workdir={workdir}: a {task.name} workdir; predict needs a fine-tuned one"
-        )
-    return task.predict_file(restored, input_path, output, batch_size)
 
 
 def define_flags() -> None:
@@ -47,18 +28,5 @@ def define_flags() -> None:
     flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
 
 
-def main(argv) -> None:
-    del argv
-    values = flags.FLAGS
-    where = predict(
-        values.workdir,
-        values.input,
-        values.output,
-        step=values.step,
-        batch_size=values.batch_size,
-    )
-    print(f"predictions written to {where}")
-
-
 if __name__ == "__main__":
-    program.run(main, define_flags)
+    program.run("bertjax.predictions:main", define_flags)

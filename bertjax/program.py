@@ -1,17 +1,16 @@
 """How a bertjax program starts: its flags answered first, then jax, with libtpu's settings.
 
 A program (`python -m bertjax.main`, a tool) is a module whose docstring is its usage,
-with `define_flags()` and `main(argv)`, that ends with
+with `define_flags()`, that ends with
 
     if __name__ == "__main__":
-        program.run(main, define_flags)
+        program.run("bertjax.tpu.compile_report:main", define_flags)
 
-`run` is data_pipeline/cli.py's `run` (flags defined only when the module runs, user
-errors in one line, TensorFlow's and XLA's start-up lines left out of stderr) that first
-sets libtpu's environment, so that no program needs to. What a program's work needs
-(TensorFlow, JAX, the trainer) is imported once the flags are parsed, so that `--help`, a
-bad flag or an unknown config key answer in a fraction of a second
-(tests/data_pipeline/cli_test.py).
+`run` is data_pipeline/cli.py's `run` (flags parsed and checked before the module doing
+the work is imported, by name, and called with their values; user errors in one line;
+TensorFlow's and XLA's start-up lines left out of stderr) that first sets libtpu's
+environment, so that no program needs to. So `--help`, a bad flag or an unknown config key
+answer in a fraction of a second (tests/data_pipeline/cli_test.py).
 """
 
 import glob
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from data_pipeline import cli, native_log
 
 
-def run(main: Callable, define_flags: Callable[[], None], *, positional_args: bool = False):
+def run(main: str | Callable, define_flags: Callable[[], None], *, positional_args: bool = False):
     libtpu_without_tpu()
     cli.run(main, define_flags, positional_args=positional_args)
 

@@ -1,12 +1,20 @@
 """The command-line convention every bertjax tool follows.
 
-A tool module defines `define_flags()` and `main(argv)`, and ends with
+A program is a module whose docstring is its usage, with `define_flags()`, that ends with
 
     if __name__ == "__main__":
-        cli.run(main, define_flags)
+        cli.run("data_pipeline.vocab_learning:main", define_flags)
 
-so its flags exist only when it runs as a program: any set of tool modules
-imports into one process (a test, a notebook) without clashing flag names.
+`run` defines the flags, parses and checks them with nothing heavier than absl and
+ml_collections imported, and only then imports the module that does the work, by name,
+and calls its function with the flags' values (`args.output`; `args.argv` holds the
+arguments that are not flags, with `positional_args`). So `--help`, a bad flag or an
+unknown config key answer before TensorFlow or JAX is imported, and the module doing the
+work imports what it needs at its top and never reads `FLAGS`. A program whose work needs
+nothing heavy keeps `main(argv)` beside its flags and passes it: `cli.run(main, define_flags)`.
+Flags exist only while a program runs: any set of programs imports into one process (a
+test, a notebook) without clashing flag names.
+
 `--help` prints the usage and exits with 0. `run` is also the one place where
 user errors are caught: a bad flag (unknown, missing, or of the wrong type), a
 usage error, a `UserError`, an `OSError` (a file that cannot be read or
@@ -23,9 +31,11 @@ TensorFlow, XLA and libtpu are left out of stderr (native_log.py) unless
 `-v`/`--verbosity` is given.
 """
 
+import importlib
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 
 import ml_collections
@@ -38,18 +48,42 @@ from data_pipeline.errors import Interrupted, Preempted, UserError
 
 
 def run(
-    main: Callable[[list[str]], int | None],
+    main: str | Callable[[list[str]], int | None],
     define_flags: Callable[[], None],
     *,
     positional_args: bool = False,
 ) -> None:
-    """Defines the flags, parses them and runs `main`, reporting user errors in one line.
+    """Defines the flags, parses them and runs the work, reporting user errors in one line.
 
-    `main` gets the program name and, only with `positional_args`, the
-    arguments that are not flags; otherwise any such argument is a usage error.
+    `main` is "module:function", imported once the flags are parsed and called with
+    their values (`args.NAME`, and `args.argv` with `positional_args`), or a function
+    of the program's own module called with argv. argv holds the program name and,
+    only with `positional_args`, the arguments that are not flags; otherwise any
+    such argument is a usage error.
     """
+    before = _flag_names()
     define_flags()
+    names = _flag_names() - before
+    if isinstance(main, str):
+        main = _work(main, names, positional_args)
     app.run(lambda argv: _guarded(main, argv, positional_args), flags_parser=_parse_flags)
+
+
+def _flag_names() -> set[str]:
+    return {flags.FLAGS[name].name for name in flags.FLAGS}
+
+
+def _work(target: str, names: set[str], positional_args: bool) -> Callable:
+    """argv -> the call of `target` ("module:function") with the values of the flags `names`."""
+    module, function = target.split(":")
+
+    def main(argv: list[str]):
+        args = types.SimpleNamespace(**{name: flags.FLAGS[name].value for name in sorted(names)})
+        if positional_args:
+            args.argv = argv[1:]
+        return getattr(importlib.import_module(module), function)(args)
+
+    return main
 
 
 def check_config_overrides(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:

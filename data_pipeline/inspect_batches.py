@@ -4,90 +4,10 @@ r"""Shows what the model will see: decoded pretraining examples and batch statis
         [--split eval] [--num_batches N] [--dump FILE.jsonl] [--config.data.KEY=VALUE ...]
 """
 
-import contextlib
-import json
-import os
-import sys
-import time
-
-import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from data_pipeline import cli, schema
-from data_pipeline import config as config_lib
-from data_pipeline.build_vocab import resolve_vocab_file
-from data_pipeline.vocab import load_vocab
-
-FLAGS = flags.FLAGS
-
-
-def inspect(config, *, split, num_batches, batch_size, num_examples, dump, out=None):
-    """Reads `num_batches` batches, prints examples and statistics; returns them as dicts."""
-    out = out or sys.stdout
-    data = config_lib.from_config(config.data)
-    # Set explicitly in the config; a preset's own value is checked by the trainer.
-    positions = config.model.get("max_position_embeddings") if "model" in config else None
-    if positions is not None:
-        config_lib.check_max_positions(data, positions)
-    # Imported here, not at the top: `--help`, a bad flag or a bad config answer at once
-    # instead of after seconds of TensorFlow imports.
-    import tensorflow as tf
-
-    from data_pipeline import batch_statistics, corpus, pretraining_input
-
-    corpus_stats = corpus.CorpusStats()
-    start = time.perf_counter()
-    vocab_file = resolve_vocab_file(data)
-    vocab = load_vocab(vocab_file)
-    origin = "given" if data.vocab_file else "learned from the training split, cached"
-    print(
-        f"vocabulary  {vocab_file}\n            {len(vocab):,} tokens, {data.tokenizer}, {origin}",
-        file=out,
-    )
-    if data.pack_examples:
-        # A packed row holds these same pairs, each masked by the same rules: the statistics
-        # and examples are the pairs'.
-        print("pack_examples: the sequences are shown unpacked, one a row", file=out)
-        data = data.replace(pack_examples=False)
-    dataset = pretraining_input.make_pretraining_dataset(
-        data, split=split, batch_size=batch_size, seed=config.seed, stats=corpus_stats
-    )
-    stats = batch_statistics.BatchStatistics(
-        data.max_seq_length, data.max_predictions_per_seq, data.next_sentence_prediction
-    )
-    features = schema.features(packed=False, next_sentence=data.next_sentence_prediction)
-    if dump:
-        tf.io.gfile.makedirs(os.path.dirname(dump) or ".")
-    shown = 0
-    with tf.io.gfile.GFile(dump, "w") if dump else contextlib.nullcontext() as dump_file:
-        for batch in dataset.take(num_batches).as_numpy_iterator():
-            stats.update(batch, vocab)
-            for row in range(batch_size):
-                # What the model sees; not where the stream stands (stream_position).
-                example = {name: batch[name][row] for name in features}
-                if shown < num_examples:
-                    print(
-                        f"\nexample {shown}: {batch_statistics.format_example(example, vocab)}",
-                        file=out,
-                    )
-                    shown += 1
-                if dump_file:
-                    record = {name: np.asarray(v).tolist() for name, v in example.items()}
-                    record["tokens"] = vocab.decode(example["input_ids"])
-                    dump_file.write(json.dumps(record, ensure_ascii=False) + "\n")
-    seconds = time.perf_counter() - start
-    summary = stats.summary()
-    reported = corpus_stats.as_dict() if data.source != "tfrecord" else None
-    print(
-        f"\n{split} split, {summary['sequences'] // max(batch_size, 1)} batches "
-        f"of {batch_size}, {seconds:.1f}s",
-        file=out,
-    )
-    print(batch_statistics.format_summary(summary, reported), file=out)
-    if dump:
-        print(f"wrote {summary['sequences']:,} examples to {dump}", file=out)
-    return {"batches": summary, "corpus": reported}
+from data_pipeline import cli
 
 
 def define_flags() -> None:
@@ -100,20 +20,8 @@ def define_flags() -> None:
     flags.mark_flag_as_required("config")
 
 
-def main(argv):
-    del argv  # cli.run refuses positional arguments
-    inspect(
-        FLAGS.config,
-        split=FLAGS.split,
-        num_batches=FLAGS.num_batches,
-        batch_size=FLAGS.batch_size,
-        num_examples=FLAGS.num_examples,
-        dump=FLAGS.dump,
-    )
-
-
-def run():
-    cli.run(main, define_flags)
+def run() -> None:
+    cli.run("data_pipeline.batch_inspection:main", define_flags)
 
 
 if __name__ == "__main__":

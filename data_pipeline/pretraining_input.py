@@ -67,9 +67,9 @@ import tensorflow as tf
 
 from data_pipeline import config as config_lib
 from data_pipeline import corpus, masking, schema, tfrecords, workers
-from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
+from data_pipeline.vocab_learning import resolve_vocab_file
 
 
 def masking_spec(

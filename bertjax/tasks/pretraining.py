@@ -39,9 +39,9 @@ from bertjax.tasks.contract import (
 )
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset, schema
-from data_pipeline.build_vocab import resolve_vocab_file
 from data_pipeline.config import ConfigError
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab
+from data_pipeline.vocab_learning import resolve_vocab_file
 
 # The keys of a pretraining config besides the loop's (task.LOOP_KEYS).
 CONFIG_KEYS = ("num_train_steps", "num_eval_steps", "eval_every_steps")

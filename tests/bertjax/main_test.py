@@ -101,7 +101,7 @@ def test_compiled_steps_are_cached_in_the_workdir(tmp_path, small_vocab_file):
 def test_which_compilation_cache():
     from ml_collections import ConfigDict
 
-    from bertjax.main import compilation_cache_dir
+    from bertjax.experiment import compilation_cache_dir
 
     def chosen(setting, current):
         config = ConfigDict({"compilation_cache_dir": setting})

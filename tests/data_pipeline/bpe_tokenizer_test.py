@@ -22,8 +22,8 @@ from support import REPO
 from support.bpe import corpus_lines, modernbert_like
 from tokenizers import pre_tokenizers
 
-from data_pipeline import build_vocab, pretraining_input, schema
 from data_pipeline import config as config_lib
+from data_pipeline import pretraining_input, schema, vocab_learning
 from data_pipeline.config import ConfigError
 from data_pipeline.tokenizer import BpeTokenizer, make_tokenizer
 from data_pipeline.vocab import BYTE_LEVEL_WHITESPACE, SPECIAL_TOKENS, VocabError, load_vocab
@@ -275,7 +275,7 @@ def text_config(tmp_path, **changes) -> config_lib.DataConfig:
 def test_learned_tokenizer_is_laid_out_as_modernberts(tmp_path):
     config = text_config(tmp_path, do_lower_case=True, vocab_size=400)
     path = tmp_path / "learned.json"
-    vocab = build_vocab.learn_bpe_tokenizer(config, vocab_size=400, output_path=str(path))
+    vocab = vocab_learning.learn_bpe_tokenizer(config, vocab_size=400, output_path=str(path))
     assert vocab.tokens[:5] == SPECIAL_TOKENS and len(vocab) == 400
     assert vocab.is_special[:5].all() and not vocab.is_special[5:].any()
     library = oracle(path)
@@ -294,7 +294,7 @@ def test_learned_tokenizer_is_laid_out_as_modernberts(tmp_path):
 def test_a_small_corpus_is_filled_with_unused_tokens(tmp_path):
     config = text_config(tmp_path, vocab_size=3000)
     path = tmp_path / "small.json"
-    vocab = build_vocab.learn_bpe_tokenizer(config, vocab_size=3000, output_path=str(path))
+    vocab = vocab_learning.learn_bpe_tokenizer(config, vocab_size=3000, output_path=str(path))
     assert len(vocab) == 3000 == oracle(path).get_vocab_size(with_added_tokens=True)
     unused = [i for i, t in enumerate(vocab.tokens) if t.startswith("[unused")]
     assert unused and unused[-1] == 2999 and vocab.is_special[unused].all()
@@ -302,23 +302,23 @@ def test_a_small_corpus_is_filled_with_unused_tokens(tmp_path):
 
 def test_resolve_vocab_file_learns_a_bpe_tokenizer_once(tmp_path, monkeypatch):
     calls = []
-    learn = build_vocab.learn_bpe_tokenizer
+    learn = vocab_learning.learn_bpe_tokenizer
 
     def counting_learn(*args, **kwargs):
         calls.append(kwargs["vocab_size"])
         return learn(*args, **kwargs)
 
-    monkeypatch.setattr(build_vocab, "learn_bpe_tokenizer", counting_learn)
+    monkeypatch.setattr(vocab_learning, "learn_bpe_tokenizer", counting_learn)
     config = text_config(tmp_path, vocab_size=300)
-    path = build_vocab.resolve_vocab_file(config)
+    path = vocab_learning.resolve_vocab_file(config)
     assert path.startswith(str(tmp_path / "cache" / "bpe-300-cased-text-"))
     assert path.endswith(".tokenizer.json")
     assert load_vocab(path).kind == "bpe" and len(load_vocab(path)) == 300
     description = json.loads(Path(path.removesuffix(".tokenizer.json") + ".json").read_text())
     assert description["tokenizer"] == "bpe"
-    assert build_vocab.resolve_vocab_file(config) == path and calls == [300]
+    assert vocab_learning.resolve_vocab_file(config) == path and calls == [300]
     wordpiece = config.replace(tokenizer="wordpiece")
-    assert build_vocab.cache_key(wordpiece) != build_vocab.cache_key(config)
+    assert vocab_learning.cache_key(wordpiece) != vocab_learning.cache_key(config)
 
 
 def test_the_pretraining_stream_runs_on_a_bpe_tokenizer(tmp_path, bpe_json):

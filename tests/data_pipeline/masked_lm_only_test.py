@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import config as config_lib
-from data_pipeline import create_pretraining_data as writer
+from data_pipeline import offline_writer as writer
 from data_pipeline import pretraining_input, schema, tfrecords
 from data_pipeline.vocab import load_vocab
 

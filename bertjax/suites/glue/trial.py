@@ -9,22 +9,17 @@ The flags are bertjax.main's. Run again after a stop, it resumes the training (o
 finds it done) and predicts what is not yet written.
 """
 
-from absl import flags
+import jax
 
+from bertjax import experiment, program
 from bertjax import main as main_lib
-from bertjax import program
-
-FLAGS = flags.FLAGS
+from bertjax.suites.glue import predictions
 
 
-def main(argv):
-    main_lib.main(argv)
-    import jax
-
-    from bertjax.suites.glue import predictions
-
-    config = FLAGS.config
-    results = predictions.write(FLAGS.workdir, config.data.to_dict(), config.eval_batch_size)
+def main(args):
+    experiment.main(args)
+    config = args.config
+    results = predictions.write(args.workdir, config.data.to_dict(), config.eval_batch_size)
     if jax.process_index() == 0:
         for split, values in results["dev"].items():
             shown = "  ".join(f"{name} {value:.4f}" for name, value in values.items())
@@ -34,4 +29,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    program.run(main, main_lib.define_flags)
+    # An internal program (the suite starts it), so its imports need not wait for the flags.
+    program.run("bertjax.suites.glue.trial:main", main_lib.define_flags)

@@ -312,10 +312,10 @@ def test_a_task_path_that_names_no_task_is_a_config_error():
 
 @pytest.mark.tpu_compile
 def test_a_task_defined_outside_bertjax_compiles_ahead_of_time(config):
-    from bertjax.tpu import aot, slices
+    from bertjax.tpu import compile_report, slices
 
     config.eval_batch_size = 16
-    report = aot.compile_report(config, slices.parse("v5e-8"), task=SENTENCE_LENGTH)
+    report = compile_report.compile_report(config, slices.parse("v5e-8"), task=SENTENCE_LENGTH)
     assert report["fits"] and report["eval_fits"]
     assert report["seq_len"] == LENGTH
     per_step = (

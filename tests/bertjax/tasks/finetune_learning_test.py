@@ -2,7 +2,7 @@
 
 These are docs/finetuning.md's figures at a smaller size: the same configs
 (experiments/finetune/builtin_topics.py, builtin_cloze.py), task files
-(data_pipeline/builtin_tasks.py) and command, `python -m bertjax.main`; the topic
+(data_pipeline/builtin_task_files.py) and command, `python -m bertjax.main`; the topic
 classifier is then exported as the README does and checked in transformers.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from support import REPO, readme
 
 import bertjax
-from data_pipeline import builtin_tasks
+from data_pipeline import builtin_task_files
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("builtin_tasks")
-    builtin_tasks.write_tasks(str(out))
+    builtin_task_files.write_tasks(str(out))
     return out
 
 

@@ -1,4 +1,4 @@
-"""bertjax.predict: the input and workdir checks (each error names the file or flag), and
+"""bertjax.predictions: the input and workdir checks (each error names the file or flag), and
 predictions written for files of new examples from tiny workdirs made here (a width-16
 model with random parameters: the format of the output is tested, not what it
 says). The program's flags are tested through `python -m bertjax.predict`."""
@@ -16,7 +16,7 @@ import pytest
 from flax import linen as nn
 from support import REPO
 
-from bertjax import checkpoint, predict
+from bertjax import checkpoint, predictions
 from bertjax import workdir as workdir_lib
 from bertjax.model import (
     BertConfig,
@@ -122,20 +122,20 @@ def workdirs(tmp_path_factory) -> dict:
 def test_a_missing_input_is_named_before_the_workdir_is_read(tmp_path):
     absent = tmp_path / "new.tsv"
     with pytest.raises(FileNotFoundError, match=f"^--input={absent}: no such file$"):
-        predict.predict(str(tmp_path / "no_workdir"), str(absent))
+        predictions.predict(str(tmp_path / "no_workdir"), str(absent))
 
 
 def test_a_folder_that_is_no_workdir_is_named(tmp_path):
     (tmp_path / "new.tsv").write_text("sentence\nthe cat sat\n")
     with pytest.raises(CheckpointError, match=f"^{tmp_path}: no model_config.json; expected a"):
-        predict.predict(str(tmp_path), str(tmp_path / "new.tsv"))
+        predictions.predict(str(tmp_path), str(tmp_path / "new.tsv"))
 
 
 def test_a_workdir_without_a_checkpoint_is_named(tmp_path):
     describe(tmp_path / "w", "classification", Description(16, tokenizer_data()))
     (tmp_path / "new.tsv").write_text("sentence\nthe cat sat\n")
     with pytest.raises(CheckpointError, match=f"^{tmp_path / 'w'}: no checkpoint to restore$"):
-        predict.predict(str(tmp_path / "w"), str(tmp_path / "new.tsv"))
+        predictions.predict(str(tmp_path / "w"), str(tmp_path / "new.tsv"))
 
 
 def test_a_workdir_of_an_unknown_task_names_its_task_json(tmp_path):
@@ -143,7 +143,7 @@ def test_a_workdir_of_an_unknown_task_names_its_task_json(tmp_path):
     (tmp_path / "new.tsv").write_text("sentence\nthe cat sat\n")
     task_file = tmp_path / "w" / workdir_lib.TASK_FILE
     with pytest.raises(ConfigError, match=f"^{task_file}: kind='summarize': must be one of"):
-        predict.predict(str(tmp_path / "w"), str(tmp_path / "new.tsv"))
+        predictions.predict(str(tmp_path / "w"), str(tmp_path / "new.tsv"))
 
 
 def test_a_pretraining_workdir_is_refused(workdirs, tmp_path):
@@ -153,14 +153,14 @@ def test_a_pretraining_workdir_is_refused(workdirs, tmp_path):
         match=f"^--workdir={workdirs['pretraining']}: a pretraining workdir; "
         "predict needs a fine-tuned one$",
     ):
-        predict.predict(str(workdirs["pretraining"]), str(tmp_path / "new.tsv"))
+        predictions.predict(str(workdirs["pretraining"]), str(tmp_path / "new.tsv"))
 
 
 def test_a_step_that_was_not_saved_is_refused(workdirs, tmp_path):
     (tmp_path / "new.tsv").write_text("sentence\nthe cat sat\n")
     missing = workdirs["classification"] / "checkpoints" / "7"
     with pytest.raises(CheckpointError, match=f"^{missing}: no such checkpoint; steps there: 1$"):
-        predict.predict(str(workdirs["classification"]), str(tmp_path / "new.tsv"), step=7)
+        predictions.predict(str(workdirs["classification"]), str(tmp_path / "new.tsv"), step=7)
 
 
 # ---------------------------------------------------------------------------- predictions
@@ -177,7 +177,7 @@ def test_a_classifier_writes_a_label_and_probabilities_per_row_next_to_the_input
 ):
     source = tmp_path / "new.tsv"
     source.write_text("sentence\tlabel\nthe cat sat\t\nparis .\t\nthe the the\t\n")
-    written = predict.predict(str(workdirs["classification"]), str(source), batch_size=2)
+    written = predictions.predict(str(workdirs["classification"]), str(source), batch_size=2)
     assert written == str(source) + ".predictions.jsonl"
     lines = read_lines(written)
     assert len(lines) == 3
@@ -187,7 +187,7 @@ def test_a_classifier_writes_a_label_and_probabilities_per_row_next_to_the_input
         assert sum(line["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
         assert line["label"] == max(line["probabilities"], key=line["probabilities"].get)
     # One row at a time: the same predictions, at another output path.
-    one_by_one = predict.predict(
+    one_by_one = predictions.predict(
         str(workdirs["classification"]), str(source), str(tmp_path / "out.jsonl"), batch_size=1
     )
     assert one_by_one == str(tmp_path / "out.jsonl")
@@ -203,9 +203,9 @@ def test_a_classifier_reads_jsonl_without_labels(workdirs, tmp_path):
     jsonl.write_text('{"sentence": "the cat sat"}\n{"sentence": "paris ."}\n')
     tsv = tmp_path / "new.tsv"
     tsv.write_text("sentence\nthe cat sat\nparis .\n")
-    lines = read_lines(predict.predict(str(workdirs["classification"]), str(jsonl)))
+    lines = read_lines(predictions.predict(str(workdirs["classification"]), str(jsonl)))
     assert len(lines) == 2 and all(line["label"] in ("no", "yes") for line in lines)
-    assert lines == read_lines(predict.predict(str(workdirs["classification"]), str(tsv)))
+    assert lines == read_lines(predictions.predict(str(workdirs["classification"]), str(tsv)))
 
 
 def test_a_file_without_the_text_column_is_named(workdirs, tmp_path):
@@ -215,7 +215,7 @@ def test_a_file_without_the_text_column_is_named(workdirs, tmp_path):
         TaskDataError,
         match=re.escape(f"{source}: no column 'sentence' (config.data.text_a); the header"),
     ):
-        predict.predict(str(workdirs["classification"]), str(source))
+        predictions.predict(str(workdirs["classification"]), str(source))
     assert not os.path.exists(str(source) + ".predictions.jsonl")
 
 
@@ -223,7 +223,7 @@ def test_a_file_without_the_text_column_is_named(workdirs, tmp_path):
 def test_a_tagger_writes_the_words_and_a_tag_each_per_line(workdirs, tmp_path):
     source = tmp_path / "sentences.txt"
     source.write_text("the cat sat in Paris\n\n  \nParis .\n")
-    lines = read_lines(predict.predict(str(workdirs["tagging"]), str(source)))
+    lines = read_lines(predictions.predict(str(workdirs["tagging"]), str(source)))
     assert [line["words"] for line in lines] == [
         ["the", "cat", "sat", "in", "Paris"],
         ["Paris", "."],

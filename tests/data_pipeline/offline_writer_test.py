@@ -13,7 +13,7 @@ from support import REPO
 
 from data_pipeline import config as config_lib
 from data_pipeline import corpus, tfrecords
-from data_pipeline import create_pretraining_data as writer
+from data_pipeline import offline_writer as writer
 from data_pipeline.vocab import load_vocab
 
 # Words of the bert-base-uncased vocabulary, each one token.

@@ -1,4 +1,4 @@
-"""bertjax.tpu.aot: the real train and eval steps compiled by the TPU compiler (libtpu) on this CPU."""
+"""bertjax.tpu.compile_report: the real train and eval steps compiled by the TPU compiler (libtpu) on this CPU."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 from support import REPO
 
-from bertjax.tpu import aot, slices
+from bertjax.tpu import compile_report, slices
 from data_pipeline.errors import UserError
 from experiments.pretrain import tiny_cpu
 
@@ -34,7 +34,7 @@ def our_lines(stderr: str) -> list[str]:
 
 
 def test_tiny_config_on_a_v5e_slice():
-    r = aot.compile_report(tiny_cpu.get_config(), slices.parse("v5e-8"))
+    r = compile_report.compile_report(tiny_cpu.get_config(), slices.parse("v5e-8"))
     assert (r["accelerator_type"], r["chips"], r["hosts"]) == ("v5litepod-8", 8, 1)
     assert r["mesh"] == {"data": 8, "fsdp": 1, "tensor": 1}
     assert r["fits"] and r["eval_fits"]
@@ -53,8 +53,10 @@ def test_tiny_config_on_a_v5e_slice():
 
 def test_multislice_report():
     config = tiny_cpu.get_config()
-    report = aot.compile_report(config, slices.parse("v6e-8", num_slices=2), with_eval=False)
-    lines = aot.format_report(report).splitlines()
+    report = compile_report.compile_report(
+        config, slices.parse("v6e-8", num_slices=2), with_eval=False
+    )
+    lines = compile_report.format_report(report).splitlines()
     assert lines[0].startswith("v6e-8 x 2 slices: 16 chips, 2 host(s), mesh {'data': 16")
     assert any(line.startswith("HBM per chip   peak") for line in lines)
     assert lines[-1] == "fits"
@@ -93,7 +95,7 @@ def test_configs_that_cannot_run_there_fail_before_compiling(overrides, topology
     config = tiny_cpu.get_config()
     config.update(overrides)
     with pytest.raises(UserError, match=message):
-        aot.compile_report(config, slices.parse(topology))
+        compile_report.compile_report(config, slices.parse(topology))
 
 
 @pytest.mark.parametrize("limit", [0, 1, 3, 4, 5, 7, 8, 9, 31, 32, 100, 1000])
@@ -105,13 +107,13 @@ def test_largest_fitting_finds_the_limit(limit, start):
         probed.append(batch)
         return batch <= limit
 
-    found = aot.largest_fitting(fits, step=1, start=start, start_fits=start <= limit)
+    found = compile_report.largest_fitting(fits, step=1, start=start, start_fits=start <= limit)
     assert found == limit
     assert len(probed) <= 2 * max(limit, start).bit_length() + 2
 
 
 def test_largest_fitting_keeps_to_multiples_of_the_microbatches():
-    found = aot.largest_fitting(lambda b: b <= 22, step=4, start=8, start_fits=True)
+    found = compile_report.largest_fitting(lambda b: b <= 22, step=4, start=8, start_fits=True)
     assert found == 20
 
 
@@ -129,16 +131,16 @@ def test_splash_attention_compiles_for_a_tpu_slice(tmp_path):
     config.mesh.tensor = 2
     assert config.data.max_seq_length % 128 == 0
     tpu_slice = slices.parse("v5e-8")
-    config, task = aot.prepare(config, str(tmp_path))
-    run = aot.build(config, task, tpu_slice, tpu_slice.compile_devices(), str(tmp_path))
+    config, task = compile_report.prepare(config, str(tmp_path))
+    run = compile_report.build(config, task, tpu_slice, tpu_slice.compile_devices(), str(tmp_path))
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
         train_step, _ = train.jit_steps(run)
         rng = jax.eval_shape(lambda: jax.random.key(0))
         rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=sharding.replicated(run.mesh))
-        batch = aot.abstract_batch(run, "train", config.train_batch_size)
+        batch = compile_report.abstract_batch(run, "train", config.train_batch_size)
         hlo = train_step.lower(run.abstract_state, batch, rng).as_text()
     # The forward, dq and dkv kernels (the layers share their lowered functions).
     assert hlo.count("tpu_custom_call") >= 3 and "interpret" not in hlo
-    r = aot.compile_report(config, tpu_slice)
+    r = compile_report.compile_report(config, tpu_slice)
     assert r["mesh"] == {"data": 4, "fsdp": 1, "tensor": 2}
     assert r["fits"] and r["eval_fits"]

@@ -8,7 +8,7 @@ import sys
 import pytest
 from support import REPO
 
-from data_pipeline import inspect_batches, schema
+from data_pipeline import batch_inspection, schema
 from experiments.pretrain import tiny_cpu
 
 
@@ -42,7 +42,7 @@ def test_inspect_reports_statistics_and_dumps_every_example(
         shuffle_buffer_size=10,
     )
     dump = tmp_path / "out" / "examples.jsonl"
-    result = inspect_batches.inspect(
+    result = batch_inspection.inspect(
         config, split="train", num_batches=3, batch_size=4, num_examples=2, dump=str(dump)
     )
     printed = capsys.readouterr().out
@@ -108,7 +108,7 @@ def test_a_sequence_longer_than_the_model_positions_is_refused(bert_tokenizer_js
     config.data.vocab_file = bert_tokenizer_json
     config.model.max_position_embeddings = 64
     with pytest.raises(config_lib.ConfigError, match="max_position_embeddings=64"):
-        inspect_batches.inspect(
+        batch_inspection.inspect(
             config, split="train", num_batches=1, batch_size=2, num_examples=0, dump=None
         )
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from support import REPO
 
-from data_pipeline import build_vocab, corpus, tokenizer, vocab
+from data_pipeline import corpus, tokenizer, vocab, vocab_learning
 from data_pipeline.config import from_config
 
 FREQUENT = ("river", "stone", "garden", "lantern", "window", "morning", "quiet", "yellow")
@@ -52,7 +52,7 @@ def _check_layout(v: vocab.Vocab, size: int):
 
 def test_word_counter_stays_within_its_bound_and_keeps_frequent_words():
     rng = random.Random(1)
-    counter = build_vocab.WordCounter(max_words=50)
+    counter = vocab_learning.WordCounter(max_words=50)
     for _ in range(200):
         batch = [rng.choice(FREQUENT) for _ in range(20)] + [_random_word(rng) for _ in range(20)]
         counter.add([w.encode() for w in batch])
@@ -69,7 +69,7 @@ def test_word_counter_stays_within_its_bound_and_keeps_frequent_words():
 def test_wordpiece_tokens_have_exactly_vocab_size_entries_and_the_alphabet():
     rng = random.Random(2)
     counts = {_random_word(rng): rng.randint(1, 50) for _ in range(3000)}
-    tokens = build_vocab.wordpiece_tokens(counts, 300)
+    tokens = vocab_learning.wordpiece_tokens(counts, 300)
     assert tokens[:5] == list(vocab.SPECIAL_TOKENS)
     assert len(tokens) == len(set(tokens)) == 300
     for letter in string.ascii_lowercase:
@@ -77,7 +77,7 @@ def test_wordpiece_tokens_have_exactly_vocab_size_entries_and_the_alphabet():
 
 
 def test_a_small_corpus_is_filled_with_placeholders(tmp_path):
-    tokens = build_vocab.wordpiece_tokens({"ab": 5, "abc": 3, "b": 2}, 100)
+    tokens = vocab_learning.wordpiece_tokens({"ab": 5, "abc": 3, "b": 2}, 100)
     assert len(tokens) == len(set(tokens)) == 100
     learned = [t for t in tokens if not t.startswith("[unused")]
     assert learned == [*vocab.SPECIAL_TOKENS, "a", "b", "c", "ab", "abc", "##b", "##c"]
@@ -92,15 +92,15 @@ def test_learn_wordpiece_vocab_in_bounded_memory(tmp_path, data_config, monkeypa
     bound = 40
     sizes = []
 
-    class RecordingCounter(build_vocab.WordCounter):
+    class RecordingCounter(vocab_learning.WordCounter):
         def add(self, words, **kwargs):
             super().add(words, **kwargs)
             sizes.append(len(self.counts))
 
-    monkeypatch.setattr(build_vocab, "WordCounter", RecordingCounter)
+    monkeypatch.setattr(vocab_learning, "WordCounter", RecordingCounter)
     config = _text_config(data_config, _write_corpus(tmp_path / "corpus.txt"))
     out = tmp_path / "out" / "vocab.txt"
-    v = build_vocab.learn_wordpiece_vocab(
+    v = vocab_learning.learn_wordpiece_vocab(
         config, vocab_size=120, output_path=str(out), max_words_in_memory=bound
     )
     assert sizes and max(sizes) <= bound
@@ -114,7 +114,7 @@ def test_learn_wordpiece_vocab_in_bounded_memory(tmp_path, data_config, monkeypa
 def test_learned_vocab_covers_held_out_builtin_sentences(tmp_path, data_config):
     config = from_config(data_config)
     path = str(tmp_path / "vocab.txt")
-    v = build_vocab.learn_wordpiece_vocab(config, vocab_size=4096, output_path=path)
+    v = vocab_learning.learn_wordpiece_vocab(config, vocab_size=4096, output_path=path)
     _check_layout(v, 4096)
     assert any(t.startswith("##") for t in v.tokens)
     held_out = [s for d in corpus.iter_documents(config, split="eval") for s in d.sentences]
@@ -129,7 +129,7 @@ def test_sentencepiece_model_has_the_specials_first(tmp_path, data_config, model
     config = _text_config(
         data_config, _write_corpus(tmp_path / "corpus.txt"), tokenizer="sentencepiece"
     )
-    path = build_vocab.train_sentencepiece(
+    path = vocab_learning.train_sentencepiece(
         config, vocab_size=150, output_prefix=str(tmp_path / "sp"), model_type=model_type
     )
     assert path == str(tmp_path / "sp.model")
@@ -146,32 +146,32 @@ def test_sentencepiece_model_has_the_specials_first(tmp_path, data_config, model
 
 def test_resolve_vocab_file_learns_once_and_keys_the_cache(tmp_path, data_config, monkeypatch):
     calls = []
-    learn = build_vocab.learn_wordpiece_vocab
+    learn = vocab_learning.learn_wordpiece_vocab
 
     def counting_learn(*args, **kwargs):
         calls.append(kwargs["vocab_size"])
         return learn(*args, **kwargs)
 
-    monkeypatch.setattr(build_vocab, "learn_wordpiece_vocab", counting_learn)
+    monkeypatch.setattr(vocab_learning, "learn_wordpiece_vocab", counting_learn)
     config = _text_config(
         data_config,
         _write_corpus(tmp_path / "corpus.txt"),
         vocab_cache_dir=str(tmp_path / "cache"),
         vocab_size=100,
     )
-    first = build_vocab.resolve_vocab_file(config)
+    first = vocab_learning.resolve_vocab_file(config)
     assert first.startswith(str(tmp_path / "cache"))
     assert len(vocab.load_vocab(first)) == 100
     mtime = os.stat(first).st_mtime_ns
-    assert build_vocab.resolve_vocab_file(config) == first
+    assert vocab_learning.resolve_vocab_file(config) == first
     assert calls == [100] and os.stat(first).st_mtime_ns == mtime
 
-    bigger = build_vocab.resolve_vocab_file(config.replace(vocab_size=110))
+    bigger = vocab_learning.resolve_vocab_file(config.replace(vocab_size=110))
     assert bigger != first and calls == [100, 110]
-    assert build_vocab.cache_key(config) != build_vocab.cache_key(
+    assert vocab_learning.cache_key(config) != vocab_learning.cache_key(
         config.replace(do_lower_case=False)
     )
-    assert build_vocab.resolve_vocab_file(config.replace(vocab_file=first)) == first
+    assert vocab_learning.resolve_vocab_file(config.replace(vocab_file=first)) == first
 
 
 def test_a_corpus_a_stream_cannot_use_is_named_before_learning(tmp_path, data_config):
@@ -181,19 +181,19 @@ def test_a_corpus_a_stream_cannot_use_is_named_before_learning(tmp_path, data_co
     cache = tmp_path / "cache"
     config = _text_config(data_config, str(path), vocab_cache_dir=str(cache), eval_fraction=0.9)
     with pytest.raises(corpus.CorpusError, match=f"^config.data.text_files: {path}: 1 document; "):
-        build_vocab.resolve_vocab_file(config)
+        vocab_learning.resolve_vocab_file(config)
     assert not cache.exists()
 
 
 def test_default_cache_dir_follows_xdg(data_config, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert build_vocab.cache_dir(from_config(data_config)) == str(tmp_path / "bertjax")
+    assert vocab_learning.cache_dir(from_config(data_config)) == str(tmp_path / "bertjax")
 
 
 def test_missing_vocab_file_names_the_option(data_config):
     config = from_config(data_config).replace(vocab_file="/no/such/vocab.txt")
     with pytest.raises(vocab.VocabError, match=r"config\.data\.vocab_file=.*/no/such/vocab\.txt"):
-        build_vocab.resolve_vocab_file(config)
+        vocab_learning.resolve_vocab_file(config)
 
 
 def _cli(*args):

@@ -1,6 +1,6 @@
-"""The built-in fine-tuning tasks' rules (data_pipeline/builtin_tasks.py)."""
+"""The built-in fine-tuning tasks' rules (data_pipeline/builtin_task_files.py)."""
 
-from data_pipeline import builtin_tasks
+from data_pipeline import builtin_task_files
 
 
 def test_quoted_code_becomes_the_tagged_entity():
@@ -13,7 +13,7 @@ def test_quoted_code_becomes_the_tagged_entity():
             ],
         )
     ]
-    splits = builtin_tasks.code_sentences(documents)
+    splits = builtin_task_files.code_sentences(documents)
     assert sorted(len(sentences) for sentences in splits.values()) == [0, 1]
     [sentence] = splits["train"] or splits["eval"]
     assert sentence == [

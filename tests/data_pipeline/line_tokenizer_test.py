@@ -12,7 +12,7 @@ import tokenizers
 from support import REPO
 from support.bpe import modernbert_like
 
-from data_pipeline.tokenize_lines import decode_line
+from data_pipeline.line_tokenizer import decode_line
 from data_pipeline.tokenizer import WordPieceTokenizer
 from data_pipeline.vocab import load_vocab
 

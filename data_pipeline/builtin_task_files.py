@@ -8,8 +8,6 @@ import random
 import re
 from collections.abc import Sequence
 
-from absl import flags
-
 from data_pipeline import builtin_corpus, files
 from data_pipeline.corpus import is_eval_document
 
@@ -135,6 +133,6 @@ def write_tasks(out_dir: str) -> dict[str, int]:
 
 
 def main(args):
-    out_dir = flags.args.out_dir
+    out_dir = args.out_dir
     for name, count in write_tasks(out_dir).items():
         print(f"{os.path.join(out_dir, name)}: {count} examples")

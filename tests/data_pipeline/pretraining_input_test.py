@@ -305,13 +305,13 @@ def test_megabyte_line_without_spaces_is_one_unknown_word(tmp_path, bert_config,
 
 
 def test_the_benchmark_holds_the_pipeline_to_the_cores_it_measures(bert_config):
-    from data_pipeline import benchmark
+    from data_pipeline import throughput
     from data_pipeline.workers import shared_pool
 
     everywhere = os.sched_getaffinity(0)
     for workers in (0, 1):
         bert_config.num_workers = workers
-        sequences, tokens, cores = benchmark.online(
+        sequences, tokens, cores = throughput.online(
             bert_config, batch_size=8, seconds=0.2, cores=1, warmup_batches=1
         )
         assert sequences > 0 and tokens > sequences

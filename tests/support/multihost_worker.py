@@ -34,11 +34,10 @@ def fingerprint(params) -> str:
 
 def main():
     config_path, workdir, out = sys.argv[1:]
-    from bertjax import checkpoint, metrics, sharding, train
-    from bertjax import main as main_lib
+    from bertjax import checkpoint, experiment, metrics, sharding, train
     from data_pipeline import config as data_config_lib
 
-    main_lib.initialize_distributed()
+    experiment.initialize_distributed()
     # The resume compiles the same steps again; a cache of this process's own keeps that quick.
     cache = os.path.join(os.path.dirname(out), f"jax_cache_{jax.process_index()}")
     jax.config.update("jax_compilation_cache_dir", cache)

@@ -7,11 +7,11 @@ import pytest
 import support
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from support.glue import write_glue_dir
 
 from data_pipeline.config import ConfigError
 from data_pipeline.finetune import classification_input
 from data_pipeline.finetune.classification_input import ClassificationConfig
+from data_pipeline.finetune.glue_sample import write as write_glue_dir
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 
 TESTDATA = support.TESTDATA / "finetune"

@@ -56,15 +56,15 @@ format: $(STAMP)
 # What a change must pass: lint, the unit tier and one short run of every user-facing
 # command (the `command` tier): at most 10 minutes from a clean clone on 2 cores.
 # Three xdist workers on two cores: the command tests wait on their programs, and a
-# third worker keeps the cores busy meanwhile; loadgroup keeps each xdist_group on one.
+# third worker keeps the cores busy meanwhile.
 TIERS_OF_TEST := not (slow or integration or emulator or tpu_compile or gpu)
 test: lint
-	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=10 -m "$(TIERS_OF_TEST)" tests
+	$(PY) -m pytest -n 3 -q --durations=10 -m "$(TIERS_OF_TEST)" tests
 
 # The whole suite, lint first: every tier (scenarios, multi-process runs, faults,
 # emulators, TPU compiles). What CI (.ci/run) runs.
 test-all: lint
-	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=15 tests
+	$(PY) -m pytest -n 3 -q --durations=15 tests
 
 # The unit tier, for the edit loop. Add PYTEST_ARGS=... to pick tests
 # (PYTEST_ARGS="-k losses").

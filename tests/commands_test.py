@@ -17,12 +17,10 @@ import subprocess
 import sys
 
 import pytest
+from filelock import FileLock
 from support import REPO, SMALL_VOCAB_SIZE
 
 pytestmark = pytest.mark.command
-# The tests that read the pretrained workdir run in one xdist worker (--dist loadgroup),
-# which trains it once.
-chain = pytest.mark.xdist_group("pretrained")
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -55,59 +53,84 @@ def run(module: str, *args, cwd=REPO, expect: int = 0) -> subprocess.CompletedPr
     return result
 
 
-@pytest.fixture(scope="session")  # not torn down when another module's test runs between
-def pretrained(tmp_path_factory, small_vocab_file):
+def once(tmp_path_factory, worker_id: str, name: str, make) -> dict:
+    """What `make(folder)` returns, made once a run: by the first xdist worker to ask, in a
+    folder every worker sees, while the others wait for it and read its result."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base if worker_id == "master" else base.parent) / name
+    with FileLock(f"{folder}.lock"):
+        done = folder / "made.json"
+        if not done.exists():
+            folder.mkdir()
+            done.write_text(json.dumps(make(folder)))
+        return json.loads(done.read_text())
+
+
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory, worker_id, small_vocab_file) -> dict:
     """`python -m bertjax.main` for 4 steps, then the same command at 6: it resumes."""
-    workdir = tmp_path_factory.mktemp("commands") / "pretrained"
-    small = {**SMALL_MODEL, "data.vocab_file": small_vocab_file}
-    args = ["--config", "experiments/pretrain/tiny_cpu.py", "--workdir", workdir, *flags(small)]
-    first = run("bertjax.main", *args, "--config.num_train_steps=4", "--fill_mask_examples=1")
-    second = run("bertjax.main", *args, "--config.num_train_steps=6")
-    return workdir, first, second
+
+    def make(folder):
+        small = {**SMALL_MODEL, "data.vocab_file": small_vocab_file}
+        args = ["--config", "experiments/pretrain/tiny_cpu.py", "--workdir", folder / "w"]
+        args += flags(small)
+        first = run("bertjax.main", *args, "--config.num_train_steps=4", "--fill_mask_examples=1")
+        second = run("bertjax.main", *args, "--config.num_train_steps=6")
+        return {
+            "workdir": str(folder / "w"),
+            **{f"first_{k}": getattr(first, k) for k in ("stdout", "stderr")},
+            **{f"second_{k}": getattr(second, k) for k in ("stdout", "stderr")},
+        }
+
+    return once(tmp_path_factory, worker_id, "commands_pretrained", make)
 
 
-@chain
 def test_pretraining_trains_reports_and_resumes(pretrained):
-    workdir, first, second = pretrained
-    assert "held-out MLM accuracy" in first.stdout
-    assert first.stdout.count("    answer '") == 1  # --fill_mask_examples=1
-    assert re.search(r"^goodput: \d+% of ", first.stdout, re.M)
+    first, second = pretrained["first_stdout"], pretrained["second_stdout"]
+    assert "held-out MLM accuracy" in first
+    assert first.count("    answer '") == 1  # --fill_mask_examples=1
+    assert re.search(r"^goodput: \d+% of ", first, re.M)
     # The second run starts from checkpoint 4: it logs step 6 alone (every 2nd step).
-    assert re.findall(r"^step +(\d+)/6 ", second.stdout, re.M) == ["6"], second.stdout
-    assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6"]
-    assert first.stderr == second.stderr == ""  # no start-up lines, no warnings
+    assert re.findall(r"^step +(\d+)/6 ", second, re.M) == ["6"], second
+    assert sorted(os.listdir(f"{pretrained['workdir']}/checkpoints")) == ["4", "6"]
+    # No start-up lines, no warnings.
+    assert pretrained["first_stderr"] == pretrained["second_stderr"] == ""
 
 
-@chain
 def test_goodput_counts_both_processes(pretrained):
-    workdir, _, _ = pretrained
-    report = run("bertjax.goodput", workdir, "--json")
+    report = run("bertjax.goodput", pretrained["workdir"], "--json")
     result = json.loads(report.stdout)
     assert len(result["processes"]) == 2, result
     assert 0 < result["fractions"]["productive"] < 1
 
 
 @pytest.fixture(scope="session")
-def finetuned(pretrained, tmp_path_factory):
+def finetuned(pretrained, tmp_path_factory, worker_id) -> dict:
     """The README's fine-tuning step from the small pretrained workdir, a few steps."""
-    tasks = tmp_path_factory.mktemp("builtin_tasks")
-    run("data_pipeline.builtin_tasks", "--out_dir", tasks)
-    workdir = tasks.parent / "topics"
-    result = run(
-        "bertjax.main", "--config", "experiments/finetune/builtin_topics.py",
-        "--workdir", workdir, f"--config.init_checkpoint={pretrained[0]}",
-        f"--config.data.train_file={tasks}/topics_train.tsv",
-        f"--config.data.eval_file={tasks}/topics_eval.tsv",
-        "--config.num_train_epochs=0.2", "--config.log_every_steps=1",
-    )  # fmt: skip
-    return workdir, tasks, result
+
+    def make(folder):
+        run("data_pipeline.builtin_tasks", "--out_dir", folder / "tasks")
+        result = run(
+            "bertjax.main", "--config", "experiments/finetune/builtin_topics.py",
+            "--workdir", folder / "w", f"--config.init_checkpoint={pretrained['workdir']}",
+            f"--config.data.train_file={folder}/tasks/topics_train.tsv",
+            f"--config.data.eval_file={folder}/tasks/topics_eval.tsv",
+            "--config.num_train_epochs=0.2", "--config.log_every_steps=1",
+        )  # fmt: skip
+        return {
+            "workdir": str(folder / "w"),
+            "tasks": str(folder / "tasks"),
+            "stdout": result.stdout,
+        }
+
+    return once(tmp_path_factory, worker_id, "commands_finetuned", make)
 
 
-@chain
 def test_finetuning_scores_and_predict_labels_each_row(finetuned, tmp_path):
-    workdir, tasks, result = finetuned
-    assert re.search(r"final \(step \d+\): accuracy 0\.\d+", result.stdout), result.stdout
-    assert json.loads((workdir / "results.json").read_text())["eval"]["accuracy"] >= 0
+    workdir, tasks = finetuned["workdir"], finetuned["tasks"]
+    assert re.search(r"final \(step \d+\): accuracy 0\.\d+", finetuned["stdout"])
+    with open(f"{workdir}/results.json", encoding="utf-8") as f:
+        assert json.load(f)["eval"]["accuracy"] >= 0
     out = tmp_path / "predictions.jsonl"
     run("bertjax.predict", "--workdir", workdir, "--input", f"{tasks}/topics_eval.tsv",
         "--output", out)  # fmt: skip
@@ -116,14 +139,22 @@ def test_finetuning_scores_and_predict_labels_each_row(finetuned, tmp_path):
     assert {row["label"] for row in rows} <= {"debugger", "string-methods"}
 
 
-@chain
 def test_export_and_import_hugging_face(pretrained, finetuned, tmp_path):
-    exported = run("bertjax.convert", "export", "--format", "hf", finetuned[0], tmp_path / "topics")
+    exported = run(
+        "bertjax.convert", "export", "--format", "hf", finetuned["workdir"], tmp_path / "topics"
+    )
     assert "BertForSequenceClassification" in exported.stdout
     config = json.loads((tmp_path / "topics" / "config.json").read_text())
     assert config["id2label"] == {"0": "debugger", "1": "string-methods"}
 
-    run("bertjax.convert", "export", "--format", "hf", pretrained[0], tmp_path / "pretrained")
+    run(
+        "bertjax.convert",
+        "export",
+        "--format",
+        "hf",
+        pretrained["workdir"],
+        tmp_path / "pretrained",
+    )
     imported = run("bertjax.convert", "import", "--format", "hf", tmp_path / "pretrained",
                    tmp_path / "imported")  # fmt: skip
     assert "2 layers, hidden 64" in imported.stdout, imported.stdout

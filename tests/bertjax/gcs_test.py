@@ -21,7 +21,7 @@ from flax import traverse_util
 from support import REPO
 
 import bertjax
-from bertjax import checkpoint, predict, train
+from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from data_pipeline import builtin_corpus
 from experiments.finetune import classify
@@ -157,7 +157,7 @@ def test_finetune_and_predict_in_the_bucket(pretrained, gcs_bucket):
     results = train.train_and_evaluate(config, workdir)
     assert results["eval"]["step"] == 1
     assert gfile.exists(f"{workdir}/{workdir_lib.EVAL_PREDICTIONS_FILE}")
-    output = predict.predict(workdir, config.data.eval_file)
+    output = predictions.predict(workdir, config.data.eval_file)
     assert output == f"{data}/dev.tsv.predictions.jsonl"
     with gfile.GFile(output) as f:
         assert [set(json.loads(line)["probabilities"]) for line in f] == [{"0", "1"}] * 3

@@ -2,7 +2,7 @@
 
 import pytest
 
-from data_pipeline import batch_statistics, create_pretraining_data, pretraining_input
+from data_pipeline import batch_statistics, offline_writer, pretraining_input
 from data_pipeline.vocab import load_vocab
 
 SEQUENCES = 3072
@@ -27,7 +27,7 @@ def test_offline_and_online_statistics_agree(tmp_path, data_config, bert_tokeniz
         SEQUENCES // 64,
     )
     out = tmp_path / "records"
-    create_pretraining_data.write_pretraining_data(data_config, str(out), num_workers=1, seed=0)
+    offline_writer.write_pretraining_data(data_config, str(out), num_workers=1, seed=0)
     data_config.update(
         source="tfrecord",
         tfrecord_train_files=str(out / "train-*.tfrecord"),

@@ -20,7 +20,7 @@ from support import TESTDATA
 from support.bpe import modernbert_like
 
 import bertjax
-from bertjax import checkpoint, predict, train
+from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from bertjax.convert import config_json, import_export
 from bertjax.model import (
@@ -256,7 +256,9 @@ def test_fine_tuning_and_predict_run_on_an_imported_modernbert(imported, tmp_pat
     workdir = str(tmp_path / "mrpc")
     results = train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
-    output = predict.predict(workdir, config.data.eval_file, str(tmp_path / "predictions.jsonl"))
+    output = predictions.predict(
+        workdir, config.data.eval_file, str(tmp_path / "predictions.jsonl")
+    )
     assert len(pathlib.Path(output).read_text().splitlines()) == 3
     # And it exports as transformers' class of its task.
     exported = import_export.export_hf(workdir, str(tmp_path / "exported"))

@@ -12,7 +12,7 @@ import support
 import tensorflow_datasets as tfds
 
 import bertjax
-from bertjax import checkpoint, predict, train
+from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from bertjax.bench import packed_step
 from data_pipeline.config import ConfigError
@@ -330,7 +330,7 @@ def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, 
     ]
     source = tmp_path / "new.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    written = predict.predict(str(workdir), str(source))
+    written = predictions.predict(str(workdir), str(source))
     lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
     assert len(lines) == 2
     expected = bertjax.classify(
@@ -360,7 +360,7 @@ def test_a_restored_tagger_tags_words(ner_run, tmp_path):
     assert all(tag in restored.task.label_names for _, tag in tagged)
     source = tmp_path / "sentences.txt"
     source.write_text("Anna visited Paris\n\nBob stayed home today\n")
-    written = predict.predict(str(workdir), str(source))
+    written = predictions.predict(str(workdir), str(source))
     lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
     assert [len(line["tags"]) for line in lines] == [3, 4]
 
@@ -372,15 +372,15 @@ def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path):
     out = bertjax.answer(restored, "Who built the wall?", context)
     assert out["text"] == "" or out["text"] in context
     assert out["nbest"] and 0.0 <= out["probability"] <= 1.0
-    written = predict.predict(str(workdir), str(TESTDATA / "squad_v1.1.json"), str(tmp_path))
-    predictions = json.loads((pathlib.Path(written) / "predictions.json").read_text())
+    written = predictions.predict(str(workdir), str(TESTDATA / "squad_v1.1.json"), str(tmp_path))
+    answers = json.loads((pathlib.Path(written) / "predictions.json").read_text())
     questions = [
         qa["id"]
         for article in json.loads((TESTDATA / "squad_v1.1.json").read_text())["data"]
         for paragraph in article["paragraphs"]
         for qa in paragraph["qas"]
     ]
-    assert sorted(predictions) == sorted(questions)
+    assert sorted(answers) == sorted(questions)
 
 
 def test_glue_from_tfds_end_to_end(pretrained_workdir, tmp_path):

@@ -17,8 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from filelock import FileLock
-from support import REPO, SMALL_VOCAB_SIZE
+from support import REPO, SMALL_VOCAB_SIZE, once
 
 pytestmark = pytest.mark.command
 
@@ -51,19 +50,6 @@ def run(module: str, *args, cwd=REPO, expect: int = 0) -> subprocess.CompletedPr
     )
     assert result.returncode == expect, result.stderr[-3000:] + result.stdout[-3000:]
     return result
-
-
-def once(tmp_path_factory, worker_id: str, name: str, make) -> dict:
-    """What `make(folder)` returns, made once a run: by the first xdist worker to ask, in a
-    folder every worker sees, while the others wait for it and read its result."""
-    base = tmp_path_factory.getbasetemp()
-    folder = (base if worker_id == "master" else base.parent) / name
-    with FileLock(f"{folder}.lock"):
-        done = folder / "made.json"
-        if not done.exists():
-            folder.mkdir()
-            done.write_text(json.dumps(make(folder)))
-        return json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")

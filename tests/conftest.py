@@ -71,7 +71,7 @@ os.environ["XLA_FLAGS"] = _xla_flags()
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
-from support import SMALL_VOCAB_SIZE  # noqa: E402
+from support import SMALL_VOCAB_SIZE, once  # noqa: E402
 
 # The tiers: markers, and the unit tier's time limit (tests/support/tiers.py).
 pytest_plugins = ["support.tiers", "support.squad"]  # squad: the SQuAD files' fixtures
@@ -258,14 +258,16 @@ def tiny_data_config_all_train(data_config, bert_tokenizer_json):
 
 
 @pytest.fixture(scope="session")
-def minilm_workdir(minilm_dir, tmp_path_factory) -> pathlib.Path:
+def minilm_workdir(minilm_dir, tmp_path_factory, worker_id) -> pathlib.Path:
     """all-MiniLM-L6-v2 (6 layers, hidden 384) imported as a pretraining workdir, the
-    folder `w` alone in its parent. Read it only: copy it to change it."""
+    folder `w` alone in its parent, once a run. Read it only: copy it to change it."""
     from bertjax.convert import import_export
 
-    workdir = tmp_path_factory.mktemp("minilm_import") / "w"
-    import_export.import_checkpoint("hf", str(minilm_dir), str(workdir))
-    return workdir
+    def make(folder):
+        import_export.import_checkpoint("hf", str(minilm_dir), str(folder / "w"))
+        return str(folder / "w")
+
+    return pathlib.Path(once(tmp_path_factory, worker_id, "minilm_import", make))
 
 
 class PretrainedRun(typing.NamedTuple):
@@ -277,12 +279,14 @@ class PretrainedRun(typing.NamedTuple):
 
 
 @pytest.fixture(scope="session")
-def pretrained_run(tmp_path_factory, make_small_config, bert_tokenizer_json) -> PretrainedRun:
+def pretrained_run(
+    tmp_path_factory, worker_id, make_small_config, bert_tokenizer_json
+) -> PretrainedRun:
     """The one small pretraining run of the tests that read a pretrained workdir (restore,
     fill-mask, the end-of-run report, notebooks, fine-tuning from it): make_small_config's
     model in the scan layout, trained 4 steps over an 8-device data x fsdp x tensor mesh,
-    evaluated at steps 2 and 4, its checkpoint at step 4. Trained once a session (once a
-    pytest-xdist worker).
+    evaluated at steps 2 and 4, its checkpoint at step 4. Trained once a run, by the
+    first pytest-xdist worker that needs it (support.once).
 
     Read its workdir only, so the tests stay independent: a test that writes into a
     workdir (resumes, trains on, writes files there) copies it first
@@ -300,9 +304,13 @@ def pretrained_run(tmp_path_factory, make_small_config, bert_tokenizer_json) -> 
     config.eval_every_steps = 2
     config.model.scan_layers = True
     config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
-    workdir = str(tmp_path_factory.mktemp("pretrained") / "w")
-    results = train.train_and_evaluate(config, workdir)
-    return PretrainedRun(workdir, config, results)
+
+    def make(folder):
+        workdir = str(folder / "w")
+        return {"workdir": workdir, "results": train.train_and_evaluate(config, workdir)}
+
+    made = once(tmp_path_factory, worker_id, "pretrained_run", make)
+    return PretrainedRun(made["workdir"], config, made["results"])
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from support import REPO, readme
+from support import REPO, full_speed_env, readme
 
 # README command (its start) -> where it runs instead, and why not as written.
 NOT_AS_WRITTEN = {
@@ -61,8 +61,11 @@ def test_every_readme_command_is_run_as_written_or_says_why_not():
 
 
 def run(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    """A README command as a user runs it (minutes of steps at full speed)."""
     argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        argv, cwd=cwd, env=full_speed_env(), capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 

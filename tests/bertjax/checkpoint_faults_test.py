@@ -1,6 +1,6 @@
 """Damaged checkpoints as a user meets them, on `python -m bertjax.main` and
-`python -m bertjax.convert export` in subprocesses: flipped bits and truncated files in
-the newest checkpoint, every checkpoint damaged, and kill -9 after a fallback. No
+`python -m bertjax.convert export` in subprocesses: each kind of damage in one
+checkpoint of a run, every checkpoint damaged, and kill -9 after a fallback. No
 damaged checkpoint is trained on or exported, and a good earlier one always survives."""
 
 import json
@@ -103,68 +103,93 @@ def edit_data(workdir, step: int, **values) -> None:
         json.dump(data, f)
 
 
-@pytest.mark.parametrize(
-    "damage, reason",
-    [
-        (
-            lambda w: flip_low_bits(data_files(w, 4)[0]),
-            r"\S+ differs from what was written \(fingerprint mismatch\)",
-        ),
-        (
-            lambda w: truncate(data_files(w, 4)[0]),
-            r"\S+ is unreadable: (a file in )?\S+/checkpoints/4/state/\S* is truncated \(\d+ bytes, \d+ needed\)",
-        ),
-        (
-            lambda w: os.remove(os.path.join(w, "checkpoints", "4", "state", "_METADATA")),
-            "its metadata file state/_METADATA is missing",
-        ),
-    ],
-    ids=["flipped_bits", "truncated_array", "lost_tree_metadata"],
-)
-def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_before_it(
-    four_steps, small_vocab_file, damage, reason
-):
-    # A truncated file was reported as TensorStore's spec of the array, a lost _METADATA
-    # as "pytree structure error: different types at key path".
-    workdir = four_steps
-    damage(workdir)
-    before = {r["step"]: r for r in train_lines(workdir)}
-    process = start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN)
-    code, stderr = finish(process)
-    assert code == 0, stderr
-    moved = os.path.join(workdir, "damaged_checkpoints", "4")
-    said = warnings(stderr)
-    assert re.fullmatch(
-        rf"{workdir}/checkpoints/4: damaged, {reason}; moved to {moved}", said[0]
-    ), said
-    assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
-    assert "Traceback" not in stderr
-    assert os.path.isdir(moved)  # kept for a look, never deleted
-    assert steps(workdir) == [2, 4, 6]
-    # Steps 3 and 4 trained again from step 2's state: the same losses as the first time.
-    after = {r["step"]: r for r in train_lines(workdir)}
-    assert sorted(after) == list(range(1, 7))
-    for step in (3, 4):
-        assert after[step]["loss"] == before[step]["loss"]
-
-
-def test_a_bit_flipped_in_an_adam_moment_is_named_and_never_trained_on(
-    four_steps, small_vocab_file
-):
-    # Trained on, a damaged moment once ended in "non-finite parameters ... lower
+# Each way a checkpoint is damaged, one a step, newest first, and what bertjax says of it.
+# Readers check the parameters alone: where the largest file may hold none of them, a
+# parameter's bit is flipped too, and every file is truncated.
+# The first three once restored unverified, as "from before fingerprints": a parameter's
+# bit flipped in them (below) was trained on, and bertjax.restore and convert export used it.
+DAMAGES = (
+    (
+        lambda w, step: shutil.rmtree(os.path.join(w, "checkpoints", str(step), "data")),
+        r"its data/ item \(the fingerprints\) is missing",
+    ),
+    (lambda w, step: edit_data(w, step, fingerprints=None), "data/ has no fingerprints"),
+    (
+        lambda w, step: edit_data(w, step, stream_positions=[[4, 0, 0, 0, 0, 0, 0, 8]]),
+        r"data/ differs from what was written \(checksum mismatch\)",
+    ),
+    (
+        lambda w, step: (flip_low_bits(data_files(w, step)[0]), flip_a_bit_of(w, step, "params.")),
+        r"\S+ differs from what was written \(fingerprint mismatch\)",
+    ),
+    # Once reported as TensorStore's spec of the array.
+    (
+        lambda w, step: [truncate(path) for path in data_files(w, step)],
+        r"\S+ is unreadable: (a file in )?{w}/checkpoints/{step}/state/\S* is truncated "
+        r"\(\d+ bytes, \d+ needed\)",
+    ),
+    # Once "pytree structure error: different types at key path".
+    (
+        lambda w, step: os.remove(os.path.join(w, "checkpoints", str(step), "state", "_METADATA")),
+        "its metadata file state/_METADATA is missing",
+    ),
+    # Oldest: readers, which need only the parameters, use this step. Trained on, a
+    # damaged Adam moment once ended in "non-finite parameters ... lower
     # config.optimizer.learning_rate", blaming the learning rate for a damaged file.
-    workdir = four_steps
-    name = flip_a_bit_of(workdir, 4, ".mu.")
-    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
+    (
+        lambda w, step: flip_a_bit_of(w, step, ".mu."),
+        r"\S+/mu/\S+ differs from what was written \(fingerprint mismatch\)",
+    ),
+)
+
+
+def test_each_damaged_checkpoint_is_named_skipped_by_readers_and_moved_aside_by_a_run(
+    small_vocab_file, tmp_path
+):
+    workdir = str(tmp_path / "run")
+    last = 2 * (len(DAMAGES) + 1)  # a checkpoint every 2 steps: one per damage, then step 2
+    code, stderr = finish(
+        start(workdir, small_vocab_file, f"--config.num_train_steps={last}", *RUN)
+    )
+    assert code == 0, stderr
+    before = {r["step"]: r for r in train_lines(workdir)}
+    damaged = []
+    for (damage, reason), step in zip(DAMAGES, range(last, 2, -2), strict=True):
+        damage(workdir, step)
+        if step > last - 6:  # data/ missing, or unverifiable: a parameter's bit flipped too
+            flip_a_bit_of(workdir, step, "params.")
+        reason = reason.format(w=workdir, step=step) if "{w}" in reason else reason
+        damaged.append(rf"{workdir}/checkpoints/{step}: damaged, {reason}")
+
+    # A reader (a notebook's bertjax.restore, convert export) needs only the parameters:
+    # it uses step 4, whose Adam moment is damaged, and moves nothing.
+    for reader in ("restore", "export"):
+        printed, said = read(workdir, reader, str(tmp_path / "exported"))
+        used = printed.strip() if reader == "restore" else printed.split()[3]
+        assert used == "4", printed
+        for pattern, line in zip(damaged[:-1], said, strict=False):
+            assert re.fullmatch(pattern, line), (pattern, said)
+        assert said[len(damaged) - 1] == "using step 4, the newest checkpoint that verifies", said
+        assert steps(workdir) == list(range(2, last + 1, 2))
+
+    # The same run again moves each aside, kept for a look, and trains again from step 2.
+    code, stderr = finish(
+        start(workdir, small_vocab_file, f"--config.num_train_steps={last}", *RUN)
+    )
     assert code == 0, stderr
     said = warnings(stderr)
-    assert said[0].startswith(
-        f"{workdir}/checkpoints/4: damaged, {name} differs from what was written"
-    ), said
-    assert "/mu/" in name
-    assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
-    assert "learning_rate" not in stderr
-    assert steps(workdir) == [2, 4, 6]
+    for pattern, line, step in zip(damaged, said, range(last, 2, -2), strict=False):
+        moved = os.path.join(workdir, "damaged_checkpoints", str(step))
+        assert re.fullmatch(rf"{pattern}; moved to {moved}", line), (pattern, said)
+        assert os.path.isdir(moved)
+    assert said[len(damaged)] == "resuming from step 2, the newest checkpoint that verifies"
+    assert "Traceback" not in stderr and "learning_rate" not in stderr
+    assert steps(workdir) == list(range(2, last + 1, 2))
+    # Steps 3 on trained again from step 2's state: the same losses as the first time.
+    after = {r["step"]: r for r in train_lines(workdir)}
+    assert sorted(after) == list(range(1, last + 1))
+    for step in range(3, last + 1):
+        assert after[step]["loss"] == before[step]["loss"]
 
 
 def test_a_kill_during_the_first_save_after_a_fallback_keeps_the_step_resumed_from(
@@ -246,25 +271,6 @@ def test_a_kill_after_a_fallback_keeps_the_step_resumed_from(four_steps, small_v
     assert max(steps(workdir)) == 8
 
 
-def test_export_skips_a_damaged_newest_checkpoint_and_leaves_the_workdir_as_it_is(
-    four_steps, tmp_path
-):
-    workdir = four_steps
-    for path in data_files(workdir, 4):  # the parameters are in one of them
-        flip_low_bits(path)
-    out = tmp_path / "exported"
-    command = [sys.executable, "-m", "bertjax.convert", "export", "--format", "hf"]
-    result = subprocess.run(
-        [*command, workdir, str(out)], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"exported {workdir} step 2 to {out}")
-    said = warnings(result.stderr)
-    assert re.fullmatch(rf"{workdir}/checkpoints/4: damaged, .*", said[0]), said
-    assert said[1] == "using step 2, the newest checkpoint that verifies"
-    assert steps(workdir) == [2, 4]  # a reader moves nothing
-
-
 RESTORE = "import sys, bertjax; print(bertjax.restore(sys.argv[1]).step)"
 
 
@@ -292,48 +298,6 @@ def read(workdir, reader: str, out) -> tuple[str, list[str]]:
     prefix = "WARNING:absl:"
     lines = result.stderr.splitlines()
     return result.stdout, [line[len(prefix) :] for line in lines if line.startswith(prefix)]
-
-
-@pytest.mark.parametrize(
-    "damage, reason, reader",
-    [
-        (
-            lambda w: shutil.rmtree(os.path.join(w, "checkpoints", "4", "data")),
-            r"its data/ item \(the fingerprints\) is missing",
-            "restore",
-        ),
-        (lambda w: edit_data(w, 4, fingerprints=None), "data/ has no fingerprints", "export"),
-        (
-            lambda w: edit_data(w, 4, stream_positions=[[4, 0, 0, 0, 0, 0, 0, 8]]),
-            r"data/ differs from what was written \(checksum mismatch\)",
-            None,
-        ),
-    ],
-    ids=["no_data_item", "no_fingerprints", "edited_stream_positions"],
-)
-def test_a_checkpoint_without_its_fingerprints_or_with_edited_positions_is_damaged(
-    four_steps, small_vocab_file, tmp_path, damage, reason, reader
-):
-    # Such a checkpoint once restored unverified, as "from before fingerprints": a bit
-    # flipped in it was trained on, and bertjax.restore and convert export used it.
-    workdir = four_steps
-    damage(workdir)
-    flip_a_bit_of(workdir, 4, "params.")
-    damaged = rf"{workdir}/checkpoints/4: damaged, {reason}"
-    if reader:
-        printed, said = read(workdir, reader, str(tmp_path / "exported"))
-        used = printed.strip() if reader == "restore" else printed.split()[3]
-        assert used == "2", printed
-        assert re.fullmatch(damaged, said[0]), said
-        assert said[1] == "using step 2, the newest checkpoint that verifies"
-        assert steps(workdir) == [2, 4]  # a reader moves nothing
-    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
-    assert code == 0, stderr
-    moved = os.path.join(workdir, "damaged_checkpoints", "4")
-    said = warnings(stderr)
-    assert re.fullmatch(rf"{damaged}; moved to {moved}", said[0]), said
-    assert said[1] == "resuming from step 2, the newest checkpoint that verifies"
-    assert steps(workdir) == [2, 4, 6]
 
 
 def listing(workdir) -> dict[str, float]:

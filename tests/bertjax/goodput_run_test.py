@@ -17,8 +17,9 @@ from support import REPO
 
 pytestmark = pytest.mark.integration
 
+STEPS = 60
 RUN = (
-    "--config.num_train_steps=160",
+    f"--config.num_train_steps={STEPS}",
     "--config.checkpoint_every_steps=1000",  # no checkpoint but the ones a stop makes
     "--config.profile.steps=3,4",
 )
@@ -83,8 +84,8 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     assert (killed["ended"], killed["resumed_from"]) == ("killed", saved)
     # The log is written before the console line: the kill may fall between them.
     assert killed["steps_lost"] in (last_printed - saved, last_printed - saved + 1)
-    assert (last["ended"], last["resumed_from"], last["last_step"]) == ("done", saved, 160)
-    assert result["steps_kept"] == 160
+    assert (last["ended"], last["resumed_from"], last["last_step"]) == ("done", saved, STEPS)
+    assert result["steps_kept"] == STEPS
     assert result["steps_lost"] == killed["steps_lost"]
     # The gaps the test left, plus each process's exit after its last event.
     assert 3 <= first["idle_after"] < 3 + 15
@@ -103,6 +104,6 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     assert len(traces) == 1
     # Each step logged with the time it waited for input.
     lines = train_lines(workdir)
-    assert [line["step"] for line in lines] == list(range(1, 161))
+    assert [line["step"] for line in lines] == list(range(1, STEPS + 1))
     assert all(0 <= line["input_wait_fraction"] <= 1 for line in lines)
     assert all(line["input_wait_seconds"] >= 0 for line in lines)

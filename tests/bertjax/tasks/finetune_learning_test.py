@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from support import REPO, readme
+from support import REPO, full_speed_env, readme
 
 import bertjax
 from data_pipeline import builtin_task_files
@@ -36,9 +36,10 @@ def run(argv: list[str], cwd=REPO) -> str:
     """A command as docs/finetuning.md and the README run it, with one CPU device and XLA's
     usual code generation (not the fast compiles conftest sets for child programs), so
     that minutes of steps run at full speed. Returns what it printed."""
-    env = {**os.environ, "XLA_FLAGS": ""}
     argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        argv, cwd=cwd, env=full_speed_env(), capture_output=True, text=True, timeout=1200
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout[-1500:])
     return result.stdout

@@ -28,6 +28,33 @@ def test_compile_seconds_count_a_new_jit_and_not_a_cached_one():
     assert events.compile_seconds() == after_compile
 
 
+def test_a_program_loaded_from_the_persistent_cache_is_counted_once():
+    # JAX times the load inside its backend-compile event and again on its own; counted
+    # twice, a loaded run's compile time outgrew its steps' and goodput went negative.
+    # (conftest.py gives the tests a persistent compilation cache.)
+    durations = []
+
+    def record(name, seconds, **kwargs):
+        del kwargs
+        durations.append((name, seconds))
+
+    jax.monitoring.register_event_duration_secs_listener(record)
+    function = lambda x: jnp.sin(x) * 7.0 + x.shape[0]  # noqa: E731
+    try:
+        jax.jit(function)(jnp.ones(23)).block_until_ready()  # compiled, then stored
+        jax.clear_caches()
+        durations.clear()
+        before = events.compile_seconds()
+        jax.jit(function)(jnp.ones(23)).block_until_ready()  # loaded
+        counted = events.compile_seconds() - before
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)
+    names = [name for name, _ in durations]
+    assert "/jax/compilation_cache/cache_retrieval_time_sec" in names  # it was loaded
+    traced_lowered_loaded = sum(s for n, s in durations if n.startswith("/jax/core/compile/"))
+    assert counted == pytest.approx(traced_lowered_loaded, abs=1e-9)
+
+
 def test_steps_windows_leave_the_spans_out_and_carry_input_wait_and_flops(tmp_path):
     log = events.EventLog(str(tmp_path))
     log.start(0)

@@ -518,17 +518,10 @@ def make_classification_dataset(
             features = packing.pack(
                 features, per_example, packed, pad_id=vocab.pad_id, first_row=first_row
             )
-            for name, value in features.items():
-                rows = batch_size if name == "example_slot" else packed.rows
-                value.set_shape([rows, *value.shape[1:]])
         else:
             features.update(per_example)
-            for value in features.values():
-                value.set_shape([batch_size, *value.shape[1:]])
-        if position:  # training
-            features["stream_position"] = position[0]
-            features["stream_position"].set_shape([batch_size, 1])
-        return features
+        rows = packed.rows if packed else batch_size
+        return records.finish_batch(features, position, batch_size=batch_size, rows=rows)
 
     dataset = indices.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info

@@ -228,6 +228,16 @@ def tfds_dataset(builder, name: str, split: str) -> tf.data.Dataset:
         ) from e
 
 
+def check_tfds_split(name: str, data_dir: str, split: str) -> None:
+    """Fails, saying how to prepare it, when the TFDS dataset has no `split` prepared."""
+    builder = tfds_builder(name, data_dir)
+    if split not in builder.info.splits:
+        raise TaskDataError(
+            f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}) has no split "
+            f"{split!r}: prepare it with `tfds build {name}`"
+        )
+
+
 # ----------------------------------------------------------------------------- batching
 
 

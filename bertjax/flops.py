@@ -62,6 +62,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import chips
+from data_pipeline.workers import usable_cores
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -169,7 +170,7 @@ def peak_flops(devices, dtype: str) -> tuple[float | None, str]:
     if first.platform == "cpu":
         hosts = len({d.process_index for d in devices})
         measured = measured_matmul_flops(devices, "float32")
-        where = f"{cpu_name()}, {cpu_cores()} cores"
+        where = f"{cpu_name()}, {usable_cores()} cores"
         return measured, (
             f"measured: float32 matmul on this host ({where}) x {hosts} host(s), "
             f"cached in {cpu_peak_cache_file()}"
@@ -258,18 +259,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def cpu_cores() -> int:
-    """The cores this process may run on (XLA's CPU thread pool is as large)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _cached_cpu_probe(device, dtype: str) -> float:
     """The cache file's figure for this host, or a new probe written to it. Processes take
     turns (a lock file), so that probes on the same cores do not slow each other down."""
     path = cpu_peak_cache_file()
-    key = f"{cpu_name()} | {cpu_cores()} cores | jax {jax.__version__} | {dtype}"
+    key = f"{cpu_name()} | {usable_cores()} cores | jax {jax.__version__} | {dtype}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         lock = open(path + ".lock", "a")  # noqa: SIM115 - held for the block below

@@ -389,6 +389,12 @@ class Dense(nn.Module):
         return y + bias.astype(dtype)
 
 
+def _output_layer(config: BertConfig, features: int, name: str | None = None) -> Dense:
+    """A head's output layer: `features` logits with a bias, in float32 (the matmul is
+    negligible)."""
+    return Dense(config, features, ("embed", "classes"), dtype="float32", use_bias=True, name=name)
+
+
 class BertEmbeddings(nn.Module):
     """Word + learned position + token type embeddings -> LayerNorm -> dropout; without
     learned positions (rotary ones) or token types (type_vocab_size=0) where so configured."""
@@ -716,10 +722,8 @@ class BertForPreTraining(nn.Module):
         self.bert = BertModel(c)
         self.predictions = BertMLMHead(c)
         if self.next_sentence:
-            # Two logits from the pooled [CLS]; float32, the matmul is negligible.
-            self.seq_relationship = Dense(
-                c, 2, ("embed", "classes"), dtype="float32", use_bias=True
-            )
+            # Two logits from the pooled [CLS].
+            self.seq_relationship = _output_layer(c, 2)
 
     def __call__(
         self,
@@ -789,6 +793,16 @@ def stack_layers(bert_params, num_layers: int):
 # pooled output; the span head has no dropout of its own, as in run_squad.py.
 
 
+def _sequence_output(config: BertConfig, input_ids, input_mask, segment_ids, deterministic):
+    """BertModel's sequence output, through its pooler's transform with pooler='norm' (as
+    ModernBERT's token and span heads)."""
+    bert = BertModel(config, name="bert")
+    sequence_output, _ = bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    if config.pooler == "norm":
+        return bert.pooler(sequence_output, every_position=True)
+    return sequence_output
+
+
 class BertForSequenceClassification(nn.Module):
     """`num_labels` logits from the pooled [CLS] output (1 for regression): float32 [B, C],
     or [B, K, C] for the K examples packed in each row at `cls_positions` [B, K]."""
@@ -805,14 +819,7 @@ class BertForSequenceClassification(nn.Module):
             input_ids, input_mask, segment_ids, cls_positions, deterministic=deterministic
         )
         x = Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
-        return Dense(
-            c,
-            self.num_labels,
-            ("embed", "classes"),
-            dtype="float32",
-            use_bias=True,
-            name="classifier",
-        )(x)
+        return _output_layer(c, self.num_labels, "classifier")(x)
 
 
 class BertForTokenClassification(nn.Module):
@@ -825,19 +832,9 @@ class BertForTokenClassification(nn.Module):
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         c = self.config
-        bert = BertModel(c, name="bert")
-        sequence_output, _ = bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
-        if c.pooler == "norm":
-            sequence_output = bert.pooler(sequence_output, every_position=True)
-        x = Dropout(c.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
-        logits = Dense(
-            c,
-            self.num_labels,
-            ("embed", "classes"),
-            dtype="float32",
-            use_bias=True,
-            name="classifier",
-        )(x)
+        x = _sequence_output(c, input_ids, input_mask, segment_ids, deterministic)
+        x = Dropout(c.hidden_dropout_prob)(x, deterministic=deterministic)
+        logits = _output_layer(c, self.num_labels, "classifier")(x)
         return nn.with_logical_constraint(logits, ("batch", "length", None))
 
 
@@ -850,11 +847,6 @@ class BertForQuestionAnswering(nn.Module):
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
         c = self.config
-        bert = BertModel(c, name="bert")
-        sequence_output, _ = bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
-        if c.pooler == "norm":
-            sequence_output = bert.pooler(sequence_output, every_position=True)
-        logits = Dense(
-            c, 2, ("embed", "classes"), dtype="float32", use_bias=True, name="qa_outputs"
-        )(sequence_output)
+        x = _sequence_output(c, input_ids, input_mask, segment_ids, deterministic)
+        logits = _output_layer(c, 2, "qa_outputs")(x)
         return logits[..., 0], logits[..., 1]

@@ -8,7 +8,7 @@ check runs before any file is read, and every error names the option it is about
 import dataclasses
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import ml_collections
 
@@ -211,7 +211,7 @@ def check_predictions_fit(config: DataConfig) -> None:
         rate = getattr(config, option)
         wanted = config.max_seq_length * rate
         if int(wanted) > config.max_predictions_per_seq:
-            _fail(
+            fail(
                 "max_predictions_per_seq",
                 config.max_predictions_per_seq,
                 f"a {config.max_seq_length}-token sequence would be masked at "
@@ -220,7 +220,8 @@ def check_predictions_fit(config: DataConfig) -> None:
             )
 
 
-def _fail(option: str, value: Any, why: str) -> None:
+def fail(option: str, value: Any, why: str) -> NoReturn:
+    """Raises the ConfigError of `config.data.<option>`=`value`, saying why."""
     raise ConfigError(f"config.data.{option}={value!r}: {why}")
 
 
@@ -233,44 +234,44 @@ def _check_types(c: DataConfig) -> None:
         if kind is not bool and isinstance(value, bool):
             ok = False
         if not ok:
-            _fail(field.name, value, f"must be of type {kind.__name__}")
+            fail(field.name, value, f"must be of type {kind.__name__}")
 
 
 def _check(c: DataConfig) -> None:
     _check_types(c)
     if c.source not in SOURCES:
-        _fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
+        fail("source", c.source, f"must be one of {', '.join(SOURCES)}")
     if c.source == "text" and not c.text_files.strip():
-        _fail("text_files", c.text_files, "source='text' needs at least one glob")
+        fail("text_files", c.text_files, "source='text' needs at least one glob")
     if c.source == "tfds" and not c.tfds_name:
-        _fail("tfds_name", c.tfds_name, "source='tfds' needs a dataset name")
+        fail("tfds_name", c.tfds_name, "source='tfds' needs a dataset name")
     if c.source == "tfrecord" and not c.tfrecord_train_files.strip():
-        _fail("tfrecord_train_files", c.tfrecord_train_files, "source='tfrecord' needs a glob")
+        fail("tfrecord_train_files", c.tfrecord_train_files, "source='tfrecord' needs a glob")
     if not 0.0 <= c.eval_fraction < 1.0:
-        _fail("eval_fraction", c.eval_fraction, "must be in [0, 1)")
+        fail("eval_fraction", c.eval_fraction, "must be in [0, 1)")
     if c.tokenizer not in TOKENIZERS:
-        _fail("tokenizer", c.tokenizer, f"must be one of {', '.join(TOKENIZERS)}")
+        fail("tokenizer", c.tokenizer, f"must be one of {', '.join(TOKENIZERS)}")
     if not c.vocab_file and c.vocab_size < 64:
-        _fail("vocab_size", c.vocab_size, "a learned vocabulary needs at least 64 entries")
+        fail("vocab_size", c.vocab_size, "a learned vocabulary needs at least 64 entries")
     if not c.vocab_file and c.tokenizer == "bpe" and c.vocab_size < MIN_BPE_VOCAB_SIZE:
-        _fail(
+        fail(
             "vocab_size",
             c.vocab_size,
             f"a learned byte-level BPE vocabulary needs at least {MIN_BPE_VOCAB_SIZE} entries "
             "(the 5 specials and the 256 bytes)",
         )
     if c.max_chars_per_word < 1:
-        _fail("max_chars_per_word", c.max_chars_per_word, "must be at least 1")
+        fail("max_chars_per_word", c.max_chars_per_word, "must be at least 1")
     if c.max_seq_length < MIN_SEQ_LENGTH:
-        _fail(
+        fail(
             "max_seq_length",
             c.max_seq_length,
             f"must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B [SEP])",
         )
     if c.max_predictions_per_seq < 1:
-        _fail("max_predictions_per_seq", c.max_predictions_per_seq, "must be at least 1")
+        fail("max_predictions_per_seq", c.max_predictions_per_seq, "must be at least 1")
     if c.max_predictions_per_seq > c.max_seq_length - 3:
-        _fail(
+        fail(
             "max_predictions_per_seq",
             c.max_predictions_per_seq,
             f"cannot exceed max_seq_length - 3 = {c.max_seq_length - 3} maskable tokens",
@@ -284,28 +285,28 @@ def _check(c: DataConfig) -> None:
     ):
         value = getattr(c, name)
         if not 0.0 <= value <= 1.0:
-            _fail(name, value, "must be a probability in [0, 1]")
+            fail(name, value, "must be a probability in [0, 1]")
     if c.masked_lm_prob == 0.0:
-        _fail("masked_lm_prob", c.masked_lm_prob, "must be above 0")
+        fail("masked_lm_prob", c.masked_lm_prob, "must be above 0")
     if not 0.0 <= c.eval_masked_lm_prob <= 1.0:
-        _fail(
+        fail(
             "eval_masked_lm_prob",
             c.eval_masked_lm_prob,
             "must be a probability in [0, 1] (0: masked_lm_prob)",
         )
     if c.mask_token_prob + c.random_token_prob > 1.0:
-        _fail(
+        fail(
             "random_token_prob",
             c.random_token_prob,
             f"mask_token_prob + random_token_prob = {c.mask_token_prob + c.random_token_prob} > 1",
         )
     if c.document_buffer_size < 2:
-        _fail("document_buffer_size", c.document_buffer_size, "must be at least 2 (NotNext)")
+        fail("document_buffer_size", c.document_buffer_size, "must be at least 2 (NotNext)")
     if c.shuffle_buffer_size < 1:
-        _fail("shuffle_buffer_size", c.shuffle_buffer_size, "must be at least 1")
+        fail("shuffle_buffer_size", c.shuffle_buffer_size, "must be at least 1")
     if c.dupe_factor < 1:
-        _fail("dupe_factor", c.dupe_factor, "must be at least 1")
+        fail("dupe_factor", c.dupe_factor, "must be at least 1")
     if c.num_workers < 0:
-        _fail("num_workers", c.num_workers, "must be 0 (no worker processes) or more")
+        fail("num_workers", c.num_workers, "must be 0 (no worker processes) or more")
     if c.max_sequences_per_row < 1:
-        _fail("max_sequences_per_row", c.max_sequences_per_row, "must be at least 1")
+        fail("max_sequences_per_row", c.max_sequences_per_row, "must be at least 1")

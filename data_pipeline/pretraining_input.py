@@ -56,7 +56,6 @@ our calls runs.
 
 import atexit
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -156,16 +155,9 @@ def make_pretraining_dataset(
     if config.num_workers:
         # A tf.data thread waiting on a worker holds no core: a thread more per worker.
         options = tf.data.Options()
-        options.threading.private_threadpool_size = usable_cores() + config.num_workers
+        options.threading.private_threadpool_size = workers.usable_cores() + config.num_workers
         dataset = dataset.with_options(options)
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _check_position(position, split: str, documents) -> tuple[int, ...]:

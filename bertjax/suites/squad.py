@@ -58,17 +58,11 @@ def check_data(data_dir: str, data_config: dict, versions) -> None:
                 if not files.exists(path):
                     raise UserError(f"{path}: missing, for SQuAD {version}; {HOW_TO_GET}")
         return
-    from data_pipeline.finetune.records import TaskDataError, tfds_builder
+    from data_pipeline.finetune.records import check_tfds_split
 
     for version in versions:
-        name = f"squad/{version}"
-        builder = tfds_builder(name, data_config["tfds_data_dir"])
         for split in ("train", "validation"):
-            if split not in builder.info.splits:
-                raise TaskDataError(
-                    f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}) has no split "
-                    f"{split!r}: prepare it with `tfds build {name}`"
-                )
+            check_tfds_split(f"squad/{version}", data_config["tfds_data_dir"], split)
 
 
 def read_scores(version: str, results: dict, workdir: str) -> tuple[dict, dict]:

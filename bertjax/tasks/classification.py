@@ -100,7 +100,6 @@ def predicted(restored, text_a, text_b, batch_size: int = 256) -> np.ndarray:
     float32 [N]. One compiled forward pass over batches of `batch_size`, the last
     padded, so a test set of any size compiles once."""
     restored.require("classification", "predicted")
-    vocab = restored.tokenizer.vocab
     forward = jax.jit(
         lambda params, *inputs: restored.model.apply(
             {"params": params}, *inputs, deterministic=True
@@ -111,15 +110,8 @@ def predicted(restored, text_a, text_b, batch_size: int = 256) -> np.ndarray:
         a = list(text_a[begin : begin + batch_size])
         b = list(text_b[begin : begin + batch_size])
         count = len(a)
-        a, b = a + [""] * (batch_size - count), b + [""] * (batch_size - count)
-        features = classification_input.encode_texts(
-            restored.tokenizer,
-            tf.constant(a, tf.string),
-            tf.constant(b, tf.string),
-            max_seq_length=restored.max_seq_length,
-            cls_id=vocab.cls_id,
-            sep_id=vocab.sep_id,
-            pad_id=vocab.pad_id,
+        features = _encode(
+            restored, a + [""] * (batch_size - count), b + [""] * (batch_size - count)
         )
         inputs = (np.asarray(features[name], np.int32) for name in finetune.MODEL_INPUTS)
         out.append(np.asarray(forward(restored.params, *inputs))[:count])
@@ -137,15 +129,8 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
     restored.require("classification", "classify")
     if isinstance(texts, str):
         raise TypeError("pass a list of texts, not one string")
-    vocab = restored.tokenizer.vocab
-    features = classification_input.encode_texts(
-        restored.tokenizer,
-        tf.constant(list(texts), tf.string),
-        tf.constant(list(pairs) if pairs is not None else [""] * len(texts), tf.string),
-        max_seq_length=restored.max_seq_length,
-        cls_id=vocab.cls_id,
-        sep_id=vocab.sep_id,
-        pad_id=vocab.pad_id,
+    features = _encode(
+        restored, list(texts), list(pairs) if pairs is not None else [""] * len(texts)
     )
     logits = np.asarray(restored.apply(features))
     labels = restored.task.label_names
@@ -159,6 +144,20 @@ def classify(restored, texts: Sequence[str], pairs: Sequence[str] | None = None)
         }
         for row in probs
     ]
+
+
+def _encode(restored, text_a: list[str], text_b: list[str]) -> dict:
+    """classification_input.encode_texts with the restored task's tokenizer and length."""
+    vocab = restored.tokenizer.vocab
+    return classification_input.encode_texts(
+        restored.tokenizer,
+        tf.constant(text_a, tf.string),
+        tf.constant(text_b, tf.string),
+        max_seq_length=restored.max_seq_length,
+        cls_id=vocab.cls_id,
+        sep_id=vocab.sep_id,
+        pad_id=vocab.pad_id,
+    )
 
 
 def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:

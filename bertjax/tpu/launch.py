@@ -411,25 +411,12 @@ def setup(target: Target) -> Plan:
 
 
 def run(target: Target, training: Training, stop_timeout_s: int) -> Plan:
-    log = f"{HOME_DIR}/logs/run-$(hostname).log"
-    start = [
-        f"test -x {HOME_DIR}/.venv/bin/python || "
-        f'{{ echo "$(hostname): no {HOME_DIR}/.venv; run setup first" >&2; exit 1; }}',
-        f"mkdir -p {HOME_DIR}/logs",
-        f"cd {HOME_DIR}",
-        # setsid and nohup: training outlives the ssh session.
-        f"setsid nohup {training.command(f'{HOME_DIR}/.venv/bin/python')} "
-        f'>>{log} 2>&1 </dev/null & echo "$(hostname): started, logging to {log}"',
-    ]
-    # Two sessions: the shell that starts training must not be running when pkill looks.
-    return Plan(
-        [target.ssh("; ".join(free_tpu_steps(stop_timeout_s))), target.ssh("; ".join(start))]
-    )
+    program = training.command(f"{HOME_DIR}/.venv/bin/python")
+    return _start_detached(target, program, "run", "started", stop_timeout_s)
 
 
 def sweep_workers(target: Target, options) -> Plan:
     """On every worker: what ran before stopped, then `bertjax.sweep worker` detached."""
-    log = f"{HOME_DIR}/logs/sweep-$(hostname).log"
     worker = f"{HOME_DIR}/.venv/bin/python " + shlex.join(
         [
             *("-m", "bertjax.sweep", "worker", f"--storage={options.storage}"),
@@ -437,19 +424,28 @@ def sweep_workers(target: Target, options) -> Plan:
             f"--parallel={options.parallel}",
         ]
     )
+    started = "sweep worker started"
+    return _start_detached(target, worker, "sweep", started, options.stop_timeout_s)
+
+
+def _start_detached(
+    target: Target, program: str, log_name: str, started: str, stop_timeout_s: int
+) -> Plan:
+    """On every worker: the training left from before stopped, then `program` started
+    detached, appending to logs/LOG_NAME-HOSTNAME.log; `started` says so."""
+    log = f"{HOME_DIR}/logs/{log_name}-$(hostname).log"
     start = [
         f"test -x {HOME_DIR}/.venv/bin/python || "
         f'{{ echo "$(hostname): no {HOME_DIR}/.venv; run setup first" >&2; exit 1; }}',
         f"mkdir -p {HOME_DIR}/logs",
         f"cd {HOME_DIR}",
-        f"setsid nohup {worker} "
-        f'>>{log} 2>&1 </dev/null & echo "$(hostname): sweep worker started, logging to {log}"',
+        # setsid and nohup: the program outlives the ssh session.
+        f"setsid nohup {program} "
+        f'>>{log} 2>&1 </dev/null & echo "$(hostname): {started}, logging to {log}"',
     ]
+    # Two sessions: the shell that starts it must not be running when pkill looks.
     return Plan(
-        [
-            target.ssh("; ".join(free_tpu_steps(options.stop_timeout_s))),
-            target.ssh("; ".join(start)),
-        ]
+        [target.ssh("; ".join(free_tpu_steps(stop_timeout_s))), target.ssh("; ".join(start))]
     )
 
 

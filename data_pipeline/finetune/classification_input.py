@@ -366,8 +366,18 @@ def _examples(config, rows: _Rows, label_names, label_source) -> Examples:
 
 def _load_glue(config: ClassificationConfig) -> ClassificationTask:
     task = GLUE_TASKS[config.glue_task]
-    if config.glue_dir:
-        return _load_glue_dir(config, task)
+    examples = _glue_dir_examples(config, task) if config.glue_dir else _tfds_examples(config, task)
+    return ClassificationTask(
+        config=config,
+        name=config.glue_task,
+        label_names=task.label_names,
+        metrics=task.metrics,
+        train=examples["train"],
+        eval=examples["eval"],
+    )
+
+
+def _tfds_examples(config: ClassificationConfig, task: GlueTask) -> dict[str, Examples]:
     name = f"glue/{config.glue_task}"
     builder = tfds_builder(name, config.tfds_data_dir)
     label_feature = builder.info.features["label"]
@@ -380,32 +390,17 @@ def _load_glue(config: ClassificationConfig) -> ClassificationTask:
     splits = {"train": "train", "eval": config.eval_split or task.eval_splits[0]}
     examples = {}
     for split, tfds_split_name in splits.items():
-        text_a, text_b, labels = [], [], []
-        for batch in tfds_dataset(builder, name, tfds_split_name).batch(1024).as_numpy_iterator():
-            text_a.extend(t.decode("utf-8") for t in batch[task.text_a])
-            if task.text_b:
-                text_b.extend(t.decode("utf-8") for t in batch[task.text_b])
-            labels.append(batch["label"])
-        source = f"tfds:{name}:{tfds_split_name}"
-        if not text_a:
-            raise TaskDataError(f"{source}: no examples")
-        labels = np.concatenate(labels)
+        source, text_a, text_b, labels = _tfds_split(
+            builder, name, tfds_split_name, task.text_a, task.text_b, "label"
+        )
         labels = labels.astype(np.float32 if task.is_regression else np.int32)
         if not task.is_regression and (labels.min() < 0 or labels.max() >= len(found)):
             raise TaskDataError(f"{source}: labels outside [0, {len(found)}) (an unlabeled split?)")
-        text_b = np.array(text_b or [""] * len(text_a), object)
-        examples[split] = Examples(source, np.array(text_a, object), text_b, labels)
-    return ClassificationTask(
-        config=config,
-        name=config.glue_task,
-        label_names=task.label_names,
-        metrics=task.metrics,
-        train=examples["train"],
-        eval=examples["eval"],
-    )
+        examples[split] = Examples(source, text_a, text_b, labels)
+    return examples
 
 
-def _load_glue_dir(config: ClassificationConfig, task: GlueTask) -> ClassificationTask:
+def _glue_dir_examples(config: ClassificationConfig, task: GlueTask) -> dict[str, Examples]:
     # TFDS's split names, as eval_split spells them, and the download's files.
     files_split = {"train": "train", "eval": (config.eval_split or task.eval_splits[0])}
     files_split["eval"] = files_split["eval"].replace("validation", "dev")
@@ -416,14 +411,23 @@ def _load_glue_dir(config: ClassificationConfig, task: GlueTask) -> Classificati
     for split, name in files_split.items():
         data = glue_files.read_split(config.glue_dir, config.glue_task, name)
         examples[split] = Examples(data.source, data.text_a, data.text_b, data.labels)
-    return ClassificationTask(
-        config=config,
-        name=config.glue_task,
-        label_names=task.label_names,
-        metrics=task.metrics,
-        train=examples["train"],
-        eval=examples["eval"],
-    )
+    return examples
+
+
+def _tfds_split(builder, name: str, split: str, text_a: str, text_b: str | None, column: str):
+    """(source, text_a, text_b, `column`'s values) of a TFDS GLUE split; the texts are
+    object arrays, text_b "" throughout for a task of single texts."""
+    texts_a, texts_b, values = [], [], []
+    for batch in tfds_dataset(builder, name, split).batch(1024).as_numpy_iterator():
+        texts_a.extend(t.decode("utf-8") for t in batch[text_a])
+        if text_b:
+            texts_b.extend(t.decode("utf-8") for t in batch[text_b])
+        values.append(batch[column])
+    source = f"tfds:{name}:{split}"
+    if not texts_a:
+        raise TaskDataError(f"{source}: no examples")
+    texts_b = texts_b or [""] * len(texts_a)
+    return source, np.array(texts_a, object), np.array(texts_b, object), np.concatenate(values)
 
 
 def read_glue_split(
@@ -445,23 +449,15 @@ def read_glue_split(
         if task == "ax"
         else (GLUE_TASKS[task].text_a, GLUE_TASKS[task].text_b)
     )
-    text_a, text_b, last = [], [], []
-    for batch in tfds_dataset(builder, name, tfds_split).batch(1024).as_numpy_iterator():
-        text_a.extend(t.decode("utf-8") for t in batch[text_a_name])
-        if text_b_name:
-            text_b.extend(t.decode("utf-8") for t in batch[text_b_name])
-        last.append(batch["idx"] if test else batch["label"])
-    source = f"tfds:{name}:{tfds_split}"
-    if not text_a:
-        raise TaskDataError(f"{source}: no examples")
-    last = np.concatenate(last)
+    source, text_a, text_b, last = _tfds_split(
+        builder, name, tfds_split, text_a_name, text_b_name, "idx" if test else "label"
+    )
     index = labels = None
     if test:
         index = np.array([str(i) for i in last], object)
     else:
         labels = last.astype(np.float32 if GLUE_TASKS[task].is_regression else np.int32)
-    text_b = np.array(text_b or [""] * len(text_a), object)
-    return glue_files.GlueSplit(source, np.array(text_a, object), text_b, labels, index)
+    return glue_files.GlueSplit(source, text_a, text_b, labels, index)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -518,17 +514,10 @@ def make_classification_dataset(
             features = packing.pack(
                 features, per_example, packed, pad_id=vocab.pad_id, first_row=first_row
             )
-            for name, value in features.items():
-                rows = batch_size if name == "example_slot" else packed.rows
-                value.set_shape([rows, *value.shape[1:]])
         else:
             features.update(per_example)
-            for value in features.values():
-                value.set_shape([batch_size, *value.shape[1:]])
-        if position:  # training
-            features["stream_position"] = position[0]
-            features["stream_position"].set_shape([batch_size, 1])
-        return features
+        rows = packed.rows if packed else batch_size
+        return records.finish_batch(features, position, batch_size=batch_size, rows=rows)
 
     dataset = indices.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info

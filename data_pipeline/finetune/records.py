@@ -29,13 +29,13 @@ import json
 import os
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from data_pipeline import files, packing
-from data_pipeline.config import ConfigError, check_known_keys
+from data_pipeline.config import check_known_keys, fail
 from data_pipeline.errors import UserError
 from data_pipeline.tfrecords import PositionError, check_position
 
@@ -58,10 +58,6 @@ def task_config(config_class: type, data_config: Any) -> Any:
     values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
     check_known_keys(values, [f.name for f in dataclasses.fields(config_class)], "config.data")
     return config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-
-
-def fail(option: str, value: Any, why: str) -> NoReturn:
-    raise ConfigError(f"{OPTION_PREFIX}{option}={value!r}: {why}")
 
 
 def task_split(task: Any, split: str) -> Any:
@@ -232,6 +228,16 @@ def tfds_dataset(builder, name: str, split: str) -> tf.data.Dataset:
         ) from e
 
 
+def check_tfds_split(name: str, data_dir: str, split: str) -> None:
+    """Fails, saying how to prepare it, when the TFDS dataset has no `split` prepared."""
+    builder = tfds_builder(name, data_dir)
+    if split not in builder.info.splits:
+        raise TaskDataError(
+            f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}) has no split "
+            f"{split!r}: prepare it with `tfds build {name}`"
+        )
+
+
 # ----------------------------------------------------------------------------- batching
 
 
@@ -313,6 +319,18 @@ def batch_indices(
 
     dataset = dataset.enumerate(done + 1).map(rows)
     return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+
+def finish_batch(batch: dict, position: tuple, *, batch_size: int, rows: int) -> dict:
+    """A batch made from batch_indices' (indices, example_weight, *position), with its static
+    shapes set (`rows` rows; example_slot one per example) and, in training, its
+    stream_position."""
+    for name, value in batch.items():
+        value.set_shape([batch_size if name == "example_slot" else rows, *value.shape[1:]])
+    if position:  # training
+        batch["stream_position"] = position[0]
+        batch["stream_position"].set_shape([batch_size, 1])
+    return batch
 
 
 def packed_shape(

@@ -403,12 +403,7 @@ def make_tagging_dataset(
                 token_padding=TOKEN_PADDING,
             )
             rows = packed.rows
-        for name, value in batch.items():
-            value.set_shape([batch_size if name == "example_slot" else rows, *value.shape[1:]])
-        if position:  # training
-            batch["stream_position"] = position[0]
-            batch["stream_position"].set_shape([batch_size, 1])
-        return batch
+        return records.finish_batch(batch, position, batch_size=batch_size, rows=rows)
 
     dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), info

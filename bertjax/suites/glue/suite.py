@@ -75,17 +75,11 @@ def check_data(data_dir: str, data_config: dict, tasks) -> None:
             by_task.setdefault(task, []).append(split)
         glue_files.check_data_dir(data_config["glue_dir"], by_task, splits_of=by_task.get)
         return
-    from data_pipeline.finetune.records import TaskDataError, tfds_builder
+    from data_pipeline.finetune.records import check_tfds_split
 
     for task, split in needed:
-        name = f"glue/{task}"
         tfds_split = "test" if task == "ax" else split.replace("dev", "validation")
-        builder = tfds_builder(name, data_config["tfds_data_dir"])
-        if tfds_split not in builder.info.splits:
-            raise TaskDataError(
-                f"TFDS dataset {name!r} (data_dir={str(builder.data_dir)!r}) has no split "
-                f"{tfds_split!r}: prepare it with `tfds build {name}`"
-            )
+        check_tfds_split(f"glue/{task}", data_config["tfds_data_dir"], tfds_split)
 
 
 def read_scores(task: str, results: dict, workdir: str) -> tuple[dict, dict]:

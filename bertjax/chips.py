@@ -35,9 +35,3 @@ CHIPS = {
 }
 # The TPU compiler's name for each device kind (device.device_kind).
 DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
-
-
-def chip_of(device) -> Chip | None:
-    """The Chip of a TPU device (from its device_kind), None for other devices."""
-    generation = DEVICE_KINDS.get(getattr(device, "device_kind", ""))
-    return CHIPS[generation] if generation else None

@@ -163,15 +163,11 @@ def check_tensor_within_host(
         )
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, *, option: str) -> None:
-    """A global batch must split evenly over the batch axes and over the hosts."""
-    check_batch_split(batch_size, mesh.shape, jax.process_count(), option=option)
-
-
 def check_batch_split(
     batch_size: int, shape: Mapping[str, int], processes: int, *, option: str
 ) -> None:
-    """check_batch_size for a mesh of `shape` over `processes` hosts, known by their sizes."""
+    """A global batch must split evenly over the batch axes of a mesh of `shape` and over
+    `processes` hosts."""
     parallel = math.prod(shape[axis] for axis in BATCH_AXES)
     if batch_size % parallel:
         raise MeshError(

@@ -26,10 +26,6 @@ MEMORY_KEYS = (
 )
 
 
-class DoesNotFit(UserError):
-    """The step needs more HBM than a chip has."""
-
-
 @dataclasses.dataclass
 class Compiled:
     """What the TPU compiler says of one step, per chip."""

@@ -66,7 +66,7 @@ def test_compile_only_devices_have_the_slice_shape():
     devices = slices.parse("v5p-16").compile_devices()
     assert len(devices) == 8  # one megacore device per chip
     assert {device.process_index for device in devices} == {0, 1}
-    assert chips.chip_of(devices[0]) is chips.CHIPS["v5p"]
+    assert chips.DEVICE_KINDS[devices[0].device_kind] == "v5p"
     devices = slices.parse("v6e-8", num_slices=2).compile_devices()
     assert len(devices) == 16
     assert {device.slice_index for device in devices} == {0, 1}

@@ -12,9 +12,9 @@ import dataclasses
 import io
 import os
 import statistics
-import sys
 
 from bertjax.suites.contract import SuiteKind
+from bertjax.sweep import report as sweep_report
 from bertjax.sweep import trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
@@ -221,23 +221,13 @@ def csv_text(suite: Suite) -> str:
     return out.getvalue()
 
 
-def _pyplot():
-    import matplotlib
-
-    if "ipykernel" not in sys.modules:  # files from the command line, inline in a notebook
-        matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    return plt
-
-
 def figure(suite: Suite, part: str):
     """The score against the learning rate, a point per seed, the medians joined and the
     chosen rate marked; None before any trial of the part is done."""
     s = summarize(suite, part)
     if s.chosen_rate is None:
         return None
-    plt = _pyplot()
+    plt = sweep_report.pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     rates = sorted(r for r, v in s.by_rate.items() if v)
     for rate in rates:
@@ -261,10 +251,7 @@ def write(suite: Suite) -> str:
     written = [os.path.join(out_dir, f"{name}.md"), os.path.join(out_dir, f"{name}.csv")]
     files.atomic_write(written[0], markdown(suite))
     files.atomic_write(written[1], csv_text(suite))
-    for part in suite.parts if suite.kind.plots else ():
-        fig = figure(suite, part)
-        if fig is not None:
-            written.append(os.path.join(out_dir, f"{name}_{part}.png"))
-            fig.savefig(written[-1], dpi=100)
-            _pyplot().close(fig)
+    parts = suite.parts if suite.kind.plots else ()
+    figures = {f"{name}_{part}": figure(suite, part) for part in parts}
+    written += sweep_report.save_figures(figures, out_dir)
     return text(suite) + f"\nwritten: {', '.join(written)}"

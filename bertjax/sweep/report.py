@@ -152,7 +152,7 @@ def csv_text(table_rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     if "ipykernel" not in sys.modules:  # files from the command line, inline in a notebook
@@ -164,7 +164,7 @@ def _pyplot():
 
 def metric_figures(table_rows: list[dict], definition: SweepDefinition) -> dict:
     """{key: figure} for each swept key: every finished trial's final metric against its value."""
-    plt = _pyplot()
+    plt = pyplot()
     figures = {}
     done = [r for r in table_rows if _finite(r["final"])]
     for key in _keys(table_rows):
@@ -194,7 +194,7 @@ def metric_figures(table_rows: list[dict], definition: SweepDefinition) -> dict:
 def curves_figure(table_rows: list[dict]):
     """Train loss and the eval metric against the step, one line per trial; None if no
     trial has logged yet."""
-    plt = _pyplot()
+    plt = pyplot()
     curves = []
     for r in table_rows:
         metrics = workdir_lib.read_metrics(r["workdir"])
@@ -233,17 +233,23 @@ def write(table_rows: list[dict], definition: SweepDefinition, out_dir: str) -> 
     md, csv_file = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.csv")
     files.atomic_write(md, markdown(table_rows, definition))
     files.atomic_write(csv_file, csv_text(table_rows))
-    written = [md, csv_file]
     figures = {
         f"metric_vs_{k.replace('.', '_')}": f
         for k, f in metric_figures(table_rows, definition).items()
     }
     figures["curves"] = curves_figure(table_rows)
+    return [md, csv_file, *save_figures(figures, out_dir)]
+
+
+def save_figures(figures: dict, out_dir: str) -> list[str]:
+    """Each figure of `figures` ({name: figure or None}) as out_dir/NAME.png, then closed;
+    the paths written."""
+    written = []
     for name, fig in figures.items():
         if fig is not None:
             written.append(os.path.join(out_dir, f"{name}.png"))
             fig.savefig(written[-1], dpi=100)
-            _pyplot().close(fig)
+            pyplot().close(fig)
     return written
 
 

@@ -585,30 +585,18 @@ def make_dataset(
     features: SquadFeatures,
     *,
     training: bool,
-    batch_size: int,
-    process_index: int = 0,
-    process_count: int = 1,
-    seed: int = 0,
-    num_epochs: float = 1.0,
-    position=None,
     packed: packing.PackShape | None = None,
+    **batching,
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """This host's batches of `features`, one feature a row, in the schema above.
 
-    Rows are drawn as records.batch_indices draws examples; the eval
-    padding rows have weight 0 and feature_index -1. `packed` (from packed_shape, with
-    the same arguments) packs every batch into that shape.
+    Rows are drawn as records.batch_indices draws examples: `batching` is its keyword
+    arguments (batch_size required); the eval padding rows have weight 0 and
+    feature_index -1. `packed` (from packed_shape, with the same arguments) packs every
+    batch into that shape.
     """
-    indices, info = batch_indices(
-        features.num_features,
-        training=training,
-        batch_size=batch_size,
-        process_index=process_index,
-        process_count=process_count,
-        seed=seed,
-        num_epochs=num_epochs,
-        position=position,
-    )
+    batch_size = batching["batch_size"]
+    indices, info = batch_indices(features.num_features, training=training, **batching)
     columns = {
         name: tf.constant(getattr(features, name))
         for name in ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
@@ -635,7 +623,7 @@ def make_dataset(
                 batch,
                 packed,
                 pad_id=features.pad_id,
-                first_row=process_index * packed.rows,
+                first_row=batching.get("process_index", 0) * packed.rows,
             )
             # Positions in the row: each window's tokens start at its [CLS].
             for name in ("start_positions", "end_positions"):

@@ -211,7 +211,7 @@ def test_each_swept_key_is_plotted_on_the_axis_its_values_need():
         assert words.get_ylabel() == "final loss"
     finally:
         for figure in figures.values():
-            report._pyplot().close(figure)
+            report.pyplot().close(figure)
 
 
 def test_a_report_of_two_sweeps_writes_each_and_ends_with_the_best_of_each(tmp_path):

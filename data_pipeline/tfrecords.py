@@ -19,7 +19,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -167,29 +167,6 @@ def encode_examples(features: dict[str, np.ndarray]) -> list[bytes]:
     buffer = source[gather].tobytes()
     ends = np.cumsum(seg_lengths.reshape(count, -1).sum(axis=1)).tolist()
     return [buffer[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-
-
-def make_example(features: dict[str, np.ndarray]) -> tf.train.Example:
-    """One tf.Example the slow, obvious way (tests and small tools); `features` has no batch axis."""
-
-    def feature(name):
-        values = np.ravel(features[name]).tolist()
-        if name == "masked_lm_weights":
-            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-    feature_map = {name: feature(name) for name in schema.FEATURES}
-    return tf.train.Example(features=tf.train.Features(feature=feature_map))
-
-
-def write_records(path: str, records: Iterable[bytes]) -> int:
-    """Writes serialized records to a TFRecord file; returns how many."""
-    count = 0
-    with tf.io.TFRecordWriter(path) as writer:
-        for record in records:
-            writer.write(record)
-            count += 1
-    return count
 
 
 # --------------------------------------------------------------------------- reading

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from support import REPO
+from support import REPO, tfrecord_files
 
 from data_pipeline import config as config_lib
 from data_pipeline import schema, tfrecords
@@ -47,7 +47,7 @@ def write_corpus(folder, num_files, count=RECORDS):
     instances["input_ids"][:, 0] = np.arange(count)
     records = tfrecords.encode_examples(instances)
     for i in range(num_files):
-        tfrecords.write_records(str(folder / f"part-{i}.tfrecord"), records[i::num_files])
+        tfrecord_files.write_records(str(folder / f"part-{i}.tfrecord"), records[i::num_files])
     return str(folder / "part-*.tfrecord")
 
 
@@ -90,7 +90,7 @@ def write_packable_corpus(folder, count=RECORDS):
     instances["input_ids"][:, 0] = np.arange(count)
     records = tfrecords.encode_examples(instances)
     for i in range(2):
-        tfrecords.write_records(str(folder / f"part-{i}.tfrecord"), records[i::2])
+        tfrecord_files.write_records(str(folder / f"part-{i}.tfrecord"), records[i::2])
     return str(folder / "part-*.tfrecord")
 
 

@@ -6,6 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import tfrecord_files
 
 from data_pipeline import config as config_lib
 from data_pipeline import schema, tfrecords
@@ -43,7 +44,7 @@ def write_files(folder, name, instances, num_files):
     count = len(instances["input_ids"])
     records = tfrecords.encode_examples(instances)
     for index in range(num_files):
-        tfrecords.write_records(
+        tfrecord_files.write_records(
             str(folder / f"{name}-{index:03d}.tfrecord"), records[index:count:num_files]
         )
     return str(folder / f"{name}-*.tfrecord")
@@ -85,7 +86,7 @@ def test_encoding_is_byte_identical_to_tf_train_example(seed):
     instances["input_ids"][:50, 2] = np.random.default_rng(seed).integers(2**21, 2**31 - 1, 50)
     records = tfrecords.encode_examples(instances)
     for row, record in enumerate(records):
-        example = tfrecords.make_example({k: v[row] for k, v in instances.items()})
+        example = tfrecord_files.make_example({k: v[row] for k, v in instances.items()})
         assert record == example.SerializeToString(deterministic=True)
 
 
@@ -96,7 +97,7 @@ def test_encoding_of_extreme_values_parses_back():
     instances["masked_lm_weights"][1] = [0.5, -0.0]
     records = tfrecords.encode_examples(instances)
     for row, record in enumerate(records):
-        example = tfrecords.make_example({k: v[row] for k, v in instances.items()})
+        example = tfrecord_files.make_example({k: v[row] for k, v in instances.items()})
         assert record == example.SerializeToString(deterministic=True)
         parsed = tf.train.Example.FromString(record).features.feature
         assert list(parsed["input_ids"].int64_list.value) == instances["input_ids"][row].tolist()
@@ -253,7 +254,7 @@ def test_a_file_that_is_not_a_tfrecord_is_named(tmp_path, data_config):
 
 def test_a_tfrecord_of_other_records_is_named(tmp_path, data_config):
     path = str(tmp_path / "other.tfrecord")
-    tfrecords.write_records(path, [b"\xff\xfe not a proto"])
+    tfrecord_files.write_records(path, [b"\xff\xfe not a proto"])
     config = tfrecord_config(data_config, train=path, eval_files=path)
     with pytest.raises(tfrecords.TFRecordError, match=r"other\.tfrecord: the first record"):
         tfrecords.read_pretraining_dataset(config, split="eval", batch_size=2, seed=0)
@@ -261,7 +262,7 @@ def test_a_tfrecord_of_other_records_is_named(tmp_path, data_config):
 
 def test_empty_files_only_is_an_error(tmp_path, data_config):
     path = str(tmp_path / "empty.tfrecord")
-    tfrecords.write_records(path, [])
+    tfrecord_files.write_records(path, [])
     config = tfrecord_config(data_config, train=path, eval_files=path)
     with pytest.raises(tfrecords.TFRecordError, match=r"no records in .*empty\.tfrecord"):
         tfrecords.read_pretraining_dataset(config, split="eval", batch_size=2, seed=0)
@@ -270,7 +271,7 @@ def test_empty_files_only_is_an_error(tmp_path, data_config):
 def test_masked_crc32c_matches_tfrecord_writer(tmp_path):
     path = str(tmp_path / "one.tfrecord")
     payload = b"hello tfrecord"
-    tfrecords.write_records(path, [payload])
+    tfrecord_files.write_records(path, [payload])
     data = pathlib.Path(path).read_bytes()
     assert data[12 : 12 + len(payload)] == payload
     assert int.from_bytes(data[8:12], "little") == tfrecords._masked_crc32c(data[:8])

@@ -2,7 +2,8 @@
 servers and processes (gcs_emulator, postgres_server, multihost_worker), a sweep's
 definition and queue made in the test's process (sweeps), the suites' command, data and
 hand-made suites (suites), the SQuAD tests' files and configs (squad), a byte-level BPE
-tokenizer built as ModernBERT's (bpe), and the tiers plugin (tiers)."""
+tokenizer built as ModernBERT's (bpe), TFRecords written with the protos
+(tfrecord_files), and the tiers plugin (tiers)."""
 
 import json
 import os

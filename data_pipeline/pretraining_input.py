@@ -50,14 +50,11 @@ Exit. Our Python code runs in tf.data's threads. CPython ends a thread that
 waits for the GIL once the interpreter finalizes, so a tf.data thread caught
 inside Python then never finishes its call, and an iterator still alive (a
 script's global) waits for it forever in its destructor. So at exit, before
-finalization, `_PythonCalls.stop` ends every stream and waits until none of
-our calls runs.
+finalization, `_python_calls.stop` (tokenizer.PythonCalls) ends every stream and
+waits until none of our calls runs.
 """
 
 import atexit
-import contextlib
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -66,7 +63,7 @@ import tensorflow as tf
 
 from data_pipeline import config as config_lib
 from data_pipeline import corpus, masking, schema, tfrecords, workers
-from data_pipeline.tokenizer import make_tokenizer
+from data_pipeline.tokenizer import PythonCalls, make_tokenizer
 from data_pipeline.vocab import Vocab
 from data_pipeline.vocab_learning import resolve_vocab_file
 
@@ -309,45 +306,8 @@ def _shapes(config) -> dict[str, tuple]:
     return {**shapes, "stream_position": (len(POSITION_FIELDS),)}
 
 
-class _PythonCalls:
-    """Counts this module's Python calls running in tf.data's threads; `stop` ends them
-    at exit (see the module docstring)."""
-
-    def __init__(self):
-        self.stopping = False
-        self._count = 0
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def running(self):
-        with self._lock:
-            self._count += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._count -= 1
-
-    def wrap(self, function):
-        def counted(*args):
-            with self.running():
-                return function(*args)
-
-        return counted
-
-    def stop(self, quiet: float = 0.1, timeout: float = 5.0) -> None:
-        """Ends every stream, then waits until no call has run for `quiet` seconds."""
-        self.stopping = True
-        now = last_busy = time.monotonic()
-        deadline = now + timeout
-        while now - last_busy < quiet and now < deadline:
-            time.sleep(0.01)
-            now = time.monotonic()
-            if self._count:
-                last_busy = now
-
-
-_python_calls = _PythonCalls()
+# Ends every stream at exit, then waits until none of their calls has run for 0.1 s.
+_python_calls = PythonCalls(0.1, from_stop=True)
 atexit.register(_python_calls.stop)
 
 

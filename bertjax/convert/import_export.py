@@ -294,7 +294,7 @@ def _read_hf(source: str, do_lower_case: bool | None) -> _Source:
             raise ConversionError(str(e)) from None
     weights_file = os.path.join(directory, "model.safetensors")
     if not _isfile(weights_file):
-        pickles = sorted(n for n in _listdir(directory) if n.endswith(PICKLE_SUFFIXES))
+        pickles = sorted(n for n in files.listdir(directory) if n.endswith(PICKLE_SUFFIXES))
         if pickles:
             raise ConversionError(_pickle_message(os.path.join(directory, pickles[0])))
         if tf.io.gfile.exists(weights_file + ".index.json"):
@@ -409,7 +409,7 @@ def _tf_checkpoint_prefix(source: str) -> tuple[str, str]:
         _check_symlinks(directory)
         return source, directory
     directory = _source_directory(source)
-    indexes = sorted(n for n in _listdir(directory) if n.endswith(".index"))
+    indexes = sorted(n for n in files.listdir(directory) if n.endswith(".index"))
     if not indexes:
         raise ConversionError(
             f"{os.path.join(directory, 'bert_model.ckpt.index')}: missing (no TF checkpoint "
@@ -628,7 +628,7 @@ def tensors_from_params(
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:
     directory = workdir_lib.checkpoint_dir(workdir)
-    names = _listdir(directory) if tf.io.gfile.isdir(directory) else []
+    names = files.listdir(directory) if tf.io.gfile.isdir(directory) else []
     steps = sorted(int(n) for n in names if n.isdigit())
     if not steps:
         raise ConversionError(f"{directory}: no checkpoint")
@@ -717,11 +717,6 @@ def _required_file(directory: str, name: str, what: str) -> str:
 
 def _isfile(path: str) -> bool:
     return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
-
-
-def _listdir(directory: str) -> list[str]:
-    # tf.io.gfile ends the names of folders in Cloud Storage with '/'.
-    return [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
 
 
 def _check_empty_destination(path: str) -> None:

@@ -503,9 +503,7 @@ def xpk(
     subcommand: str, options, tpu_slice: slices.Slice | None, training: Training | None
 ) -> Plan:
     where = [f"--cluster={options.xpk_cluster}"]
-    zone = [f"--zone={options.zone}"] + (
-        [f"--project={options.project}"] if options.project else []
-    )
+    zone = Target(options.name, options.zone, options.project, queued=False).where()
     if subcommand == "run":
         command = ["xpk", "workload", "create", *where, f"--workload={options.name}"]
         command += [

@@ -366,7 +366,28 @@ def _examples(config, rows: _Rows, label_names, label_source) -> Examples:
 
 def _load_glue(config: ClassificationConfig) -> ClassificationTask:
     task = GLUE_TASKS[config.glue_task]
-    examples = _glue_dir_examples(config, task) if config.glue_dir else _tfds_examples(config, task)
+    # TFDS's split name, as eval_split spells it, as the download's files name it.
+    eval_split = (config.eval_split or task.eval_splits[0]).replace("validation", "dev")
+    name = f"glue/{config.glue_task}"
+    if config.glue_dir:
+        glue_files.check_data_dir(
+            config.glue_dir, [config.glue_task], splits_of=lambda _: ("train", eval_split)
+        )
+    else:
+        label_feature = tfds_builder(name, config.tfds_data_dir).info.features["label"]
+        found = tuple(getattr(label_feature, "names", ()))
+        if found != task.label_names:
+            raise TaskDataError(
+                f"TFDS dataset {name!r}: the labels are {list(found) or 'float'}, "
+                f"GLUE_TASKS expects {list(task.label_names) or 'float'}"
+            )
+    examples = {}
+    for split, split_name in (("train", "train"), ("eval", eval_split)):
+        data = read_glue_split(config.glue_dir, config.tfds_data_dir, config.glue_task, split_name)
+        labels, count = data.labels, len(task.label_names)
+        if not config.glue_dir and count and (labels.min() < 0 or labels.max() >= count):
+            raise TaskDataError(f"{data.source}: labels outside [0, {count}) (an unlabeled split?)")
+        examples[split] = Examples(data.source, data.text_a, data.text_b, labels)
     return ClassificationTask(
         config=config,
         name=config.glue_task,
@@ -375,43 +396,6 @@ def _load_glue(config: ClassificationConfig) -> ClassificationTask:
         train=examples["train"],
         eval=examples["eval"],
     )
-
-
-def _tfds_examples(config: ClassificationConfig, task: GlueTask) -> dict[str, Examples]:
-    name = f"glue/{config.glue_task}"
-    builder = tfds_builder(name, config.tfds_data_dir)
-    label_feature = builder.info.features["label"]
-    found = tuple(getattr(label_feature, "names", ()))
-    if found != task.label_names:
-        raise TaskDataError(
-            f"TFDS dataset {name!r}: the labels are {list(found) or 'float'}, "
-            f"GLUE_TASKS expects {list(task.label_names) or 'float'}"
-        )
-    splits = {"train": "train", "eval": config.eval_split or task.eval_splits[0]}
-    examples = {}
-    for split, tfds_split_name in splits.items():
-        source, text_a, text_b, labels = _tfds_split(
-            builder, name, tfds_split_name, task.text_a, task.text_b, "label"
-        )
-        labels = labels.astype(np.float32 if task.is_regression else np.int32)
-        if not task.is_regression and (labels.min() < 0 or labels.max() >= len(found)):
-            raise TaskDataError(f"{source}: labels outside [0, {len(found)}) (an unlabeled split?)")
-        examples[split] = Examples(source, text_a, text_b, labels)
-    return examples
-
-
-def _glue_dir_examples(config: ClassificationConfig, task: GlueTask) -> dict[str, Examples]:
-    # TFDS's split names, as eval_split spells them, and the download's files.
-    files_split = {"train": "train", "eval": (config.eval_split or task.eval_splits[0])}
-    files_split["eval"] = files_split["eval"].replace("validation", "dev")
-    glue_files.check_data_dir(
-        config.glue_dir, [config.glue_task], splits_of=lambda _: tuple(files_split.values())
-    )
-    examples = {}
-    for split, name in files_split.items():
-        data = glue_files.read_split(config.glue_dir, config.glue_task, name)
-        examples[split] = Examples(data.source, data.text_a, data.text_b, data.labels)
-    return examples
 
 
 def _tfds_split(builder, name: str, split: str, text_a: str, text_b: str | None, column: str):

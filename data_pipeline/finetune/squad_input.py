@@ -118,10 +118,6 @@ class SquadData:
     source: str  # the file, or the TFDS dataset and split, for messages
     examples: tuple[SquadExample, ...]
 
-    @property
-    def has_impossible(self) -> bool:
-        return any(e.is_impossible for e in self.examples)
-
     def gold_answers(self) -> dict[str, list[str]]:
         """question id -> answer texts ([] when unanswerable), for bertjax.tasks.scores.squad_scores."""
         return {e.qid: [a.text for a in e.answers] for e in self.examples}

@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import google_crc32c
 import numpy as np
 import tensorflow as tf
 
@@ -545,24 +546,7 @@ def _train_rows(share: _Share, window, seed, start, pack=None):
     return tf.data.Dataset.counter(first_epoch).flat_map(epoch_rows)
 
 
-def _crc32c_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
 def _masked_crc32c(data: bytes) -> int:
     """TFRecord's checksum: CRC-32C (Castagnoli), rotated and offset."""
-    crc = 0xFFFFFFFF
-    table = _CRC32C_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
+    crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -88,6 +88,7 @@ delete: the TPU VM, or the queued resource with its nodes.
 """
 
 import dataclasses
+import itertools
 import os
 import pathlib
 import re
@@ -198,7 +199,9 @@ class Plan:
                 f"# {ARCHIVE}: this checkout's files (git ls-files), packed by the launcher"
             )
             if archive is not None:
-                lines.append(f"#   {archive_summary(archive)}")
+                lines.append(
+                    f"#   {len(archive)} files, {_mib(archive):.1f} MiB before compression"
+                )
         if self.startup_script is not None:
             lines.append(f"# {STARTUP_SCRIPT}: the startup script, written by the launcher:")
             lines += [f"#   {line}".rstrip() for line in self.startup_script.splitlines()]
@@ -388,15 +391,11 @@ def create(target: Target, tpu_slice: slices.Slice, options, training: Training 
     command += ["--spot"] * options.spot + ["--reserved"] * options.reserved
     if training is None:
         return Plan([command])
-    code_url = code_archive_url(training.workdir)
+    code_url = f"{training.workdir.rstrip('/')}/code/bertjax.tar.gz"
     command += [f"--metadata-from-file=startup-script={STARTUP_SCRIPT}"]
     upload = ["gcloud", "storage", "cp", ARCHIVE, code_url]
     upload += [f"--project={target.project}"] if target.project else []
     return Plan([upload, command], startup_script(target.name, training, code_url))
-
-
-def code_archive_url(workdir: str) -> str:
-    return f"{workdir.rstrip('/')}/code/bertjax.tar.gz"
 
 
 def setup(target: Target) -> Plan:
@@ -795,10 +794,6 @@ def archive_files(config: str | None, limit_mib: float) -> list[str]:
     return names
 
 
-def archive_summary(names: list[str]) -> str:
-    return f"{len(names)} files, {_mib(names):.1f} MiB before compression"
-
-
 def _mib(names: list[str]) -> float:
     """The files' size in MiB (relative to REPO)."""
     return sum((REPO / name).stat().st_size for name in names) / 2**20
@@ -810,14 +805,10 @@ def pack(path: str, names: list[str]) -> None:
             archive.add(REPO / name, arcname=name, recursive=False)
 
 
-def check_programs(commands: list[list[str]]) -> None:
-    for name in dict.fromkeys(command[0] for command in commands):
-        if shutil.which(name) is None:
-            raise LaunchError(f"{name}: not found on PATH; {INSTALL[name]}")
-
-
 def execute(plan: Plan, name: str, config: str | None, limit_mib: float) -> None:
-    check_programs(plan.commands)
+    for program_name in dict.fromkeys(command[0] for command in plan.commands):
+        if shutil.which(program_name) is None:
+            raise LaunchError(f"{program_name}: not found on PATH; {INSTALL[program_name]}")
     names = archive_files(config, limit_mib) if plan.uses(ARCHIVE) else None
     with tempfile.TemporaryDirectory(prefix="bertjax-launch-") as scratch:
         files = {}
@@ -846,12 +837,7 @@ def execute(plan: Plan, name: str, config: str | None, limit_mib: float) -> None
 
 def _short(command: list[str]) -> str:
     """The command up to its first option: `gcloud compute tpus tpu-vm ssh NAME`."""
-    words = []
-    for arg in command:
-        if arg.startswith("-"):
-            break
-        words.append(arg)
-    return shlex.join(words)
+    return shlex.join(itertools.takewhile(lambda arg: not arg.startswith("-"), command))
 
 
 def main(argv):
@@ -860,9 +846,7 @@ def main(argv):
     launch = plan(subcommand, FLAGS, config_overrides(sys.argv))
     config = config_file(FLAGS)
     if FLAGS.dry_run:
-        names = None
-        if launch.uses(ARCHIVE):
-            names = archive_files(config, FLAGS.max_archive_mib)
+        names = archive_files(config, FLAGS.max_archive_mib) if launch.uses(ARCHIVE) else None
         print(launch.dry_run_text(names))
         return
     try:

@@ -20,6 +20,7 @@ leaves the workdir as it is. A checkpoint whose arrays do not fit the model aske
 CheckpointError, and nothing moves.
 """
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -317,22 +318,18 @@ _STORAGE_FAILURE = re.compile(
 )
 
 
-class _save_errors:
+@contextlib.contextmanager
+def _save_errors(manager: ocp.CheckpointManager):
     """Turns a storage failure of a save into one CheckpointError line."""
-
-    def __init__(self, manager: ocp.CheckpointManager):
-        self.manager = manager
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if error is None or not (isinstance(error, OSError) or _STORAGE_FAILURE.match(str(error))):
-            return False
-        latest = self.manager.latest_step()
+    try:
+        yield
+    except BaseException as error:
+        if not (isinstance(error, OSError) or _STORAGE_FAILURE.match(str(error))):
+            raise
+        latest = manager.latest_step()
         kept = f"step {latest}" if latest is not None else "none"
         raise CheckpointError(
-            f"saving a checkpoint in {self.manager.directory} failed ({str(error).strip()}); "
+            f"saving a checkpoint in {manager.directory} failed ({str(error).strip()}); "
             f"the latest complete checkpoint: {kept}"
         ) from error
 
@@ -538,32 +535,28 @@ _TRANSIENT = re.compile(
 )
 
 
-class _read_errors:
+@contextlib.contextmanager
+def _read_errors(directory: str, step: int):
     """Turns a failure to read step `step` into one line: Damaged for what the bytes
     caused (a truncated or missing file, unreadable metadata), a CheckpointError for a
     failure of the storage or the machine (nothing is wrong with the checkpoint)."""
-
-    def __init__(self, directory: str, step: int):
-        self.directory, self.step = directory, step
-
-    def __enter__(self):
-        if not isinstance(sys.unraisablehook, _QuietAbandonedReads):
-            sys.unraisablehook = _QuietAbandonedReads(sys.unraisablehook)
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if error is None or not isinstance(error, Exception) or isinstance(error, UserError):
-            return False
+    if not isinstance(sys.unraisablehook, _QuietAbandonedReads):
+        sys.unraisablehook = _QuietAbandonedReads(sys.unraisablehook)
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as error:
         text = str(error)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         reason = lines[0] if lines else type(error).__name__
         reason = reason if len(reason) <= 300 else reason[:297] + "..."
-        where = f"{self.directory}/{self.step}"
+        where = f"{directory}/{step}"
         if isinstance(error, MemoryError) or _TRANSIENT.search(text):
             raise CheckpointError(f"{where}: could not be read ({reason})") from None
         if _MISMATCH.search(text):
             raise CheckpointError(f"{where}: {reason}; {_OTHER_CONFIG}") from None
-        raise Damaged(self.directory, self.step, _unreadable(error, reason)) from None
+        raise Damaged(directory, step, _unreadable(error, reason)) from None
 
 
 # Orbax's words for arrays that are not those asked for: another config's, not damage.

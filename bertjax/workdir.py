@@ -112,11 +112,8 @@ def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> 
 
 def vocab_file(workdir: str) -> str | None:
     """The vocabulary a run copied into its workdir, if any."""
-    for name in VOCAB_NAMES:
-        candidate = os.path.join(workdir, name)
-        if tf.io.gfile.exists(candidate):
-            return candidate
-    return None
+    candidates = (os.path.join(workdir, name) for name in VOCAB_NAMES)
+    return next(filter(tf.io.gfile.exists, candidates), None)
 
 
 def require_vocab_file(workdir: str, *, what: str) -> str:
@@ -134,8 +131,7 @@ def read_task(workdir: str) -> tuple[str, dict]:
         raise CheckpointError(f"{workdir}: no {TASK_FILE}; expected a bertjax workdir")
     if not isinstance(task.get("kind"), str):
         raise CheckpointError(f'{os.path.join(workdir, TASK_FILE)}: no task name ("kind")')
-    kind = task.pop("kind")
-    return kind, task
+    return task.pop("kind"), task
 
 
 def read_tokenizer_data(workdir: str) -> dict:

@@ -108,9 +108,7 @@ def create_instances_from_document(
         chunk.append(segment)
         chunk_length += len(segment)
         if i == len(document) - 1 or chunk_length >= target_seq_length:
-            a_end = 1
-            if len(chunk) >= 2:
-                a_end = rng.randint(1, len(chunk) - 1)
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [token for sentence in chunk[:a_end] for token in sentence]
 
             if len(chunk) == 1 or rng.random() < random_next_prob:

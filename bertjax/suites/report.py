@@ -7,6 +7,7 @@ The suite's kind draws the table and the notes under it; this writes them, as te
 OUT/report/NAME.md and NAME.csv (and a plot a part where the kind has them), beside the
 published numbers of a model of the checkpoint's shape."""
 
+import collections
 import csv
 import dataclasses
 import io
@@ -127,9 +128,8 @@ def _shape(init_checkpoint: str) -> tuple[int, int] | None:
 
 def summarize(suite: Suite, part: str) -> Summary:
     trials = [t for t in suite.trials if t.part == part and t.score is not None]
-    by_rate = {}
-    for rate in dict.fromkeys(t["optimizer.learning_rate"] for t in suite.definition.trials):
-        by_rate[rate] = [t.score for t in trials if t.learning_rate == rate]
+    rates = dict.fromkeys(t["optimizer.learning_rate"] for t in suite.definition.trials)
+    by_rate = {rate: [t.score for t in trials if t.learning_rate == rate] for rate in rates}
     scored = {rate: statistics.median(v) for rate, v in by_rate.items() if v}
     if not scored:
         return Summary(part, by_rate, None, {}, None, None, None)
@@ -177,9 +177,7 @@ def markdown_table(rows: list[list[str]]) -> list[str]:
 
 def status_lines(suite: Suite) -> list[str]:
     """How many trials are in each state, then each failed one with its error."""
-    counts = {}
-    for t in suite.trials:
-        counts[t.status] = counts.get(t.status, 0) + 1
+    counts = collections.Counter(t.status for t in suite.trials)
     shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     lines = [f"trials: {len(suite.definition.trials)} ({shown})"]
     for t in suite.trials:

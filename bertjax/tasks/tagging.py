@@ -108,9 +108,9 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     del batch_size  # one sentence per forward pass
     output = output or input_path + ".predictions.jsonl"
     lines = [line.split() for line in read_text_file(input_path).splitlines() if line.strip()]
-    records = []
-    for words in lines:
-        records.append({"words": words, "tags": [label for _, label in tag(restored, words)]})
+    records = [
+        {"words": words, "tags": [label for _, label in tag(restored, words)]} for words in lines
+    ]
     workdir_lib.write_lines(output, records)
     return output
 

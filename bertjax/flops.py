@@ -80,9 +80,8 @@ def encoder_flops(c, length: int, last_layer_queries: int | None = None) -> floa
     matrices = 3 if c.feed_forward == "geglu" else 2
 
     def layer(index: int, queries: int) -> float:
-        keys = length
-        if index % c.global_attention_every:
-            keys = min(length, 2 * (c.local_attention_window // 2) + 1)
+        local = min(length, 2 * (c.local_attention_window // 2) + 1)
+        keys = local if index % c.global_attention_every else length
         return (
             2 * 2 * length * h * h  # key and value projections, at every position
             + 2 * 2 * queries * h * h  # query and output projections

@@ -95,9 +95,8 @@ def create_instances_from_document(
     max_num_tokens = max_seq_length - 3
     # Mostly fill the whole sequence; sometimes aim shorter so the model also
     # sees short inputs (fine-tuning tasks are often short).
-    target_seq_length = max_num_tokens
-    if rng.random() < short_seq_prob:
-        target_seq_length = rng.randint(2, max_num_tokens)
+    short = rng.random() < short_seq_prob
+    target_seq_length = rng.randint(2, max_num_tokens) if short else max_num_tokens
 
     instances = []
     chunk: list[Sentence] = []
@@ -147,9 +146,8 @@ def create_segments_from_document(
     text is dropped and full-length rows hold no padding.
     """
     max_num_tokens = max_seq_length - 2
-    target = max_num_tokens
-    if rng.random() < short_seq_prob:
-        target = rng.randint(2, max_num_tokens)
+    short = rng.random() < short_seq_prob
+    target = rng.randint(2, max_num_tokens) if short else max_num_tokens
     tokens = [token for sentence in document for token in sentence]
     return [Instance(tokens[i : i + target], [], False) for i in range(0, len(tokens), target)]
 

@@ -90,16 +90,9 @@ def write_pretraining_data(
 
     summary = {"output_dir": output_dir, "instances": 0, "documents": 0, "splits": {}}
     for split in splits:
-        metadata = _split_metadata(
-            [r for r in results if r["split"] == split],
-            config,
-            split=split,
-            output_dir=output_dir,
-            seed=seed,
-            num_workers=num_workers,
-            num_shards_per_worker=num_shards_per_worker,
-            vocab_file=vocab_file,
-        )
+        parts = [r for r in results if r["split"] == split]
+        task = next(t for t in tasks if t.split == split)
+        metadata = _split_metadata(parts, config, task, output_dir, vocab_file)
         files.atomic_write(
             os.path.join(output_dir, f"{split}-metadata.json"), json.dumps(metadata, indent=2)
         )
@@ -168,17 +161,11 @@ def _write_tasks(
 
 
 def _split_metadata(
-    parts: list[dict],
-    config: config_lib.DataConfig,
-    *,
-    split: str,
-    output_dir: str,
-    seed: int,
-    num_workers: int,
-    num_shards_per_worker: int,
-    vocab_file: str,
+    parts: list[dict], config: config_lib.DataConfig, task: _Task, output_dir: str, vocab_file: str
 ) -> dict:
-    """`{split}-metadata.json`: the counts of the split's shards (`parts`) and the settings."""
+    """`{split}-metadata.json`: the counts of the split's shards (`parts`) and the settings
+    (those of `task`, one of the split's)."""
+    split = task.split
     stats = corpus.CorpusStats()
     for part in parts:
         stats.merge(corpus.CorpusStats(**part["corpus"]))
@@ -190,9 +177,9 @@ def _split_metadata(
         "instances_per_shard": dict(sorted(shards.items())),
         "files": os.path.join(output_dir, f"{split}-*.tfrecord"),
         "passes_per_document": _passes(config, split),
-        "seed": _split_seed(config, split, seed),
-        "num_workers": num_workers,
-        "num_shards_per_worker": num_shards_per_worker,
+        "seed": task.seed,
+        "num_workers": task.num_workers,
+        "num_shards_per_worker": task.num_shards,
         "vocab_file": os.path.basename(vocab_file),
         "source_vocab_file": vocab_file,
         "corpus": stats.as_dict(),

@@ -405,6 +405,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
             restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
         start_step = restored[0]
         restore_time.stop()
+        logging.info("resuming from %s at step %d", workdir, start_step)
     # The train stream before config.json and anything compiles: data that cannot feed
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
@@ -432,7 +433,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     num_steps = setup.objective.num_train_steps
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     try:
-        state = _start(run, workdir, restored)
+        state = create_state(run) if restored is None else restored[1]
         session = Session(
             run, workdir, start_step, last_step, state, batches, manager, claim, stop, event_log
         )
@@ -543,16 +544,6 @@ def _loop(session: Session) -> dict:
         profiler.close(step)
     writer.close()
     return evaluator.results
-
-
-def _start(run: Run, workdir: str, restored):
-    """The train state: the `restored` (step, state, data) of
-    checkpoint.restore_newest_good, or the initial state."""
-    if restored is None:
-        return create_state(run)
-    step, state, _ = restored
-    logging.info("resuming from %s at step %d", workdir, step)
-    return state
 
 
 class TrainLog:

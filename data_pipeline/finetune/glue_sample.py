@@ -33,9 +33,9 @@ def write(root: str, rows: int = 8) -> str:
         "STS-B": _stsb,
         "QQP": _qqp,
         "MNLI": _mnli,
-        "QNLI": _qnli,
-        "RTE": _rte_like,
-        "WNLI": _rte_like,
+        "QNLI": _pairs,
+        "RTE": _pairs,
+        "WNLI": _pairs,
         "diagnostic": _diagnostic,
     }
     for folder, write in tasks.items():
@@ -126,22 +126,17 @@ def _mnli(folder, _, rows):
         _tsv(f"{folder}/{split}.tsv", base, [fields(i) for i in range(rows)])
 
 
-def _qnli(folder, _, rows):
-    labels = ("entailment", "not_entailment")
+def _pairs(folder, name, rows):
+    """QNLI, RTE and WNLI: an index, two texts and a label."""
+    labels = ("0", "1") if name == "WNLI" else ("entailment", "not_entailment")
+    texts, shift = (
+        (["question", "sentence"], 5) if name == "QNLI" else (["sentence1", "sentence2"], 6)
+    )
     for split in ("train", "dev"):
-        _tsv(f"{folder}/{split}.tsv", ["index", "question", "sentence", "label"],
-             [[str(i), _text(i), _text(i, 5), labels[i % 2]] for i in range(rows)])  # fmt: skip
-    _tsv(f"{folder}/test.tsv", ["index", "question", "sentence"],
-         [[str(i), _text(i), _text(i, 5)] for i in range(rows)])  # fmt: skip
-
-
-def _rte_like(folder, name, rows):
-    labels = ("entailment", "not_entailment") if name == "RTE" else ("0", "1")
-    for split in ("train", "dev"):
-        _tsv(f"{folder}/{split}.tsv", ["index", "sentence1", "sentence2", "label"],
-             [[str(i), _text(i), _text(i, 6), labels[i % 2]] for i in range(rows)])  # fmt: skip
-    _tsv(f"{folder}/test.tsv", ["index", "sentence1", "sentence2"],
-         [[str(i), _text(i), _text(i, 6)] for i in range(rows)])  # fmt: skip
+        _tsv(f"{folder}/{split}.tsv", ["index", *texts, "label"],
+             [[str(i), _text(i), _text(i, shift), labels[i % 2]] for i in range(rows)])  # fmt: skip
+    _tsv(f"{folder}/test.tsv", ["index", *texts],
+         [[str(i), _text(i), _text(i, shift)] for i in range(rows)])  # fmt: skip
 
 
 def _diagnostic(folder, _, rows):

@@ -164,7 +164,7 @@ class Run:
         dataset = self.setup.data.eval(**host_share(self.config, "eval_batch_size"))
         if self.setup.evaluation.num_steps:
             dataset = dataset.take(self.setup.evaluation.num_steps)
-        return dataset
+        return streams.without_autotune_thread(dataset)
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:

@@ -104,7 +104,18 @@ def host_batches(
         return out
 
     joined = datasets[0] if len(datasets) == 1 else tf.data.Dataset.zip(tuple(datasets))
-    return joined.map(share).prefetch(tf.data.AUTOTUNE)
+    return without_autotune_thread(joined.map(share).prefetch(tf.data.AUTOTUNE))
+
+
+def without_autotune_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` read without tf.data's autotuning thread (AUTOTUNE then takes tf.data's
+    defaults: a parallel call per core, prefetch buffers sized as they are read). With the
+    thread, deleting an iterator (a run's end, an eval pass's) waits until the thread next
+    wakes, up to a minute later: 18 s at the end of a 100-step BERT-Tiny run, measured
+    with TensorFlow 2.21, whose steps ran no faster with the thread."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 def gather(host_positions: np.ndarray, hows: Sequence[Plan]) -> list[list[int]]:

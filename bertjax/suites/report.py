@@ -15,7 +15,7 @@ import os
 import statistics
 
 from bertjax.suites.contract import SuiteKind
-from bertjax.sweep import report as sweep_report
+from bertjax.sweep import figures as figures_lib
 from bertjax.sweep import trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
@@ -225,7 +225,7 @@ def figure(suite: Suite, part: str):
     s = summarize(suite, part)
     if s.chosen_rate is None:
         return None
-    plt = sweep_report.pyplot()
+    plt = figures_lib.pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     rates = sorted(r for r, v in s.by_rate.items() if v)
     for rate in rates:
@@ -251,5 +251,5 @@ def write(suite: Suite) -> str:
     files.atomic_write(written[1], csv_text(suite))
     parts = suite.parts if suite.kind.plots else ()
     figures = {f"{name}_{part}": figure(suite, part) for part in parts}
-    written += sweep_report.save_figures(figures, out_dir)
+    written += figures_lib.save(figures, out_dir)
     return text(suite) + f"\nwritten: {', '.join(written)}"

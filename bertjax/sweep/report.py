@@ -13,10 +13,10 @@ import dataclasses
 import io
 import math
 import os
-import sys
 
 from bertjax import goodput
 from bertjax import workdir as workdir_lib
+from bertjax.sweep import figures as figures_lib
 from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep import worker as worker_lib
 from bertjax.sweep.definition import SweepDefinition
@@ -152,19 +152,9 @@ def csv_text(table_rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def pyplot():
-    import matplotlib
-
-    if "ipykernel" not in sys.modules:  # files from the command line, inline in a notebook
-        matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    return plt
-
-
 def metric_figures(table_rows: list[dict], definition: SweepDefinition) -> dict:
     """{key: figure} for each swept key: every finished trial's final metric against its value."""
-    plt = pyplot()
+    plt = figures_lib.pyplot()
     figures = {}
     done = [r for r in table_rows if _finite(r["final"])]
     for key in _keys(table_rows):
@@ -194,7 +184,7 @@ def metric_figures(table_rows: list[dict], definition: SweepDefinition) -> dict:
 def curves_figure(table_rows: list[dict]):
     """Train loss and the eval metric against the step, one line per trial; None if no
     trial has logged yet."""
-    plt = pyplot()
+    plt = figures_lib.pyplot()
     curves = []
     for r in table_rows:
         metrics = workdir_lib.read_metrics(r["workdir"])
@@ -238,19 +228,7 @@ def write(table_rows: list[dict], definition: SweepDefinition, out_dir: str) -> 
         for k, f in metric_figures(table_rows, definition).items()
     }
     figures["curves"] = curves_figure(table_rows)
-    return [md, csv_file, *save_figures(figures, out_dir)]
-
-
-def save_figures(figures: dict, out_dir: str) -> list[str]:
-    """Each figure of `figures` ({name: figure or None}) as out_dir/NAME.png, then closed;
-    the paths written."""
-    written = []
-    for name, fig in figures.items():
-        if fig is not None:
-            written.append(os.path.join(out_dir, f"{name}.png"))
-            fig.savefig(written[-1], dpi=100)
-            pyplot().close(fig)
-    return written
+    return [md, csv_file, *figures_lib.save(figures, out_dir)]
 
 
 def load(sweep_dir: str, storage: str, study_name: str):

@@ -9,6 +9,7 @@ import os
 
 from support.sweeps import make_definition, make_study
 
+from bertjax.sweep import figures as figures_lib
 from bertjax.sweep import hyper, report, trial_queue, worker
 
 TRIALS = (
@@ -211,7 +212,7 @@ def test_each_swept_key_is_plotted_on_the_axis_its_values_need():
         assert words.get_ylabel() == "final loss"
     finally:
         for figure in figures.values():
-            report.pyplot().close(figure)
+            figures_lib.pyplot().close(figure)
 
 
 def test_a_report_of_two_sweeps_writes_each_and_ends_with_the_best_of_each(tmp_path):

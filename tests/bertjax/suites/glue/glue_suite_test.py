@@ -18,7 +18,7 @@ from support import suites
 from bertjax.suites import report
 from bertjax.suites.glue import benchmark, predictions, published, submission
 from bertjax.suites.glue import suite as glue
-from bertjax.sweep import report as sweep_report
+from bertjax.sweep import figures
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import classification_input, glue_files, glue_sample
 
@@ -290,7 +290,7 @@ def test_a_figure_only_for_a_task_with_a_finished_trial(tmp_path):
         chosen_line = [line for line in ax.lines if line.get_label() == "chosen"]
         assert list(chosen_line[0].get_xdata()) == [3e-5, 3e-5]
     finally:
-        sweep_report.pyplot().close(fig)
+        figures.pyplot().close(fig)
 
 
 # ----------------------------------------------------------------------------- submission

@@ -50,7 +50,7 @@ Exit. Our Python code runs in tf.data's threads. CPython ends a thread that
 waits for the GIL once the interpreter finalizes, so a tf.data thread caught
 inside Python then never finishes its call, and an iterator still alive (a
 script's global) waits for it forever in its destructor. So at exit, before
-finalization, `_python_calls.stop` (tokenizer.PythonCalls) ends every stream and
+finalization, `_python_calls.stop` (exit_calls.py) ends every stream and
 waits until none of our calls runs.
 """
 
@@ -63,7 +63,8 @@ import tensorflow as tf
 
 from data_pipeline import config as config_lib
 from data_pipeline import corpus, masking, schema, tfrecords, workers
-from data_pipeline.tokenizer import PythonCalls, make_tokenizer
+from data_pipeline.exit_calls import PythonCalls
+from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
 from data_pipeline.vocab_learning import resolve_vocab_file
 

@@ -26,11 +26,8 @@ tf.numpy_function: tensorflow-text has no byte-level BPE op.
 """
 
 import atexit
-import contextlib
 import itertools
 import json
-import threading
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +35,7 @@ import tensorflow_text as tf_text
 import tokenizers
 
 from data_pipeline.config import DataConfig
+from data_pipeline.exit_calls import PythonCalls
 from data_pipeline.vocab import WORDPIECE_PREFIX, Vocab, VocabError, load_vocab, read_bytes
 
 # Dropped before anything else: U+0000, U+FFFD, and the Cc and Cf characters
@@ -206,7 +204,7 @@ class BpeTokenizer:
 
     def _encode(self, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with _encoding.running():
-            if _encoding.stopping:  # the interpreter is exiting: see PythonCalls
+            if _encoding.stopping:  # the interpreter is exiting: see exit_calls.py
                 return np.zeros(0, np.int32), np.zeros(len(texts), np.int64)
             lines = [text.decode("utf-8", errors="replace") for text in texts.tolist()]
             encodings = self._tokenizer.encode_batch_fast(lines, add_special_tokens=False)
@@ -234,59 +232,8 @@ def normalizer_lowercases(normalizer) -> bool:
     return kind == "Lowercase" or (kind == "BertNormalizer" and bool(normalizer.get("lowercase")))
 
 
-class PythonCalls:
-    """Tracks a module's Python calls in tf.data's threads; `stop` lets them end at exit.
-
-    A tf.data thread that enters Python once the interpreter finalizes never
-    comes back, and an iterator still alive waits for it forever in its
-    destructor (pretraining_input's module docstring): a stream abandoned at
-    exit hung about one run in three. Once `stopping`, a call does no work, and
-    `stop` waits until none has run for `quiet` seconds (counted from the stop
-    itself too with `from_stop`), so the calls still queued pass through before
-    finalization.
-
-    BpeTokenizer's (`_encoding`): this module is imported before pretraining_input
-    registers its own `stop`, so this one runs after it, once no new chunk comes.
-    """
-
-    def __init__(self, quiet: float, *, from_stop: bool = False):
-        self.stopping = False
-        self._quiet, self._from_stop = quiet, from_stop
-        self._count = 0
-        self._last = 0.0  # time.monotonic() when a call last started or ended
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def running(self):
-        with self._lock:
-            self._count += 1
-            self._last = time.monotonic()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._count -= 1
-                self._last = time.monotonic()
-
-    def wrap(self, function):
-        def counted(*args):
-            with self.running():
-                return function(*args)
-
-        return counted
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopping = True
-        now = time.monotonic()
-        if self._from_stop:
-            with self._lock:
-                self._last = max(self._last, now)
-        deadline = now + timeout
-        while (self._count or now - self._last < self._quiet) and now < deadline:
-            time.sleep(0.01)
-            now = time.monotonic()
-
-
+# BpeTokenizer's calls. This module is imported before pretraining_input registers its
+# own `stop`, so this one runs after it, once no new chunk comes.
 _encoding = PythonCalls(0.2)
 atexit.register(_encoding.stop)
 

@@ -81,7 +81,7 @@ def test_the_tours_pretraining_and_notebook_steps(tmp_path):
     assert pretrain.stderr == ""  # no start-up lines, no warnings
     assert re.search(r"^goodput: \d+% of ", pretrain.stdout, re.M)
     where = run(readme.command("python -m bertjax.goodput"), tour)
-    assert where.stdout.startswith("runs/tiny: 1 process, 300 steps kept, 0 trained again")
+    assert where.stdout.startswith("runs/tiny: 1 process, 150 steps kept, 0 trained again")
 
     # Step 2's notebook code, on that run in place of make demo's.
     (tour / "demo_out").symlink_to(tour / "runs" / "tiny")

@@ -1,0 +1,1 @@
+"""Retrieval: exact search over a corpus of embeddings, and the measures BEIR and MTEB report."""

@@ -4,7 +4,7 @@
     restored = bertjax.restore("demo_out")          # latest step; step=N for another
     bertjax.fill_mask(restored, "The [MASK] statement raises an exception.")
     out = bertjax.encode(restored, ["first text", "second text"])
-    vectors = bertjax.embed(restored, texts)         # mean-pooled, [N, hidden]
+    vectors = bertjax.embed(restored, texts)         # [N, hidden], as the workdir embeds
     bertjax.next_sentence(restored, "A sentence.", "The one after it?")
 
 `restore` takes a pretraining workdir, one written by `bertjax.convert
@@ -25,6 +25,7 @@ next_sentence need the pretraining heads.
 """
 
 import dataclasses
+import functools
 import os
 import signal
 import threading
@@ -39,11 +40,13 @@ from flax import linen as nn
 
 from bertjax import checkpoint, sharding, tasks
 from bertjax import workdir as workdir_lib
+from bertjax.embedding import BertForEmbedding, Pooling
 from bertjax.model import BertConfig, BertForPreTraining, BertModel, unstack_layers
 from bertjax.tasks.contract import Description
 from bertjax.tasks.finetune import MODEL_INPUTS
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
+from data_pipeline.finetune import records
 from data_pipeline.tokenizer import make_tokenizer
 
 
@@ -71,6 +74,11 @@ class Restored:
         """Fails unless the model has the pretraining heads, whatever its task is called."""
         if not isinstance(self.model, BertForPreTraining):
             raise ValueError(f"{what} needs a pretraining workdir; this is a {self.kind} workdir")
+
+    @property
+    def pooling(self) -> Pooling:
+        """How the workdir embeds a text (its task.json's, else embedding.Pooling())."""
+        return Pooling.from_json(self.task.embedding)
 
     def apply(self, features: dict):
         """The model's outputs for a dict of NumPy input features."""
@@ -233,25 +241,71 @@ def encode(restored: Restored, texts: Sequence[str], pairs: Sequence[str] | None
     }
 
 
-POOLINGS = ("mean", "cls", "pooler")
+def embed(
+    restored: Restored,
+    texts: Sequence[str],
+    pooling: str | None = None,
+    *,
+    normalize: bool | None = None,
+    truncate: bool = True,
+    batch_size: int = 64,
+) -> np.ndarray:
+    """One vector per text, float32 [N, H], as the workdir embeds (bertjax/embedding.py):
+    its pooling and normalization, or `pooling` ('mean', 'cls', 'last') and `normalize`
+    given here. A text longer than the embedder's max_seq_length is cut to it, as
+    sentence-transformers and MTEB cut it; `truncate=False` refuses it instead.
+
+    Texts of similar length are batched together and padded to one of a few lengths, so
+    a corpus of any size compiles a handful of times; the order of `texts` is kept.
+    """
+    if isinstance(texts, str):
+        raise TypeError("pass a list of texts, not one string")
+    settings = restored.pooling
+    if pooling is not None:
+        settings = dataclasses.replace(settings, mode=pooling)
+    if normalize is not None:
+        settings = dataclasses.replace(settings, normalize=normalize)
+    length = min(
+        settings.max_seq_length or restored.max_seq_length,
+        restored.config.max_position_embeddings,
+    )
+    flat, splits = records.tokenize_texts(restored.tokenizer, list(texts))
+    pieces = np.diff(splits)
+    if not truncate and np.any(pieces + 2 > length):
+        index = int(np.argmax(pieces + 2 > length))
+        raise ValueError(
+            f"text {index} is {pieces[index] + 2} tokens with [CLS]/[SEP], longer than the "
+            f"embedder's max_seq_length {length}"
+        )
+    kept = np.minimum(pieces, length - 2)
+    module = BertForEmbedding(restored.config, settings)
+    params = {"bert": restored.params["bert"]}
+    vocab = restored.tokenizer.vocab
+    out = np.zeros((len(texts), restored.config.hidden_size), np.float32)
+    order = np.argsort(kept, kind="stable")
+    for begin in range(0, len(order), batch_size):
+        rows = order[begin : begin + batch_size]
+        width = _bucket(int(kept[rows].max()) + 2, length)
+        input_ids = np.full((batch_size, width), vocab.pad_id, np.int32)
+        input_mask = np.zeros_like(input_ids)
+        for row, index in enumerate(rows):
+            ids = flat[splits[index] : splits[index] + kept[index]]
+            input_ids[row, : kept[index] + 2] = [vocab.cls_id, *ids, vocab.sep_id]
+            input_mask[row, : kept[index] + 2] = 1
+        vectors = _embed_batch(module, params, input_ids, input_mask)
+        out[rows] = np.asarray(vectors)[: len(rows)]
+    return out
 
 
-def embed(restored: Restored, texts: Sequence[str], pooling: str = "mean") -> np.ndarray:
-    """One vector per text [N, H]: the mean over real tokens, the [CLS] state, or the pooler."""
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling={pooling!r}: use one of {', '.join(POOLINGS)}")
-    out = encode(restored, texts)
-    if pooling == "pooler":
-        if out["pooled_output"] is None:
-            raise ValueError(
-                "pooling='pooler': this workdir was pretrained with masked LM alone "
-                "(config.data.next_sentence_prediction=False) and has no pooler"
-            )
-        return out["pooled_output"]
-    if pooling == "cls":
-        return out["sequence_output"][:, 0]
-    mask = out["input_mask"][..., None].astype(np.float32)
-    return (out["sequence_output"] * mask).sum(axis=1) / mask.sum(axis=1)
+def _bucket(tokens: int, length: int) -> int:
+    """The padded width of a batch whose longest text has `tokens`: a power of two from
+    16, or `length`."""
+    return min(max(16, 1 << (tokens - 1).bit_length()), length)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed_batch(module, params, input_ids, input_mask):
+    return module.apply({"params": params}, input_ids, input_mask, deterministic=True)
 
 
 def next_sentence(restored: Restored, first: str, second: str) -> float:

@@ -669,9 +669,13 @@ class BertModel(nn.Module):
     ):
         """int [B, L] inputs -> ([B, L, H], [B, H]) in config.dtype; with int [B, K]
         `cls_positions` of packed rows the pooled output is [B, K, H], one per example."""
-        x = self.embeddings(input_ids, input_mask, segment_ids, deterministic=deterministic)
-        x = self.encoder(x, input_mask, deterministic=deterministic)
+        x = self.sequence_output(input_ids, input_mask, segment_ids, deterministic=deterministic)
         return x, self.pooler(x, cls_positions)
+
+    def sequence_output(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        """The final hidden states [B, L, H] alone, without the pooler (an embedder's)."""
+        x = self.embeddings(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        return self.encoder(x, input_mask, deterministic=deterministic)
 
     def hidden_states_at(
         self, input_ids, input_mask, segment_ids, positions, *, deterministic: bool

@@ -69,6 +69,13 @@ def main(argv: list[str]) -> None:
         f"{result['workdir']}; vocabulary {result['vocab_file']} "
         f"(do_lower_case={result['do_lower_case']})"
     )
+    pooling = result["pooling"]
+    if pooling:
+        normalized = ", normalized" if pooling.normalize else ""
+        print(
+            f"  sentence-transformers embedder: {pooling.mode} pooling{normalized}, texts cut "
+            f"to {pooling.max_seq_length} tokens (bertjax.embed embeds the same)"
+        )
     for group in result["initialized"]:
         print(f"  {group}: not in the checkpoint, initialized freshly")
     if result["ignored"]:

@@ -25,21 +25,16 @@ from flax import traverse_util
 from bertjax import checkpoint, inference, tasks
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
-from bertjax.convert import config_json, param_names, tokenizer_files
+from bertjax.convert import config_json, param_names, sentence_transformers, tokenizer_files
+from bertjax.convert.errors import ConversionError
 from bertjax.convert.param_names import FORMATS
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
 from bertjax.tasks.contract import Description, HFClass
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
-from data_pipeline.errors import UserError
 from data_pipeline.tokenizer import normalizer_lowercases
 from data_pipeline.vocab import VocabError, load_vocab
-
-
-class ConversionError(UserError):
-    """A checkpoint, config or vocabulary that cannot be converted; the message names the file."""
-
 
 # Files that would have to be unpickled to be read.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
@@ -87,6 +82,9 @@ def import_checkpoint(
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
     workdir = workdir_lib.absolute(workdir)
     _check_empty_destination(workdir)
+    pooling = None
+    if format == "hf" and not _isfile(source) and sentence_transformers.is_directory(source):
+        source, pooling = sentence_transformers.read(_source_directory(source))
     src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
     params, initialized = params_from_tensors(
@@ -115,9 +113,13 @@ def import_checkpoint(
                 "initialized": initialized,
                 "ignored": src.ignored,
                 **src.record,
+                "sentence_transformers": pooling.to_json() if pooling else None,
             },
         }
     )
+    description = pretraining.describe(run_config.data)
+    if pooling:
+        description = dataclasses.replace(description, embedding=pooling.to_json())
     with _staging_dir(workdir) as staging:
         workdir_lib.write_run_description(
             staging,
@@ -125,7 +127,7 @@ def import_checkpoint(
             config,
             src.vocab_file,
             kind=pretraining.TASK.name,
-            description=pretraining.describe(run_config.data).to_json(),
+            description=description.to_json(),
         )
         # Closing the manager waits for the asynchronous save.
         with checkpoint.make_manager(staging, max_to_keep=1) as manager:
@@ -138,6 +140,7 @@ def import_checkpoint(
         "initialized": initialized,
         "ignored": src.ignored,
         "num_parameters": sum(x.size for x in jax.tree.leaves(params)),
+        "pooling": pooling,
     }
 
 

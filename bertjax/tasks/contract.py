@@ -74,6 +74,8 @@ class Description:
     metrics: tuple[str, ...] = ()
     data: dict | None = None  # a fine-tuning run's config.data
     init_checkpoint: str = ""
+    # How the workdir embeds a text (bertjax/embedding.py's Pooling); None: its defaults.
+    embedding: dict | None = None
 
     def to_json(self) -> dict:
         values = dataclasses.asdict(self)

@@ -68,18 +68,32 @@ def pool(hidden, input_mask, pooling: Pooling):
 
 
 class BertForEmbedding(nn.Module):
-    """One vector per text: BertModel's final hidden states, pooled. int [..., L] inputs
-    (any leading shape) -> float32 [..., H]; the pooler is not used (nor created)."""
+    """One vector per text: BertModel's final hidden states, pooled (its pooler is neither
+    used nor created). `embed` takes int [..., L] inputs (any leading shape) to float32
+    [..., H]; called, it embeds the retrieval task's batches: queries [B, Lq] and the P
+    passages of each row side by side, [B, P * passage_length], to ([B, H], [B, P, H])."""
 
     config: BertConfig
     pooling: Pooling
+    passage_length: int = 0
 
-    @nn.compact
-    def __call__(self, input_ids, input_mask, *, deterministic: bool):
+    def setup(self):
+        self.bert = BertModel(self.config)
+
+    def embed(self, input_ids, input_mask, *, deterministic: bool):
         shape = input_ids.shape
         ids, mask = input_ids.reshape(-1, shape[-1]), input_mask.reshape(-1, shape[-1])
-        hidden = BertModel(self.config, name="bert").sequence_output(
+        hidden = self.bert.sequence_output(
             ids, mask, jnp.zeros_like(ids), deterministic=deterministic
         )
         vectors = pool(hidden, mask, self.pooling)
         return vectors.reshape(*shape[:-1], vectors.shape[-1])
+
+    def __call__(self, query_ids, query_mask, passage_ids, passage_mask, *, deterministic: bool):
+        rows, length = passage_ids.shape[0], self.passage_length
+        passages = self.embed(
+            passage_ids.reshape(rows, -1, length),
+            passage_mask.reshape(rows, -1, length),
+            deterministic=deterministic,
+        )
+        return self.embed(query_ids, query_mask, deterministic=deterministic), passages

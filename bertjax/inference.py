@@ -157,6 +157,10 @@ def _end_quietly_on_sigterm() -> None:
 
 def _init(model: nn.Module, rng):
     ids = jnp.zeros((1, 8), jnp.int32)
+    if isinstance(model, BertForEmbedding):
+        return model.init(rng, ids, ids, deterministic=True, method=BertForEmbedding.embed)[
+            "params"
+        ]
     extra = (ids[:, :1],) if isinstance(model, BertForPreTraining) else ()
     return model.init(rng, ids, ids, ids, *extra, deterministic=True)["params"]
 
@@ -305,7 +309,13 @@ def _bucket(tokens: int, length: int) -> int:
 
 @functools.partial(jax.jit, static_argnums=0)
 def _embed_batch(module, params, input_ids, input_mask):
-    return module.apply({"params": params}, input_ids, input_mask, deterministic=True)
+    return module.apply(
+        {"params": params},
+        input_ids,
+        input_mask,
+        deterministic=True,
+        method=BertForEmbedding.embed,
+    )
 
 
 def next_sentence(restored: Restored, first: str, second: str) -> float:

@@ -162,3 +162,63 @@ def summarize_finetune(sums) -> dict[str, float]:
     s = {key: float(np.asarray(sums[key])) for key in FINETUNE_SUM_KEYS}
     weight = max(s["weight"], 1.0)
     return {"loss": s["loss_sum"] / weight, "accuracy": s["correct"] / weight}
+
+
+def in_batch_negatives_sums(
+    outputs, batch, *, scale: float, symmetric: bool = False, dims: tuple[int, ...] = ()
+) -> dict[str, jax.Array]:
+    """The retrieval task's contrastive loss (sentence-transformers'
+    MultipleNegativesRankingLoss): each query's cross-entropy over `scale` times its
+    cosine similarity to every passage of the batch, its own positive the target.
+
+    `outputs` are the embeddings of the whole global batch, queries [B, H] and passages
+    [B, P, H] (the positive, then hard negatives): under jit they are the global arrays,
+    so every query sees the candidates of every data-parallel shard and host. A passage
+    whose text is the query's positive (`passage_keys`), or another positive of the same
+    query text (`query_key`), is not a negative of it. `symmetric` averages in the
+    positives' cross-entropy over the queries (MultipleNegativesSymmetricRankingLoss);
+    `dims` sums the loss over those prefixes of the vectors (MatryoshkaLoss), () the
+    whole vector. Accuracy: the positive ranks first (at the last of `dims`).
+    """
+    queries, passages = (x.astype(jnp.float32) for x in outputs)
+    rows, width, _ = passages.shape
+    weights = batch["example_weight"].astype(jnp.float32)
+    candidates = passages.reshape(rows * width, -1)
+    keys, query_key = batch["passage_keys"], batch["query_key"]
+    owner = jnp.arange(rows * width) // width  # the row each candidate comes from
+    target = jnp.arange(rows) * width
+    is_positive = jnp.arange(rows * width) % width == 0
+    # Not a negative of query i: a copy of its positive's text, another positive of its
+    # text, a padding row's passage. Its own positive stays the target.
+    same = (keys.reshape(-1)[None, :] == keys[:, 0][:, None]) | (
+        is_positive[None, :] & (query_key[owner][None, :] == query_key[:, None])
+    )
+    hidden = (same | (weights[owner] == 0)[None, :]) & (jnp.arange(rows * width) != target[:, None])
+    # The other way: positive i's other matches, the same query text or positive text.
+    back_same = (query_key[None, :] == query_key[:, None]) | (keys[None, :, 0] == keys[:, None, 0])
+    back_hidden = (back_same | (weights == 0)[None, :]) & ~jnp.eye(rows, dtype=bool)
+    loss = jnp.zeros((rows,), jnp.float32)
+    for dim in dims or (queries.shape[-1],):
+        q, c = _unit(queries[:, :dim]), _unit(candidates[:, :dim])
+        logits = jnp.where(hidden, -jnp.inf, scale * q @ c.T)
+        row_loss = _cross_entropy(logits, target)
+        if symmetric:
+            back = jnp.where(back_hidden, -jnp.inf, scale * c[target] @ q.T)
+            row_loss = (row_loss + _cross_entropy(back, jnp.arange(rows))) / 2
+        loss = loss + row_loss
+    hit = (jnp.argmax(logits, axis=-1) == target).astype(jnp.float32)  # at the last prefix
+    return {
+        "loss_sum": jnp.sum(weights * loss),
+        "correct": jnp.sum(weights * hit),
+        "weight": jnp.sum(weights),
+    }
+
+
+def _unit(x):
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _cross_entropy(logits, target):
+    return (
+        jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, target[:, None], -1)[:, 0]
+    )

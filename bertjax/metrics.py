@@ -206,9 +206,11 @@ class TrainWindow:
 
 
 def real_tokens(host_batch: dict) -> int:
-    """The tokens of a batch that are text, not padding (packed or not: input_mask > 0)."""
-    if "input_mask" in host_batch:
-        return int(np.count_nonzero(host_batch["input_mask"]))
+    """The tokens of a batch that are text, not padding (packed or not: input_mask > 0; the
+    retrieval task's queries and passages: query_mask and passage_mask)."""
+    masks = [name for name in ("input_mask", "query_mask", "passage_mask") if name in host_batch]
+    if masks:
+        return sum(int(np.count_nonzero(host_batch[name])) for name in masks)
     return int(host_batch["input_ids"].size)
 
 

@@ -530,7 +530,7 @@ def _loop(session: Session) -> dict:
             features = {name: host_batch[name] for name in run.setup.objective.features}
             batch = sharding.make_global_batch(features, run.mesh)
             state, sums = jitted_train_step(state, batch, rng)
-            log.add(step, sums, host_batch, rows=batch["input_ids"].shape[0])
+            log.add(step, sums, host_batch, rows=len(batch[run.setup.objective.features[0]]))
             for hook in hooks:
                 hook(step, state)
         if start_step >= session.last_step and run.setup.evaluation.every_steps:

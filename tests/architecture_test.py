@@ -7,9 +7,10 @@ import functools
 from support import REPO
 
 PACKAGES = ("bertjax", "data_pipeline")
-# The core: bertjax's own modules and the task contract with its tasks. The tools are
-# bertjax's other subpackages (sweep/, tpu/, convert/, bench/, the suites), built on it.
-CORE_PACKAGES = ("tasks",)
+# The core: bertjax's own modules, the task contract with its tasks, and retrieval's
+# measures and search, which the retrieval task evaluates with. The tools are bertjax's
+# other subpackages (sweep/, tpu/, convert/, bench/, the suites), built on it.
+CORE_PACKAGES = ("tasks", "retrieval")
 TOOLS = tuple(
     f"bertjax.{path.parent.name}"
     for path in sorted((REPO / "bertjax").glob("*/__init__.py"))

@@ -13,7 +13,7 @@ task=...)` directly.
 import dataclasses
 import importlib
 
-from bertjax.tasks import classification, pretraining, squad, tagging
+from bertjax.tasks import classification, pretraining, retrieval, squad, tagging
 from bertjax.tasks.contract import Task
 from data_pipeline.config import ConfigError
 
@@ -25,7 +25,13 @@ def table() -> dict:
     """name -> Task, for every task bertjax ships."""
     return {
         task.name: task
-        for task in (pretraining.TASK, classification.TASK, tagging.TASK, squad.TASK)
+        for task in (
+            pretraining.TASK,
+            classification.TASK,
+            tagging.TASK,
+            squad.TASK,
+            retrieval.TASK,
+        )
     }
 
 

@@ -63,8 +63,9 @@ PACKED_INPUT = "cls_positions"
 PACKED_SLOT = "example_slot"  # where each example of a packed batch went (not a model input)
 
 
-def check_config(config) -> None:
-    check_keys(config, CONFIG_KEYS)
+def check_config(config, task_keys: tuple[str, ...] = ()) -> None:
+    """The keys and options every fine-tuning config has (and a task's own `task_keys`)."""
+    check_keys(config, CONFIG_KEYS + task_keys)
     if not config.num_train_epochs > 0:
         raise ConfigError(f"config.num_train_epochs={config.num_train_epochs}: must be above 0")
     if not config.init_checkpoint:
@@ -81,12 +82,12 @@ def check_config(config) -> None:
         )
 
 
-def config_checker(data_from_config):
+def config_checker(data_from_config, task_keys: tuple[str, ...] = ()):
     """A fine-tuning task's check_config: its keys, its data options (`data_from_config`,
     which reads no data) and the init checkpoint's architecture."""
 
     def check(config) -> None:
-        check_config(config)
+        check_config(config, task_keys)
         optim.from_config(optimizer_values(config, num_train_steps=1))
         data_from_config(config.data)
         workdir_lib.require_model_config(config.init_checkpoint, what="config.init_checkpoint")
@@ -108,9 +109,9 @@ class Pretrained:
     without_pooler: bool
 
 
-def load_pretrained(config, workdir: str) -> Pretrained:
+def load_pretrained(config, workdir: str, task_keys: tuple[str, ...] = ()) -> Pretrained:
     """Checks the config and reads the init checkpoint's architecture, vocabulary and tokenizer."""
-    check_config(config)
+    check_config(config, task_keys)
     init = config.init_checkpoint
     saved = workdir_lib.require_model_config(init, what="config.init_checkpoint")
     overrides = {k: v for k, v in config.model.to_dict().items() if v is not None}
@@ -246,7 +247,7 @@ def make_setup(
     model takes PACKED_INPUT too; it gives the examples a row may hold (for init), once
     the training split is checked.
     """
-    num_train_steps = _num_train_steps(config, make_dataset)
+    num_train_steps = train_steps(config, make_dataset)
     length = config.data.max_seq_length
     slots = packed_slots() if packed_slots else 0
     packed = (PACKED_INPUT,) if slots else ()
@@ -268,8 +269,8 @@ def make_setup(
         ),
         data=Data(
             vocab_file=pretrained.vocab_file,
-            train=functools.partial(_dataset, make_dataset, "train", config.num_train_epochs),
-            eval=functools.partial(_dataset, make_dataset, "eval", 1),
+            train=functools.partial(dataset, make_dataset, "train", config.num_train_epochs),
+            eval=functools.partial(dataset, make_dataset, "eval", 1),
         ),
         evaluation=Evaluation(
             every_steps=max(1, round(num_train_steps / config.num_train_epochs)),
@@ -297,7 +298,7 @@ def make_setup(
     )
 
 
-def _num_train_steps(config, make_dataset) -> int:
+def train_steps(config, make_dataset) -> int:
     """The training split's batches over num_train_epochs; a split too small for one batch
     is an error naming the options."""
     host = host_share(config, "train_batch_size")
@@ -356,7 +357,8 @@ def hf_labels(description: Description) -> dict:
     }
 
 
-def _dataset(make_dataset, split: str, num_epochs: int, position=None, **host):
+def dataset(make_dataset, split: str, num_epochs: int, position=None, **host):
+    """A DatasetFn of `make_dataset`'s split."""
     return make_dataset(split, num_epochs=num_epochs, position=position, **host)[0]
 
 

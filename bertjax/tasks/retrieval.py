@@ -1,0 +1,223 @@
+r"""Embedding fine-tuning for search: queries and passages to vectors whose cosine ranks
+the relevant passages first.
+
+    python -m bertjax.main --config experiments/finetune/retrieval.py --workdir DIR \
+        --config.init_checkpoint=PRETRAINED_OR_CONVERTED_WORKDIR \
+        --config.data.beir_dir=BEIR_DIR
+
+The input is data_pipeline/finetune/retrieval_input.py (a BEIR directory, or files of
+anchor, positive and hard-negative columns); the model, bertjax/embedding.py's
+BertForEmbedding (the encoder and a pooling, no head); the loss, in-batch negatives
+over the whole global batch (losses.in_batch_negatives_sums). After every epoch the
+held-out collection is embedded and searched exactly (bertjax/retrieval/search.py), and
+scored as trec_eval scores (bertjax/retrieval/metrics.py); the best checkpoint is kept
+by nDCG@10. A fine-tuned workdir embeds with `bertjax.embed(restore(workdir), texts)`
+as it trained, and `python -m bertjax.retrieval evaluate` scores it on any collection.
+"""
+
+import functools
+
+import numpy as np
+
+from bertjax import flops, losses
+from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
+from bertjax.retrieval import metrics, search
+from bertjax.tasks import finetune, scores
+from bertjax.tasks.contract import (
+    Data,
+    Description,
+    Evaluation,
+    Initialization,
+    Model,
+    Objective,
+    Setup,
+    Task,
+    dataset_batch_shapes,
+    weighted_mean_loss,
+)
+from data_pipeline.config import ConfigError
+from data_pipeline.finetune import retrieval_input
+
+# The keys of a retrieval config besides a fine-tuning config's.
+TASK_KEYS = ("embedding", "loss")
+MODEL_INPUTS = ("query_ids", "query_mask", "passage_ids", "passage_mask")
+# Passages searched per query: what Recall@100 and MAP@100 read.
+DEPTH = 100
+
+
+def check_options(config) -> None:
+    """The loss and pooling options, and a batch that holds negatives."""
+    if config.embedding.pooling not in POOLINGS:
+        raise ConfigError(
+            f"config.embedding.pooling={config.embedding.pooling!r}: use one of "
+            f"{', '.join(POOLINGS)}"
+        )
+    if not config.loss.scale > 0:
+        raise ConfigError(f"config.loss.scale={config.loss.scale}: must be above 0")
+    dims = tuple(config.loss.matryoshka_dims)
+    if any(d < 1 for d in dims) or list(dims) != sorted(set(dims), reverse=True):
+        raise ConfigError(
+            f"config.loss.matryoshka_dims={dims}: distinct widths, largest first (() is the "
+            "whole vector)"
+        )
+    if config.train_batch_size < 2:
+        raise ConfigError(
+            f"config.train_batch_size={config.train_batch_size}: a batch of one pair has no "
+            "in-batch negatives; use at least 2"
+        )
+    if config.optimizer.num_microbatches != 1:
+        raise ConfigError(
+            f"config.optimizer.num_microbatches={config.optimizer.num_microbatches}: "
+            "microbatches would see only their own negatives; the retrieval task takes 1"
+        )
+
+
+def check_config(config) -> None:
+    finetune.config_checker(retrieval_input.from_config, TASK_KEYS)(config)
+    check_options(config)
+
+
+def setup(config, workdir: str) -> Setup:
+    pretrained = finetune.load_pretrained(config, workdir, TASK_KEYS)
+    check_config(config)
+    data = retrieval_input.load_retrieval_task(config.data)
+    lengths = data.config.max_query_length, data.config.max_seq_length
+    if max(lengths) > pretrained.model_config.max_position_embeddings:
+        raise ConfigError(
+            f"config.data.max_query_length={lengths[0]}: above the checkpoint's "
+            f"max_position_embeddings={pretrained.model_config.max_position_embeddings}"
+        )
+    if data.train is None:
+        raise ConfigError("config.data: no training pairs (train_file or train_split)")
+    width = 1 + len(data.config.negatives)
+    pooling = Pooling(
+        config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length
+    )
+
+    def make_dataset(split, position=None, **kwargs):
+        dataset, info = retrieval_input.make_retrieval_dataset(
+            data, pretrained.tokenizer, split=split, position=position, **kwargs
+        )
+        return dataset, info.num_batches
+
+    num_train_steps = finetune.train_steps(config, make_dataset)
+    epoch = max(1, round(num_train_steps / config.num_train_epochs))
+    return Setup(
+        model=Model(
+            pretrained.model_config,
+            BertForEmbedding(pretrained.model_config, pooling, lengths[1]),
+            dict(
+                zip(
+                    MODEL_INPUTS,
+                    (lengths[0], lengths[0], width * lengths[1], width * lengths[1]),
+                    strict=True,
+                )
+            ),
+        ),
+        objective=Objective(
+            num_train_steps=num_train_steps,
+            optimizer=finetune.optimizer_values(config, num_train_steps),
+            features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight"),
+            sums=functools.partial(
+                losses.in_batch_negatives_sums,
+                scale=config.loss.scale,
+                symmetric=config.loss.symmetric,
+                dims=tuple(config.loss.matryoshka_dims),
+            ),
+            denominators=finetune.example_weight,
+            loss=weighted_mean_loss,
+            summarize=losses.summarize_finetune,
+            console=(("accuracy", "acc"),),
+        ),
+        data=Data(
+            vocab_file=pretrained.vocab_file,
+            train=functools.partial(
+                finetune.dataset, make_dataset, "train", config.num_train_epochs
+            ),
+            eval=functools.partial(finetune.dataset, make_dataset, "eval", 1),
+        ),
+        evaluation=Evaluation(
+            every_steps=epoch if data.eval else 0,
+            num_steps=0,
+            checkpoint_each=True,
+            outputs=_eval_outputs,
+            score=functools.partial(_score, data.eval),
+        ),
+        description=Description(
+            max_seq_length=lengths[1],
+            tokenizer_data=pretrained.tokenizer_data,
+            metrics=metrics.MEASURES,
+            data=config.data.to_dict(),
+            init_checkpoint=config.init_checkpoint,
+            embedding=pooling.to_json(),
+        ),
+        init=Initialization(
+            checkpoint=config.init_checkpoint,
+            keys=() if config.random_init else ("bert",),
+            scan_layers=pretrained.scan_layers,
+        ),
+    )
+
+
+def _eval_outputs(outputs, batch):
+    """A held-out batch's query and passage vectors, with where each came from."""
+    queries, passages = outputs
+    return queries, passages[:, 0], batch["query_index"], batch["passage_index"]
+
+
+def _score(collection, outputs: list):
+    """The held-out collection searched with the vectors of its batches: trec_eval's
+    measures of the top DEPTH passages per query."""
+    queries, passages, query_index, passage_index = (
+        np.concatenate(parts) for parts in zip(*outputs, strict=True)
+    )
+    query_vectors = queries[query_index >= 0][np.argsort(query_index[query_index >= 0])]
+    passage_vectors = passages[passage_index >= 0][np.argsort(passage_index[passage_index >= 0])]
+    return evaluate(collection, query_vectors, passage_vectors), None
+
+
+def evaluate(collection, query_vectors, passage_vectors, *, mesh=None) -> dict[str, float]:
+    """trec_eval's measures of a collection searched with these vectors."""
+    return metrics.evaluate(
+        collection.qrels, ranked(collection, query_vectors, passage_vectors, mesh=mesh)
+    )
+
+
+def ranked(collection, query_vectors, passage_vectors, *, mesh=None) -> dict:
+    """The run of a collection: {query id: {passage id: cosine}} of each query's top DEPTH."""
+    best, where = search.top_k(query_vectors, passage_vectors, DEPTH, mesh=mesh)
+    ids = collection.passage_ids
+    return {
+        query: {ids[i]: float(s) for s, i in zip(row_scores, row, strict=True)}
+        for query, row_scores, row in zip(collection.query_ids, best, where, strict=True)
+    }
+
+
+def best_metric(config) -> scores.Metric:
+    del config
+    return scores.Metric(metrics.MEASURES[0], None)
+
+
+def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
+    """The encoder over a row's query and each of its passages."""
+    passages = inputs["passage_ids"] // description.max_seq_length
+    return flops.encoder_flops(c, inputs["query_ids"]) + passages * flops.encoder_flops(
+        c, description.max_seq_length
+    )
+
+
+def make_model(model_config, description: Description) -> BertForEmbedding:
+    pooling = Pooling.from_json(description.embedding)
+    return BertForEmbedding(model_config, pooling, description.max_seq_length)
+
+
+TASK = Task(
+    name="retrieval",
+    setup=setup,
+    make_model=make_model,
+    best_metric=best_metric,
+    forward_flops=forward_flops,
+    batch_shapes=dataset_batch_shapes,
+    check_config=check_config,
+    report=finetune.report,
+)

@@ -64,3 +64,21 @@ def _search(queries, passages, valid, *, k: int, shards: int, per_shard: int):
 def _unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def ranked(
+    query_ids: list[str],
+    passage_ids: list[str],
+    query_vectors: np.ndarray,
+    passage_vectors: np.ndarray,
+    depth: int,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+) -> dict[str, dict[str, float]]:
+    """A run, as bertjax/retrieval/metrics.py reads it: {query id: {passage id: cosine}} of
+    each query's `depth` best passages."""
+    best, where = top_k(query_vectors, passage_vectors, depth, mesh=mesh)
+    return {
+        query: {passage_ids[i]: float(s) for s, i in zip(row_scores, row, strict=True)}
+        for query, row_scores, row in zip(query_ids, best, where, strict=True)
+    }

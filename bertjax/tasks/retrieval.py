@@ -173,24 +173,10 @@ def _score(collection, outputs: list):
     )
     query_vectors = queries[query_index >= 0][np.argsort(query_index[query_index >= 0])]
     passage_vectors = passages[passage_index >= 0][np.argsort(passage_index[passage_index >= 0])]
-    return evaluate(collection, query_vectors, passage_vectors), None
-
-
-def evaluate(collection, query_vectors, passage_vectors, *, mesh=None) -> dict[str, float]:
-    """trec_eval's measures of a collection searched with these vectors."""
-    return metrics.evaluate(
-        collection.qrels, ranked(collection, query_vectors, passage_vectors, mesh=mesh)
+    run = search.ranked(
+        collection.query_ids, collection.passage_ids, query_vectors, passage_vectors, DEPTH
     )
-
-
-def ranked(collection, query_vectors, passage_vectors, *, mesh=None) -> dict:
-    """The run of a collection: {query id: {passage id: cosine}} of each query's top DEPTH."""
-    best, where = search.top_k(query_vectors, passage_vectors, DEPTH, mesh=mesh)
-    ids = collection.passage_ids
-    return {
-        query: {ids[i]: float(s) for s, i in zip(row_scores, row, strict=True)}
-        for query, row_scores, row in zip(collection.query_ids, best, where, strict=True)
-    }
+    return metrics.evaluate(collection.qrels, run), None
 
 
 def best_metric(config) -> scores.Metric:

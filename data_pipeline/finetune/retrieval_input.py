@@ -140,6 +140,12 @@ def load_retrieval_task(data_config: Any) -> RetrievalTask:
     return RetrievalTask(config, rows.get("train"), evaluated and _collection(evaluated))
 
 
+def load_collection(beir_dir: str, split: str) -> Collection:
+    """A BEIR directory's collection for `split` (qrels/<split>.tsv), checked as a run's."""
+    config = RetrievalConfig(beir_dir=beir_dir, train_split="", eval_split=split)
+    return _load_beir(config).eval
+
+
 # ----------------------------------------------------------------------------- reading
 
 

@@ -1,0 +1,86 @@
+"""The work of `python -m bertjax.retrieval` (its __main__ describes the commands)."""
+
+import os
+
+import jax
+import numpy as np
+
+from bertjax import inference
+from bertjax.retrieval import metrics, search
+from bertjax.tasks import scores
+from data_pipeline import files
+from data_pipeline.errors import UserError
+from data_pipeline.finetune import records, retrieval_input
+
+DEPTH = 100  # passages per query in run.trec: what Recall@100 and MAP@100 read
+RUN_FILE, METRICS_FILE = "run.trec", "metrics.json"
+
+
+def main(args) -> None:
+    if len(args.argv) != 1 or args.argv[0] not in ("evaluate", "sts"):
+        raise UserError(f"expected a command, evaluate or sts; got: {' '.join(args.argv)}")
+    if args.argv[0] == "evaluate":
+        for flag in ("data_dir", "out"):
+            if not getattr(args, flag):
+                raise UserError(f"evaluate needs --{flag}")
+        figures = evaluate(
+            args.workdir, args.data_dir, args.split, args.out, args.step, args.batch_size
+        )
+        print("  ".join(f"{name} {figures[name]:.4f}" for name in metrics.MEASURES))
+        print(f"wrote {os.path.join(args.out, RUN_FILE)} and {METRICS_FILE}")
+        return
+    if not args.file:
+        raise UserError("sts needs --file")
+    correlation, pairs = sts(args.workdir, args.file, args.step, args.batch_size)
+    print(f"STS spearman {correlation:.4f} ({pairs} pairs)")
+
+
+def evaluate(
+    workdir: str, data_dir: str, split: str, out: str, step=None, batch_size: int = 64
+) -> dict[str, float]:
+    """trec_eval's measures of `workdir`'s search of the BEIR collection's `split`, with
+    OUT/run.trec and OUT/metrics.json written."""
+    if files.exists(out) and not files.isdir(out):
+        raise UserError(f"--out={out}: a file, not a directory")
+    collection = retrieval_input.load_collection(data_dir, split)
+    restored = inference.restore(workdir, step)
+    queries = inference.embed(restored, collection.queries, batch_size=batch_size)
+    passages = inference.embed(restored, collection.passages, batch_size=batch_size)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("corpus",))
+    run = search.ranked(
+        collection.query_ids, collection.passage_ids, queries, passages, DEPTH, mesh=mesh
+    )
+    figures = metrics.evaluate(collection.qrels, run)
+    metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=DEPTH)
+    record = {
+        **figures,
+        "workdir": workdir,
+        "step": restored.step,
+        "data_dir": data_dir,
+        "split": split,
+        "queries": len(collection.queries),
+        "passages": len(collection.passages),
+    }
+    files.atomic_write_json(os.path.join(out, METRICS_FILE), record)
+    return figures
+
+
+def sts(workdir: str, path: str, step=None, batch_size: int = 64) -> tuple[float, int]:
+    """(Spearman's rho of cosine against score, pairs) over the file's pairs."""
+    columns = [("file", "sentence1"), ("file", "sentence2"), ("file", "score")]
+    first, second, gold = [], [], []
+    for line, (a, b, score) in records.read_records(path, columns):
+        try:
+            gold.append(float(score))
+        except ValueError:
+            raise UserError(f"{path}: line {line}: score {score!r} is not a number") from None
+        first.append(str(a))
+        second.append(str(b))
+    if len(gold) < 2:
+        raise UserError(f"{path}: {len(gold)} pairs; a correlation needs at least 2")
+    restored = inference.restore(workdir, step)
+    a, b = (
+        inference.embed(restored, texts, batch_size=batch_size, normalize=True)
+        for texts in (first, second)
+    )
+    return float(scores.spearman(np.asarray(gold), np.sum(a * b, axis=1))), len(gold)

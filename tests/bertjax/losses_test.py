@@ -335,3 +335,96 @@ def test_summarize_finetune_gives_mean_loss_and_accuracy():
         "loss": 0.0,
         "accuracy": 0.0,
     }
+
+
+# ------------------------------------------------------------------ in-batch negatives
+
+
+def retrieval_batch(rows=8, width=2, dim=16, seed=0):
+    """Random query and passage vectors, and distinct texts (keys) for every one."""
+    rng = np.random.default_rng(seed)
+    outputs = (
+        rng.normal(size=(rows, dim)).astype(np.float32),
+        rng.normal(size=(rows, width, dim)).astype(np.float32),
+    )
+    batch = {
+        "query_key": np.arange(rows, dtype=np.int32),
+        "passage_keys": np.arange(rows * width, dtype=np.int32).reshape(rows, width),
+        "example_weight": np.ones(rows, np.float32),
+    }
+    return outputs, batch
+
+
+def reference_loss(queries, passages, scale, hidden=()):
+    """Mean cross-entropy of each query over every passage of the batch, in NumPy;
+    `hidden` holds (query, candidate) pairs that are not negatives."""
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    rows, width, _ = passages.shape
+    logits = scale * unit(queries) @ unit(passages.reshape(rows * width, -1)).T
+    for i, j in hidden:
+        logits[i, j] = -np.inf
+    target = np.arange(rows) * width
+    top = logits.max(axis=1, keepdims=True)
+    log_z = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0]
+    return np.mean(log_z - logits[np.arange(rows), target])
+
+
+def mean_loss(sums):
+    return float(sums["loss_sum"] / sums["weight"])
+
+
+def test_in_batch_negatives_is_the_cross_entropy_over_every_passage_of_the_batch():
+    outputs, batch = retrieval_batch()
+    sums = losses.in_batch_negatives_sums(outputs, batch, scale=20.0)
+    np.testing.assert_allclose(mean_loss(sums), reference_loss(*outputs, 20.0), rtol=1e-5)
+    assert 0 <= float(sums["correct"]) <= 8
+
+
+def test_a_repeated_positive_and_another_positive_of_the_query_are_not_negatives():
+    outputs, batch = retrieval_batch(rows=4, width=2)
+    batch["passage_keys"][2, 0] = batch["passage_keys"][0, 0]  # row 2's positive is row 0's
+    batch["passage_keys"][3, 1] = batch["passage_keys"][1, 0]  # row 3's negative: row 1's positive
+    batch["query_key"][3] = batch["query_key"][1]  # rows 1 and 3: the same query text
+    sums = losses.in_batch_negatives_sums(outputs, batch, scale=20.0)
+    # Candidates are row * 2 + slot; row 1's positive is candidate 2.
+    hidden = [(0, 4), (2, 0), (1, 7), (1, 6), (3, 2)]
+    np.testing.assert_allclose(mean_loss(sums), reference_loss(*outputs, 20.0, hidden), rtol=1e-5)
+    assert mean_loss(sums) != pytest.approx(reference_loss(*outputs, 20.0), rel=1e-3)
+
+
+def test_symmetric_and_matryoshka_add_their_terms():
+    outputs, batch = retrieval_batch(width=1)
+    queries, passages = outputs
+    symmetric = losses.in_batch_negatives_sums(outputs, batch, scale=20.0, symmetric=True)
+    backward = reference_loss(passages[:, 0], queries[:, None], 20.0)
+    np.testing.assert_allclose(
+        mean_loss(symmetric), (reference_loss(*outputs, 20.0) + backward) / 2, rtol=1e-5
+    )
+    nested = losses.in_batch_negatives_sums(outputs, batch, scale=20.0, dims=(16, 4))
+    prefix = reference_loss(queries[:, :4], passages[..., :4], 20.0)
+    np.testing.assert_allclose(
+        mean_loss(nested), reference_loss(*outputs, 20.0) + prefix, rtol=1e-5
+    )
+
+
+def test_over_8_devices_every_shard_sees_every_negative():
+    # The global batch of 16 split over 8 devices: the loss is one device's on the whole
+    # batch, and not the mean of each shard's loss over its own 2 pairs.
+    from bertjax import sharding
+
+    outputs, batch = retrieval_batch(rows=16, width=2)
+    mesh = sharding.make_mesh({"data": 8, "fsdp": 1, "tensor": 1})
+    split = sharding.batch_sharding(mesh)
+    sharded = jax.device_put((outputs, batch), split)
+    assert len(sharded[0][0].sharding.device_set) == 8
+    step = jax.jit(lambda o, b: losses.in_batch_negatives_sums(o, b, scale=20.0))
+    on_mesh = mean_loss(step(*sharded))
+    one_device = mean_loss(losses.in_batch_negatives_sums(outputs, batch, scale=20.0))
+    np.testing.assert_allclose(on_mesh, one_device, rtol=1e-5)
+    per_shard = np.mean(
+        [
+            reference_loss(outputs[0][s : s + 2], outputs[1][s : s + 2], 20.0)
+            for s in range(0, 16, 2)
+        ]
+    )
+    assert abs(on_mesh - per_shard) > 0.5, (on_mesh, per_shard)

@@ -1,0 +1,123 @@
+"""Retrieval data: BEIR directories and pair files, the batches' layout, and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+from support.beir_files import write_beir
+
+from data_pipeline.config import ConfigError
+from data_pipeline.finetune import retrieval_input
+from data_pipeline.finetune.records import TaskDataError
+
+CLS, SEP = 101, 102
+
+
+def test_a_beir_directory_gives_training_pairs_and_a_held_out_collection(tmp_path):
+    task = retrieval_input.load_retrieval_task({"beir_dir": str(write_beir(tmp_path))})
+    assert len(task.train) == 30
+    assert task.train.queries[0] == "where is zorax 0"
+    assert task.train.passages[0] == ["Item 0 the zorax number 0 is kept in the south hall"]
+    collection = task.eval
+    assert collection.query_ids == [f"q{i}" for i in range(30, 40)]
+    assert len(collection.passages) == 40  # the whole corpus is searched
+    assert collection.qrels["q31"] == {"d31": 1}
+
+
+def test_pair_files_name_their_columns_and_become_a_collection(tmp_path):
+    rows = [
+        {"q": "a", "pos": "one", "neg": "two"},
+        {"q": "b", "pos": "two", "neg": "three"},
+        {"q": "a", "pos": "four", "neg": "one"},
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = {"train_file": str(path), "eval_file": str(path), "anchor": "q", "positive": "pos"}
+    task = retrieval_input.load_retrieval_task({**config, "negatives": ("neg",)})
+    assert task.train.passages == [["one", "two"], ["two", "three"], ["four", "one"]]
+    collection = task.eval
+    assert collection.queries == ["a", "b"] and collection.passages == [
+        "one",
+        "two",
+        "three",
+        "four",
+    ]
+    assert collection.qrels == {"q0": {"d0": 1, "d3": 1}, "q1": {"d1": 1}}
+
+
+def test_training_batches_hold_each_rows_passages_side_by_side(tmp_path, tokenizer):
+    path = tmp_path / "pairs.tsv"
+    rows = "first query\tsame passage\tother\nsecond query\tsame passage\tlast one\n"
+    path.write_text("anchor\tpositive\tneg\n" + rows * 2)
+    task = retrieval_input.load_retrieval_task(
+        {"train_file": str(path), "negatives": ("neg",), "max_query_length": 8, "max_seq_length": 6}
+    )
+    dataset, info = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="train", batch_size=4, seed=0, num_epochs=1
+    )
+    (batch,) = list(dataset.as_numpy_iterator())
+    assert info.num_batches == 1
+    assert batch["query_ids"].shape == (4, 8) and batch["passage_ids"].shape == (4, 12)
+    passages = batch["passage_ids"].reshape(4, 2, 6)
+    assert (passages[:, :, 0] == CLS).all()
+    assert ((passages == SEP).sum(axis=2) == 1).all()
+    # "same passage" is every row's positive: one key; the negatives differ from it.
+    assert len(set(batch["passage_keys"][:, 0])) == 1
+    assert not set(batch["passage_keys"][:, 1]) & set(batch["passage_keys"][:, 0])
+    assert sorted(batch["query_key"]) == [0, 0, 1, 1]
+
+
+def test_evaluation_batches_hold_every_query_and_passage_once(tmp_path, tokenizer):
+    task = retrieval_input.load_retrieval_task({"beir_dir": str(write_beir(tmp_path))})
+    dataset, info = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="eval", batch_size=16
+    )
+    batches = list(dataset.as_numpy_iterator())
+    queries = np.concatenate([b["query_index"] for b in batches])
+    passages = np.concatenate([b["passage_index"] for b in batches])
+    assert sorted(queries[queries >= 0]) == list(range(10))
+    assert sorted(passages[passages >= 0]) == list(range(40))
+    assert info.num_batches == 3
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda d: write(d / "queries.jsonl", '{"_id": "q1", "text": "  "}\n'), "empty text"),
+        (
+            lambda d: write(d / "corpus.jsonl", '{"_id": "d0", "text": "a"}\n' * 2),
+            "line 2: duplicate _id 'd0'",
+        ),
+        (
+            lambda d: write(d / "qrels" / "dev.tsv", "query-id\tcorpus-id\tscore\nq1\tnope\t1\n"),
+            "dev.tsv: line 2: 'nope' is not in corpus",
+        ),
+        (
+            lambda d: write(d / "qrels" / "dev.tsv", "query-id\tcorpus-id\tscore\nq99\td1\t1\n"),
+            "'q99' is not in queries.jsonl",
+        ),
+        (lambda d: write(d / "qrels" / "dev.tsv", "query-id\tdoc\n"), "no column 'corpus-id'"),
+    ],
+)
+def test_a_bad_beir_directory_names_the_file_and_line(tmp_path, change, message):
+    change(write_beir(tmp_path))
+    with pytest.raises(TaskDataError, match=message):
+        retrieval_input.load_retrieval_task({"beir_dir": str(tmp_path)})
+
+
+def test_a_bad_pair_file_or_option_is_named(tmp_path):
+    path = write(tmp_path / "p.tsv", "anchor\tpositive\nq\t\n")
+    with pytest.raises(TaskDataError, match="p.tsv: line 2: 'positive' is empty"):
+        retrieval_input.load_retrieval_task({"train_file": str(path)})
+    with pytest.raises(TaskDataError, match="no column 'neg'"):
+        retrieval_input.load_retrieval_task({"train_file": str(path), "negatives": ("neg",)})
+    with pytest.raises(ConfigError, match="config.data.beir_dir=''"):
+        retrieval_input.load_retrieval_task({})
+    with pytest.raises(ConfigError, match="each column once"):
+        retrieval_input.from_config({"train_file": str(path), "negatives": ("anchor",)})

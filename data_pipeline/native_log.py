@@ -34,6 +34,8 @@ NOISE = re.compile(
             r"^=== Source Location Trace: ===",
             r"^learning/\S+/libtpu_init_utils\.cc:\d+$",
             r"\] oneDNN custom operations are on",
+            # An int64 op of tf.data's on a CPU without AVX-512: Eigen runs it instead.
+            r"\] oneDNN supports DT_INT64 only on platforms with AVX-512",
             r"\] Unable to register cu(DNN|FFT|BLAS) factory",
             r"\] TF-TRT Warning: Could not find TensorRT",
             r"\] This TensorFlow binary is optimized to use available CPU instructions",

@@ -192,3 +192,44 @@ def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
     assert sorted(os.listdir(out / "submission")) == ["RTE.tsv", "STS-B.tsv"]
     again = run("bertjax.suites", "glue", "report", out)
     assert "GLUE score: - (needs every task)" in again.stdout
+
+
+def test_retrieval_fine_tunes_evaluates_as_trec_eval_and_scores_sts(
+    pretrained, tmp_path, test_extras
+):
+    import pytrec_eval
+    from support.beir_files import write_beir
+
+    beir = write_beir(tmp_path / "beir")
+    base = ["--config", "experiments/finetune/retrieval.py", "--workdir", tmp_path / "w"]
+    base += [f"--config.init_checkpoint={pretrained['workdir']}", f"--config.data.beir_dir={beir}"]
+    base += ["--config.data.max_query_length=16", "--config.data.max_seq_length=32"]
+    one_pair = run("bertjax.main", *base, "--config.train_batch_size=1", expect=2)
+    assert one_pair.stderr.startswith("error: config.train_batch_size=1: a batch of one pair")
+    trained = run(
+        "bertjax.main", *base, "--config.train_batch_size=8", "--config.log_every_steps=1"
+    )
+    assert re.search(r"^best  \(step \d+\): ndcg@10 [01]\.\d+  mrr@10", trained.stdout, re.M)
+    assert trained.stderr == ""
+
+    out = tmp_path / "scored"
+    evaluated = run("bertjax.retrieval", "evaluate", "--workdir", tmp_path / "w", "--data_dir",
+                    beir, "--split", "test", "--out", out)  # fmt: skip
+    assert re.match(r"ndcg@10 [01]\.\d{4}  mrr@10", evaluated.stdout)
+    ours = json.loads((out / "metrics.json").read_text())
+    with open(beir / "qrels" / "test.tsv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    qrels = {row["query-id"]: {row["corpus-id"]: int(row["score"])} for row in rows}
+    with open(out / "run.trec", encoding="utf-8") as f:
+        trec_run = pytrec_eval.parse_run(f)
+    measures = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100", "map_cut_100": "map@100"}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(trec_run)
+    for measure, name in measures.items():
+        mean = sum(query[measure] for query in theirs.values()) / len(theirs)
+        assert abs(ours[name] - mean) < 1e-9, (name, ours[name], mean)
+
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("sentence1\tsentence2\tscore\na cat\ta cat\t5\na cat\tthe hall\t0\n"
+                   "a dog\ta dog sat\t4\n")  # fmt: skip
+    scored = run("bertjax.retrieval", "sts", "--workdir", tmp_path / "w", "--file", sts)
+    assert re.fullmatch(r"STS spearman -?[01]\.\d{4} \(3 pairs\)\n", scored.stdout)

@@ -32,6 +32,7 @@ TOOLS = (
     "bertjax.suites.command",
     "bertjax.predict",
     "bertjax.goodput",
+    "bertjax.retrieval.command",
     "data_pipeline.benchmark",
     "data_pipeline.tokenize_lines",
     "data_pipeline.inspect_batches",
@@ -301,6 +302,7 @@ PROGRAMS = [
         "bertjax.convert.command": "bertjax.convert",
         "bertjax.sweep.command": "bertjax.sweep",
         "bertjax.suites.command": "bertjax.suites",
+        "bertjax.retrieval.command": "bertjax.retrieval",
     }.get(t, t)
     for t in TOOLS
 ]

@@ -13,7 +13,7 @@ from data_pipeline.config import ConfigError
 
 def test_the_table_names_every_task_once():
     table = tasks.table()
-    assert list(table) == ["pretraining", "classification", "tagging", "squad"]
+    assert list(table) == ["pretraining", "classification", "tagging", "squad", "retrieval"]
     assert all(task.name == name for name, task in table.items())
 
 

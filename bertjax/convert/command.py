@@ -1,14 +1,20 @@
-r"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face.
+r"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face
+or as a sentence-transformers model.
 
     python -m bertjax.convert import --format {tf,hf} SOURCE WORKDIR \
         [--do_lower_case | --no_do_lower_case] [--scan_layers]
-    python -m bertjax.convert export --format hf WORKDIR OUT_DIR [--step N]
+    python -m bertjax.convert export --format {hf,sentence-transformers} WORKDIR OUT_DIR \
+        [--step N]
 
 docs/checkpoints.md, "Import Google and Hugging Face checkpoints", describes the two
 formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
 workdir (workdir.py) whose config.json also records "converted_from"; import
 with --scan_layers when the run that continues from it sets
-config.model.scan_layers. Every check runs before anything is written; the
+config.model.scan_layers. Export --format hf writes the transformers class of the
+workdir's task; --format sentence-transformers writes its encoder and the pooling
+it embeds with, so that SentenceTransformer(OUT_DIR).encode gives bertjax.embed's
+vectors (docs/checkpoints.md, "Export to Hugging Face" and "Export as a
+sentence-transformers model"). Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
 renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
 where that rename copies each object and so is not atomic.
@@ -19,9 +25,11 @@ from absl import app, flags
 from bertjax.convert.param_names import FORMATS
 
 FLAGS = flags.FLAGS
+# What export writes (import reads the rename table's FORMATS).
+EXPORT_FORMATS = ("hf", "sentence-transformers")
 COMMANDS = {
     "import": "import --format {tf,hf} SOURCE WORKDIR",
-    "export": "export --format hf WORKDIR OUT_DIR",
+    "export": "export --format {hf,sentence-transformers} WORKDIR OUT_DIR",
 }
 # The flags each command takes besides --format.
 _COMMAND_FLAGS = {
@@ -32,7 +40,12 @@ _COMMAND_FLAGS = {
 
 def define_flags() -> None:
     flags.DEFINE_enum(
-        "format", None, FORMATS, "import: the checkpoint's format; export: hf.", required=True
+        "format",
+        None,
+        sorted({*FORMATS, *EXPORT_FORMATS}),
+        "import: the checkpoint's format (tf or hf); export: hf (the transformers class of "
+        "the workdir's task) or sentence-transformers (its encoder and how it embeds).",
+        required=True,
     )
     flags.DEFINE_bool(
         "do_lower_case", None, "import: an uncased model (only when the checkpoint does not say)."
@@ -51,11 +64,21 @@ def main(argv: list[str]) -> None:
     # second instead of after seconds of TensorFlow and JAX imports.
     from bertjax.convert import import_export
 
-    if command == "export":
+    if command == "export" and FLAGS.format == "hf":
         result = import_export.export_hf(first, second, FLAGS.step)
         print(
             f"exported {first} step {result['step']} to {result['out_dir']} as a "
             f"transformers {result['class']}"
+        )
+        return
+    if command == "export":
+        result = import_export.export_sentence_transformers(first, second, FLAGS.step)
+        pooling = result["pooling"]
+        normalized = ", normalized" if pooling.normalize else ""
+        print(
+            f"exported {first} step {result['step']} to {result['out_dir']} as a "
+            f"sentence-transformers model ({result['class']}, {pooling.mode} pooling"
+            f"{normalized}, texts cut to {pooling.max_seq_length} tokens)"
         )
         return
     do_lower_case = False if FLAGS.no_do_lower_case else FLAGS.do_lower_case
@@ -93,6 +116,8 @@ def _command_line(args: list[str]) -> tuple[str, str, str]:
         for name in names:
             if other != command and FLAGS[name].present:
                 raise app.UsageError(f"--{name} is an option of {other}, not of {command}")
-    if command == "export" and FLAGS.format != "hf":
-        raise app.UsageError("export writes --format hf only")
+    if command == "import" and FLAGS.format not in FORMATS:
+        raise app.UsageError(f"import reads --format {' or '.join(FORMATS)}")
+    if command == "export" and FLAGS.format not in EXPORT_FORMATS:
+        raise app.UsageError(f"export writes --format {' or '.join(EXPORT_FORMATS)}")
     return command, *paths

@@ -1,6 +1,8 @@
 """The conversions behind `python -m bertjax.convert` (command.py describes them):
 `import_checkpoint` turns a Google TF or Hugging Face BERT checkpoint into a new
-workdir, `export_hf` writes a workdir's checkpoint as the Hugging Face model of its task.
+workdir, `export_hf` writes a workdir's checkpoint as the Hugging Face model of its task,
+and `export_sentence_transformers` its encoder as a sentence-transformers model that
+embeds as the workdir does.
 """
 
 import contextlib
@@ -28,13 +30,14 @@ from bertjax import workdir as workdir_lib
 from bertjax.convert import config_json, param_names, sentence_transformers, tokenizer_files
 from bertjax.convert.errors import ConversionError
 from bertjax.convert.param_names import FORMATS
+from bertjax.embedding import Pooling
 from bertjax.model import BertConfig, BertForPreTraining
 from bertjax.tasks import pretraining
-from bertjax.tasks.contract import Description, HFClass
+from bertjax.tasks.contract import Description, HFClass, Task
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.tokenizer import normalizer_lowercases
-from data_pipeline.vocab import VocabError, load_vocab
+from data_pipeline.vocab import Vocab, VocabError, load_vocab
 
 # Files that would have to be unpickled to be read.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
@@ -243,20 +246,27 @@ def _table(format: str, config: BertConfig, num_layers: int, hf_class: HFClass |
     family = config_json.hf_family(config)
     head, pooler = (None, True) if hf_class is None else (hf_class.head, hf_class.pooler)
     if family == "modernbert" and format == "hf":
-        return param_names.modernbert_names(num_layers, head, pooler)
-    if family == "modernbert":
+        table = param_names.modernbert_names(num_layers, head, pooler)
+    elif family == "modernbert":
         raise ConversionError(
             f"--format={format}: a model in ModernBERT's shape converts to and from Hugging "
             "Face's format (hf) only"
         )
-    if family != "bert":
+    elif family != "bert":
         raise ConversionError(
             f"no {format} checkpoint holds this model: its block options "
             f"(norm_placement={config.norm_placement!r}, feed_forward={config.feed_forward!r}, "
             f"position_embedding={config.position_embedding!r}, ...) are neither BERT's nor "
             "ModernBERT's (docs/modern-encoders.md)"
         )
-    return param_names.names(format, num_layers, head, pooler)
+    else:
+        table = param_names.names(format, num_layers, head, pooler)
+    if hf_class is not None and hf_class.bare:
+        prefix = _ENCODER_PREFIXES[family][0]
+        table = {
+            path: (name.removeprefix(prefix), layout) for path, (name, layout) in table.items()
+        }
+    return table
 
 
 def _untie(tensors: dict[str, np.ndarray], where: str, family: str) -> None:
@@ -483,6 +493,97 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     `AutoModelFor...from_pretrained(OUT_DIR)` loads it with nothing missing or
     unexpected, and `AutoTokenizer.from_pretrained(OUT_DIR)` tokenizes as the run did.
     """
+    source = _export_source(workdir, out_dir, step, hf_task=True)
+    try:
+        hf_class = source.task.hf_class(source.family, source.description)
+    except ValueError as e:
+        raise ConversionError(f"{source.task_file}: {e}") from None
+
+    # Without `step`, the newest checkpoint that verifies.
+    restored = inference.restore(source.workdir, step)
+    tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)
+    max_length = source.config.max_position_embeddings
+    with _staging_dir(source.out_dir) as staging:
+        _write_hf(staging, source, hf_class, tensors, max_length)
+    return {
+        "out_dir": source.out_dir,
+        "step": restored.step,
+        "config": source.config,
+        "class": hf_class.name,
+    }
+
+
+def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = None) -> dict:
+    """Writes `workdir`'s checkpoint (latest or `step`) as a sentence-transformers model that
+    embeds as `bertjax.embed` embeds with the workdir (sentence_transformers.py).
+
+    Any workdir's encoder exports, as its family's bare transformers class (BertModel,
+    ModernBertModel) without the task's heads, followed by the workdir's Pooling
+    (task.json's "embedding", else Pooling()'s mean) and Normalize when it normalizes;
+    texts are cut where bertjax.embed cuts them. `SentenceTransformer(OUT_DIR)` loads it,
+    and `AutoModel.from_pretrained(OUT_DIR)` loads its encoder with nothing missing or
+    unexpected (a BERT pretrained without a pooler: with add_pooling_layer=False).
+    """
+    source = _export_source(workdir, out_dir, step, hf_task=False)
+    try:
+        pooling = Pooling.from_json(source.description.embedding)
+    except (TypeError, ValueError) as e:
+        raise ConversionError(f'{source.task_file}: "embedding": {e}') from None
+    # What bertjax.embed reads of a text, [CLS] and [SEP] included.
+    max_length = min(
+        pooling.max_seq_length or source.description.max_seq_length,
+        source.config.max_position_embeddings,
+    )
+
+    restored = inference.restore(source.workdir, step)
+    # A BERT's pooler goes with it where the workdir has one (a BertModel has a pooler
+    # unless made without, and a user may read pooler_output), and is left out where it
+    # has none (pretrained with masked LM alone): a fresh random one would pass for
+    # trained weights. The pipeline then makes its BertModel without a pooler
+    # (add_pooling_layer=False), so nothing is missing. ModernBertModel has none.
+    pooler = source.family == "bert" and "pooler" in restored.params["bert"]
+    hf_class = HFClass(
+        "BertModel" if source.family == "bert" else "ModernBertModel",
+        head={},
+        pooler=pooler,
+        bare=True,
+    )
+    model_kwargs = {"add_pooling_layer": False} if source.family == "bert" and not pooler else {}
+    tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)
+    with _staging_dir(source.out_dir) as staging:
+        _write_hf(staging, source, hf_class, tensors, max_length)
+        sentence_transformers.write(
+            staging, pooling, source.config.hidden_size, model_kwargs=model_kwargs
+        )
+    return {
+        "out_dir": source.out_dir,
+        "step": restored.step,
+        "config": source.config,
+        "class": hf_class.name,
+        "pooling": dataclasses.replace(pooling, max_seq_length=max_length),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExportSource:
+    """A workdir to export, its files read and checked, and where it goes."""
+
+    workdir: str
+    out_dir: str
+    config: BertConfig
+    family: str  # config_json.hf_family
+    task: Task
+    task_file: str
+    description: Description
+    vocab: Vocab
+    vocab_file: str
+    tokenizer_data: dict
+
+
+def _export_source(workdir: str, out_dir: str, step: int | None, *, hf_task: bool):
+    """Every check of an export that reads no checkpoint: the workdir's model config,
+    task.json, vocabulary, the checkpoint `step` (None: any), and an empty `out_dir`.
+    With `hf_task`, its task must declare its transformers class (Task.hf_class)."""
     workdir = workdir_lib.absolute(workdir)
     out_dir = workdir_lib.absolute(out_dir)
     config = workdir_lib.read_model_config(workdir)
@@ -490,13 +591,13 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
         raise ConversionError(f"{os.path.join(workdir, workdir_lib.MODEL_CONFIG_FILE)}: missing")
     task_file = os.path.join(workdir, workdir_lib.TASK_FILE)
     kind, values = workdir_lib.read_task(workdir)
-    hf_class_of = _exported_task(kind, task_file).hf_class
+    if hf_task:
+        task = _exported_task(kind, task_file)
+    else:
+        task = tasks.get(kind, where=f"{task_file}: kind")
     family = config_json.hf_family(config)
     _table("hf", config, 0)  # a mix of BERT's and ModernBERT's blocks fails here, in one line
-    try:
-        hf_class = hf_class_of(family, Description.from_json(values, where=task_file))
-    except ValueError as e:
-        raise ConversionError(f"{task_file}: {e}") from None
+    description = Description.from_json(values, where=task_file)
     tokenizer_data = workdir_lib.read_tokenizer_data(workdir)
     vocab_file = workdir_lib.vocab_file(workdir)
     if vocab_file is None:
@@ -520,21 +621,18 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
         )
     _checkpoint_step(workdir, step)  # a checkpoint, and `step` among them
     _check_empty_destination(out_dir)
-
-    # Without `step`, the newest checkpoint that verifies.
-    restored = inference.restore(workdir, step)
-    tensors = tensors_from_params(restored.params, config, "hf", hf_class)
-    hf_config, tokenizer = _hf_files(restored, hf_class, vocab, vocab_file, tokenizer_data)
-    with _staging_dir(out_dir) as staging:
-        files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
-        for name, values in tokenizer.items():
-            files.atomic_write_json(os.path.join(staging, name), values)
-        if family == "bert":
-            with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
-                f.write("".join(token + "\n" for token in vocab.tokens))
-        with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
-            f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
-    return {"out_dir": out_dir, "step": restored.step, "config": config, "class": hf_class.name}
+    return _ExportSource(
+        workdir=workdir,
+        out_dir=out_dir,
+        config=config,
+        family=family,
+        task=task,
+        task_file=task_file,
+        description=description,
+        vocab=vocab,
+        vocab_file=vocab_file,
+        tokenizer_data=tokenizer_data,
+    )
 
 
 def _exported_task(kind: str, task_file: str):
@@ -552,12 +650,26 @@ def _exported_task(kind: str, task_file: str):
     return task
 
 
-def _hf_files(
-    restored, hf_class: HFClass, vocab, vocab_file: str, tokenizer_data: dict
-) -> tuple[dict, dict]:
-    """(config.json, tokenizer files) of a restored workdir's model as `hf_class`."""
-    config = restored.config
-    if config_json.hf_family(config) == "modernbert":
+def _write_hf(
+    staging: str, source: _ExportSource, hf_class: HFClass, tensors: dict, max_length: int
+) -> None:
+    """The Hugging Face model `hf_class` of `tensors` into `staging`: config.json,
+    model.safetensors and a tokenizer whose model_max_length is `max_length`."""
+    hf_config, tokenizer = _hf_files(source, hf_class, max_length)
+    files.atomic_write_json(os.path.join(staging, "config.json"), hf_config)
+    for name, values in tokenizer.items():
+        files.atomic_write_json(os.path.join(staging, name), values)
+    if source.family == "bert":
+        with tf.io.gfile.GFile(os.path.join(staging, "vocab.txt"), "w") as f:
+            f.write("".join(token + "\n" for token in source.vocab.tokens))
+    with tf.io.gfile.GFile(os.path.join(staging, "model.safetensors"), "wb") as f:
+        f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+
+
+def _hf_files(source: _ExportSource, hf_class: HFClass, max_length: int) -> tuple[dict, dict]:
+    """(config.json, tokenizer files) of the workdir's model as `hf_class`."""
+    config, vocab = source.config, source.vocab
+    if source.family == "modernbert":
         hf_config = {
             "architectures": [hf_class.name],
             "model_type": "modernbert",
@@ -570,7 +682,7 @@ def _hf_files(
             "eos_token_id": vocab.sep_id,
         }
         tokenizer = tokenizer_files.bpe_tokenizer_files(
-            vocab, _read_json(vocab_file), max_length=config.max_position_embeddings
+            vocab, _read_json(source.vocab_file), max_length=max_length
         )
         return hf_config, tokenizer
     hf_config = {
@@ -584,9 +696,9 @@ def _hf_files(
     }
     tokenizer = tokenizer_files.hf_tokenizer_files(
         vocab,
-        do_lower_case=tokenizer_data["do_lower_case"],
-        max_chars_per_word=tokenizer_data["max_chars_per_word"],
-        max_length=config.max_position_embeddings,
+        do_lower_case=source.tokenizer_data["do_lower_case"],
+        max_chars_per_word=source.tokenizer_data["max_chars_per_word"],
+        max_length=max_length,
     )
     return hf_config, tokenizer
 
@@ -596,6 +708,8 @@ def tensors_from_params(
 ) -> dict[str, np.ndarray]:
     """The checkpoint tensors (float32, the format's names and layouts) of our parameters:
     the pretraining model's, or in hf as `hf_class` holds them."""
+    if hf_class is not None and hf_class.bare:
+        params = {"bert": params["bert"]}  # the task's heads stay behind
     params = {**params, "bert": model_lib.unstack_layers(params["bert"], config.num_hidden_layers)}
     flat = {path: np.asarray(value, np.float32) for path, value in _flat(params).items()}
     table = _table(format, config, config.num_hidden_layers, hf_class)

@@ -8,7 +8,9 @@ Two formats:
 
 A fine-tuned model is exported only, and only to hf: the encoder's rows of TABLE
 and its head's Dense modules as the Linears its task's transformers class names
-(the task's `hf_class`, bertjax/tasks/contract.py).
+(the task's `hf_class`, bertjax/tasks/contract.py). A sentence-transformers export
+holds the encoder's rows alone, as the bare BertModel or ModernBertModel names them:
+without the HF_ENCODER_PREFIX or MODERNBERT_ENCODER_PREFIX.
 
 Each row of TABLE is (our path, TF name, HF name, layout); `{i}` is a layer
 index. A layout says how a source tensor becomes ours: transpose it when that

@@ -2,12 +2,17 @@
 written at export (the files its `SentenceTransformer(directory)` loads).
 
     modules.json                 the pipeline: Transformer, Pooling, then Normalize or not
-    sentence_bert_config.json    the Transformer's max_seq_length (its texts are cut to it)
+    sentence_bert_config.json    the Transformer's settings; up to sentence-transformers 5
+                                 also its max_seq_length (its texts are cut to it)
+    tokenizer_config.json        from 6 on, the max_seq_length is its model_max_length
     1_Pooling/config.json        the pooling mode
+    config_sentence_transformers.json   the kind of model and its similarity (written only)
 
 bertjax embeds as such a pipeline does when it is a Transformer (BERT or ModernBERT),
 a Pooling of mode mean, cls or lasttoken, and optionally Normalize
-(bertjax/embedding.py); any other module is refused at import, naming it.
+(bertjax/embedding.py); any other module is refused at import, naming it. An export
+writes these files as sentence-transformers 6.2's `SentenceTransformer.save` does,
+beside the Hugging Face model of the Transformer (import_export.py writes that).
 """
 
 import json
@@ -19,8 +24,18 @@ from data_pipeline import files
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
+MODEL_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"
+# The modules' classes as sentence-transformers 6 names them in modules.json (up to 5:
+# sentence_transformers.models.Transformer, ..., which 6 still loads).
+MODULE_TYPES = {
+    "Transformer": "sentence_transformers.base.modules.transformer.Transformer",
+    "Pooling": "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+    "Normalize": "sentence_transformers.base.modules.normalize.Normalize",
+}
+# The version whose files write() writes: an older one warns that the model is newer.
+WRITTEN_AS = "6.2.0"
 # sentence-transformers' pooling modes -> ours.
 MODES = {"mean": "mean", "cls": "cls", "lasttoken": "last"}
 # Its legacy Pooling config: one boolean per mode.
@@ -53,16 +68,31 @@ def read(directory: str) -> tuple[str, Pooling]:
         )
     transformer = os.path.join(directory, modules[0].get("path", ""))
     pooling_dir = os.path.join(directory, modules[1].get("path", ""))
-    settings_file = os.path.join(transformer, TRANSFORMER_CONFIG_FILE)
-    settings = _json(settings_file) if files.exists(settings_file) else {}
-    length = settings.get("max_seq_length") or 0
-    if not isinstance(length, int) or length < 3:
-        raise ConversionError(f"{settings_file}: max_seq_length {length!r} is not a length")
     return transformer, Pooling(
         mode=_mode(os.path.join(pooling_dir, "config.json")),
         normalize=len(modules) == 3,
-        max_seq_length=length,
+        max_seq_length=_max_seq_length(transformer),
     )
+
+
+def _max_seq_length(transformer: str) -> int:
+    """Where the Transformer module cuts texts: its settings' max_seq_length, else (as
+    sentence-transformers 6 saves it) its tokenizer's model_max_length, at most the
+    model's max_position_embeddings, as sentence-transformers takes them."""
+    settings_file = os.path.join(transformer, TRANSFORMER_CONFIG_FILE)
+    settings = _json(settings_file) if files.exists(settings_file) else {}
+    key, where = "max_seq_length", settings_file
+    length = settings.get(key)
+    tokenizer_file = os.path.join(transformer, "tokenizer_config.json")
+    if length is None and files.exists(tokenizer_file):
+        key, where = "model_max_length", tokenizer_file
+        length = _json(tokenizer_file).get(key)
+        positions = _json(os.path.join(transformer, "config.json")).get("max_position_embeddings")
+        if isinstance(length, int) and isinstance(positions, int):
+            length = min(length, positions)
+    if not isinstance(length, int) or length < 3:
+        raise ConversionError(f"{where}: {key} {length!r} is not a length")
+    return length
 
 
 def _mode(config_file: str) -> str:
@@ -81,40 +111,53 @@ def _mode(config_file: str) -> str:
     return MODES[modes[0]]
 
 
-def write(out_dir: str, pooling: Pooling, hidden_size: int, max_seq_length: int) -> None:
+def write(
+    out_dir: str, pooling: Pooling, hidden_size: int, *, model_kwargs: dict | None = None
+) -> None:
     """The module files of a pipeline that embeds as `pooling` does, beside the Hugging Face
-    model already in `out_dir`."""
+    model already in `out_dir`, whose tokenizer_config.json's model_max_length is where
+    texts are cut (pooling.max_seq_length is not read here). `model_kwargs` go to the
+    Transformer's `from_pretrained` (add_pooling_layer=False: a BertModel without a
+    pooler)."""
+    names = ["Transformer", "Pooling"] + (["Normalize"] if pooling.normalize else [])
+    paths = {"Transformer": "", "Pooling": POOLING_DIR, "Normalize": NORMALIZE_DIR}
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": POOLING_DIR,
-            "type": "sentence_transformers.models.Pooling",
-        },
+        {"idx": i, "name": str(i), "path": paths[name], "type": MODULE_TYPES[name]}
+        for i, name in enumerate(names)
     ]
-    if pooling.normalize:
-        modules.append(
-            {
-                "idx": 2,
-                "name": "2",
-                "path": NORMALIZE_DIR,
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
-        files.atomic_write(os.path.join(out_dir, NORMALIZE_DIR, "config.json"), "{}\n")
-    mode = next(theirs for theirs, ours in MODES.items() if ours == pooling.mode)
-    pooling_config = {
-        "embedding_dimension": hidden_size,
-        "pooling_mode": mode,
-        "include_prompt": True,
+    transformer = {
+        "transformer_task": "feature-extraction",
+        "modality_config": {
+            "text": {"method": "forward", "method_output_name": "last_hidden_state"}
+        },
+        "module_output_name": "token_embeddings",
     }
-    for path, values in (
-        (MODULES_FILE, modules),
-        (TRANSFORMER_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False}),
-        (os.path.join(POOLING_DIR, "config.json"), pooling_config),
-    ):
-        files.atomic_write(os.path.join(out_dir, path), json.dumps(values, indent=2) + "\n")
+    if model_kwargs:
+        transformer["model_kwargs"] = model_kwargs
+    mode = next(theirs for theirs, ours in MODES.items() if ours == pooling.mode)
+    written = {
+        MODEL_CONFIG_FILE: {
+            "__version__": {"sentence_transformers": WRITTEN_AS},
+            "model_type": "SentenceTransformer",
+            "prompts": {"query": "", "document": ""},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+        MODULES_FILE: modules,
+        TRANSFORMER_CONFIG_FILE: transformer,
+        os.path.join(POOLING_DIR, "config.json"): {
+            "embedding_dimension": hidden_size,
+            "pooling_mode": mode,
+            "include_prompt": True,
+        },
+    }
+    if pooling.normalize:
+        written[os.path.join(NORMALIZE_DIR, "config.json")] = {
+            "module_input_name": "sentence_embedding",
+            "module_output_name": "sentence_embedding",
+        }
+    for path, values in written.items():
+        files.atomic_write_json(os.path.join(out_dir, path), values)
 
 
 def _json(path: str):

@@ -189,6 +189,10 @@ class HFClass:
     pooler: bool = True
     # config.json's fields of the head: num_labels, id2label, problem_type, ...
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The family's bare encoder (BertModel, ModernBertModel; `head` {}), which names its
+    # tensors without the prefix ("bert.", "model.") the classes with heads add: what a
+    # sentence-transformers export holds, whatever the workdir's task.
+    bare: bool = False
 
 
 def _unchanged(config, workdir: str):

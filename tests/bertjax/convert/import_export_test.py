@@ -652,11 +652,15 @@ def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
     "args,message",
     [
         (["import", "--format", "hf", "a"], "usage: python -m bertjax.convert import"),
-        (["export", "--format", "tf", "a", "b"], "export writes --format hf only"),
+        (["export", "--format", "tf", "a", "b"], "export writes --format hf or"),
+        (
+            ["import", "--format", "sentence-transformers", "a", "b"],
+            "import reads --format tf or hf",
+        ),
         (["import", "--format", "hf", "a", "b", "--step", "3"], "--step is an option of export"),
         (["convert", "--format", "hf", "a", "b"], "expected a command, import or export"),
     ],
-    ids=["one-path", "export-tf", "step-on-import", "no-command"],
+    ids=["one-path", "export-tf", "import-st", "step-on-import", "no-command"],
 )
 def test_cli_usage_errors(args, message):
     result = run_cli(*args)

@@ -282,3 +282,20 @@ def test_a_mix_of_the_two_blocks_is_refused_before_anything_is_restored(imported
     path.write_text(json.dumps({**json.loads(path.read_text()), "feed_forward": "mlp"}))
     with pytest.raises(import_export.ConversionError, match="neither BERT's nor ModernBERT's"):
         import_export.export_hf(str(workdir), str(tmp_path / "out"))
+
+
+def test_a_modernbert_workdir_exports_as_a_sentence_transformer(imported, tmp_path, test_extras):
+    from sentence_transformers import SentenceTransformer  # test_extras put it on sys.path
+
+    # A classification workdir: its pooler (ModernBERT's `head`) and classifier stay behind.
+    workdir = finetuned_workdir(imported[0], tmp_path, "classification")
+    out = tmp_path / "st"
+    result = import_export.export_sentence_transformers(workdir, str(out))
+    assert result["class"] == "ModernBertModel"
+    _, info = transformers.AutoModel.from_pretrained(str(out), output_loading_info=True)
+    assert not any(info.values()), info
+    texts = [*TEXTS, "word " * 200]  # past the run's 128 tokens: cut there
+    ours = bertjax.embed(bertjax.restore(workdir), texts)
+    theirs = SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    print(f"ModernBERT exported: {np.abs(theirs - ours).max():.1e} from bertjax.embed")

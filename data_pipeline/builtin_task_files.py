@@ -109,6 +109,48 @@ def code_sentences(
     return splits
 
 
+def retrieval_collection(documents: Sequence[tuple[str, Sequence[str]]], *, seed: int = 0):
+    """(corpus {id: passage}, queries {id: text}, qrels {split: [(query id, passage id)]}):
+    each window of SENTENCES_PER_CONTEXT sentences is a passage; one of its sentences (6 to
+    30 words) is taken out of it to be its query. Train queries come from the training
+    documents; dev and test (alternately) from the held-out ones."""
+    rng = random.Random(seed)
+    corpus, queries = {}, {}
+    qrels = {"train": [], "dev": [], "test": []}
+    held_out = 0
+    for name, sentences in documents:
+        held_out_document = _split_of(sentences) == "eval"
+        for start in range(0, len(sentences) - SENTENCES_PER_CONTEXT + 1, SENTENCES_PER_CONTEXT):
+            window = [_one_line(s) for s in sentences[start : start + SENTENCES_PER_CONTEXT]]
+            key = f"{name.removeprefix('builtin:')}:{start}"
+            candidates = [i for i, s in enumerate(window) if 6 <= len(s.split()) <= 30]
+            if not candidates:
+                corpus[key] = " ".join(window)
+                continue
+            index = rng.choice(candidates)
+            corpus[key] = " ".join(window[:index] + window[index + 1 :])
+            queries[key] = window[index]
+            split = ("dev", "test")[held_out % 2] if held_out_document else "train"
+            held_out += held_out_document
+            qrels[split].append((key, key))
+    return corpus, queries, qrels
+
+
+def _write_beir(out_dir: str, corpus: dict, queries: dict, qrels: dict) -> dict[str, int]:
+    """The collection in BEIR's layout under `out_dir`; the number of entries per file."""
+    counts = {}
+    for name, texts in (("corpus.jsonl", corpus), ("queries.jsonl", queries)):
+        lines = (json.dumps({"_id": key, "text": text}) + "\n" for key, text in texts.items())
+        files.atomic_write(os.path.join(out_dir, name), "".join(lines))
+        counts[name] = len(texts)
+    for split, pairs in qrels.items():
+        name = os.path.join("qrels", f"{split}.tsv")
+        rows = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q, d in pairs]
+        files.atomic_write(os.path.join(out_dir, name), "\n".join(rows) + "\n")
+        counts[name] = len(pairs)
+    return counts
+
+
 def write_tasks(out_dir: str) -> dict[str, int]:
     """Writes the three tasks into `out_dir`; returns the number of examples per file."""
     documents = builtin_corpus.documents()
@@ -129,6 +171,8 @@ def write_tasks(out_dir: str) -> dict[str, int]:
         lines = ("".join(f"{word} {tag}\n" for word, tag in tagged) for tagged in sentences)
         files.atomic_write(path, "\n".join(lines))
         counts[os.path.basename(path)] = len(sentences)
+    retrieval = _write_beir(os.path.join(out_dir, "retrieval"), *retrieval_collection(documents))
+    counts.update({os.path.join("retrieval", name): n for name, n in retrieval.items()})
     return counts
 
 

@@ -1,4 +1,4 @@
-"""Three small fine-tuning tasks made from the built-in corpus, so fine-tuning can be shown here.
+"""Four small fine-tuning tasks made from the built-in corpus, so fine-tuning can be shown here.
 
     python -m data_pipeline.builtin_tasks --out_dir DIR
 
@@ -19,6 +19,12 @@ writes, in the formats the fine-tuning readers take:
       sentence are code? The manual puts code in double quotes ("x.name",
       "__getattr__()"); the quotes are taken out and their words tagged B-CODE,
       I-CODE, the others O. Held-out sentences come from held-out documents.
+  retrieval/
+      a BEIR-layout collection (corpus.jsonl, queries.jsonl, qrels/train.tsv,
+      dev.tsv, test.tsv): each window of three sentences of a document is a
+      passage, with one of its sentences taken out to be its query (the inverse
+      cloze task). Train queries come from the training documents, dev and test
+      (alternately) from the held-out ones; all search the whole corpus.
 
 All are deterministic for a Python version (the corpus is its documentation).
 """

@@ -76,8 +76,8 @@ def train_step(
     model, objective = setup.model, setup.objective
     denominators = objective.denominators(batch)
 
-    def loss_fn(params, microbatch, dropout_rng):
-        outputs = apply_model(
+    def forward(params, microbatch, dropout_rng):
+        return apply_model(
             model.module,
             params,
             microbatch,
@@ -85,10 +85,21 @@ def train_step(
             deterministic=False,
             rngs={"dropout": dropout_rng},
         )
+
+    def loss_of_outputs(outputs, microbatch):
         sums = objective.sums(outputs, microbatch)
         return objective.loss(sums, denominators), sums
 
-    grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
+    if objective.whole_batch and num_microbatches > 1:
+        grads, sums = cached_gradients(
+            forward, loss_of_outputs, state.params, batch, step_rng, num_microbatches
+        )
+    else:
+
+        def loss_fn(params, microbatch, dropout_rng):
+            return loss_of_outputs(forward(params, microbatch, dropout_rng), microbatch)
+
+        grads, sums = accumulate_gradients(loss_fn, state.params, batch, step_rng, num_microbatches)
     if skip_non_finite:
         finite = all_finite(grads)
         sums = jax.tree.map(lambda s: jnp.where(finite, s, jnp.zeros_like(s)), sums)
@@ -125,6 +136,46 @@ def accumulate_gradients(loss_fn, params, batch, rng, num_microbatches: int):
         lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(grad_fn, params, first, rng)
     )
     (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(num_microbatches), pieces))
+    return grads, sums
+
+
+def cached_gradients(forward, loss_of_outputs, params, batch, rng, num_microbatches: int):
+    """Gradients and metric sums of a loss that reads the whole batch's outputs together
+    (in-batch negatives), with one microbatch's activations alive at a time: GradCache
+    (Gao et al., 2021, arXiv:2101.06983).
+
+    The microbatches' outputs are computed first, without gradients; the loss and its
+    gradients with respect to those outputs come from the whole batch at once; then each
+    microbatch is run again (with the same dropout rng) and its parameter gradients are
+    its outputs' gradients pulled back through it. The result is the whole batch's
+    gradient: `forward(params, microbatch, rng) -> outputs`, `loss_of_outputs(outputs,
+    batch) -> (loss, sums)`.
+    """
+    pieces = jax.tree.map(
+        lambda x: x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:]),
+        batch,
+    )
+    indices = jnp.arange(num_microbatches)
+
+    def piece_outputs(inputs):
+        index, microbatch = inputs
+        return forward(params, microbatch, jax.random.fold_in(rng, index))
+
+    stacked = jax.lax.map(piece_outputs, (indices, pieces))
+    outputs = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), stacked)
+    (_, sums), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(outputs, batch)
+    output_grads = jax.tree.map(lambda g, x: g.reshape(x.shape), output_grads, stacked)
+
+    def accumulate(carry, inputs):
+        index, microbatch, cotangent = inputs
+        _, pull_back = jax.vjp(
+            lambda p: forward(p, microbatch, jax.random.fold_in(rng, index)), params
+        )
+        (grads,) = pull_back(cotangent)
+        return jax.tree.map(jnp.add, carry, grads), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    grads, _ = jax.lax.scan(accumulate, zeros, (indices, pieces, output_grads))
     return grads, sums
 
 

@@ -120,6 +120,9 @@ class Objective:
     loss: Callable[[dict, Any], jax.Array]
     summarize: Callable[[dict], dict[str, float]]  # sums -> means; has "loss"
     console: tuple[tuple[str, str], ...]  # (metric, short label) shown on train lines
+    # The loss reads the whole batch's outputs together (in-batch negatives), so
+    # microbatches are GradCache's (train.cached_gradients), not separate losses.
+    whole_batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

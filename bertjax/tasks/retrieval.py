@@ -65,11 +65,6 @@ def check_options(config) -> None:
             f"config.train_batch_size={config.train_batch_size}: a batch of one pair has no "
             "in-batch negatives; use at least 2"
         )
-    if config.optimizer.num_microbatches != 1:
-        raise ConfigError(
-            f"config.optimizer.num_microbatches={config.optimizer.num_microbatches}: "
-            "microbatches would see only their own negatives; the retrieval task takes 1"
-        )
 
 
 def check_config(config) -> None:
@@ -128,6 +123,7 @@ def setup(config, workdir: str) -> Setup:
             loss=weighted_mean_loss,
             summarize=losses.summarize_finetune,
             console=(("accuracy", "acc"),),
+            whole_batch=True,  # microbatches encode; the loss sees every negative
         ),
         data=Data(
             vocab_file=pretrained.vocab_file,

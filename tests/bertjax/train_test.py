@@ -277,3 +277,56 @@ def test_an_eval_split_too_small_for_one_batch_fails_before_the_first_step(tmp_p
     with pytest.raises(data_config_lib.ConfigError, match="eval split gives no batch of"):
         train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs():
+    # GradCache: four microbatches give the gradient of the in-batch negatives loss over
+    # all 16 pairs, not the sum of four losses over 4 pairs each.
+    from bertjax import losses
+    from bertjax.embedding import BertForEmbedding, Pooling
+    from bertjax.model import BertConfig
+
+    config = BertConfig.from_dict(
+        dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=48, max_position_embeddings=40, type_vocab_size=2,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    )  # fmt: skip
+    module = BertForEmbedding(config, Pooling(normalize=True), passage_length=8)
+    rng = np.random.default_rng(0)
+    batch = {
+        "query_ids": rng.integers(1, 61, (16, 6), dtype=np.int32),
+        "query_mask": np.ones((16, 6), np.int32),
+        "passage_ids": rng.integers(1, 61, (16, 16), dtype=np.int32),
+        "passage_mask": np.ones((16, 16), np.int32),
+        "query_key": np.arange(16, dtype=np.int32),
+        "passage_keys": np.arange(32, dtype=np.int32).reshape(16, 2),
+        "example_weight": np.ones(16, np.float32),
+    }
+    names = ("query_ids", "query_mask", "passage_ids", "passage_mask")
+    params = module.init(jax.random.key(0), *(batch[n] for n in names), deterministic=True)
+    params = params["params"]
+
+    def forward(params, microbatch, dropout_rng):
+        inputs = (microbatch[n] for n in names)
+        return module.apply(
+            {"params": params}, *inputs, deterministic=False, rngs={"dropout": dropout_rng}
+        )
+
+    def loss_of_outputs(outputs, microbatch):
+        sums = losses.in_batch_negatives_sums(outputs, microbatch, scale=20.0)
+        return sums["loss_sum"] / 16, sums
+
+    key = jax.random.key(1)
+    whole = jax.grad(lambda p: loss_of_outputs(forward(p, batch, key), batch)[0])(params)
+    cached, sums = jax.jit(train.cached_gradients, static_argnums=(0, 1, 5))(
+        forward, loss_of_outputs, params, batch, key, 4
+    )
+    separate, _ = train.accumulate_gradients(
+        lambda p, b, r: loss_of_outputs(forward(p, b, r), b), params, batch, key, 4
+    )
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), cached, whole)
+    assert float(sums["weight"]) == 16
+    differences = jax.tree.leaves(
+        jax.tree.map(lambda a, b: float(abs(a - b).max()), separate, whole)
+    )
+    assert max(differences) > 1e-3

@@ -72,18 +72,25 @@ def check_config(config) -> None:
     check_options(config)
 
 
-def setup(config, workdir: str) -> Setup:
-    pretrained = finetune.load_pretrained(config, workdir, TASK_KEYS)
-    check_config(config)
+def _load_data(config, pretrained) -> retrieval_input.RetrievalTask:
+    """The run's pairs and held-out collection, checked against the checkpoint."""
     data = retrieval_input.load_retrieval_task(config.data)
-    lengths = data.config.max_query_length, data.config.max_seq_length
-    if max(lengths) > pretrained.model_config.max_position_embeddings:
+    limit = pretrained.model_config.max_position_embeddings
+    if data.config.max_query_length > limit:
         raise ConfigError(
-            f"config.data.max_query_length={lengths[0]}: above the checkpoint's "
-            f"max_position_embeddings={pretrained.model_config.max_position_embeddings}"
+            f"config.data.max_query_length={data.config.max_query_length}: above the "
+            f"checkpoint's max_position_embeddings={limit}"
         )
     if data.train is None:
         raise ConfigError("config.data: no training pairs (train_file or train_split)")
+    return data
+
+
+def setup(config, workdir: str) -> Setup:
+    pretrained = finetune.load_pretrained(config, workdir, TASK_KEYS)
+    check_config(config)
+    data = _load_data(config, pretrained)
+    lengths = data.config.max_query_length, data.config.max_seq_length
     width = 1 + len(data.config.negatives)
     pooling = Pooling(
         config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length

@@ -7,4 +7,5 @@ attention_kernels  the attention implementations
 events             what the event log and the input-wait timing add to a step
 checkpoint         saving and restoring a train state
 encoders           BERT-Tiny against the modern encoder recipe at equal FLOPs
+embedding          contrastive fine-tuning's pairs/s against sentence-transformers
 """

@@ -10,7 +10,8 @@ positive, and --config.data.negatives=neg1,neg2 for hard negatives) and optional
 --config.data.eval_file. The recipe is sentence-transformers' for
 MultipleNegativesRankingLoss (scale 20, cosine, batch 32, lr 2e-5, warmup 10%).
 Every data option is a field of data_pipeline.finetune.retrieval_input.RetrievalConfig.
-Hardware: any; on this 2-core CPU MiniLM trains about 20 pairs/s at 64 + 128 tokens.
+Hardware: any; on the 2-core CPU MiniLM trains about 10 pairs/s at 32 + 128 tokens
+(python -m bertjax.bench.embedding).
 Expected result: results.json holds {"eval": {"ndcg@10": ..., "mrr@10": ...,
 "recall@100": ..., "map@100": ...}, "best": ...}; docs/embeddings.md has figures.
 """

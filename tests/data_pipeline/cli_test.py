@@ -23,6 +23,7 @@ TOOLS = (
     "bertjax.bench.throughput",
     "bertjax.bench.events",
     "bertjax.bench.encoders",
+    "bertjax.bench.embedding",
     "bertjax.bench.packed_step",
     "bertjax.bench.attention_kernels",
     "bertjax.tpu.aot",

@@ -6,18 +6,17 @@ import jax
 import numpy as np
 
 from bertjax import inference
-from bertjax.retrieval import metrics, search
+from bertjax.retrieval import command, metrics, search
 from bertjax.tasks import scores
 from data_pipeline import files
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import records, retrieval_input
 
-DEPTH = 100  # passages per query in run.trec: what Recall@100 and MAP@100 read
 RUN_FILE, METRICS_FILE = "run.trec", "metrics.json"
 
 
 def main(args) -> None:
-    if len(args.argv) != 1 or args.argv[0] not in ("evaluate", "sts"):
+    if len(args.argv) != 1 or args.argv[0] not in command.COMMANDS:
         raise UserError(f"expected a command, evaluate or sts; got: {' '.join(args.argv)}")
     if args.argv[0] == "evaluate":
         for flag in ("data_dir", "out"):
@@ -48,10 +47,10 @@ def evaluate(
     passages = inference.embed(restored, collection.passages, batch_size=batch_size)
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("corpus",))
     run = search.ranked(
-        collection.query_ids, collection.passage_ids, queries, passages, DEPTH, mesh=mesh
+        collection.query_ids, collection.passage_ids, queries, passages, metrics.DEPTH, mesh=mesh
     )
     figures = metrics.evaluate(collection.qrels, run)
-    metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=DEPTH)
+    metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=metrics.DEPTH)
     record = {
         **figures,
         "workdir": workdir,

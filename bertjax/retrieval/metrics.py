@@ -26,6 +26,8 @@ import numpy as np
 from data_pipeline import files
 
 MEASURES = ("ndcg@10", "mrr@10", "recall@100", "map@100")
+# Passages kept per query in a run: what Recall@100 and MAP@100 read.
+DEPTH = 100
 
 
 def ranking(scores: Mapping[str, float]) -> list[str]:

@@ -41,8 +41,6 @@ from data_pipeline.finetune import retrieval_input
 # The keys of a retrieval config besides a fine-tuning config's.
 TASK_KEYS = ("embedding", "loss")
 MODEL_INPUTS = ("query_ids", "query_mask", "passage_ids", "passage_mask")
-# Passages searched per query: what Recall@100 and MAP@100 read.
-DEPTH = 100
 
 
 def check_options(config) -> None:
@@ -170,14 +168,14 @@ def _eval_outputs(outputs, batch):
 
 def _score(collection, outputs: list):
     """The held-out collection searched with the vectors of its batches: trec_eval's
-    measures of the top DEPTH passages per query."""
+    measures of the top metrics.DEPTH passages per query."""
     queries, passages, query_index, passage_index = (
         np.concatenate(parts) for parts in zip(*outputs, strict=True)
     )
     query_vectors = queries[query_index >= 0][np.argsort(query_index[query_index >= 0])]
     passage_vectors = passages[passage_index >= 0][np.argsort(passage_index[passage_index >= 0])]
     run = search.ranked(
-        collection.query_ids, collection.passage_ids, query_vectors, passage_vectors, DEPTH
+        collection.query_ids, collection.passage_ids, query_vectors, passage_vectors, metrics.DEPTH
     )
     return metrics.evaluate(collection.qrels, run), None
 

@@ -38,14 +38,15 @@ def test_a_program_loaded_from_the_persistent_cache_is_counted_once():
         del kwargs
         durations.append((name, seconds))
 
+    def function():  # a new function each time: traced again, so the cache is asked
+        return lambda x: jnp.sin(x) * 7.0 + x.shape[0]
+
     jax.monitoring.register_event_duration_secs_listener(record)
-    function = lambda x: jnp.sin(x) * 7.0 + x.shape[0]  # noqa: E731
     try:
-        jax.jit(function)(jnp.ones(23)).block_until_ready()  # compiled, then stored
-        jax.clear_caches()
+        jax.jit(function())(jnp.ones(23)).block_until_ready()  # compiled, then stored
         durations.clear()
         before = events.compile_seconds()
-        jax.jit(function)(jnp.ones(23)).block_until_ready()  # loaded
+        jax.jit(function())(jnp.ones(23)).block_until_ready()  # loaded
         counted = events.compile_seconds() - before
     finally:
         jax.monitoring.unregister_event_duration_listener(record)

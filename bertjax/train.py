@@ -111,6 +111,23 @@ def all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
+def split_microbatches(batch, num_microbatches: int):
+    """[B, ...] arrays as [M, B / M, ...], microbatch m holding rows m, m + M, m + 2M, ...:
+    a batch sharded over the data axes in blocks of rows keeps every microbatch spread
+    over all the devices (one microbatch per block would leave the others idle)."""
+    return jax.tree.map(
+        lambda x: jnp.swapaxes(
+            x.reshape(x.shape[0] // num_microbatches, num_microbatches, *x.shape[1:]), 0, 1
+        ),
+        batch,
+    )
+
+
+def join_microbatches(pieces):
+    """split_microbatches undone: [M, B / M, ...] back to [B, ...] in the batch's order."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), pieces)
+
+
 def accumulate_gradients(loss_fn, params, batch, rng, num_microbatches: int):
     """Gradients and metric sums of `loss_fn(params, batch, rng) -> (loss, sums)`.
 
@@ -121,10 +138,7 @@ def accumulate_gradients(loss_fn, params, batch, rng, num_microbatches: int):
     grad_fn = jax.grad(loss_fn, has_aux=True)
     if num_microbatches == 1:
         return grad_fn(params, batch, rng)
-    pieces = jax.tree.map(
-        lambda x: x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:]),
-        batch,
-    )
+    pieces = split_microbatches(batch, num_microbatches)
 
     def accumulate(carry, inputs):
         index, microbatch = inputs
@@ -151,20 +165,16 @@ def cached_gradients(forward, loss_of_outputs, params, batch, rng, num_microbatc
     gradient: `forward(params, microbatch, rng) -> outputs`, `loss_of_outputs(outputs,
     batch) -> (loss, sums)`.
     """
-    pieces = jax.tree.map(
-        lambda x: x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:]),
-        batch,
-    )
+    pieces = split_microbatches(batch, num_microbatches)
     indices = jnp.arange(num_microbatches)
 
     def piece_outputs(inputs):
         index, microbatch = inputs
         return forward(params, microbatch, jax.random.fold_in(rng, index))
 
-    stacked = jax.lax.map(piece_outputs, (indices, pieces))
-    outputs = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), stacked)
+    outputs = join_microbatches(jax.lax.map(piece_outputs, (indices, pieces)))
     (_, sums), output_grads = jax.value_and_grad(loss_of_outputs, has_aux=True)(outputs, batch)
-    output_grads = jax.tree.map(lambda g, x: g.reshape(x.shape), output_grads, stacked)
+    output_grads = split_microbatches(output_grads, num_microbatches)
 
     def accumulate(carry, inputs):
         index, microbatch, cotangent = inputs

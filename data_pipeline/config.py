@@ -7,6 +7,7 @@ check runs before any file is read, and every error names the option it is about
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
@@ -120,6 +121,24 @@ class DataConfig:
         if split == "eval" and self.eval_masked_lm_prob:
             return self.eval_masked_lm_prob
         return self.masked_lm_prob
+
+
+def read_config_file(spec: str) -> ml_collections.ConfigDict:
+    """The config of an experiment file, `FILE.py` or `FILE.py:ARG`, as --config reads it."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    path = spec.split(":")[0]
+    if not path.endswith(".py") or not os.path.isfile(path):
+        raise ConfigError(f"{spec}: no such experiment config (a .py file, FILE.py[:ARG])")
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=values)
+    try:
+        values(["", f"--config={spec}"])
+    except (flags.IllegalFlagValueError, SyntaxError) as error:
+        cause = str(error).strip().splitlines()[-1]
+        raise ConfigError(f"{spec}: not an experiment config ({cause})") from None
+    return values.config
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -25,9 +25,9 @@ import os
 import pathlib
 
 from absl import flags
-from ml_collections import config_flags
 
 from bertjax import program
+from data_pipeline import config as data_config
 
 FLAGS = flags.FLAGS
 EVAL_BATCH = 64
@@ -46,10 +46,7 @@ PRETRAIN_CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "experiments" /
 
 def load_config(name: str):
     """A fresh copy of experiments/pretrain/NAME's config."""
-    values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", str(PRETRAIN_CONFIGS / name), flag_values=values)
-    values(["encoders"])
-    return values.config
+    return data_config.read_config_file(str(PRETRAIN_CONFIGS / name))
 
 
 def configs(bert_steps: int) -> dict:

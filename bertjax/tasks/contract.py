@@ -103,6 +103,8 @@ class Model:
     # The model's inputs, in the order module.apply takes them, with their
     # lengths for init: {"input_ids": max_seq_length, ...}.
     inputs: dict[str, int]
+    # Those of them that hold token ids: a row's tokens are their lengths' sum.
+    token_inputs: tuple[str, ...] = ("input_ids",)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

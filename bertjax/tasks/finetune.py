@@ -14,6 +14,7 @@ evaluates with the task's official metrics after every epoch and at the end.
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from flax import linen as nn
 
 from bertjax import flops, losses, optim
+from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import PARAMETER_FIELDS, BertConfig
 from bertjax.sharding import BATCH_AXES
@@ -40,10 +42,11 @@ from bertjax.tasks.contract import (
     weighted_mean_loss,
 )
 from data_pipeline import config as data_config_lib
+from data_pipeline import files
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
 from data_pipeline.tokenizer import make_tokenizer
-from data_pipeline.vocab import load_vocab
+from data_pipeline.vocab import load_vocab, write_placeholder_vocab
 
 # The keys of a fine-tuning config besides the loop's (task.LOOP_KEYS).
 CONFIG_KEYS = ("num_train_epochs", "random_init")
@@ -72,6 +75,11 @@ def check_config(config, task_keys: tuple[str, ...] = ()) -> None:
         raise ConfigError(
             "config.init_checkpoint: fine-tuning needs a pretraining or converted workdir "
             "(its architecture, vocabulary and, unless config.random_init, its parameters)"
+        )
+    if config.init_checkpoint.split(":")[0].endswith(".py"):
+        raise ConfigError(
+            f"config.init_checkpoint={config.init_checkpoint!r}: a pretraining config stands "
+            "for its run only in bertjax.tpu.aot; fine-tune from the workdir that run wrote"
         )
     unknown_model = sorted(set(config.model.keys()) - set(MODEL_OVERRIDES))
     if unknown_model:
@@ -143,6 +151,35 @@ def load_pretrained(config, workdir: str, task_keys: tuple[str, ...] = ()) -> Pr
             and not tokenizer_data["next_sentence_prediction"]
         ),
     )
+
+
+def without_checkpoint(config, workdir: str):
+    """Task.without_data of a fine-tuning config whose init checkpoint does not exist yet:
+    `config.init_checkpoint=FILE.py[:ARG]`, the pretraining config that will write it,
+    becomes a placeholder of that run in WORKDIR/pretrained (its model config, task.json
+    and a WordPiece vocabulary of its size). The model builds and compiles ahead of time;
+    the placeholder has no parameters, so it trains nothing. Any other config is returned
+    as it is."""
+    config = config.copy_and_resolve_references()
+    if not config.init_checkpoint.split(":")[0].endswith(".py"):
+        return config
+    pretraining = data_config_lib.read_config_file(config.init_checkpoint)
+    model_config = model_lib.from_config(pretraining.model)
+    folder = os.path.join(workdir, "pretrained")
+    vocab = os.path.join(folder, "vocab.txt")
+    tokenizer_data = {**pretraining.data.to_dict(), "tokenizer": "wordpiece", "vocab_file": vocab}
+    description = {"max_seq_length": pretraining.data.max_seq_length}
+    files.atomic_write_json(
+        os.path.join(folder, workdir_lib.MODEL_CONFIG_FILE), model_config.to_dict()
+    )
+    files.atomic_write_json(
+        os.path.join(folder, workdir_lib.TASK_FILE),
+        {"kind": "pretraining", **description, "tokenizer_data": tokenizer_data},
+    )
+    write_placeholder_vocab(vocab, model_config.vocab_size)
+    with config.unlocked():
+        config.init_checkpoint = folder
+    return config
 
 
 def _check_same_vocab(workdir: str, vocab_file: str) -> None:

@@ -16,6 +16,8 @@ as it trained, and `python -m bertjax.retrieval evaluate` scores it on any colle
 """
 
 import functools
+import json
+import os
 
 import numpy as np
 
@@ -113,6 +115,7 @@ def setup(config, workdir: str) -> Setup:
                     strict=True,
                 )
             ),
+            token_inputs=("query_ids", "passage_ids"),
         ),
         objective=Objective(
             num_train_steps=num_train_steps,
@@ -158,6 +161,25 @@ def setup(config, workdir: str) -> Setup:
             scan_layers=pretrained.scan_layers,
         ),
     )
+
+
+def without_data(config, workdir: str):
+    """The config reading placeholder pairs in WORKDIR (as many as the larger batch, every
+    column the config names, each text its own) instead of its data, and, where its init
+    checkpoint is a pretraining config, that run's placeholder (finetune.without_checkpoint):
+    it builds and compiles on any host, for `bertjax.tpu.aot` and the benchmarks."""
+    config = finetune.without_checkpoint(config, workdir)
+    data = retrieval_input.from_config(config.data)
+    columns = (data.anchor, data.positive, *data.negatives)
+    path = os.path.join(workdir, "placeholder_pairs.jsonl")
+    rows = max(config.train_batch_size, config.eval_batch_size)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in range(rows):
+            f.write(json.dumps({column: f"{column} {row}" for column in columns}) + "\n")
+    with config.unlocked():
+        config.data.beir_dir = ""
+        config.data.train_file = config.data.eval_file = path
+    return config
 
 
 def _eval_outputs(outputs, batch):
@@ -206,5 +228,6 @@ TASK = Task(
     forward_flops=forward_flops,
     batch_shapes=dataset_batch_shapes,
     check_config=check_config,
+    without_data=without_data,
     report=finetune.report,
 )

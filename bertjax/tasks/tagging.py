@@ -125,6 +125,7 @@ TASK = Task(
     forward_flops=finetune.forward_flops_per_token,
     batch_shapes=dataset_batch_shapes,
     check_config=finetune.config_checker(tagging_input.from_config),
+    without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,
     hf_class=finetune.hf_classes(

@@ -9,7 +9,10 @@ and compiled by the TPU compiler in the installed libtpu (`pip install -e .[tpu]
 no TPU and no network are needed. Pretraining configs need none of their data
 either: the vocabulary is a placeholder of the configured size and phase 2's
 init checkpoint is left out (it sets values, not shapes). Fine-tuning configs
-read their init checkpoint and data, as a run would, for the model and batch shapes.
+read their init checkpoint and data, as a run would, for the model and batch shapes,
+with two exceptions: `--config.init_checkpoint=experiments/pretrain/FILE.py` stands
+for the run that config will make (its architecture, no parameters), and the
+retrieval task compiles with placeholder pairs of its configured lengths.
 
 Printed, per chip: HBM (arguments, temporaries, peak) against the chip's
 capacity; FLOPs per step from XLA next to the analytic count; bytes accessed;

@@ -1,6 +1,7 @@
 """The pretraining loop end to end: learning, exact resume, phase 2, accumulation, bad configs."""
 
 import copy
+import functools
 import json
 import os
 import re
@@ -287,10 +288,9 @@ MODERN_BLOCK = dict(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("block", [{}, MODERN_BLOCK], ids=["bert", "modernbert"])
-def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
-    # GradCache: four microbatches give the gradient of the in-batch negatives loss over
-    # all 16 pairs, not the sum of four losses over 4 pairs each; for both blocks.
+def embedder_step(block: dict, rows: int = 16, passage_length: int = 8):
+    """A small embedder's (forward, loss_of_outputs, params, batch) on `rows` random
+    pairs, a positive and a hard negative each."""
     from bertjax import losses
     from bertjax.embedding import BertForEmbedding, Pooling
     from bertjax.model import BertConfig
@@ -301,16 +301,16 @@ def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
     )  # fmt: skip
     config = BertConfig.from_dict({**sizes, **block})
-    module = BertForEmbedding(config, Pooling(normalize=True), passage_length=8)
+    module = BertForEmbedding(config, Pooling(normalize=True), passage_length=passage_length)
     rng = np.random.default_rng(0)
     batch = {
-        "query_ids": rng.integers(1, 61, (16, 6), dtype=np.int32),
-        "query_mask": np.ones((16, 6), np.int32),
-        "passage_ids": rng.integers(1, 61, (16, 16), dtype=np.int32),
-        "passage_mask": np.ones((16, 16), np.int32),
-        "query_key": np.arange(16, dtype=np.int32),
-        "passage_keys": np.arange(32, dtype=np.int32).reshape(16, 2),
-        "example_weight": np.ones(16, np.float32),
+        "query_ids": rng.integers(1, 61, (rows, 6), dtype=np.int32),
+        "query_mask": np.ones((rows, 6), np.int32),
+        "passage_ids": rng.integers(1, 61, (rows, 2 * passage_length), dtype=np.int32),
+        "passage_mask": np.ones((rows, 2 * passage_length), np.int32),
+        "query_key": np.arange(rows, dtype=np.int32),
+        "passage_keys": np.arange(2 * rows, dtype=np.int32).reshape(rows, 2),
+        "example_weight": np.ones(rows, np.float32),
     }
     names = ("query_ids", "query_mask", "passage_ids", "passage_mask")
     params = module.init(jax.random.key(0), *(batch[n] for n in names), deterministic=True)
@@ -324,8 +324,16 @@ def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
 
     def loss_of_outputs(outputs, microbatch):
         sums = losses.in_batch_negatives_sums(outputs, microbatch, scale=20.0)
-        return sums["loss_sum"] / 16, sums
+        return sums["loss_sum"] / rows, sums
 
+    return forward, loss_of_outputs, params, batch
+
+
+@pytest.mark.parametrize("block", [{}, MODERN_BLOCK], ids=["bert", "modernbert"])
+def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
+    # GradCache: four microbatches give the gradient of the in-batch negatives loss over
+    # all 16 pairs, not the sum of four losses over 4 pairs each; for both blocks.
+    forward, loss_of_outputs, params, batch = embedder_step(block)
     key = jax.random.key(1)
     whole = jax.grad(lambda p: loss_of_outputs(forward(p, batch, key), batch)[0])(params)
     cached, sums = jax.jit(train.cached_gradients, static_argnums=(0, 1, 5))(
@@ -340,3 +348,47 @@ def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
         jax.tree.map(lambda a, b: float(abs(a - b).max()), separate, whole)
     )
     assert max(differences) > 1e-3
+
+
+def test_cached_gradients_keep_one_microbatchs_activations_alive():
+    # The point of GradCache: compiled for 256 pairs, 8 microbatches need a fraction of
+    # the temporaries of one (XLA's own count, on this CPU), the gradient the same.
+    forward, loss_of_outputs, params, batch = embedder_step({}, rows=256, passage_length=32)
+    key = jax.random.key(1)
+    temporaries = {}
+    for microbatches in (1, 8):
+        if microbatches == 1:
+
+            def step(params, batch, rng):
+                def loss(p):
+                    return loss_of_outputs(forward(p, batch, rng), batch)
+
+                return jax.grad(loss, has_aux=True)(params)
+        else:
+            step = functools.partial(
+                train.cached_gradients, forward, loss_of_outputs, num_microbatches=microbatches
+            )
+        compiled = jax.jit(step).lower(params, batch, key).compile()
+        temporaries[microbatches] = compiled.memory_analysis().temp_size_in_bytes
+    assert temporaries[8] < temporaries[1] / 3
+
+
+def test_every_microbatch_is_spread_over_all_the_data_parallel_devices():
+    # A batch sharded over 8 devices in blocks of rows: each of its 4 microbatches keeps
+    # 2 rows on every device (contiguous pieces would put each on 2 devices, the other 6
+    # idle), and joining them gives back the batch in its order.
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    batch = jax.device_put(
+        np.arange(64, dtype=np.int32).reshape(64, 1), NamedSharding(mesh, PartitionSpec("data"))
+    )
+    pieces = jax.jit(train.split_microbatches, static_argnums=1)(batch, 4)
+    assert pieces.shape == (4, 16, 1)
+    for m in range(4):
+        piece = pieces[m]
+        rows_on_device = {s.device: np.asarray(s.data).ravel() for s in piece.addressable_shards}
+        assert len(rows_on_device) == 8
+        for rows in rows_on_device.values():
+            assert len(rows) == 2 and np.all(rows % 4 == m)
+    np.testing.assert_array_equal(train.join_microbatches(pieces), np.asarray(batch))

@@ -144,3 +144,20 @@ def test_splash_attention_compiles_for_a_tpu_slice(tmp_path):
     r = compile_report.compile_report(config, tpu_slice)
     assert r["mesh"] == {"data": 4, "fsdp": 1, "tensor": 2}
     assert r["fits"] and r["eval_fits"]
+
+
+def test_an_embedder_compiles_before_its_pretraining_exists_and_without_its_pairs():
+    # retrieval_pod.py as written but its batches, on BERT-Tiny: the init checkpoint is
+    # the pretraining config that will write it, the pairs gs:// files that do not exist.
+    # (GradCache's memory: train_test.py.)
+    from experiments.finetune import retrieval_pod
+
+    config = retrieval_pod.get_config("bert_base")
+    config.init_checkpoint = os.path.join(REPO, TINY)
+    config.train_batch_size, config.eval_batch_size = 1024, 256
+    r = compile_report.compile_report(config, slices.parse("v5e-8"))
+    assert r["fits"] and r["eval_fits"] and r["num_microbatches"] == 8
+    assert r["seq_len"] == 64 + 256  # a row's query and its passage
+    assert r["counts_cover_one_loop"] and r["roofline_step_s"] > 0
+    # Every forward pass runs twice: at most 3/4 of the step's FLOPs are the model's.
+    assert r["roofline_mfu"] <= 0.75 + 1e-9

@@ -1,10 +1,10 @@
-r"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face
-or as a sentence-transformers model.
+r"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face,
+as a sentence-transformers model or as a TensorFlow SavedModel that takes text.
 
     python -m bertjax.convert import --format {tf,hf} SOURCE WORKDIR \
         [--do_lower_case | --no_do_lower_case] [--scan_layers]
-    python -m bertjax.convert export --format {hf,sentence-transformers} WORKDIR OUT_DIR \
-        [--step N]
+    python -m bertjax.convert export --format {hf,sentence-transformers,savedmodel} \
+        WORKDIR OUT_DIR [--step N]
 
 docs/checkpoints.md, "Import Google and Hugging Face checkpoints", describes the two
 formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
@@ -14,7 +14,9 @@ config.model.scan_layers. Export --format hf writes the transformers class of th
 workdir's task; --format sentence-transformers writes its encoder and the pooling
 it embeds with, so that SentenceTransformer(OUT_DIR).encode gives bertjax.embed's
 vectors (docs/checkpoints.md, "Export to Hugging Face" and "Export as a
-sentence-transformers model"). Every check runs before anything is written; the
+sentence-transformers model"); --format savedmodel writes a SavedModel with the
+tokenizer in its graph, served with tensorflow and tensorflow_text alone
+(bertjax/convert/savedmodel.py, docs/serving.md). Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
 renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
 where that rename copies each object and so is not atomic.
@@ -26,10 +28,10 @@ from bertjax.convert.param_names import FORMATS
 
 FLAGS = flags.FLAGS
 # What export writes (import reads the rename table's FORMATS).
-EXPORT_FORMATS = ("hf", "sentence-transformers")
+EXPORT_FORMATS = ("hf", "sentence-transformers", "savedmodel")
 COMMANDS = {
     "import": "import --format {tf,hf} SOURCE WORKDIR",
-    "export": "export --format {hf,sentence-transformers} WORKDIR OUT_DIR",
+    "export": "export --format {hf,sentence-transformers,savedmodel} WORKDIR OUT_DIR",
 }
 # The flags each command takes besides --format.
 _COMMAND_FLAGS = {
@@ -44,7 +46,8 @@ def define_flags() -> None:
         None,
         sorted({*FORMATS, *EXPORT_FORMATS}),
         "import: the checkpoint's format (tf or hf); export: hf (the transformers class of "
-        "the workdir's task) or sentence-transformers (its encoder and how it embeds).",
+        "the workdir's task), sentence-transformers (its encoder and how it embeds) or "
+        "savedmodel (TensorFlow, text in, the tokenizer in the graph).",
         required=True,
     )
     flags.DEFINE_bool(
@@ -69,6 +72,16 @@ def main(argv: list[str]) -> None:
         print(
             f"exported {first} step {result['step']} to {result['out_dir']} as a "
             f"transformers {result['class']}"
+        )
+        return
+    if command == "export" and FLAGS.format == "savedmodel":
+        from bertjax.convert import savedmodel
+
+        result = savedmodel.export_savedmodel(first, second, FLAGS.step)
+        print(
+            f"exported {first} step {result['step']} to {result['out_dir']} as a SavedModel: "
+            f"{', '.join(result['texts'])} -> {', '.join(result['outputs'])} "
+            f"(signatures {savedmodel.SIGNATURE_TEXT} and {savedmodel.SIGNATURE_IDS})"
         )
         return
     if command == "export":

@@ -5,14 +5,12 @@ and `export_sentence_transformers` its encoder as a sentence-transformers model 
 embeds as the workdir does.
 """
 
-import contextlib
 import dataclasses
 import functools
 import json
 import os
 import re
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +25,13 @@ from flax import traverse_util
 from bertjax import checkpoint, inference, tasks
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
-from bertjax.convert import config_json, param_names, sentence_transformers, tokenizer_files
+from bertjax.convert import (
+    config_json,
+    destination,
+    param_names,
+    sentence_transformers,
+    tokenizer_files,
+)
 from bertjax.convert.errors import ConversionError
 from bertjax.convert.param_names import FORMATS
 from bertjax.embedding import Pooling
@@ -84,7 +88,7 @@ def import_checkpoint(
     if format not in FORMATS:
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
     workdir = workdir_lib.absolute(workdir)
-    _check_empty_destination(workdir)
+    destination.check_empty(workdir)
     pooling = None
     if format == "hf" and not _isfile(source) and sentence_transformers.is_directory(source):
         source, pooling = sentence_transformers.read(_source_directory(source))
@@ -123,7 +127,7 @@ def import_checkpoint(
     description = pretraining.describe(run_config.data)
     if pooling:
         description = dataclasses.replace(description, embedding=pooling.to_json())
-    with _staging_dir(workdir) as staging:
+    with destination.staging(workdir) as staging:
         workdir_lib.write_run_description(
             staging,
             run_config,
@@ -503,7 +507,7 @@ def export_hf(workdir: str, out_dir: str, step: int | None = None) -> dict:
     restored = inference.restore(source.workdir, step)
     tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)
     max_length = source.config.max_position_embeddings
-    with _staging_dir(source.out_dir) as staging:
+    with destination.staging(source.out_dir) as staging:
         _write_hf(staging, source, hf_class, tensors, max_length)
     return {
         "out_dir": source.out_dir,
@@ -550,7 +554,7 @@ def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = 
     )
     model_kwargs = {"add_pooling_layer": False} if source.family == "bert" and not pooler else {}
     tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)
-    with _staging_dir(source.out_dir) as staging:
+    with destination.staging(source.out_dir) as staging:
         _write_hf(staging, source, hf_class, tensors, max_length)
         sentence_transformers.write(
             staging, pooling, source.config.hidden_size, model_kwargs=model_kwargs
@@ -620,7 +624,7 @@ def _export_source(workdir: str, out_dir: str, step: int | None, *, hf_task: boo
             f"vocab_size={config.vocab_size}"
         )
     _checkpoint_step(workdir, step)  # a checkpoint, and `step` among them
-    _check_empty_destination(out_dir)
+    destination.check_empty(out_dir)
     return _ExportSource(
         workdir=workdir,
         out_dir=out_dir,
@@ -834,41 +838,3 @@ def _required_file(directory: str, name: str, what: str) -> str:
 
 def _isfile(path: str) -> bool:
     return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
-
-
-def _check_empty_destination(path: str) -> None:
-    gfile = tf.io.gfile
-    if gfile.exists(path) and (not gfile.isdir(path) or gfile.listdir(path)):
-        raise ConversionError(f"{path}: already exists and is not empty; choose a new folder")
-
-
-@contextlib.contextmanager
-def _staging_dir(final: str) -> Iterator[str]:
-    """A temporary folder next to `final`, renamed to it on success and removed on failure.
-
-    In Cloud Storage the rename copies and deletes each object: a reader may see
-    part of `final` while it runs, and a run killed then leaves both halves.
-    """
-    gfile = tf.io.gfile
-    _check_empty_destination(final)
-    parent = os.path.dirname(final)
-    # The outermost local folder this creates, removed again on failure (in Cloud
-    # Storage a folder is only a prefix of object names).
-    created = None
-    while "://" not in parent and not os.path.exists(parent):
-        created, parent = parent, os.path.dirname(parent)
-    parent = os.path.dirname(final)
-    gfile.makedirs(parent)
-    # Not tempfile.mkdtemp: its folder is private (0700), and it becomes the result.
-    staging = os.path.join(parent, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.partial")
-    gfile.mkdir(staging)
-    try:
-        yield staging
-        # overwrite: `final` may be an empty folder, which rename(2) replaces.
-        gfile.rename(staging, final, overwrite=True)
-    except BaseException:
-        for folder in (staging, created):
-            if folder is not None:
-                with contextlib.suppress(tf.errors.OpError):
-                    gfile.rmtree(folder)
-        raise

@@ -25,6 +25,7 @@ from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import (
     Description,
     HFClass,
+    Serving,
     Setup,
     Task,
     dataset_batch_shapes,
@@ -172,6 +173,45 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     return output
 
 
+def serving(restored) -> Serving:
+    """The SavedModel's: `text` (and `text_pair` for a task of pairs) in; `probabilities`,
+    `logits` and `label` out, or `score` for regression."""
+    labels = restored.task.label_names
+    pairs = bool((restored.task.data or {}).get("text_b"))
+
+    def preprocess(texts: dict) -> dict:
+        text = texts["text"]
+        features = classification_input.encode_texts(
+            restored.tokenizer,
+            text,
+            texts["text_pair"] if pairs else tf.fill(tf.shape(text), ""),
+            max_seq_length=restored.max_seq_length,
+            cls_id=restored.tokenizer.vocab.cls_id,
+            sep_id=restored.tokenizer.vocab.sep_id,
+            pad_id=restored.tokenizer.vocab.pad_id,
+        )
+        return {name: tf.cast(features[name], tf.int32) for name in finetune.MODEL_INPUTS}
+
+    def forward(params, inputs: dict):
+        model_inputs = (inputs[name] for name in finetune.MODEL_INPUTS)
+        return restored.model.apply({"params": params}, *model_inputs, deterministic=True)
+
+    def postprocess(logits) -> dict:
+        if not labels:
+            return {"score": logits[:, 0]}
+        label = tf.gather(tf.constant(list(labels)), tf.argmax(logits, axis=-1))
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "label": label}
+
+    return Serving(
+        texts=("text", "text_pair") if pairs else ("text",),
+        preprocess=preprocess,
+        inputs=finetune.MODEL_INPUTS,
+        length=restored.max_seq_length,
+        forward=forward,
+        postprocess=postprocess,
+    )
+
+
 def hf_config(description: Description) -> dict:
     """config.json's head fields: the labels, or regression for a single output."""
     if description.num_labels == 1:
@@ -192,6 +232,7 @@ TASK = Task(
     without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,
+    serving=serving,
     hf_class=finetune.hf_classes(
         {
             "bert": HFClass("BertForSequenceClassification", {"classifier": "classifier"}),

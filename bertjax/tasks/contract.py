@@ -35,6 +35,8 @@ reads `config.task` or compares a task's name.
                                            the Hugging Face transformers class a
                                            workdir's model exports as
                                            (python -m bertjax.convert export)
+    task.serving(restored) -> Serving      what a SavedModel of the workdir takes
+                                           and returns (--format savedmodel)
 
 The training loop (train.py) owns everything else, once for every task:
 resume, the checkpoint and evaluation cadence, the finite check, metrics,
@@ -200,6 +202,24 @@ class HFClass:
     bare: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """What a SavedModel of a task's workdir serves (bertjax/convert/savedmodel.py): text
+    in through the tokenizer, in the graph; the task's answers out."""
+
+    # serving_default's tf.string [B] inputs: ("text",), ("text", "text_pair"), ...
+    texts: tuple[str, ...]
+    # TensorFlow, in the graph: {text input: tf.string [B]} -> {model input: int32 [B, L]}
+    preprocess: Callable[[dict], dict]
+    # The model's inputs, each int32 [B, length]: the second signature's, and forward's
+    inputs: tuple[str, ...]
+    length: int
+    # JAX: (params, {model input: [B, L]}) -> the model's outputs (jax2tf converts it)
+    forward: Callable[[Any, dict], Any]
+    # TensorFlow: the model's outputs -> {output name: tensor [B, ...]}, both signatures
+    postprocess: Callable[[Any], dict]
+
+
 def _unchanged(config, workdir: str):
     del workdir
     return config
@@ -234,6 +254,8 @@ class Task:
     # as; raises ValueError saying why a model has none in that family. None: the task's
     # workdirs do not export to Hugging Face.
     hf_class: Callable[[str, Description], HFClass] | None = None
+    # (restored) -> Serving: what its SavedModel serves; None: no SavedModel export
+    serving: Callable[[Any], Serving] | None = None
 
 
 def dataset_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:

@@ -24,7 +24,7 @@ from bertjax import flops, losses, optim
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
-from bertjax.tasks import pretraining_report, scores
+from bertjax.tasks import embedding_serving, pretraining_report, scores
 from bertjax.tasks.contract import (
     Data,
     Description,
@@ -272,4 +272,5 @@ TASK = Task(
     without_data=without_data,
     report=_report,
     hf_class=hf_class,
+    serving=embedding_serving.serving,
 )

@@ -24,7 +24,7 @@ import numpy as np
 from bertjax import flops, losses
 from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
 from bertjax.retrieval import metrics, search
-from bertjax.tasks import finetune, scores
+from bertjax.tasks import embedding_serving, finetune, scores
 from bertjax.tasks.contract import (
     Data,
     Description,
@@ -230,4 +230,5 @@ TASK = Task(
     check_config=check_config,
     without_data=without_data,
     report=finetune.report,
+    serving=embedding_serving.serving,
 )

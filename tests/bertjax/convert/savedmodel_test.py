@@ -1,0 +1,140 @@
+"""`python -m bertjax.convert export --format savedmodel`: a SavedModel that takes text,
+served in a process with tensorflow and tensorflow_text alone
+(tests/support/serve_savedmodel.py), against bertjax's own answers.
+
+The workdirs are all-MiniLM-L6-v2 imported (an embedder) and its encoder under random
+heads (support/finetuned.py)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from support import REPO
+from support.finetuned import finetuned_workdir
+
+import bertjax
+from bertjax.convert import savedmodel
+from bertjax.convert.errors import ConversionError
+from data_pipeline.finetune import classification_input
+
+pytestmark = pytest.mark.slow
+
+# What breaks tokenizers: accents, CJK, control characters, an empty text, a text past
+# the length limit, a 40-character word, and plain English.
+TEXTS = [
+    "Café résumé: naïve Ångström measurements!",
+    "中文字符和日本語のテキスト，还有한국어",
+    "control\x00chars\x07and\u200bzero\u00a0width\tspaces",
+    "",
+    "a longer text " * 100,
+    "pneumonoultramicroscopicsilicovolcanoconiosis"[:40] + " is one word",
+    "The quick brown fox jumps over the lazy dog.",
+]
+PAIRS = ["Where?", "", "中文 and spaces", "an empty first text", "short", "x" * 40, "Why?"]
+
+
+def export(workdir, out) -> str:
+    """The command as a user runs it; returns what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.convert", "export", "--format", "savedmodel",
+         str(workdir), str(out)],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def serve(model_dir, requests: list[dict], tmp_path) -> list[dict]:
+    """Each request's outputs, from a process that cannot import jax or bertjax."""
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    subprocess.run(
+        [sys.executable, str(REPO / "tests/support/serve_savedmodel.py"), str(model_dir),
+         str(tmp_path / "requests.json"), str(tmp_path / "responses.npz")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    saved = np.load(tmp_path / "responses.npz")
+    responses = [{} for _ in requests]
+    for key in saved.files:
+        index, name = key.split("/")
+        responses[int(index)][name] = saved[key]
+    return responses
+
+
+def host_features(restored, texts, pairs, length) -> dict:
+    """The host pipeline's model inputs for `texts` (with `pairs`), as lists."""
+    vocab = restored.tokenizer.vocab
+    features = classification_input.encode_texts(
+        restored.tokenizer, tf.constant(texts), tf.constant(pairs), max_seq_length=length,
+        cls_id=vocab.cls_id, sep_id=vocab.sep_id, pad_id=vocab.pad_id,
+    )  # fmt: skip
+    return {name: np.asarray(value).tolist() for name, value in features.items()}
+
+
+def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm_workdir, tmp_path):
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, "classification")
+    out = tmp_path / "served"
+    printed = export(workdir, out)
+    assert "text, text_pair -> label, logits, probabilities" in printed
+    restored = bertjax.restore(workdir)
+    ids = host_features(restored, TEXTS, PAIRS, restored.max_seq_length)
+    by_text, by_ids = serve(
+        out,
+        [
+            {"signature": "serving_default", "inputs": {"text": TEXTS, "text_pair": PAIRS}},
+            {"signature": "serve_ids", "inputs": {k: ids[k] for k in savedmodel_inputs()}},
+        ],
+        tmp_path,
+    )
+    ours = bertjax.classify(restored, TEXTS, PAIRS)
+    assert list(by_text["label"]) == [row["label"] for row in ours]
+    probabilities = [list(row["probabilities"].values()) for row in ours]
+    np.testing.assert_allclose(by_text["probabilities"], probabilities, atol=1e-5)
+    # The graph's tokens are the host pipeline's: the ids signature gives the same logits.
+    np.testing.assert_array_equal(by_ids["logits"], by_text["logits"])
+
+
+def savedmodel_inputs() -> tuple[str, ...]:
+    return ("input_ids", "input_mask", "segment_ids")
+
+
+def test_an_imported_embedder_embeds_as_embed_past_its_length_limit(minilm_workdir, tmp_path):
+    out = tmp_path / "served"
+    printed = export(minilm_workdir, out)
+    assert "text -> embedding" in printed
+    (response,) = serve(
+        out, [{"signature": "serving_default", "inputs": {"text": TEXTS}}], tmp_path
+    )
+    ours = bertjax.embed(bertjax.restore(str(minilm_workdir)), TEXTS)
+    assert response["embedding"].shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(response["embedding"], ours, atol=1e-5)
+
+    listed = subprocess.run(
+        [str(REPO / ".venv/bin/saved_model_cli"), "show", "--all", "--dir", str(out)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "signature_def['serving_default']" in listed
+    assert "signature_def['serve_ids']" in listed
+
+
+def test_a_regressor_returns_its_score(minilm_workdir, tmp_path):
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, "regression")
+    out = tmp_path / "served"
+    savedmodel.export_savedmodel(workdir, str(out))
+    (response,) = serve(
+        out,
+        [{"signature": "serving_default", "inputs": {"text": TEXTS[:3], "text_pair": PAIRS[:3]}}],
+        tmp_path,
+    )
+    ours = bertjax.classify(bertjax.restore(workdir), TEXTS[:3], PAIRS[:3])
+    np.testing.assert_allclose(response["score"], [row["score"] for row in ours], atol=1e-5)
+
+
+def test_an_out_folder_that_is_not_empty_is_refused_before_anything_loads(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "kept.txt").write_text("mine")
+    with pytest.raises(ConversionError, match="already exists and is not empty"):
+        savedmodel.export_savedmodel(str(tmp_path / "no_workdir"), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "kept.txt").read_text() == "mine"

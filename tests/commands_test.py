@@ -16,8 +16,9 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from support import REPO, SMALL_VOCAB_SIZE, once
+from support import REPO, SMALL_VOCAB_SIZE, once, serve_savedmodel
 
 pytestmark = pytest.mark.command
 
@@ -145,6 +146,16 @@ def test_export_and_import_hugging_face(pretrained, finetuned, tmp_path):
                    tmp_path / "imported")  # fmt: skip
     assert "2 layers, hidden 64" in imported.stdout, imported.stdout
     assert (tmp_path / "imported" / "checkpoints" / "0").is_dir()
+
+
+def test_export_a_savedmodel_that_takes_text(finetuned, tmp_path):
+    exported = run("bertjax.convert", "export", "--format", "savedmodel", finetuned["workdir"],
+                   tmp_path / "served")  # fmt: skip
+    assert "text -> label, logits, probabilities" in exported.stdout, exported.stdout
+    request = {"signature": "serving_default", "inputs": {"text": ["Set a breakpoint.", ""]}}
+    (response,) = serve_savedmodel.serve(tmp_path / "served", [request], tmp_path)
+    assert set(response["label"]) <= {"debugger", "string-methods"}
+    np.testing.assert_allclose(response["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
 
 
 SWEEP = """\

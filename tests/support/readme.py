@@ -16,7 +16,7 @@ from support import REPO
 
 README = REPO / "README.md"
 # The first word of a line in a code block that is a command to run.
-_COMMAND = re.compile(r"^(python -m |make )")
+_COMMAND = re.compile(r"^(python -[mc] |make )")
 
 
 def commands() -> list[str]:

@@ -5,7 +5,6 @@ served in a process with tensorflow and tensorflow_text alone
 The workdirs are all-MiniLM-L6-v2 imported (an embedder) and its encoder under random
 heads (support/finetuned.py)."""
 
-import json
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import pytest
 import tensorflow as tf
 from support import REPO
 from support.finetuned import finetuned_workdir
+from support.serve_savedmodel import serve
 
 import bertjax
 from bertjax.convert import savedmodel
@@ -45,22 +45,6 @@ def export(workdir, out) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
-
-
-def serve(model_dir, requests: list[dict], tmp_path) -> list[dict]:
-    """Each request's outputs, from a process that cannot import jax or bertjax."""
-    (tmp_path / "requests.json").write_text(json.dumps(requests))
-    subprocess.run(
-        [sys.executable, str(REPO / "tests/support/serve_savedmodel.py"), str(model_dir),
-         str(tmp_path / "requests.json"), str(tmp_path / "responses.npz")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    saved = np.load(tmp_path / "responses.npz")
-    responses = [{} for _ in requests]
-    for key in saved.files:
-        index, name = key.split("/")
-        responses[int(index)][name] = saved[key]
-    return responses
 
 
 def host_features(restored, texts, pairs, length) -> dict:

@@ -99,6 +99,13 @@ def test_the_readme_fine_tuning_tour_learns_beats_random_init_and_exports(minilm
     )
     assert same == len(texts) and difference < 1e-4
 
+    # As a SavedModel, called from plain TensorFlow as step 4 calls it.
+    run(readme.command("python -m bertjax.convert export --format savedmodel runs/topics"), tour)
+    call = readme.command("python -c ")
+    text = call[-1].split("tf.constant(['")[1].split("'])")[0]
+    [answer] = bertjax.classify(bertjax.restore(str(tour / "runs" / "topics")), [text])
+    assert f"[b'{answer['label']}']" in run(call, tour)
+
 
 def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp_path):
     # A third of the held-out questions and 30% of an epoch at three times the config's

@@ -36,7 +36,7 @@ COMMANDS = {
 # The flags each command takes besides --format.
 _COMMAND_FLAGS = {
     "import": ("do_lower_case", "no_do_lower_case", "scan_layers"),
-    "export": ("step",),
+    "export": ("step", "max_seq_length"),
 }
 
 
@@ -59,6 +59,11 @@ def define_flags() -> None:
     flags.mark_bool_flags_as_mutual_exclusive(["do_lower_case", "no_do_lower_case"])
     flags.DEFINE_bool("scan_layers", False, "import: write the scan_layers parameter layout.")
     flags.DEFINE_integer("step", None, "export: the checkpoint to export; default the latest.")
+    flags.DEFINE_integer(
+        "max_seq_length",
+        None,
+        "export --format savedmodel: texts cut to this many tokens; default the workdir's.",
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -77,11 +82,12 @@ def main(argv: list[str]) -> None:
     if command == "export" and FLAGS.format == "savedmodel":
         from bertjax.convert import savedmodel
 
-        result = savedmodel.export_savedmodel(first, second, FLAGS.step)
+        result = savedmodel.export_savedmodel(first, second, FLAGS.step, FLAGS.max_seq_length)
         print(
             f"exported {first} step {result['step']} to {result['out_dir']} as a SavedModel: "
-            f"{', '.join(result['texts'])} -> {', '.join(result['outputs'])} "
-            f"(signatures {savedmodel.SIGNATURE_TEXT} and {savedmodel.SIGNATURE_IDS})"
+            f"{', '.join(result['texts'])} -> {', '.join(result['outputs'])}, texts cut to "
+            f"{result['length']} tokens (signatures {savedmodel.SIGNATURE_TEXT} and "
+            f"{savedmodel.SIGNATURE_IDS})"
         )
         return
     if command == "export":
@@ -133,4 +139,6 @@ def _command_line(args: list[str]) -> tuple[str, str, str]:
         raise app.UsageError(f"import reads --format {' or '.join(FORMATS)}")
     if command == "export" and FLAGS.format not in EXPORT_FORMATS:
         raise app.UsageError(f"export writes --format {' or '.join(EXPORT_FORMATS)}")
+    if FLAGS["max_seq_length"].present and FLAGS.format != "savedmodel":
+        raise app.UsageError("--max_seq_length is an option of export --format savedmodel")
     return command, *paths

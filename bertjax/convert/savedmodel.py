@@ -18,6 +18,8 @@ the SavedModel serves on any of them. A byte-level BPE tokenizer (ModernBERT's) 
 Python, not in TensorFlow ops, so its workdirs are refused.
 """
 
+import dataclasses
+
 import jax
 import tensorflow as tf
 
@@ -25,29 +27,26 @@ from bertjax import inference, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.convert import destination
 from bertjax.convert.errors import ConversionError
+from data_pipeline.vocab import load_vocab
 
 SIGNATURE_TEXT = "serving_default"
 SIGNATURE_IDS = "serve_ids"
 PLATFORMS = ("cpu", "cuda", "tpu")
 
 
-def export_savedmodel(workdir: str, out_dir: str, step: int | None = None) -> dict:
-    """Writes OUT as a SavedModel of WORKDIR's checkpoint `step` (default: the latest);
-    returns {'out_dir', 'step', 'texts', 'outputs'}."""
+def export_savedmodel(
+    workdir: str, out_dir: str, step: int | None = None, max_seq_length: int | None = None
+) -> dict:
+    """Writes OUT as a SavedModel of WORKDIR's checkpoint `step` (default: the latest),
+    its texts cut to `max_seq_length` tokens (default: the workdir's); returns
+    {'out_dir', 'step', 'texts', 'outputs', 'length'}."""
     from orbax.export import ExportManager, JaxModule, ServingConfig
 
     out_dir = workdir_lib.absolute(out_dir)
-    destination.check_empty(out_dir)
+    task = _check(workdir, out_dir)
     restored = inference.restore(workdir, step)
-    task = tasks.get(restored.kind, where=f"{workdir}: task")
-    if task.serving is None:
-        raise ConversionError(f"{workdir}: a {restored.kind} workdir has no SavedModel export")
-    if restored.tokenizer.vocab.kind == "bpe":
-        raise ConversionError(
-            f"{workdir}: its byte-level BPE tokenizer runs in Python (Hugging Face "
-            "tokenizers), not in TensorFlow ops, so it cannot go in a SavedModel graph; "
-            "export --format hf instead"
-        )
+    if max_seq_length is not None:
+        restored = with_length(restored, max_seq_length)
     serving = task.serving(restored)
     shapes = {name: "(b, _)" for name in serving.inputs}
     module = JaxModule(
@@ -90,4 +89,39 @@ def export_savedmodel(workdir: str, out_dir: str, step: int | None = None) -> di
         "step": restored.step,
         "texts": serving.texts,
         "outputs": sorted(outputs),
+        "length": serving.length,
     }
+
+
+def _check(workdir: str, out_dir: str):
+    """The workdir's Task, after every check that loads no checkpoint: OUT new or empty,
+    a task that serves, a tokenizer that runs in TensorFlow ops."""
+    destination.check_empty(out_dir)
+    kind, _ = workdir_lib.read_task(workdir)
+    task = tasks.get(kind, where=f"{workdir}: task")
+    if task.serving is None:
+        raise ConversionError(
+            f"{workdir}: a {kind} workdir has no SavedModel export yet (export --format hf)"
+        )
+    vocab_file = workdir_lib.require_vocab_file(workdir, what="WORKDIR")
+    if load_vocab(vocab_file).kind == "bpe":
+        raise ConversionError(
+            f"{vocab_file}: a byte-level BPE tokenizer runs in Python (Hugging Face "
+            "tokenizers), not in TensorFlow ops, so it cannot go in a SavedModel graph; "
+            "export --format hf instead"
+        )
+    return task
+
+
+def with_length(restored, length: int):
+    """`restored` reading at most `length` tokens a text (an embedder: its pooling's)."""
+    limit = restored.config.max_position_embeddings
+    if not 3 <= length <= limit:
+        raise ConversionError(
+            f"--max_seq_length={length}: from 3 ([CLS] text [SEP]) to the model's {limit} positions"
+        )
+    embedding = restored.task.embedding
+    if embedding is not None:
+        embedding = {**embedding, "max_seq_length": length}
+    task = dataclasses.replace(restored.task, embedding=embedding)
+    return dataclasses.replace(restored, max_seq_length=length, task=task)

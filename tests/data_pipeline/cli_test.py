@@ -24,6 +24,7 @@ TOOLS = (
     "bertjax.bench.events",
     "bertjax.bench.encoders",
     "bertjax.bench.embedding",
+    "bertjax.bench.serving",
     "bertjax.bench.packed_step",
     "bertjax.bench.attention_kernels",
     "bertjax.tpu.aot",

@@ -659,8 +659,12 @@ def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
         ),
         (["import", "--format", "hf", "a", "b", "--step", "3"], "--step is an option of export"),
         (["convert", "--format", "hf", "a", "b"], "expected a command, import or export"),
+        (
+            ["export", "--format", "hf", "a", "b", "--max_seq_length", "64"],
+            "--max_seq_length is an option of export --format savedmodel",
+        ),
     ],
-    ids=["one-path", "export-tf", "import-st", "step-on-import", "no-command"],
+    ids=["one-path", "export-tf", "import-st", "step-on-import", "no-command", "length-on-hf"],
 )
 def test_cli_usage_errors(args, message):
     result = run_cli(*args)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support import REPO
+from support.bpe import modernbert_like
 from support.finetuned import finetuned_workdir
 from support.serve_savedmodel import serve
 
@@ -103,6 +104,21 @@ def test_an_imported_embedder_embeds_as_embed_past_its_length_limit(minilm_workd
     assert "signature_def['serve_ids']" in listed
 
 
+def test_a_shorter_length_cuts_texts_there_and_a_length_past_the_positions_is_one_line(
+    minilm_workdir, tmp_path
+):
+    result = savedmodel.export_savedmodel(str(minilm_workdir), str(tmp_path / "s"), None, 32)
+    assert result["length"] == 32
+    (response,) = serve(
+        tmp_path / "s", [{"signature": "serving_default", "inputs": {"text": TEXTS}}], tmp_path
+    )
+    restored = savedmodel.with_length(bertjax.restore(str(minilm_workdir)), 32)
+    np.testing.assert_allclose(response["embedding"], bertjax.embed(restored, TEXTS), atol=1e-5)
+    with pytest.raises(ConversionError, match="--max_seq_length=513: from 3"):
+        savedmodel.export_savedmodel(str(minilm_workdir), str(tmp_path / "t"), None, 513)
+    assert not (tmp_path / "t").exists()
+
+
 def test_a_regressor_returns_its_score(minilm_workdir, tmp_path):
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "regression")
     out = tmp_path / "served"
@@ -114,6 +130,19 @@ def test_a_regressor_returns_its_score(minilm_workdir, tmp_path):
     )
     ours = bertjax.classify(bertjax.restore(workdir), TEXTS[:3], PAIRS[:3])
     np.testing.assert_allclose(response["score"], [row["score"] for row in ours], atol=1e-5)
+
+
+def test_a_tagger_and_a_bpe_tokenizer_are_one_line_before_anything_loads(minilm_workdir, tmp_path):
+    tagger = finetuned_workdir(minilm_workdir, tmp_path, "tagging")
+    with pytest.raises(ConversionError, match="a tagging workdir has no SavedModel export yet"):
+        savedmodel.export_savedmodel(tagger, str(tmp_path / "out"))
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    (bpe / "task.json").write_text((minilm_workdir / "task.json").read_text())
+    modernbert_like().save(str(bpe / "vocab.json"))
+    with pytest.raises(ConversionError, match="vocab.json: a byte-level BPE tokenizer runs in"):
+        savedmodel.export_savedmodel(str(bpe), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_out_folder_that_is_not_empty_is_refused_before_anything_loads(tmp_path):

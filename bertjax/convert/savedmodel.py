@@ -48,24 +48,22 @@ def export_savedmodel(
     if max_seq_length is not None:
         restored = with_length(restored, max_seq_length)
     serving = task.serving(restored)
-    shapes = {name: "(b, _)" for name in serving.inputs}
     module = JaxModule(
         jax.device_get(restored.params),
         {"model": serving.forward},
-        input_polymorphic_shape={"model": shapes},
+        input_polymorphic_shape={"model": dict(serving.inputs)},
         jax2tf_kwargs={"model": {"native_serialization_platforms": PLATFORMS}},
     )
     text_specs = {name: tf.TensorSpec([None], tf.string, name=name) for name in serving.texts}
+    id_shapes = {name: static_shape(shape) for name, shape in serving.inputs.items()}
 
     @tf.function(input_signature=[text_specs])
     def preprocess(texts):
         inputs = serving.preprocess(texts)
-        return {
-            name: tf.ensure_shape(inputs[name], [None, serving.length]) for name in serving.inputs
-        }
+        return {name: tf.ensure_shape(inputs[name], shape) for name, shape in id_shapes.items()}
 
     id_specs = {
-        name: tf.TensorSpec([None, serving.length], tf.int32, name=name) for name in serving.inputs
+        name: tf.TensorSpec(shape, tf.int32, name=name) for name, shape in id_shapes.items()
     }
     configs = [
         ServingConfig(
@@ -91,6 +89,12 @@ def export_savedmodel(
         "outputs": sorted(outputs),
         "length": serving.length,
     }
+
+
+def static_shape(polymorphic: str) -> list[int | None]:
+    """ "(b, 128)" -> [None, 128]: TensorFlow's shape of a jax2tf polymorphic shape."""
+    dims = [dim.strip() for dim in polymorphic.strip("()").split(",") if dim.strip()]
+    return [int(dim) if dim.isdigit() else None for dim in dims]
 
 
 def _check(workdir: str, out_dir: str):

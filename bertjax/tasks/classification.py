@@ -205,7 +205,7 @@ def serving(restored) -> Serving:
     return Serving(
         texts=("text", "text_pair") if pairs else ("text",),
         preprocess=preprocess,
-        inputs=finetune.MODEL_INPUTS,
+        inputs={name: f"(b, {restored.max_seq_length})" for name in finetune.MODEL_INPUTS},
         length=restored.max_seq_length,
         forward=forward,
         postprocess=postprocess,

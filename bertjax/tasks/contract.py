@@ -209,12 +209,14 @@ class Serving:
 
     # serving_default's tf.string [B] inputs: ("text",), ("text", "text_pair"), ...
     texts: tuple[str, ...]
-    # TensorFlow, in the graph: {text input: tf.string [B]} -> {model input: int32 [B, L]}
+    # TensorFlow, in the graph: {text input: tf.string [B]} -> {model input: int32}
     preprocess: Callable[[dict], dict]
-    # The model's inputs, each int32 [B, length]: the second signature's, and forward's
-    inputs: tuple[str, ...]
-    length: int
-    # JAX: (params, {model input: [B, L]}) -> the model's outputs (jax2tf converts it)
+    # The model's int32 inputs and their shapes as jax2tf's polymorphic shapes, "(b, 128)":
+    # a letter, a dimension the request decides; a number, a fixed one. The second
+    # signature's inputs, and forward's.
+    inputs: Mapping[str, str]
+    length: int  # tokens a text is cut to
+    # JAX: (params, {model input: array}) -> the model's outputs (jax2tf converts it)
     forward: Callable[[Any, dict], Any]
     # TensorFlow: the model's outputs -> {output name: tensor [B, ...]}, both signatures
     postprocess: Callable[[Any], dict]

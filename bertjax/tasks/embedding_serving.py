@@ -46,7 +46,7 @@ def serving(restored) -> Serving:
     return Serving(
         texts=("text",),
         preprocess=preprocess,
-        inputs=INPUTS,
+        inputs={name: f"(b, {length})" for name in INPUTS},
         length=length,
         forward=forward,
         postprocess=lambda vectors: {"embedding": vectors},

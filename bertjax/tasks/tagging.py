@@ -15,12 +15,13 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
+import tensorflow as tf
 
 from bertjax import losses
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
 from bertjax.tasks import finetune, scores
-from bertjax.tasks.contract import HFClass, Setup, Task, dataset_batch_shapes
+from bertjax.tasks.contract import HFClass, Serving, Setup, Task, dataset_batch_shapes
 from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import read_text_file
 
@@ -102,6 +103,45 @@ def tag(restored, text: str | Sequence[str]) -> list[tuple[str, str]]:
     return list(zip(words, tags, strict=True))
 
 
+def serving(restored) -> Serving:
+    """The SavedModel's: `text` in, split into words at whitespace as `tag` splits it;
+    `tags` out, [B, the most words of a text], "" past a text's last word."""
+    labels = tf.constant(list(restored.task.label_names))
+    length = restored.max_seq_length
+    rows = f"(r, {length})"
+
+    def preprocess(texts: dict) -> dict:
+        return tagging_input.encode_texts(restored.tokenizer, texts["text"], max_seq_length=length)
+
+    def forward(params, inputs: dict):
+        model_inputs = (inputs[name] for name in finetune.MODEL_INPUTS)
+        logits = restored.model.apply({"params": params}, *model_inputs, deterministic=True)
+        # Each word's tag is read off its first piece, in the window that holds it.
+        return {
+            "logits": logits[inputs["word_row"], inputs["word_position"]],
+            "word_splits": inputs["word_splits"],
+        }
+
+    def postprocess(outputs: dict) -> dict:
+        tags = tf.gather(labels, tf.argmax(outputs["logits"], axis=-1))
+        tags = tf.RaggedTensor.from_row_splits(tags, tf.cast(outputs["word_splits"], tf.int64))
+        return {"tags": tags.to_tensor("")}
+
+    return Serving(
+        texts=("text",),
+        preprocess=preprocess,
+        inputs={
+            **dict.fromkeys(finetune.MODEL_INPUTS, rows),
+            "word_row": "(n,)",
+            "word_position": "(n,)",
+            "word_splits": "(s,)",
+        },
+        length=length,
+        forward=forward,
+        postprocess=postprocess,
+    )
+
+
 def predict_file(restored, input_path: str, output: str, batch_size: int) -> str:
     """Plain text, one sentence per line, words split at whitespace -> JSON lines
     {"words": [...], "tags": [...]}."""
@@ -136,4 +176,5 @@ TASK = Task(
         },
         config=finetune.hf_labels,
     ),
+    serving=serving,
 )

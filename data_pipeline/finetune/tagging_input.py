@@ -59,6 +59,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 from absl import logging
 
 from data_pipeline import config as config_lib
@@ -349,6 +350,59 @@ def encode_sentences(
         split_sentences = int(np.sum(np.bincount(features["sentence_id"]) > 1))
     stats = WindowStats(len(sentences), len(windows), split_sentences, truncated_words)
     return features, stats
+
+
+# What Python's str.split() splits words at (bertjax.tag splits a text with it).
+SPLIT_WHITESPACE = (
+    r"[\t\n\x0B\x0C\r\x1C-\x1F \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}"
+    r"\x{202F}\x{205F}\x{3000}]+"
+)
+
+
+def encode_texts(tokenizer, texts: tf.Tensor, *, max_seq_length: int) -> dict[str, tf.Tensor]:
+    """encode_sentences in the graph, for texts to tag (a SavedModel's): tf.string [B]
+    texts, split into words at whitespace as str.split() splits them, -> the windows'
+    input_ids, input_mask, segment_ids int32 [R, max_seq_length], and where each word's
+    first piece went: word_row and word_position int32 [N] (the N words of all texts in
+    order) and word_splits int32 [B + 1] (text i's words are N[splits[i]:splits[i + 1]])."""
+    vocab = tokenizer.vocab
+    limit = max_seq_length - 2
+    # regex_split stops reading at a NUL; U+0001, which the tokenizer drops as it drops
+    # NUL, keeps the words after it and a word of NULs alone ([UNK], as on the host).
+    words = tf_text.regex_split(tf.strings.regex_replace(texts, r"\x00", "\x01"), SPLIT_WHITESPACE)
+    pieces = tokenizer.tokenize(words.flat_values)[:, :limit]
+    empty = tf.cast(pieces.row_lengths() == 0, tf.int64)
+    unknown = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], vocab.unk_id), empty)
+    pieces = tf.concat([pieces, tf.cast(unknown, pieces.dtype)], axis=1)
+    counts = tf.cast(pieces.row_lengths(), tf.int32)
+    first = tf.range(tf.size(counts)) == tf.gather(
+        tf.cast(words.row_starts(), tf.int32), tf.cast(words.value_rowids(), tf.int32)
+    )
+
+    def window(state, word):  # the greedy split of encode_sentences, word by word
+        used, row = state
+        count, starts_text = word
+        new = starts_text | (used + count > limit)
+        return tf.where(new, count, used + count), row + tf.cast(new, tf.int32)
+
+    used, rows = tf.scan(window, (counts, first), initializer=(tf.constant(0), tf.constant(-1)))
+    num_rows = tf.reduce_max(tf.concat([rows, [-1]], 0)) + 1
+    tokens = tf.RaggedTensor.from_value_rowids(
+        pieces.flat_values, tf.repeat(rows, counts), nrows=num_rows
+    )
+    ends = tf.ones([num_rows, 1], pieces.dtype)
+    tokens = tf.concat([ends * vocab.cls_id, tokens, ends * vocab.sep_id], axis=1)
+    shape = [None, max_seq_length]
+    input_ids = tokens.to_tensor(vocab.pad_id, shape=shape)
+    input_mask = tf.ones_like(tokens).to_tensor(0, shape=shape)
+    return {
+        "input_ids": tf.cast(input_ids, tf.int32),
+        "input_mask": tf.cast(input_mask, tf.int32),
+        "segment_ids": tf.zeros_like(input_ids, tf.int32),
+        "word_row": rows,
+        "word_position": 1 + used - counts,
+        "word_splits": tf.cast(words.row_splits, tf.int32),
+    }
 
 
 def make_tagging_dataset(

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 TEXTS = [
     "Café résumé: naïve Ångström measurements!",
     "中文字符和日本語のテキスト，还有한국어",
-    "control\x00chars\x07and\u200bzero\u00a0width\tspaces",
+    "control\x00chars\x07and\u200bzero\u00a0width\tspaces \x00 \x1f end",
     "",
-    "a longer text " * 100,
+    "The quick brown fox jumps over the lazy dog, again and again. " * 25,
     "pneumonoultramicroscopicsilicovolcanoconiosis"[:40] + " is one word",
     "The quick brown fox jumps over the lazy dog.",
 ]
@@ -132,10 +132,25 @@ def test_a_regressor_returns_its_score(minilm_workdir, tmp_path):
     np.testing.assert_allclose(response["score"], [row["score"] for row in ours], atol=1e-5)
 
 
-def test_a_tagger_and_a_bpe_tokenizer_are_one_line_before_anything_loads(minilm_workdir, tmp_path):
-    tagger = finetuned_workdir(minilm_workdir, tmp_path, "tagging")
-    with pytest.raises(ConversionError, match="a tagging workdir has no SavedModel export yet"):
-        savedmodel.export_savedmodel(tagger, str(tmp_path / "out"))
+def test_a_tagger_tags_each_word_as_tag_does_across_windows(minilm_workdir, tmp_path):
+    # The long text is 300 words: three windows of a 128-token model. A word of a NUL
+    # alone is [UNK], and U+001F splits words as str.split() splits them.
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, "tagging")
+    out = tmp_path / "served"
+    assert "text -> tags" in export(workdir, out)
+    (response,) = serve(
+        out, [{"signature": "serving_default", "inputs": {"text": TEXTS}}], tmp_path
+    )
+    restored = bertjax.restore(workdir)
+    for text, row in zip(TEXTS, response["tags"], strict=True):
+        ours = [tag for _, tag in bertjax.tag(restored, text)]
+        assert list(row[: len(ours)]) == ours and set(row[len(ours) :]) <= {""}
+
+
+def test_a_reader_and_a_bpe_tokenizer_are_one_line_before_anything_loads(minilm_workdir, tmp_path):
+    reader = finetuned_workdir(minilm_workdir, tmp_path, "squad")
+    with pytest.raises(ConversionError, match="a squad workdir has no SavedModel export yet"):
+        savedmodel.export_savedmodel(reader, str(tmp_path / "out"))
     bpe = tmp_path / "bpe"
     bpe.mkdir()
     (bpe / "task.json").write_text((minilm_workdir / "task.json").read_text())

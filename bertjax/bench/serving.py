@@ -169,7 +169,11 @@ def measure_savedmodel(args, sizes: list[int]) -> dict:
 def measure_transformers(args, sizes: list[int]) -> dict:
     import torch
     import transformers
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()  # "Loading weights" on every load
+    torch.set_num_threads(embedding_bench.cores())
     start = time.perf_counter()
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.st_dir, use_fast=True)
     model = transformers.AutoModel.from_pretrained(args.st_dir).eval()

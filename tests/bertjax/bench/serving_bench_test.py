@@ -32,6 +32,7 @@ def test_a_short_run_prints_a_row_per_batch_size(minilm_workdir, minilm_dir):
         ours, theirs = row["savedmodel"], row["transformers"]
         assert 0 < ours["p50_s"] <= ours["p99_s"] and 0 < theirs["p50_s"] <= theirs["p99_s"]
         assert row["p50_ratio"] == pytest.approx(ours["p50_s"] / theirs["p50_s"])
+    assert "Loading weights" not in result.stderr  # no progress bar
 
 
 @pytest.mark.parametrize(

@@ -79,9 +79,10 @@ def export_savedmodel(
             method_key="model",
         ),
     ]
+    manager = ExportManager(module, configs)
+    outputs = manager.serving_signatures[SIGNATURE_TEXT].get_concrete_function().structured_outputs
     with destination.staging(out_dir) as staging:
-        ExportManager(module, configs).save(staging)
-    outputs = tf.saved_model.load(out_dir).signatures[SIGNATURE_TEXT].structured_outputs
+        manager.save(staging)
     return {
         "out_dir": out_dir,
         "step": restored.step,

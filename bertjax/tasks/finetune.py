@@ -76,7 +76,7 @@ def check_config(config, task_keys: tuple[str, ...] = ()) -> None:
             "config.init_checkpoint: fine-tuning needs a pretraining or converted workdir "
             "(its architecture, vocabulary and, unless config.random_init, its parameters)"
         )
-    if config.init_checkpoint.split(":")[0].endswith(".py"):
+    if names_pretraining_config(config.init_checkpoint):
         raise ConfigError(
             f"config.init_checkpoint={config.init_checkpoint!r}: a pretraining config stands "
             "for its run only in bertjax.tpu.aot; fine-tune from the workdir that run wrote"
@@ -153,6 +153,11 @@ def load_pretrained(config, workdir: str, task_keys: tuple[str, ...] = ()) -> Pr
     )
 
 
+def names_pretraining_config(init_checkpoint: str) -> bool:
+    """Whether `init_checkpoint` is an experiment config, FILE.py[:ARG], not a workdir."""
+    return init_checkpoint.split(":")[0].endswith(".py")
+
+
 def without_checkpoint(config, workdir: str):
     """Task.without_data of a fine-tuning config whose init checkpoint does not exist yet:
     `config.init_checkpoint=FILE.py[:ARG]`, the pretraining config that will write it,
@@ -161,7 +166,7 @@ def without_checkpoint(config, workdir: str):
     the placeholder has no parameters, so it trains nothing. Any other config is returned
     as it is."""
     config = config.copy_and_resolve_references()
-    if not config.init_checkpoint.split(":")[0].endswith(".py"):
+    if not names_pretraining_config(config.init_checkpoint):
         return config
     pretraining = data_config_lib.read_config_file(config.init_checkpoint)
     model_config = model_lib.from_config(pretraining.model)

@@ -70,12 +70,13 @@ def pool(hidden, input_mask, pooling: Pooling):
 class BertForEmbedding(nn.Module):
     """One vector per text: BertModel's final hidden states, pooled (its pooler is neither
     used nor created). `embed` takes int [..., L] inputs (any leading shape) to float32
-    [..., H]; called, it embeds the retrieval task's batches: queries [B, Lq] and the P
-    passages of each row side by side, [B, P * passage_length], to ([B, H], [B, P, H])."""
+    [..., H]; called, it embeds the retrieval task's batches: queries [B, Lq] and the
+    `passages` of each row side by side, [B, passages * Lp], to ([B, H], [B, passages, H]).
+    Lq and Lp are the batch's own (retrieval_input pads to a few lengths)."""
 
     config: BertConfig
     pooling: Pooling
-    passage_length: int = 0
+    passages: int = 1  # per row of a batch
 
     def setup(self):
         self.bert = BertModel(self.config)
@@ -90,10 +91,10 @@ class BertForEmbedding(nn.Module):
         return vectors.reshape(*shape[:-1], vectors.shape[-1])
 
     def __call__(self, query_ids, query_mask, passage_ids, passage_mask, *, deterministic: bool):
-        rows, length = passage_ids.shape[0], self.passage_length
+        shape = (passage_ids.shape[0], self.passages, -1)
         passages = self.embed(
-            passage_ids.reshape(rows, -1, length),
-            passage_mask.reshape(rows, -1, length),
+            passage_ids.reshape(shape),
+            passage_mask.reshape(shape),
             deterministic=deterministic,
         )
         return self.embed(query_ids, query_mask, deterministic=deterministic), passages

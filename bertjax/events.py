@@ -167,19 +167,19 @@ class StepTimes:
 
     def __init__(self, log: EventLog, step: int, *, peak_flops, every_seconds: float = 10.0):
         self.log, self.peak_flops, self.every_seconds = log, peak_flops, every_seconds
-        self.flops_per_step = 0.0  # set at the first step
         self.start_step = step
         self._restart(step)
 
-    def stepped(self, step: int) -> None:
-        """After each step."""
+    def stepped(self, step: int, flops: float = 0.0) -> None:
+        """After each step, with its model FLOPs."""
+        self.flops += flops
         if step == self.start_step + 1 or (
             time.perf_counter() - self.stopwatch.started >= self.every_seconds
         ):
             self.flush(step)
 
     def _restart(self, step: int) -> None:
-        self.last, self.stopwatch, self.input_wait = step, Stopwatch(), 0.0
+        self.last, self.stopwatch, self.input_wait, self.flops = step, Stopwatch(), 0.0, 0.0
 
     def waited(self, seconds: float) -> None:
         self.input_wait += seconds
@@ -193,7 +193,7 @@ class StepTimes:
                 last=step,
                 **self.stopwatch.stop().fields(),
                 input_wait=round(self.input_wait, 4),
-                flops=self.flops_per_step * (step - self.last),
+                flops=self.flops,
                 peak_flops=self.peak_flops,
             )
             self.log.step = step

@@ -94,11 +94,13 @@ def encoder_flops(c, length: int, last_layer_queries: int | None = None) -> floa
     return sum(layer(k, length) for k in range(last)) + layer(last, queries)
 
 
-def flops_per_step(task, setup, batch_size: int) -> float:
+def flops_per_step(task, setup, batch_size: int, inputs: dict[str, int] | None = None) -> float:
     """Model FLOPs of one train step of `batch_size` rows of a task's Setup: 3x the
-    forward pass its Task counts (tasks/contract.py)."""
+    forward pass its Task counts (tasks/contract.py), at the lengths of `inputs` (default:
+    the model's, the longest its batches have)."""
     model = setup.model
-    return 3.0 * batch_size * task.forward_flops(model.config, model.inputs, setup.description)
+    inputs = model.inputs if inputs is None else inputs
+    return 3.0 * batch_size * task.forward_flops(model.config, inputs, setup.description)
 
 
 # ------------------------------------------------------------------------------- peaks

@@ -168,14 +168,17 @@ class TrainWindow:
         self.step, self.clock, self.start = step, clock, clock()
         self.sums = None
         self.tokens = 0
+        self.flops = 0.0
         self.input_wait = 0.0
 
     def waited(self, seconds: float) -> None:
         self.input_wait += seconds
 
-    def add(self, sums, tokens: int) -> None:
+    def add(self, sums, tokens: int, flops: float = 0.0) -> None:
+        """A step's metric sums, text tokens and model FLOPs (all hosts')."""
         self.sums = sums if self.sums is None else jax.tree.map(jnp.add, self.sums, sums)
         self.tokens += tokens
+        self.flops += flops
 
     @contextlib.contextmanager
     def paused(self):
@@ -186,7 +189,7 @@ class TrainWindow:
         finally:
             self.start += self.clock() - started
 
-    def rates(self, step: int, *, flops_per_step: float, peak_flops: float | None, hosts: int):
+    def rates(self, step: int, *, peak_flops: float | None, hosts: int):
         """steps/s, tokens/s of all `hosts` (each reads as many as this one, give or take
         its padding), model FLOP/s, with a peak MFU, and the input wait per step and as a
         fraction, from the window's start to now."""
@@ -196,7 +199,7 @@ class TrainWindow:
         rates = {
             "steps_per_second": steps_per_second,
             "tokens_per_second": self.tokens * hosts / elapsed,
-            "model_flops_per_second": steps_per_second * flops_per_step,
+            "model_flops_per_second": self.flops / elapsed,
             "input_wait_seconds": self.input_wait / steps,
             "input_wait_fraction": min(self.input_wait / elapsed, 1.0),
         }

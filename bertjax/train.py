@@ -628,6 +628,7 @@ class TrainLog:
         self.input_wait_warned = False
         self.window = metrics.TrainWindow(start_step)
         self.times = events.StepTimes(session.event_log, start_step, peak_flops=self.peak_flops)
+        self.flops_of = {}  # (rows, input lengths) -> model FLOPs of a step
         self.started = time.perf_counter()
 
     def next_batch(self, batches) -> dict:
@@ -641,11 +642,22 @@ class TrainLog:
 
     def add(self, step: int, sums, host_batch: dict, *, rows: int) -> None:
         """A step's metric sums; `rows` is the global batch's."""
-        if not self.times.flops_per_step:  # known at the first batch (packed: its plan's rows)
-            self.times.flops_per_step = flops.flops_per_step(self.run.task, self.run.setup, rows)
-        self.window.add(sums, metrics.real_tokens(host_batch))
+        step_flops = self.step_flops(host_batch, rows)
+        self.window.add(sums, metrics.real_tokens(host_batch), step_flops)
         self.writer.progress_bar(step, self.started, self.start_step)
-        self.times.stepped(step)
+        self.times.stepped(step, step_flops)
+
+    def step_flops(self, host_batch: dict, rows: int) -> float:
+        """The model FLOPs of a step of `rows` rows at this batch's input lengths (a run
+        has a few: packed rows, length buckets)."""
+        inputs = {
+            name: host_batch[name].shape[1] if name in host_batch else length
+            for name, length in self.run.setup.model.inputs.items()
+        }
+        key = (rows, *inputs.values())
+        if key not in self.flops_of:
+            self.flops_of[key] = flops.flops_per_step(self.run.task, self.run.setup, rows, inputs)
+        return self.flops_of[key]
 
     def write(self, step: int, state) -> None:
         """A hook: at the steps that have one (Session.logs), the train line of the steps
@@ -659,7 +671,6 @@ class TrainLog:
         # Every host reads as many tokens as this one, give or take its padding.
         summary |= self.window.rates(
             step,
-            flops_per_step=self.times.flops_per_step,
             peak_flops=self.peak_flops,
             hosts=jax.process_count(),
         )

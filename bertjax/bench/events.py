@@ -53,7 +53,6 @@ def instrumentation_seconds(workdir: str, repeats: int) -> dict:
     window = metrics.TrainWindow(0)
     # A window never 10 s old here: what every step pays is the check.
     times = events.StepTimes(log, 0, peak_flops=1e12)
-    times.flops_per_step = 1e9
 
     def per_step(step):
         waiting = time.perf_counter()
@@ -61,7 +60,7 @@ def instrumentation_seconds(workdir: str, repeats: int) -> dict:
         seconds = time.perf_counter() - waiting
         window.waited(seconds)
         times.waited(seconds)
-        times.stepped(step)
+        times.stepped(step, 1e9)
 
     def per_log_line(step):
         times.flush(step + 1)  # a steps event written and flushed

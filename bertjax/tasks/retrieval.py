@@ -107,7 +107,7 @@ def setup(config, workdir: str) -> Setup:
     return Setup(
         model=Model(
             pretrained.model_config,
-            BertForEmbedding(pretrained.model_config, pooling, lengths[1]),
+            BertForEmbedding(pretrained.model_config, pooling, width),
             dict(
                 zip(
                     MODEL_INPUTS,
@@ -185,7 +185,7 @@ def without_data(config, workdir: str):
 def _eval_outputs(outputs, batch):
     """A held-out batch's query and passage vectors, with where each came from."""
     queries, passages = outputs
-    return queries, passages[:, 0], batch["query_index"], batch["passage_index"]
+    return queries, passages, batch["query_index"], batch["passage_index"]
 
 
 def _score(collection, outputs: list):
@@ -194,6 +194,7 @@ def _score(collection, outputs: list):
     queries, passages, query_index, passage_index = (
         np.concatenate(parts) for parts in zip(*outputs, strict=True)
     )
+    passages, passage_index = passages.reshape(-1, passages.shape[-1]), passage_index.reshape(-1)
     query_vectors = queries[query_index >= 0][np.argsort(query_index[query_index >= 0])]
     passage_vectors = passages[passage_index >= 0][np.argsort(passage_index[passage_index >= 0])]
     run = search.ranked(
@@ -208,16 +209,31 @@ def best_metric(config) -> scores.Metric:
 
 
 def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
-    """The encoder over a row's query and each of its passages."""
-    passages = inputs["passage_ids"] // description.max_seq_length
+    """The encoder over a row's query and each of its passages, at the batch's lengths."""
+    passages = _passages_per_row(description)
     return flops.encoder_flops(c, inputs["query_ids"]) + passages * flops.encoder_flops(
-        c, description.max_seq_length
+        c, inputs["passage_ids"] // passages
     )
+
+
+def _passages_per_row(description: Description) -> int:
+    """The positive and each hard negative."""
+    return 1 + len(description.data.get("negatives") or ())
+
+
+def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
+    """The split's batch shapes at the longest lengths the input pads to."""
+    shapes = dataset_batch_shapes(setup, split, batch_size)
+    longest = setup.model.inputs
+    return {
+        name: ((shape[0], longest[name]) if name in longest else shape, dtype)
+        for name, (shape, dtype) in shapes.items()
+    }
 
 
 def make_model(model_config, description: Description) -> BertForEmbedding:
     pooling = Pooling.from_json(description.embedding)
-    return BertForEmbedding(model_config, pooling, description.max_seq_length)
+    return BertForEmbedding(model_config, pooling, _passages_per_row(description))
 
 
 TASK = Task(
@@ -226,7 +242,7 @@ TASK = Task(
     make_model=make_model,
     best_metric=best_metric,
     forward_flops=forward_flops,
-    batch_shapes=dataset_batch_shapes,
+    batch_shapes=batch_shapes,
     check_config=check_config,
     without_data=without_data,
     report=finetune.report,

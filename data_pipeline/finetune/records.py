@@ -20,6 +20,10 @@ global batches, each the processes' slices in process order, concatenate to
 the split. The last one is filled with copies of example 0 whose
 example_weight is 0, so every process yields the same number of full batches
 and weighted metrics are exact.
+
+Given `buckets` (arrays of a number per example: a length bucket), each batch also
+carries, per array, the largest number among the examples of its whole global batch:
+every process pads the same global batch to the same shape.
 """
 
 import csv
@@ -258,9 +262,11 @@ def batch_indices(
     seed: int = 0,
     num_epochs: float = 1.0,
     position: Any = None,
+    buckets: Sequence[np.ndarray] = (),
 ) -> tuple[tf.data.Dataset, SplitInfo]:
     """(indices int32 [batch_size], example_weight float32 [batch_size]) per batch, as the
-    module docstring describes; training adds stream_position int64 [batch_size, 1]."""
+    module docstring describes; training adds stream_position int64 [batch_size, 1], then
+    each of `buckets` (int [num_examples]) adds its global batch's largest, int32 []."""
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
     if not 0 <= process_index < process_count:
@@ -276,9 +282,11 @@ def batch_indices(
         indices = np.arange(num_batches * global_batch, dtype=np.int32)
         weights = (indices < num_examples).astype(np.float32)
         indices[num_examples:] = 0
-        indices = indices.reshape(num_batches, global_batch)[:, start : start + batch_size]
+        indices = indices.reshape(num_batches, global_batch)
+        largest = [np.asarray(bucket, np.int32)[indices].max(axis=1) for bucket in buckets]
+        indices = indices[:, start : start + batch_size]
         weights = weights.reshape(num_batches, global_batch)[:, start : start + batch_size]
-        dataset = tf.data.Dataset.from_tensor_slices((indices, weights))
+        dataset = tf.data.Dataset.from_tensor_slices((indices, weights, *largest))
         return dataset, SplitInfo(num_examples, global_batch, num_batches)
 
     if not num_epochs > 0:
@@ -309,12 +317,15 @@ def batch_indices(
     dataset = tf.data.Dataset.range(first_epoch, epochs).flat_map(permutation).skip(skip)
     dataset = dataset.batch(global_batch, drop_remainder=True).take(num_batches - done)
 
+    bucket_tables = [tf.constant(np.asarray(bucket, np.int32)) for bucket in buckets]
+
     @tf.autograph.experimental.do_not_convert
     def rows(after, order):
         return (
             order[start : start + batch_size],
             tf.ones([batch_size], tf.float32),
             tf.fill([batch_size, 1], after),
+            *(tf.reduce_max(tf.gather(table, order)) for table in bucket_tables),
         )
 
     dataset = dataset.enumerate(done + 1).map(rows)

@@ -14,25 +14,32 @@ Two sources:
                  the corpus, each anchor's positives its relevant passages.
 
 A text is read as `[CLS] text [SEP]`, cut to max_query_length (queries) or
-max_seq_length (passages) tokens; every batch has those static shapes.
+max_seq_length (passages) tokens. A batch pads its queries to the shortest of a few
+lengths that holds its longest query, and its passages likewise (`length_buckets`:
+the maximum and halvings of it, multiples of 8, `bucket_lengths`), chosen over the
+whole global batch so that every process pads alike. The shapes are static: a run
+compiles at most one program per pair of lengths, however many batches it reads.
 
 Training batches (records.batch_indices draws them, so they resume mid-epoch):
 
-    query_ids, query_mask          int32 [B, max_query_length]
-    passage_ids, passage_mask      int32 [B, P * max_seq_length]: the positive, then
-                                   each hard negative (P = 1 + negatives)
+    query_ids, query_mask          int32 [B, Lq], Lq a bucket of max_query_length
+    passage_ids, passage_mask      int32 [B, P * Lp]: the positive, then each hard
+                                   negative (P = 1 + negatives), Lp a bucket of
+                                   max_seq_length
     query_key                      int32 [B]: equal for the same query text
     passage_keys                   int32 [B, P]: equal for the same passage text
     example_weight                 float32 [B], 1
     stream_position                int64 [B, 1]
 
 The keys let the loss see that another row's positive is this row's positive too,
-not a negative. Evaluation batches hold query i and passage i of the collection
-side by side in row i (P = 1), with `query_index` and `passage_index` (-1 past the
-end of either list) and example_weight 0 on rows past the longer list.
+not a negative. Evaluation batches have the same layout: row i holds query i and
+passages iP to iP + P - 1 of the collection, with `query_index` int32 [B] and
+`passage_index` int32 [B, P] (-1 past the end of either list), and example_weight 0
+on rows past both.
 """
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
@@ -71,6 +78,8 @@ class RetrievalConfig:
     negatives: tuple[str, ...] = ()
     max_query_length: int = 64
     max_seq_length: int = 256  # of passages
+    # How many lengths a batch's texts are padded to (bucket_lengths); 1: always the maximum.
+    length_buckets: int = 3
 
     def __post_init__(self):
         if bool(self.beir_dir) == bool(self.train_file or self.eval_file):
@@ -89,6 +98,8 @@ class RetrievalConfig:
         for option in ("max_query_length", "max_seq_length"):
             if getattr(self, option) < 3:
                 fail(option, getattr(self, option), "must be at least 3 ([CLS] text [SEP])")
+        if self.length_buckets < 1:
+            fail("length_buckets", self.length_buckets, "must be at least 1")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -255,88 +266,118 @@ def _text(path, line, column, value, *, empty_ok=False) -> str:
 # ----------------------------------------------------------------------------- batches
 
 
+def bucket_lengths(length: int, count: int) -> tuple[int, ...]:
+    """The lengths texts cut to `length` tokens are padded to, shortest first: `length`
+    and up to `count - 1` halvings of it, each rounded up to a multiple of 8 (and no
+    shorter than 8)."""
+    halvings = (max(8, -(-length // 2**k // 8) * 8) for k in range(1, count))
+    return tuple(sorted({length, *(h for h in halvings if h < length)}))
+
+
 def make_retrieval_dataset(
     task: RetrievalTask, tokenizer, *, split: str, **batching
 ) -> tuple[tf.data.Dataset, records.SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'), as the module docstring says.
     `batching` is records.batch_indices' keyword arguments."""
-    config, vocab = task.config, tokenizer.vocab
+    config = task.config
+    texts = records.task_split(task, split)
     if split == "train":
-        pairs = records.task_split(task, split)
-        count, width = len(pairs), len(pairs.passages[0])
-        flat = [passage for row in pairs.passages for passage in row]
-        query_pieces, passage_pieces = _pieces(tokenizer, pairs.queries), _pieces(tokenizer, flat)
-        query_keys = tf.constant(_keys(pairs.queries))
-        passage_keys = tf.constant(_keys(flat).reshape(count, width))
-        indices, info = batch_indices(count, training=True, **batching)
+        queries, passages = texts.queries, [passage for row in texts.passages for passage in row]
+        width = len(texts.passages[0])
+    else:
+        queries, passages = texts.queries, texts.passages
+        width = 1 + len(config.negatives)
+    query_side = _Side(tokenizer, queries, config.max_query_length, config.length_buckets)
+    passage_side = _Side(tokenizer, passages, config.max_seq_length, config.length_buckets)
+    layout = functools.partial(_features, query_side, passage_side, width, tokenizer.vocab)
+    rows = batching["batch_size"]
+    if split == "train":
+        count = len(queries)
+        query_keys, passage_keys = tf.constant(_keys(queries)), tf.constant(_keys(passages))
+        slots = np.arange(count * width).reshape(count, width)
+        buckets = (query_side.bucket[:count], passage_side.bucket[slots].max(axis=1))
+        indices, info = batch_indices(count, training=True, buckets=buckets, **batching)
 
         @tf.autograph.experimental.do_not_convert
-        def encode(index, weight, position):
-            slots = tf.reshape(index[:, None] * width + tf.range(width)[None, :], [-1])
-            query = _lay_out(tf.gather(query_pieces, index), config.max_query_length, vocab)
-            passage = _lay_out(tf.gather(passage_pieces, slots), config.max_seq_length, vocab)
-            batch = _features(query, passage, width)
+        def encode(index, weight, position, query_bucket, passage_bucket):
+            slots = index[:, None] * width + tf.range(width)[None, :]
+            batch = layout(index, slots, query_bucket, passage_bucket)
             batch["query_key"] = tf.gather(query_keys, index)
-            batch["passage_keys"] = tf.gather(passage_keys, index)
+            batch["passage_keys"] = tf.gather(passage_keys, slots)
             batch["example_weight"] = weight
-            rows = batching["batch_size"]
             return records.finish_batch(batch, (position,), batch_size=rows, rows=rows)
 
     else:
-        collection = records.task_split(task, split)
-        queries, passages = len(collection.queries), len(collection.passages)
-        query_pieces = _pieces(tokenizer, collection.queries)
-        passage_pieces = _pieces(tokenizer, collection.passages)
-        indices, info = batch_indices(max(queries, passages), training=False, **batching)
+        count = max(len(queries), -(-len(passages) // width))
+        query_rows = np.minimum(np.arange(count), len(queries) - 1)
+        slots = np.arange(count * width).reshape(count, width)
+        passage_slots = np.minimum(slots, len(passages) - 1)
+        buckets = (query_side.bucket[query_rows], passage_side.bucket[passage_slots].max(axis=1))
+        indices, info = batch_indices(count, training=False, buckets=buckets, **batching)
 
         @tf.autograph.experimental.do_not_convert
-        def encode(index, weight):
-            query = tf.gather(query_pieces, tf.minimum(index, queries - 1))
-            passage = tf.gather(passage_pieces, tf.minimum(index, passages - 1))
-            batch = _features(
-                _lay_out(query, config.max_query_length, vocab),
-                _lay_out(passage, config.max_seq_length, vocab),
-                1,
+        def encode(index, weight, query_bucket, passage_bucket):
+            slots = index[:, None] * width + tf.range(width)[None, :]
+            batch = layout(
+                tf.minimum(index, len(queries) - 1),
+                tf.minimum(slots, len(passages) - 1),
+                query_bucket,
+                passage_bucket,
             )
             real = weight > 0
-            batch["query_index"] = tf.where(real & (index < queries), index, -1)
-            batch["passage_index"] = tf.where(real & (index < passages), index, -1)
+            batch["query_index"] = tf.where(real & (index < len(queries)), index, -1)
+            batch["passage_index"] = tf.where(real[:, None] & (slots < len(passages)), slots, -1)
             batch["example_weight"] = weight
-            rows = batching["batch_size"]
             return records.finish_batch(batch, (), batch_size=rows, rows=rows)
 
     return indices.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2), info
 
 
-def _pieces(tokenizer, texts: list[str]) -> tf.RaggedTensor:
-    """Each text's word pieces, tokenized once here (the batches only gather)."""
-    return tf.RaggedTensor.from_row_splits(*tokenize_texts(tokenizer, texts))
+class _Side:
+    """The queries' or the passages' word pieces (tokenized once here; the batches only
+    gather), their bucket lengths, and the bucket of each text."""
+
+    def __init__(self, tokenizer, texts: list[str], length: int, buckets: int):
+        flat, splits = tokenize_texts(tokenizer, texts)
+        self.pieces = tf.RaggedTensor.from_row_splits(flat, splits)
+        self.max_length = length
+        self.lengths = bucket_lengths(length, buckets)
+        tokens = np.minimum(np.diff(splits) + 2, length)  # with [CLS] and [SEP]
+        self.bucket = np.searchsorted(self.lengths, tokens).astype(np.int32)
+
+    def lay_out(self, rows: tf.Tensor, bucket: tf.Tensor, vocab) -> dict[str, tf.Tensor]:
+        """[CLS] pieces [SEP] of the texts at `rows` (any shape), cut to the maximum and
+        padded to the bucket's length: ids and mask [*rows.shape, length]."""
+        pieces = tf.gather(self.pieces, tf.reshape(rows, [-1]))
+        nothing = tf.RaggedTensor.from_row_lengths(
+            tf.zeros([0], pieces.dtype), tf.zeros([pieces.nrows()], tf.int64)
+        )
+        laid = lay_out(
+            pieces, nothing, tf.zeros([pieces.nrows()], tf.bool), max_seq_length=self.max_length,
+            cls_id=vocab.cls_id, sep_id=vocab.sep_id, pad_id=vocab.pad_id,
+        )  # fmt: skip
+        length = tf.gather(self.lengths, bucket)
+        shape = tf.concat([tf.shape(rows), [length]], axis=0)
+        return {
+            name: tf.reshape(laid[key][:, :length], shape)
+            for name, key in (("ids", "input_ids"), ("mask", "input_mask"))
+        }
 
 
-def _keys(texts: list[str]) -> np.ndarray:
-    """int32 [N]: the same number for the same text."""
-    return np.unique(np.asarray(texts, object), return_inverse=True)[1].astype(np.int32)
-
-
-def _lay_out(pieces: tf.RaggedTensor, length: int, vocab) -> dict[str, tf.Tensor]:
-    """[CLS] pieces [SEP] per row, cut to `length` tokens and padded to it."""
-    rows = pieces.nrows()
-    nothing = tf.RaggedTensor.from_row_lengths(
-        tf.zeros([0], pieces.dtype), tf.zeros([rows], tf.int64)
-    )
-    laid = lay_out(
-        pieces, nothing, tf.zeros([rows], tf.bool), max_seq_length=length,
-        cls_id=vocab.cls_id, sep_id=vocab.sep_id, pad_id=vocab.pad_id,
-    )  # fmt: skip
-    return {"ids": laid["input_ids"], "mask": laid["input_mask"]}
-
-
-def _features(query: dict, passage: dict, width: int) -> dict[str, tf.Tensor]:
-    """The model's inputs: the passages of a row side by side, [B, width * length]."""
-    shape = [tf.shape(query["ids"])[0], width * passage["ids"].shape[1]]
+def _features(query_side, passage_side, width, vocab, queries, slots, query_bucket, passage_bucket):
+    """The model's inputs: row i's query, and its passages (`slots` [B, width]) side by
+    side, [B, width * length]."""
+    query = query_side.lay_out(queries, query_bucket, vocab)
+    passage = passage_side.lay_out(slots, passage_bucket, vocab)
+    shape = [tf.shape(slots)[0], -1]
     return {
         "query_ids": query["ids"],
         "query_mask": query["mask"],
         "passage_ids": tf.reshape(passage["ids"], shape),
         "passage_mask": tf.reshape(passage["mask"], shape),
     }
+
+
+def _keys(texts: list[str]) -> np.ndarray:
+    """int32 [N]: the same number for the same text."""
+    return np.unique(np.asarray(texts, object), return_inverse=True)[1].astype(np.int32)

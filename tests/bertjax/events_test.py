@@ -58,28 +58,30 @@ def test_a_program_loaded_from_the_persistent_cache_is_counted_once():
 
 def test_steps_windows_leave_the_spans_out_and_carry_input_wait_and_flops(tmp_path):
     log = events.EventLog(str(tmp_path))
-    log.start(0)
-    times = events.StepTimes(log, 0, peak_flops=1e12)
-    times.flops_per_step = 5.0
+    log.start(1)
+    times = events.StepTimes(log, 1, peak_flops=1e12)
     times.waited(0.25)
     time.sleep(0.05)
+    times.stepped(2, flops=4.0)  # the process's first step: flushed
     with times.span("eval", 2):
         time.sleep(0.2)
     time.sleep(0.05)
+    times.stepped(3, flops=6.0)
     times.flush(3)
     times.flush(3)  # nothing new: no event
     log.stop(None)
     log.close()
     start, first, evaluation, second, stop = read(tmp_path)
-    assert start["event"] == "start" and start["step"] == 0
+    assert start["event"] == "start" and start["step"] == 1
     assert start["started"] <= start["time"]
-    assert (first["event"], first["first"], first["last"]) == ("steps", 1, 2)
-    assert first["input_wait"] == 0.25 and first["flops"] == 10.0
+    assert (first["event"], first["first"], first["last"]) == ("steps", 2, 2)
+    assert first["input_wait"] == 0.25 and first["flops"] == 4.0
     assert first["peak_flops"] == 1e12
     assert 0.05 <= first["seconds"] < 0.2
     assert (evaluation["event"], evaluation["step"]) == ("eval", 2)
     assert evaluation["seconds"] >= 0.2
     assert (second["first"], second["last"], second["input_wait"]) == (3, 3, 0.0)
+    assert second["flops"] == 6.0
     assert 0.05 <= second["seconds"] < 0.2  # the evaluation is not in it
     assert (stop["event"], stop["reason"], stop["step"]) == ("stop", "done", 3)
     assert all("compile_total" in e and e["time"] > 0 for e in read(tmp_path))

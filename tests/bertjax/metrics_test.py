@@ -22,12 +22,12 @@ def test_window_adds_sums_and_tokens_and_gives_rates():
     clock = FakeClock()
     window = metrics.TrainWindow(10, clock=clock)
     assert window.sums is None
-    window.add({"loss_sum": jnp.float32(2.0)}, tokens=300)
-    window.add({"loss_sum": jnp.float32(4.0)}, tokens=200)
+    window.add({"loss_sum": jnp.float32(2.0)}, tokens=300, flops=0.5e9)
+    window.add({"loss_sum": jnp.float32(4.0)}, tokens=200, flops=1.5e9)
     window.waited(0.25)
     window.waited(0.25)
     clock.now += 2.0  # two steps in two seconds, half a second of it waiting for input
-    rates = window.rates(12, flops_per_step=1e9, peak_flops=4e9, hosts=2)
+    rates = window.rates(12, peak_flops=4e9, hosts=2)
     assert float(window.sums["loss_sum"]) == 6.0
     assert rates == {
         "steps_per_second": 1.0,
@@ -46,15 +46,16 @@ def test_time_in_a_paused_block_is_left_out_of_the_rates():
     with window.paused():
         clock.now += 30.0  # an evaluation
     clock.now += 1.0  # another step
-    rates = window.rates(2, flops_per_step=1.0, peak_flops=None, hosts=1)
+    rates = window.rates(2, peak_flops=None, hosts=1)
     assert rates["steps_per_second"] == 1.0
 
 
 def test_window_without_a_peak_reports_no_mfu():
     clock = FakeClock()
     window = metrics.TrainWindow(0, clock=clock)
+    window.add({"loss_sum": jnp.float32(1.0)}, tokens=1, flops=8.0)
     clock.now += 4.0
-    rates = window.rates(1, flops_per_step=8.0, peak_flops=None, hosts=1)
+    rates = window.rates(1, peak_flops=None, hosts=1)
     assert "mfu" not in rates and rates["model_flops_per_second"] == 2.0
 
 

@@ -301,7 +301,7 @@ def embedder_step(block: dict, rows: int = 16, passage_length: int = 8):
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
     )  # fmt: skip
     config = BertConfig.from_dict({**sizes, **block})
-    module = BertForEmbedding(config, Pooling(normalize=True), passage_length=passage_length)
+    module = BertForEmbedding(config, Pooling(normalize=True), passages=2)
     rng = np.random.default_rng(0)
     batch = {
         "query_ids": rng.integers(1, 61, (rows, 6), dtype=np.int32),

@@ -16,7 +16,7 @@ from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from bertjax.bench import packed_step
 from data_pipeline.config import ConfigError
-from experiments.finetune import classify, glue, ner, squad
+from experiments.finetune import classify, glue, ner, retrieval, squad
 
 pytestmark = pytest.mark.integration
 
@@ -397,3 +397,30 @@ def test_glue_from_tfds_end_to_end(pretrained_workdir, tmp_path):
     lines = (tmp_path / "eval_predictions.jsonl").read_text().splitlines()
     scores = [json.loads(line)["score"] for line in lines]
     assert len(scores) == 16
+
+
+def test_retrieval_compiles_its_train_step_once_per_padded_length_it_meets(
+    pretrained_workdir, tmp_path, caplog
+):
+    long = " ".join(["word"] * 40)
+    rows = [(f"where is item {i}", f"item {i} is in the hall") for i in range(10)]
+    rows += [("where is the long one", long)] * 2  # 3 batches an epoch: one without them
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("anchor\tpositive\n" + "".join(f"{q}\t{p}\n" for q, p in rows))
+    config = retrieval.get_config()
+    config.init_checkpoint = pretrained_workdir
+    config.data.train_file = str(pairs)
+    config.data.max_query_length, config.data.max_seq_length = 16, 64
+    config.train_batch_size, config.num_train_epochs = 4, 3.0
+    config.log_every_steps = 1
+    with jax.log_compiles(True), caplog.at_level("WARNING", logger="jax._src.interpreters.pxla"):
+        train.train_and_evaluate(config, str(tmp_path / "w"), devices=ONE_DEVICE)
+    compiled = [
+        r.getMessage() for r in caplog.records if "Compiling jit(train_step)" in r.getMessage()
+    ]
+    # Passages of 9 tokens pad to 16, of 42 to 64: two programs for 9 steps.
+    assert len(compiled) == 2, compiled
+    steps = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").open()]
+    flops_per_second = {round(s["model_flops_per_second"] / s["steps_per_second"]) for s in steps}
+    assert len([s for s in steps if s["split"] == "train"]) == 9
+    assert len(flops_per_second) == 2  # each step's FLOPs at its own lengths

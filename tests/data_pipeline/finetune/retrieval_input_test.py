@@ -121,3 +121,76 @@ def test_a_bad_pair_file_or_option_is_named(tmp_path):
         retrieval_input.load_retrieval_task({})
     with pytest.raises(ConfigError, match="each column once"):
         retrieval_input.from_config({"train_file": str(path), "negatives": ("anchor",)})
+
+
+@pytest.mark.parametrize(
+    "length, count, lengths",
+    [(256, 3, (64, 128, 256)), (64, 3, (16, 32, 64)), (30, 3, (8, 16, 30)), (64, 1, (64,)),
+     (6, 3, (6,)), (16, 5, (8, 16))],
+)  # fmt: skip
+def test_bucket_lengths_are_the_maximum_and_its_halvings_in_multiples_of_8(length, count, lengths):
+    assert retrieval_input.bucket_lengths(length, count) == lengths
+
+
+def pair_rows(tmp_path, rows):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("anchor\tpositive\tneg\n" + "".join(f"{q}\t{p}\t{n}\n" for q, p, n in rows))
+    return str(path)
+
+
+def host_batches(task, tokenizer, seed, process_index):
+    dataset, _ = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="train", batch_size=2, seed=seed, num_epochs=1,
+        process_index=process_index, process_count=2,
+    )  # fmt: skip
+    return list(dataset.as_numpy_iterator())
+
+
+def test_a_global_batch_is_padded_to_the_shortest_bucket_holding_its_longest_text(
+    tmp_path, tokenizer
+):
+    long = " ".join(["word"] * 40)
+    # 3 global batches of 4 pairs: at least one without the long passages.
+    rows = [("short query", "a short passage", "another")] * 10 + [("q", long, "n")] * 2
+    config = {"train_file": pair_rows(tmp_path, rows), "negatives": ("neg",)}
+    config |= {"max_query_length": 32, "max_seq_length": 64}
+    task = retrieval_input.load_retrieval_task(config)
+    full = retrieval_input.load_retrieval_task({**config, "length_buckets": 1})
+    shapes = set()
+    first, second = (host_batches(task, tokenizer, 0, index) for index in (0, 1))
+    padded = host_batches(full, tokenizer, 0, 0)
+    for one, other, wide in zip(first, second, padded, strict=True):
+        # Two processes of a global batch pad alike, whichever holds a long passage.
+        assert one["query_ids"].shape == other["query_ids"].shape
+        assert one["passage_ids"].shape == other["passage_ids"].shape
+        query_length, passage_length = one["query_ids"].shape[1], one["passage_ids"].shape[1]
+        passage_length //= 2
+        shapes.add((query_length, passage_length))
+        # The same tokens as at the maximum lengths, less padding only.
+        np.testing.assert_array_equal(one["query_ids"], wide["query_ids"][:, :query_length])
+        passages = wide["passage_ids"].reshape(2, 2, 64)
+        np.testing.assert_array_equal(
+            one["passage_ids"].reshape(2, 2, passage_length), passages[:, :, :passage_length]
+        )
+        assert not passages[:, :, passage_length:].any()
+    # Queries fit 8 of (8, 16, 32) tokens; passages of (16, 32, 64): the long one (42) 64.
+    assert shapes == {(8, 16), (8, 64)}
+
+
+def test_evaluation_rows_hold_as_many_passages_as_training_rows(tmp_path, tokenizer):
+    rows = [(f"query {i}", f"passage {i}", f"other {i}") for i in range(5)]
+    path = pair_rows(tmp_path, rows)
+    task = retrieval_input.load_retrieval_task(
+        {"train_file": path, "eval_file": path, "negatives": ("neg",), "max_seq_length": 16}
+    )
+    assert len(task.eval.passages) == 10
+    dataset, info = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="eval", batch_size=4
+    )
+    batches = list(dataset.as_numpy_iterator())
+    assert info.num_batches == 2  # 5 queries and 10 passages, two a row: 5 rows
+    query_index = np.concatenate([b["query_index"] for b in batches])
+    passage_index = np.concatenate([b["passage_index"] for b in batches])
+    assert query_index.tolist() == [0, 1, 2, 3, 4, -1, -1, -1]
+    assert passage_index.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]] + [[-1, -1]] * 3
+    assert batches[0]["passage_ids"].shape == (4, 2 * 8)

@@ -1,0 +1,58 @@
+"""The retrieval task's model at the lengths its input pads to: the same vectors at every
+bucket, FLOPs counted at the batch's lengths, and AOT shapes at the longest."""
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax import flops
+from bertjax.embedding import BertForEmbedding, Pooling
+from bertjax.model import BertConfig
+from bertjax.tasks import retrieval
+from bertjax.tasks.contract import Description
+from data_pipeline.finetune import retrieval_input
+
+NAMES = retrieval.MODEL_INPUTS
+
+
+@pytest.mark.parametrize("block", ["bert", "modernbert"])
+def test_a_batch_padded_to_its_bucket_embeds_as_at_the_longest_lengths(tmp_path, tokenizer, block):
+    rows = [(f"where is item {i}", f"item {i} is in hall {i % 3}", f"a hall {i}") for i in range(8)]
+    path = tmp_path / "pairs.tsv"
+    path.write_text("anchor\tpositive\tneg\n" + "".join("\t".join(r) + "\n" for r in rows))
+    config = {"train_file": str(path), "negatives": ("neg",), "max_query_length": 32}
+    config["max_seq_length"] = 64
+    batches = {}
+    for buckets in (3, 1):
+        task = retrieval_input.load_retrieval_task({**config, "length_buckets": buckets})
+        dataset, _ = retrieval_input.make_retrieval_dataset(
+            task, tokenizer, split="train", batch_size=8, seed=0, num_epochs=1
+        )
+        (batches[buckets],) = dataset.as_numpy_iterator()
+    assert batches[3]["query_ids"].shape == (8, 8) and batches[3]["passage_ids"].shape == (8, 32)
+    assert batches[1]["passage_ids"].shape == (8, 2 * 64)
+
+    sizes = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=48, max_position_embeddings=64)  # fmt: skip
+    if block == "modernbert":
+        sizes |= dict(norm_placement="pre", use_bias=False, feed_forward="geglu",
+                      position_embedding="rotary", type_vocab_size=0, pooler="norm",
+                      global_attention_every=2, local_attention_window=6)  # fmt: skip
+    module = BertForEmbedding(BertConfig(**sizes), Pooling(normalize=True), passages=2)
+    params = jax.jit(lambda *inputs: module.init(jax.random.key(0), *inputs, deterministic=True))(
+        *(batches[1][n] for n in NAMES)
+    )
+    apply = jax.jit(lambda *inputs: module.apply(params, *inputs, deterministic=True))
+    short, longest = (apply(*(batches[b][n] for n in NAMES)) for b in (3, 1))
+    for bucketed, padded in zip(short, longest, strict=True):
+        assert bucketed.shape == padded.shape
+        np.testing.assert_allclose(bucketed, padded, atol=1e-5)
+
+
+def test_flops_are_counted_at_the_batch_lengths():
+    small = BertConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
+                       intermediate_size=32, vocab_size=40, max_position_embeddings=64)  # fmt: skip
+    description = Description(64, {}, data={"negatives": ["neg"]})
+    inputs = {"query_ids": 8, "query_mask": 8, "passage_ids": 2 * 16, "passage_mask": 2 * 16}
+    counted = retrieval.TASK.forward_flops(small, inputs, description)
+    assert counted == flops.encoder_flops(small, 8) + 2 * flops.encoder_flops(small, 16)

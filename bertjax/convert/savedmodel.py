@@ -10,8 +10,13 @@ Two signatures, both with a symbolic batch dimension:
   tokenizer.py: the same tensorflow-text ops the training input ran, its vocabulary a
   constant of the graph, not a file), lays them out as the task's training examples
   were, and returns the task's answers (Task.serving, bertjax/tasks/contract.py);
-- `serve_ids` takes the model's int32 [B, length] inputs, for text tokenized elsewhere,
-  and returns the same outputs.
+- `serve_ids` takes the model's int32 [B, L] inputs (any L up to the model's
+  positions), for text tokenized elsewhere, and returns the same outputs (a reader's:
+  its rows' start_logits and end_logits).
+
+serving_default pads a batch to the shortest of a few lengths (BUCKETS) that holds its
+longest text: the model is converted once, its sequence length symbolic, and the
+runtime compiles it for each length it meets.
 
 The model is converted once for every platform jax2tf lowers it for (CPU, GPU, TPU), so
 the SavedModel serves on any of them. A byte-level BPE tokenizer (ModernBERT's) runs in
@@ -27,11 +32,15 @@ from bertjax import inference, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.convert import destination
 from bertjax.convert.errors import ConversionError
+from data_pipeline.finetune.records import bucket_lengths
 from data_pipeline.vocab import load_vocab
 
 SIGNATURE_TEXT = "serving_default"
 SIGNATURE_IDS = "serve_ids"
 PLATFORMS = ("cpu", "cuda", "tpu")
+# serving_default pads a batch to the shortest of this many lengths that holds its
+# longest text (records.bucket_lengths: the maximum and halvings of it).
+BUCKETS = 3
 
 
 def export_savedmodel(
@@ -47,42 +56,41 @@ def export_savedmodel(
     restored = inference.restore(workdir, step)
     if max_seq_length is not None:
         restored = with_length(restored, max_seq_length)
-    serving = task.serving(restored)
+    try:
+        serving = task.serving(restored)
+    except ValueError as e:
+        raise ConversionError(f"--max_seq_length={restored.max_seq_length}: {e}") from None
+    limit = restored.config.max_position_embeddings
     module = JaxModule(
         jax.device_get(restored.params),
         {"model": serving.forward},
         input_polymorphic_shape={"model": dict(serving.inputs)},
-        jax2tf_kwargs={"model": {"native_serialization_platforms": PLATFORMS}},
+        jax2tf_kwargs={
+            "model": {
+                "native_serialization_platforms": PLATFORMS,
+                "polymorphic_constraints": (f"l <= {limit}",),
+            }
+        },
     )
-    text_specs = {name: tf.TensorSpec([None], tf.string, name=name) for name in serving.texts}
-    id_shapes = {name: static_shape(shape) for name, shape in serving.inputs.items()}
-
-    @tf.function(input_signature=[text_specs])
-    def preprocess(texts):
-        inputs = serving.preprocess(texts)
-        return {name: tf.ensure_shape(inputs[name], shape) for name, shape in id_shapes.items()}
-
     id_specs = {
-        name: tf.TensorSpec(shape, tf.int32, name=name) for name, shape in id_shapes.items()
+        name: tf.TensorSpec(static_shape(shape), tf.int32, name=name)
+        for name, shape in serving.inputs.items()
     }
-    configs = [
-        ServingConfig(
-            SIGNATURE_TEXT,
-            tf_preprocessor=preprocess,
-            tf_postprocessor=serving.postprocess,
-            method_key="model",
-        ),
-        ServingConfig(
-            SIGNATURE_IDS,
-            input_signature=[id_specs],
-            tf_postprocessor=serving.postprocess,
-            method_key="model",
-        ),
-    ]
-    manager = ExportManager(module, configs)
-    outputs = manager.serving_signatures[SIGNATURE_TEXT].get_concrete_function().structured_outputs
+    manager = ExportManager(
+        module,
+        [
+            ServingConfig(
+                SIGNATURE_IDS,
+                input_signature=[id_specs],
+                tf_postprocessor=lambda outputs: serving.postprocess(outputs, None),
+                method_key="model",
+            )
+        ],
+    )
+    serve_text = text_signature(serving, module.methods["model"])
+    outputs = serve_text.get_concrete_function().structured_outputs
     with destination.staging(out_dir) as staging:
-        manager.save(staging)
+        manager.save(staging, signature_overrides={SIGNATURE_TEXT: serve_text})
     return {
         "out_dir": out_dir,
         "step": restored.step,
@@ -92,10 +100,36 @@ def export_savedmodel(
     }
 
 
+def text_signature(serving, model) -> tf.types.experimental.PolymorphicFunction:
+    """serving_default: the texts through the task's preprocess, its sequences cut to the
+    batch's bucket (the shortest of bucket_lengths(length, BUCKETS) that holds every
+    row), the converted model, the task's postprocess."""
+    lengths = tf.constant(bucket_lengths(serving.length, BUCKETS), tf.int32)
+    sequences = [name for name, shape in serving.inputs.items() if _dims(shape)[1:2] == ["l"]]
+    specs = {name: tf.TensorSpec([None], tf.string, name=name) for name in serving.texts}
+
+    @tf.function(input_signature=[specs])
+    def serve_text(texts):
+        features = serving.preprocess(texts)
+        used = tf.reduce_max(tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), axis=1))
+        bucket = tf.minimum(tf.searchsorted(lengths, [used])[0], len(lengths) - 1)
+        width = lengths[bucket]
+        inputs = {
+            name: features[name][:, :width] if name in sequences else features[name]
+            for name in serving.inputs
+        }
+        return serving.postprocess(model(inputs), features)
+
+    return serve_text
+
+
+def _dims(polymorphic: str) -> list[str]:
+    return [dim.strip() for dim in polymorphic.strip("()").split(",") if dim.strip()]
+
+
 def static_shape(polymorphic: str) -> list[int | None]:
     """ "(b, 128)" -> [None, 128]: TensorFlow's shape of a jax2tf polymorphic shape."""
-    dims = [dim.strip() for dim in polymorphic.strip("()").split(",") if dim.strip()]
-    return [int(dim) if dim.isdigit() else None for dim in dims]
+    return [int(dim) if dim.isdigit() else None for dim in _dims(polymorphic)]
 
 
 def _check(workdir: str, out_dir: str):

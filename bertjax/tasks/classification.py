@@ -196,7 +196,8 @@ def serving(restored) -> Serving:
         model_inputs = (inputs[name] for name in finetune.MODEL_INPUTS)
         return restored.model.apply({"params": params}, *model_inputs, deterministic=True)
 
-    def postprocess(logits) -> dict:
+    def postprocess(logits, features) -> dict:
+        del features
         if not labels:
             return {"score": logits[:, 0]}
         label = tf.gather(tf.constant(list(labels)), tf.argmax(logits, axis=-1))
@@ -205,7 +206,7 @@ def serving(restored) -> Serving:
     return Serving(
         texts=("text", "text_pair") if pairs else ("text",),
         preprocess=preprocess,
-        inputs={name: f"(b, {restored.max_seq_length})" for name in finetune.MODEL_INPUTS},
+        inputs=dict.fromkeys(finetune.MODEL_INPUTS, "(b, l)"),
         length=restored.max_seq_length,
         forward=forward,
         postprocess=postprocess,

@@ -209,17 +209,20 @@ class Serving:
 
     # serving_default's tf.string [B] inputs: ("text",), ("text", "text_pair"), ...
     texts: tuple[str, ...]
-    # TensorFlow, in the graph: {text input: tf.string [B]} -> {model input: int32}
+    # TensorFlow, in the graph: {text input: tf.string [B]} -> features: every model
+    # input (int32, sequences `length` long) and whatever else postprocess reads
     preprocess: Callable[[dict], dict]
-    # The model's int32 inputs and their shapes as jax2tf's polymorphic shapes, "(b, 128)":
-    # a letter, a dimension the request decides; a number, a fixed one. The second
-    # signature's inputs, and forward's.
+    # The model's int32 inputs and their shapes as jax2tf's polymorphic shapes, "(b, l)":
+    # a letter, a dimension the request decides, `l` the sequence length (at most the
+    # model's positions; serving_default cuts it to the batch's bucket); a number, a
+    # fixed one. The second signature's inputs, and forward's.
     inputs: Mapping[str, str]
     length: int  # tokens a text is cut to
     # JAX: (params, {model input: array}) -> the model's outputs (jax2tf converts it)
     forward: Callable[[Any, dict], Any]
-    # TensorFlow: the model's outputs -> {output name: tensor [B, ...]}, both signatures
-    postprocess: Callable[[Any], dict]
+    # TensorFlow: (the model's outputs, preprocess's features, or None in the ids
+    # signature) -> {output name: tensor [B, ...]}
+    postprocess: Callable[[Any, dict | None], dict]
 
 
 def _unchanged(config, workdir: str):

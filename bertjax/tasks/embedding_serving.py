@@ -46,8 +46,8 @@ def serving(restored) -> Serving:
     return Serving(
         texts=("text",),
         preprocess=preprocess,
-        inputs={name: f"(b, {length})" for name in INPUTS},
+        inputs=dict.fromkeys(INPUTS, "(b, l)"),
         length=length,
         forward=forward,
-        postprocess=lambda vectors: {"embedding": vectors},
+        postprocess=lambda vectors, features: {"embedding": vectors},
     )

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from bertjax import losses
 from bertjax.model import BertForQuestionAnswering
-from bertjax.tasks import finetune, scores
+from bertjax.tasks import finetune, scores, squad_serving
 from bertjax.tasks.contract import HFClass, Setup, Task, dataset_batch_shapes
 from data_pipeline import files
 from data_pipeline.finetune import squad_input
@@ -423,7 +423,7 @@ def answer(restored, question: str, context: str) -> dict:
     restored.require("squad", "answer")
     examples = squad_input.SquadData(
         "answer()",
-        (squad_input.SquadExample("q", question, context, answers=(), is_impossible=True),),
+        (squad_input.SquadExample("q", question, context, answers=(), is_impossible=False),),
     )
     predictions = answers_for(restored, examples)
     best = predictions.nbest["q"]
@@ -455,6 +455,7 @@ TASK = Task(
     without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,
+    serving=squad_serving.serving,
     hf_class=finetune.hf_classes(
         {
             # transformers' span class has no pooler (add_pooling_layer=False)

@@ -108,7 +108,6 @@ def serving(restored) -> Serving:
     `tags` out, [B, the most words of a text], "" past a text's last word."""
     labels = tf.constant(list(restored.task.label_names))
     length = restored.max_seq_length
-    rows = f"(r, {length})"
 
     def preprocess(texts: dict) -> dict:
         return tagging_input.encode_texts(restored.tokenizer, texts["text"], max_seq_length=length)
@@ -122,7 +121,8 @@ def serving(restored) -> Serving:
             "word_splits": inputs["word_splits"],
         }
 
-    def postprocess(outputs: dict) -> dict:
+    def postprocess(outputs: dict, features) -> dict:
+        del features
         tags = tf.gather(labels, tf.argmax(outputs["logits"], axis=-1))
         tags = tf.RaggedTensor.from_row_splits(tags, tf.cast(outputs["word_splits"], tf.int64))
         return {"tags": tags.to_tensor("")}
@@ -131,7 +131,7 @@ def serving(restored) -> Serving:
         texts=("text",),
         preprocess=preprocess,
         inputs={
-            **dict.fromkeys(finetune.MODEL_INPUTS, rows),
+            **dict.fromkeys(finetune.MODEL_INPUTS, "(r, l)"),
             "word_row": "(n,)",
             "word_position": "(n,)",
             "word_splits": "(s,)",

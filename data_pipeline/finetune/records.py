@@ -23,7 +23,8 @@ and weighted metrics are exact.
 
 Given `buckets` (arrays of a number per example: a length bucket), each batch also
 carries, per array, the largest number among the examples of its whole global batch:
-every process pads the same global batch to the same shape.
+every process pads the same global batch to the same shape. `bucket_lengths` gives a
+few such lengths.
 """
 
 import csv
@@ -330,6 +331,14 @@ def batch_indices(
 
     dataset = dataset.enumerate(done + 1).map(rows)
     return dataset, SplitInfo(num_examples, global_batch, num_batches)
+
+
+def bucket_lengths(length: int, count: int) -> tuple[int, ...]:
+    """The lengths texts cut to `length` tokens are padded to, shortest first: `length`
+    and up to `count - 1` halvings of it, each rounded up to a multiple of 8 (and no
+    shorter than 8)."""
+    halvings = (max(8, -(-length // 2**k // 8) * 8) for k in range(1, count))
+    return tuple(sorted({length, *(h for h in halvings if h < length)}))
 
 
 def finish_batch(batch: dict, position: tuple, *, batch_size: int, rows: int) -> dict:

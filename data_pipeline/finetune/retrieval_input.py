@@ -16,7 +16,7 @@ Two sources:
 A text is read as `[CLS] text [SEP]`, cut to max_query_length (queries) or
 max_seq_length (passages) tokens. A batch pads its queries to the shortest of a few
 lengths that holds its longest query, and its passages likewise (`length_buckets`:
-the maximum and halvings of it, multiples of 8, `bucket_lengths`), chosen over the
+the maximum and halvings of it, multiples of 8, records.bucket_lengths), chosen over the
 whole global batch so that every process pads alike. The shapes are static: a run
 compiles at most one program per pair of lengths, however many batches it reads.
 
@@ -57,6 +57,7 @@ from data_pipeline.finetune.records import (
     OPTION_PREFIX,
     TaskDataError,
     batch_indices,
+    bucket_lengths,
     read_records,
     read_text_file,
     task_config,
@@ -264,14 +265,6 @@ def _text(path, line, column, value, *, empty_ok=False) -> str:
 
 
 # ----------------------------------------------------------------------------- batches
-
-
-def bucket_lengths(length: int, count: int) -> tuple[int, ...]:
-    """The lengths texts cut to `length` tokens are padded to, shortest first: `length`
-    and up to `count - 1` halvings of it, each rounded up to a multiple of 8 (and no
-    shorter than 8)."""
-    halvings = (max(8, -(-length // 2**k // 8) * 8) for k in range(1, count))
-    return tuple(sorted({length, *(h for h in halvings if h < length)}))
 
 
 def make_retrieval_dataset(

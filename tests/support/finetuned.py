@@ -36,6 +36,14 @@ HEADS = {
 }
 
 
+# The classifiers are of pairs, as their columns say (SavedModel: text_pair); the reader
+# windows its contexts at the workdir's length.
+DATA = {
+    "classification": {"text_a": "sentence1", "text_b": "sentence2"},
+    "squad": {"max_seq_length": 128, "doc_stride": 32},
+}
+
+
 def finetuned_workdir(minilm_workdir, root, case: str) -> str:
     """A `case` workdir (HEADS) at step 3: MiniLM's encoder, a random head, and the run's
     description; its tokenizer keeps words up to 200 characters, as bertjax's own runs do."""
@@ -56,8 +64,7 @@ def finetuned_workdir(minilm_workdir, root, case: str) -> str:
             tokenizer_data=tokenizer_data,
             num_labels=num_labels,
             label_names=labels,
-            # The classifiers are of pairs, as their columns say (SavedModel: text_pair).
-            data={"text_a": "sentence1", "text_b": "sentence2"} if kind == "classification" else {},
+            data=DATA.get(kind, {}),
         ).to_json(),
     )
     model = head(pretrained.config) if head is BertForQuestionAnswering else None

@@ -79,6 +79,14 @@ def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm
     np.testing.assert_allclose(by_text["probabilities"], probabilities, atol=1e-5)
     # The graph's tokens are the host pipeline's: the ids signature gives the same logits.
     np.testing.assert_array_equal(by_ids["logits"], by_text["logits"])
+    # Any length up to the model's: the short texts padded to 32 give their logits.
+    (short,) = serve(
+        out,
+        [{"signature": "serve_ids", "inputs": {k: [row[:32] for row in ids[k][:2]]
+                                               for k in savedmodel_inputs()}}],
+        tmp_path,
+    )  # fmt: skip
+    np.testing.assert_allclose(short["logits"], by_text["logits"][:2], atol=1e-5)
 
 
 def savedmodel_inputs() -> tuple[str, ...]:
@@ -147,10 +155,37 @@ def test_a_tagger_tags_each_word_as_tag_does_across_windows(minilm_workdir, tmp_
         assert list(row[: len(ours)]) == ours and set(row[len(ours) :]) <= {""}
 
 
-def test_a_reader_and_a_bpe_tokenizer_are_one_line_before_anything_loads(minilm_workdir, tmp_path):
-    reader = finetuned_workdir(minilm_workdir, tmp_path, "squad")
-    with pytest.raises(ConversionError, match="a squad workdir has no SavedModel export yet"):
-        savedmodel.export_savedmodel(reader, str(tmp_path / "out"))
+def test_a_reader_answers_as_answer_does_across_windows(minilm_workdir, tmp_path):
+    # The contexts are TEXTS: the long one is 325 words, five windows of a 128-token
+    # model 32 tokens apart; the empty one has no span, so "" (answer() refuses it).
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, "squad")
+    out = tmp_path / "served"
+    assert "question, context -> answer, score" in export(workdir, out)
+    questions = ["Who?", "", "中文?", "what is résumé", "", "why a word", "where"]
+    restored = bertjax.restore(workdir)
+    rows = host_features(restored, ["q"], ["a b"], 32)
+    by_text, by_ids = serve(
+        out,
+        [
+            {"signature": "serving_default", "inputs": {"question": questions, "context": TEXTS}},
+            {"signature": "serve_ids", "inputs": {k: rows[k] for k in savedmodel_inputs()}},
+        ],
+        tmp_path,
+    )
+    for question, context, answer, score in zip(
+        questions, TEXTS, by_text["answer"], by_text["score"], strict=True
+    ):
+        if not context:
+            assert (answer, score) == ("", 0.0)
+            continue
+        ours = bertjax.answer(restored, question, context)
+        best = next(entry for entry in ours["nbest"] if entry["text"] == ours["text"])
+        assert answer == ours["text"]
+        assert abs(score - best["start_logit"] - best["end_logit"]) < 1e-4
+    assert by_ids["start_logits"].shape == by_ids["end_logits"].shape == (1, 32)
+
+
+def test_a_bpe_tokenizer_is_one_line_before_anything_loads(minilm_workdir, tmp_path):
     bpe = tmp_path / "bpe"
     bpe.mkdir()
     (bpe / "task.json").write_text((minilm_workdir / "task.json").read_text())

@@ -129,3 +129,12 @@ def test_fractional_epochs_and_too_small_a_split():
         records.batch_indices(
             10, training=True, batch_size=8, process_index=0, process_count=2, seed=0, num_epochs=1
         )
+
+
+@pytest.mark.parametrize(
+    "length, count, lengths",
+    [(256, 3, (64, 128, 256)), (64, 3, (16, 32, 64)), (30, 3, (8, 16, 30)), (64, 1, (64,)),
+     (6, 3, (6,)), (16, 5, (8, 16))],
+)  # fmt: skip
+def test_bucket_lengths_are_the_maximum_and_its_halvings_in_multiples_of_8(length, count, lengths):
+    assert records.bucket_lengths(length, count) == lengths

@@ -123,15 +123,6 @@ def test_a_bad_pair_file_or_option_is_named(tmp_path):
         retrieval_input.from_config({"train_file": str(path), "negatives": ("anchor",)})
 
 
-@pytest.mark.parametrize(
-    "length, count, lengths",
-    [(256, 3, (64, 128, 256)), (64, 3, (16, 32, 64)), (30, 3, (8, 16, 30)), (64, 1, (64,)),
-     (6, 3, (6,)), (16, 5, (8, 16))],
-)  # fmt: skip
-def test_bucket_lengths_are_the_maximum_and_its_halvings_in_multiples_of_8(length, count, lengths):
-    assert retrieval_input.bucket_lengths(length, count) == lengths
-
-
 def pair_rows(tmp_path, rows):
     path = tmp_path / "pairs.tsv"
     path.write_text("anchor\tpositive\tneg\n" + "".join(f"{q}\t{p}\t{n}\n" for q, p, n in rows))

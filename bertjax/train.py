@@ -372,7 +372,7 @@ def _init_checkpoint_params(run: Run) -> dict:
         key, module = path.split("/")
         wanted[key] = {k: v for k, v in wanted[key].items() if k != module}
     if init.scan_layers == model_config.scan_layers or "bert" not in wanted:
-        return checkpoint.restore_params(init.checkpoint, wanted, what="init_checkpoint")[0]
+        return checkpoint.restore_params(init.checkpoint, wanted, what="config.init_checkpoint")[0]
     # The checkpoint's layout, restored whole on every device, then rearranged.
     layers = model_config.num_hidden_layers
     to_saved, to_run = (
@@ -383,7 +383,7 @@ def _init_checkpoint_params(run: Run) -> dict:
     saved = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), saved
     )
-    restored, _ = checkpoint.restore_params(init.checkpoint, saved, what="init_checkpoint")
+    restored, _ = checkpoint.restore_params(init.checkpoint, saved, what="config.init_checkpoint")
     return {**restored, "bert": to_run(restored["bert"], layers)}
 
 
@@ -450,6 +450,8 @@ def train_and_evaluate(
                 f"{num_train_steps} steps this config trains"
             )
         check_eval_shares(run)
+        if not start_step:
+            check_init_checkpoint(run)
         if stop.pending:
             raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
         with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
@@ -528,7 +530,7 @@ class Session:
     state: Any  # at start_step: the first step takes it (donated), so read it before only
     batches: "TrainBatches"
     manager: Any  # checkpoint.make_manager's
-    claim: Any  # workdir.claim's
+    claim: workdir_lib.Claim
     stop: preemption.StopRequests
     event_log: events.EventLog
 
@@ -556,9 +558,10 @@ class Session:
         )
 
     def renew_claim(self, step: int, state) -> None:
-        """A hook: the workdir claim's lease renewed after every step."""
+        """A hook: after every step the workdir claim's lease renewed, and the workdir kept
+        whatever the run ends with (workdir.Claim.stepped)."""
         del step, state
-        self.claim.renew()
+        self.claim.stepped()
 
 
 def _loop(session: Session) -> dict:
@@ -902,6 +905,17 @@ def _gather_positions(position, how: streams.Plan) -> list | None:
     gathered = multihost_utils.process_allgather(np.asarray(position, np.int64))
     hows = [streams.Plan(how.streams, how.hosts, host) for host in range(how.hosts)]
     return streams.gather(gathered, hows)
+
+
+def check_init_checkpoint(run: Run) -> None:
+    """Fails before anything compiles when the task takes parameters from an init
+    checkpoint that has none (a run killed before its first save, a placeholder)."""
+    init = run.setup.init
+    if init.keys and checkpoint.latest_step(init.checkpoint) is None:
+        raise workdir_lib.CheckpointError(
+            f"config.init_checkpoint={init.checkpoint!r}: no checkpoint under "
+            f"{init.checkpoint} to take the parameters from"
+        )
 
 
 def check_eval_shares(run: Run) -> None:

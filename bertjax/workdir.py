@@ -92,11 +92,20 @@ def read_model_config(workdir: str) -> BertConfig | None:
 
 
 def require_model_config(workdir: str, *, what: str) -> BertConfig:
-    """The saved model config, or an error saying `what` the workdir was expected to be."""
+    """The saved model config, or an error naming the option `what` and what its path is
+    instead of a workdir: nothing, a file, or a folder without a model config."""
     config = read_model_config(workdir)
-    if config is None:
-        raise CheckpointError(f"{what}={workdir!r}: no {MODEL_CONFIG_FILE} there")
-    return config
+    if config is not None:
+        return config
+    if not tf.io.gfile.exists(workdir):
+        raise CheckpointError(f"{what}={workdir!r}: does not exist")
+    if not tf.io.gfile.isdir(workdir):
+        raise CheckpointError(
+            f"{what}={workdir!r}: a file, not a bertjax workdir (a folder with {MODEL_CONFIG_FILE})"
+        )
+    raise CheckpointError(
+        f"{what}={workdir!r}: not a bertjax workdir (no {MODEL_CONFIG_FILE} there)"
+    )
 
 
 def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> None:
@@ -226,13 +235,21 @@ class WorkdirBusy(UserError):
 
 @contextlib.contextmanager
 def claim(workdir: str):
-    """Holds `workdir` for this run, or fails on every host if another live run holds it.
+    """Holds `workdir` for this run, or fails on every host if another live run holds it;
+    yields a `Claim`.
 
     Local: an exclusive `flock` on WORKDIR/.lock, which the kernel drops when its
     process dies, so a killed run never blocks a restart. Remote: the lease
     file, written, read back after a second (the last writer wins) and renewed
-    by `renew()` of the yielded object. Process 0 claims for the run.
+    by `Claim.stepped`. Process 0 claims for the run.
+
+    A workdir that held no run (no config.json) is left as the claim found it when
+    the run ends before its first step (an error, a stop): what appeared in it is
+    removed, and so are the folders the claim made, so that a run which failed before
+    it started leaves no folder, lock or config.json behind. A path that is a file, or
+    runs through one, is refused before anything is made.
     """
+    made = _missing_folders(workdir)
     holder = _Lock(workdir) if "://" not in workdir else _Lease(workdir)
     error = None
     if jax.process_index() == 0:
@@ -246,21 +263,96 @@ def claim(workdir: str):
             error = WorkdirBusy(f"{workdir}: process 0 found it held by another run")
     if error is not None:
         raise error
+    claimed = Claim(workdir, holder, made)
+    leave = False
     try:
-        yield holder
+        yield claimed
+    except BaseException:
+        leave = jax.process_index() == 0 and claimed.found_no_run and not claimed.trained
+        if leave:
+            claimed.remove_what_appeared()
+        raise
     finally:
         if jax.process_index() == 0:
             holder.release()
+            if leave:
+                claimed.remove_made_folders()
+
+
+class Claim:
+    """A workdir held by this run, and what it held when claimed (read on process 0,
+    after the lock or lease is taken, so that no other run can add to it since)."""
+
+    def __init__(self, workdir: str, holder, made: list[str]):
+        self.workdir, self._holder, self._made = workdir, holder, made
+        self._found = _names(workdir) - holder.made if jax.process_index() == 0 else set()
+        self.found_no_run = CONFIG_FILE not in self._found
+        self.trained = False
+
+    def stepped(self) -> None:
+        """After every step: the lease renewed, and the workdir kept, whatever the run
+        ends with."""
+        self._holder.renew()
+        self.trained = True
+
+    def remove_what_appeared(self) -> None:
+        """Removes every file and folder the workdir did not hold when claimed (the lock
+        file too, while still locked)."""
+        for name in sorted(_names(self.workdir) - self._found):
+            path = os.path.join(self.workdir, name)
+            with contextlib.suppress(tf.errors.NotFoundError, OSError):
+                if tf.io.gfile.isdir(path):
+                    tf.io.gfile.rmtree(path)
+                else:
+                    tf.io.gfile.remove(path)
+
+    def remove_made_folders(self) -> None:
+        """Removes the folders the claim made, deepest first, while they are empty."""
+        for folder in self._made:
+            try:
+                if "://" not in folder:
+                    os.rmdir(folder)
+                elif not tf.io.gfile.listdir(folder):
+                    tf.io.gfile.rmtree(folder)  # a bucket's folder marker
+            except (tf.errors.OpError, OSError):
+                return  # not empty: something else is there now
+
+
+def _names(folder: str) -> set[str]:
+    """The names in `folder` (a bucket's folders without their trailing slash); none if
+    there is no such folder."""
+    try:
+        return {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
+    except tf.errors.NotFoundError:
+        return set()
+
+
+def _missing_folders(workdir: str) -> list[str]:
+    """The folders of `workdir`'s path that do not exist yet, deepest first and absolute
+    (a bucket's: the workdir alone); fails if a file stands where a folder should be."""
+    missing, path = [], workdir if "://" in workdir else os.path.normpath(workdir)
+    while path and not tf.io.gfile.exists(path):
+        missing.append(absolute(path))
+        if "://" in path or os.path.dirname(path) == path:
+            return missing
+        path = os.path.dirname(path)
+    if path and not tf.io.gfile.isdir(path):
+        where = "" if not missing else f"{path} "
+        raise CheckpointError(f"workdir {workdir}: {where}is a file, not a directory")
+    return missing
 
 
 def wait_until_free(workdir: str, timeout_s: float) -> bool:
     """Waits up to `timeout_s` for the run holding a local `workdir` to end (a run told
     to stop takes a while to save); True once no run holds it. Remote workdirs: True."""
     lock = os.path.join(workdir, LOCK_FILE)
-    if "://" in workdir or not os.path.exists(lock):
+    if "://" in workdir:
         return True
     deadline = time.time() + timeout_s
-    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:  # never claimed, or left as found by a run that trained nothing
+        return True
     try:
         while True:
             try:
@@ -288,16 +380,29 @@ def _busy(workdir: str, owner: dict | None, how: str) -> WorkdirBusy:
 class _Lock:
     def __init__(self, workdir: str):
         self.workdir, self.file = workdir, os.path.join(workdir, LOCK_FILE)
+        self.made = set()  # {LOCK_FILE} when acquire created it
         self._fd = None
 
     def acquire(self) -> None:
-        os.makedirs(self.workdir, exist_ok=True)
-        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        # A run that leaves the workdir as it found it may remove the lock file (and the
+        # folder) between this run's opening it and locking it: then lock the new one.
+        for _ in range(3):
+            os.makedirs(self.workdir, exist_ok=True)
+            opened = _open_lock_file(self.file)
+            if opened is None:
+                continue
+            fd, created = opened
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise _busy(self.workdir, read_json(self.file), f"it holds {LOCK_FILE}") from None
+            if _same_file(fd, self.file):
+                break
             os.close(fd)
-            raise _busy(self.workdir, read_json(self.file), f"it holds {LOCK_FILE}") from None
+        else:
+            raise _busy(self.workdir, None, f"its {LOCK_FILE} was removed while locking it")
+        self.made = {LOCK_FILE} if created else set()
         os.ftruncate(fd, 0)
         with files.writing(self.file):  # a full disk: the line names the lock file
             os.write(fd, json.dumps(_owner()).encode())
@@ -312,10 +417,33 @@ class _Lock:
             self._fd = None
 
 
+def _open_lock_file(path: str) -> tuple[int, bool] | None:
+    """The lock file open for writing and whether this call created it; None if it was
+    removed meanwhile."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return None  # the folder
+    try:
+        return os.open(path, os.O_RDWR), False
+    except FileNotFoundError:
+        return None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
 class _Lease:
     def __init__(self, workdir: str):
         self.workdir, self.file = workdir, os.path.join(workdir, LEASE_FILE)
         self.owner = {**_owner(), "id": uuid.uuid4().hex}
+        self.made = {LEASE_FILE}  # release removes it
         self._renewed = 0.0
 
     def acquire(self) -> None:

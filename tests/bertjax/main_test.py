@@ -1,13 +1,17 @@
-"""bertjax.main around the training loop: the platform a config expects, and the
-persistent compilation cache that spares a restarted run its compile."""
+"""bertjax.main around the training loop: the platform a config expects, the
+persistent compilation cache that spares a restarted run its compile, and the errors
+of a run that never started, which leave its workdir as they found it."""
 
 import os
 import subprocess
 import sys
 
 import pytest
+import support
 from faults_test import SMALL
 from support import REPO
+
+TESTDATA = support.TESTDATA / "finetune"
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +61,7 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
     # written, so that the corrected run was refused as another config.
     corpus = tmp_path / "empty.txt"
     corpus.write_bytes(b"")
-    workdir = tmp_path / "run"
+    workdir, cache = tmp_path / "run", tmp_path / "cache"
     result = run_main(
         workdir,
         small_vocab_file,
@@ -65,6 +69,7 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
         f"--config.data.text_files={corpus}",
         "--config.data.eval_fraction=0.9",
         f"--config.eval_every_steps={evaluation}",
+        env={"JAX_COMPILATION_CACHE_DIR": str(cache)},
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert errors(result) == [
@@ -72,9 +77,48 @@ def test_an_empty_corpus_file_is_named_before_compiling(tmp_path, small_vocab_fi
         "(a sentence a line, a blank line between documents)"
     ]
     assert "Traceback" not in result.stderr
-    assert not (workdir / "config.json").exists()  # written just before the state is compiled
-    compiled = os.listdir(workdir / "compilation_cache")
+    assert not workdir.exists()  # the run never started: no lock, config.json or folder left
+    compiled = os.listdir(cache) if cache.exists() else []
     assert not [name for name in compiled if name.startswith(("jit__init_state", "jit_train"))]
+
+
+def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path, small_vocab_file):
+    file = tmp_path / "afile"
+    file.write_text("notes")
+    result = run_main(file, small_vocab_file)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors(result) == [f"error: workdir {file}: is a file, not a directory"]
+    assert os.listdir(tmp_path) == ["afile"] and file.read_text() == "notes"
+
+
+@pytest.mark.parametrize("new_workdir", [True, False], ids=["new_workdir", "empty_workdir"])
+def test_a_fine_tuning_run_from_no_workdir_is_one_line_and_leaves_nothing(tmp_path, new_workdir):
+    # An init checkpoint that does not exist, into a new workdir (and its new parent);
+    # a folder that is not a workdir, into an empty one.
+    init, said = tmp_path / "nope", "does not exist"
+    workdir = tmp_path / "runs" / "new"
+    if not new_workdir:
+        init, said = tmp_path / "pretrained", "not a bertjax workdir (no model_config.json there)"
+        workdir = tmp_path / "run"
+        init.mkdir()
+        workdir.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "bertjax.main", "--config=experiments/finetune/classify.py",
+            f"--workdir={workdir}", f"--config.init_checkpoint={init}",
+            f"--config.data.train_file={TESTDATA / 'mrpc_train.tsv'}",
+            f"--config.data.eval_file={TESTDATA / 'mrpc_dev.tsv'}",
+            "--config.data.text_a=#1 String", "--config.data.label=Quality",
+        ],
+        cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors(result) == [f"error: config.init_checkpoint='{init}': {said}"]
+    if new_workdir:
+        assert not (tmp_path / "runs").exists()
+    else:
+        assert os.listdir(workdir) == []
 
 
 def test_platforms():

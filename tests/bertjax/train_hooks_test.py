@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from bertjax import events, metrics, train, workdir
 from data_pipeline import streams
@@ -59,13 +60,14 @@ def test_checkpoints_every_checkpoint_step_at_evaluations_if_asked_and_at_the_la
     assert steps_where(make_session(eval_every=0, last_step=25).saves) == [25]
 
 
-def test_the_claim_is_renewed_after_every_step():
-    claim = SimpleNamespace(renewals=0)
-    claim.renew = lambda: setattr(claim, "renewals", claim.renewals + 1)
-    session = make_session(claim=claim)
-    for step in (1, 2, 3):
-        session.renew_claim(step, state=None)
-    assert claim.renewals == 3
+def test_the_claim_is_renewed_after_every_step_and_keeps_the_workdir_from_the_first(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError), workdir.claim(str(run)) as claim:
+        session = make_session(claim=claim)
+        session.renew_claim(1, state=None)
+        assert claim.trained
+        raise RuntimeError("after the first step")
+    assert (run / workdir.LOCK_FILE).exists()  # kept: the run trained a step
 
 
 def test_train_batches_keep_the_position_of_the_last_batch_taken():

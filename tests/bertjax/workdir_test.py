@@ -144,8 +144,25 @@ def test_a_workdir_without_vocabulary_or_model_config_is_named(tmp_path):
         workdir.CheckpointError, match=f"init_checkpoint='{empty}': no vocabulary .*vocab.txt"
     ):
         workdir.require_vocab_file(empty, what="init_checkpoint")
-    with pytest.raises(workdir.CheckpointError, match=f"model='{empty}': no model_config.json"):
+    with pytest.raises(workdir.CheckpointError) as caught:
         workdir.require_model_config(empty, what="model")
+    assert (
+        str(caught.value) == f"model='{empty}': not a bertjax workdir (no model_config.json there)"
+    )
+
+
+def test_an_init_checkpoint_that_is_missing_or_a_file_is_named_as_such(tmp_path):
+    missing, file = str(tmp_path / "nope"), tmp_path / "bert_model.ckpt"
+    with pytest.raises(workdir.CheckpointError) as caught:
+        workdir.require_model_config(missing, what="config.init_checkpoint")
+    assert str(caught.value) == f"config.init_checkpoint='{missing}': does not exist"
+    file.write_text("")
+    with pytest.raises(workdir.CheckpointError) as caught:
+        workdir.require_model_config(str(file), what="config.init_checkpoint")
+    assert str(caught.value) == (
+        f"config.init_checkpoint='{file}': a file, not a bertjax workdir (a folder with "
+        "model_config.json)"
+    )
 
 
 def test_read_task_refuses_a_workdir_without_task_json_or_a_task_name(tmp_path):
@@ -181,6 +198,66 @@ def test_a_claimed_workdir_refuses_a_second_claim_until_released(tmp_path):
     assert workdir.wait_until_free(run, timeout_s=0) is True
     with workdir.claim(run):
         pass
+
+
+def test_a_workdir_that_is_a_file_or_under_one_is_refused_before_anything_is_made(tmp_path):
+    file = tmp_path / "afile"
+    file.write_text("mine")
+    for path, message in [
+        (file, f"workdir {file}: is a file, not a directory"),
+        (file / "run", f"workdir {file}/run: {file} is a file, not a directory"),
+    ]:
+        with pytest.raises(workdir.CheckpointError) as caught, workdir.claim(str(path)):
+            pass
+        assert str(caught.value) == message
+    assert os.listdir(tmp_path) == ["afile"] and file.read_text() == "mine"
+
+
+def write_run_files(run) -> None:
+    """What a run writes before its first step: its description, event log, compile cache."""
+    (run / workdir.CONFIG_FILE).write_text("{}")
+    (run / workdir.EVENTS_FILE).write_text("{}\n")
+    (run / "compilation_cache").mkdir()
+    (run / "compilation_cache" / "jit_step").write_bytes(b"x")
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_folder_it_made(tmp_path):
+    run = tmp_path / "runs" / "new"
+    with pytest.raises(RuntimeError, match="no data"), workdir.claim(str(run)):
+        assert (run / workdir.LOCK_FILE).exists()
+        write_run_files(run)
+        raise RuntimeError("no data")
+    assert os.listdir(tmp_path) == []  # runs/ too: the claim made it
+    assert workdir.wait_until_free(str(run), timeout_s=0) is True
+    with workdir.claim(str(run)):  # and the workdir takes the corrected run
+        pass
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_its_workdir_as_it_found_it(tmp_path):
+    empty, other = tmp_path / "empty", tmp_path / "other"
+    empty.mkdir()
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for run in (empty, other):
+        with pytest.raises(workdir.WorkdirBusy), workdir.claim(str(run)):
+            write_run_files(run)
+            raise workdir.WorkdirBusy("stopped")  # any error, before the first step
+    assert os.listdir(empty) == [] and os.listdir(other) == ["notes.txt"]
+
+
+def test_a_workdir_that_holds_a_run_or_trained_a_step_keeps_what_it_wrote(tmp_path):
+    resumed, new = tmp_path / "resumed", tmp_path / "new"
+    resumed.mkdir()
+    (resumed / workdir.CONFIG_FILE).write_text("{}")
+    with pytest.raises(RuntimeError), workdir.claim(str(resumed)):
+        (resumed / workdir.EVENTS_FILE).write_text("{}\n")
+        raise RuntimeError("failed on resuming")
+    with pytest.raises(RuntimeError), workdir.claim(str(new)) as claim:
+        write_run_files(new)
+        claim.stepped()
+        raise RuntimeError("failed at step 2")
+    assert sorted(os.listdir(resumed)) == [".lock", "config.json", "events.jsonl"]
+    assert sorted(os.listdir(new)) == [".lock", "compilation_cache", "config.json", "events.jsonl"]
 
 
 def test_a_workdir_never_claimed_is_free(tmp_path):

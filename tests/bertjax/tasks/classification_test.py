@@ -11,7 +11,7 @@ import pytest
 import support
 from support import init_workdir
 
-from bertjax import flops, tasks
+from bertjax import flops, tasks, train
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForSequenceClassification
 from bertjax.tasks import classification, finetune
@@ -125,9 +125,22 @@ def test_config_errors_name_the_option(init_checkpoint, changes, message):
 def test_an_init_checkpoint_that_is_no_workdir_is_named(tmp_path):
     with pytest.raises(
         workdir_lib.CheckpointError,
-        match=f"config.init_checkpoint='{tmp_path}': no model_config.json there",
+        match=f"config.init_checkpoint='{tmp_path}': not a bertjax workdir \\(no model_config.json",
     ):
         TASK.check_config(mrpc_config(str(tmp_path)))
+
+
+def test_an_init_checkpoint_without_parameters_stops_the_run_before_it_starts(
+    init_checkpoint, tmp_path
+):
+    runs = tmp_path / "runs"
+    with pytest.raises(workdir_lib.CheckpointError) as caught:
+        train.train_and_evaluate(mrpc_config(init_checkpoint), str(runs / "mrpc"))
+    assert str(caught.value) == (
+        f"config.init_checkpoint={init_checkpoint!r}: no checkpoint under {init_checkpoint} "
+        "to take the parameters from"
+    )
+    assert not runs.exists()  # nor its lock, config.json or event log
 
 
 # ------------------------------------------------------------------ what runs are ranked by

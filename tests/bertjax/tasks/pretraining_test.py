@@ -311,10 +311,14 @@ def test_a_workdir_of_another_model_shape_is_refused(tmp_path):
 
 
 def test_an_init_checkpoint_without_a_model_config_is_named(tmp_path):
-    config = tiny_config(init_checkpoint=str(tmp_path / "phase1"))
+    phase1 = tmp_path / "phase1"
+    config = tiny_config(init_checkpoint=str(phase1))
+    with pytest.raises(CheckpointError, match=f"init_checkpoint='{phase1}': does not exist$"):
+        TASK.setup(config, str(tmp_path / "run"))
+    phase1.mkdir()
     with pytest.raises(
         CheckpointError,
-        match=f"config.init_checkpoint='{tmp_path / 'phase1'}': no model_config.json there",
+        match=f"config.init_checkpoint='{phase1}': not a bertjax workdir \\(no model_config.json",
     ):
         TASK.setup(config, str(tmp_path / "run"))
 

@@ -4,7 +4,10 @@ r"""Where a run's wall time went: goodput, read from its event log.
 
 From WORKDIR/events.jsonl (bertjax.events), over every process that worked in the
 workdir: the wall time from the first process's start to the last event, and its
-parts by cause, as time and as a fraction of the whole:
+parts by cause, as time and as a fraction of the whole. A process started on a
+finished run (bertjax.main run again to show the report: it trains no step and stops
+done, after a process that stopped done) is listed, not counted: neither its time nor
+the wait before it is the run's, which ends with the last process counted.
 
   productive    training steps that the run kept
   compile       JAX tracing and compiling (or loading from the compilation cache)
@@ -117,11 +120,36 @@ def processes(events: list[dict]) -> list[Process]:
     return found
 
 
+def counted(runs: list[Process]) -> list[bool]:
+    """Whether each process counts toward the run: all but one started on a finished run,
+    which found nothing to train (no step, stopped done) after a process that stopped
+    done, as bertjax.main run again to show the report does."""
+    flags, last_counted = [], None
+    for run in runs:
+        found_it_finished = (
+            last_counted is not None
+            and _reason(last_counted) == "done"
+            and _reason(run) == "done"
+            and not run.spans("steps")
+        )
+        flags.append(not found_it_finished)
+        if not found_it_finished:
+            last_counted = run
+    return flags
+
+
+def _reason(run: Process) -> str | None:
+    return (run.stop or {}).get("reason")
+
+
 def account(events: list[dict]) -> dict:
-    """Where the wall time of the processes in `events` went (what --json prints)."""
-    runs = processes(events)
-    if not runs:
+    """Where the wall time of the processes in `events` went (what --json prints). A
+    process started on a finished run (`counted`) adds nothing, neither its time nor
+    the wait before it: its row says so."""
+    found = processes(events)
+    if not found:
         raise GoodputError("the event log has no process start")
+    runs = [run for run, counts in zip(found, counted(found), strict=True) if counts]
     seconds = dict.fromkeys((name for name, _ in CAUSES), 0.0)
     kept_steps = lost_steps = 0
     kept_flops = 0.0
@@ -159,13 +187,17 @@ def account(events: list[dict]) -> dict:
         seconds["idle"] += gap
         rows.append(_process_row(run, run_lost_steps, gap))
     wall = runs[-1].ended - runs[0].began
+    by_process = {id(run): row for run, row in zip(runs, rows, strict=True)}
     result = {
         "wall_seconds": wall,
         "seconds": seconds,
         "fractions": {name: value / wall if wall > 0 else 0.0 for name, value in seconds.items()},
         "steps_kept": kept_steps,
         "steps_lost": lost_steps,
-        "processes": rows,
+        "processes": [
+            by_process.get(id(run)) or {**_process_row(run, 0, 0.0), "counted": False}
+            for run in found
+        ],
         "peak_flops": peak,
     }
     if peak:
@@ -189,6 +221,7 @@ def _process_row(run: Process, lost_steps: int, gap: float) -> dict:
         "error": (stop or {}).get("error"),
         "steps_lost": lost_steps,
         "idle_after": gap,
+        "counted": True,
     }
 
 
@@ -196,10 +229,12 @@ def format_report(workdir: str, result: dict) -> str:
     """The table `python -m bertjax.goodput` prints."""
     wall = result["wall_seconds"]
     runs = result["processes"]
+    count = sum(run["counted"] for run in runs)
+    uncounted = f" and {len(runs) - count} not counted" if count < len(runs) else ""
     lines = [
-        f"{workdir}: {len(runs)} process{'es' if len(runs) > 1 else ''}, "
+        f"{workdir}: {count} process{'es' if count > 1 else ''}{uncounted}, "
         f"{result['steps_kept']} steps kept, {result['steps_lost']} trained again; "
-        f"wall time {_duration(wall)} from the first start to the last event",
+        f"wall time {_duration(wall)} from the first start to the last event counted",
         "",
     ]
     for name, label in CAUSES:
@@ -223,9 +258,12 @@ def format_report(workdir: str, result: dict) -> str:
             if run["last_step"] > run["resumed_from"]
             else f"no step trained after {run['resumed_from']}"
         )
+        if not run["counted"]:
+            steps = f"nothing to train after {run['resumed_from']}"
+        counts = "" if run["counted"] else "; not counted: it started on the finished run"
         lines.append(
             f"  {number}. {started} pid {run['pid']} on {run['host']}: {steps} in "
-            f"{_duration(run['seconds'])}, {run['ended']}{error}{lost}{idle}"
+            f"{_duration(run['seconds'])}, {run['ended']}{error}{lost}{idle}{counts}"
         )
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """Where a run's time went, on `python -m bertjax.main` in subprocesses: a run stopped
 with SIGTERM, resumed, killed with kill -9, resumed to the end. bertjax.goodput counts
 the steps the kill lost and the gaps the test left between the processes; the profile
-asked for is written and the run goes on; the input wait is logged."""
+asked for is written and the run goes on; the input wait is logged. The same command
+again on a finished run adds nothing to its goodput."""
 
 import json
 import os
@@ -107,3 +108,23 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     assert [line["step"] for line in lines] == list(range(1, STEPS + 1))
     assert all(0 <= line["input_wait_fraction"] <= 1 for line in lines)
     assert all(line["input_wait_seconds"] >= 0 for line in lines)
+
+
+def test_the_same_command_again_on_a_finished_run_adds_no_idle_time(tmp_path, small_vocab_file):
+    workdir = str(tmp_path / "run")
+
+    def run_to_the_end() -> str:
+        process = start(workdir, small_vocab_file, "--config.num_train_steps=2")
+        stdout, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, stderr
+        return next(line for line in stdout.splitlines() if line.startswith("goodput: "))
+
+    trained = run_to_the_end()
+    finished = goodput(workdir)
+    time.sleep(3)  # the time between the two commands: no part of the run
+    reported = run_to_the_end()  # nothing to train: it restores, evaluates and reports
+    result = goodput(workdir)
+    assert [row["counted"] for row in result["processes"]] == [True, False]
+    assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"])
+    assert result["seconds"]["idle"] == 0
+    assert reported == trained  # the finished run's goodput, both times

@@ -126,11 +126,65 @@ def test_a_window_across_the_step_resumed_from_loses_only_the_steps_after_it():
     assert result["seconds"]["productive"] == pytest.approx(6 + 4)
 
 
+def reported_again(events: list[dict], *, after: float, reason="done") -> list[dict]:
+    """`events` and a process hours later that trained no step: bertjax.main run again on
+    the finished run restores step 30, evaluates it and stops `reason`."""
+    clock = Clock()
+    clock.now = events[-1]["time"]
+    clock.process(after=after, startup=6, step=30)
+    clock.add("restore", 1, step=30)
+    clock.add("eval", 2, step=30)
+    clock.add("checkpoint_commit", 0.5, step=30)
+    clock.add("stop", 0, step=30, reason=reason)
+    return events + clock.events
+
+
+def test_a_process_run_again_on_the_finished_run_adds_nothing():
+    finished = goodput.account(three_processes())
+    again = reported_again(three_processes(), after=3 * 3600)
+    twice = reported_again(again, after=600)
+    for events in (again, twice):
+        result = goodput.account(events)
+        assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"])
+        assert result["seconds"] == pytest.approx(finished["seconds"])
+        assert result["processes"][:3] == finished["processes"]
+    rows = goodput.account(twice)["processes"]
+    assert [row["counted"] for row in rows] == [True, True, True, False, False]
+    assert (rows[3]["resumed_from"], rows[3]["ended"], rows[3]["seconds"]) == (30, "done", 9.5)
+
+
+def test_a_resume_that_trains_no_step_still_counts():
+    # Preempted, or failed, while restoring: time the run lost, and the wait before it.
+    finished = goodput.account(three_processes())
+    for reason in ("preempted", "error"):
+        result = goodput.account(reported_again(three_processes(), after=100, reason=reason))
+        assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"] + 100 + 9.5)
+        assert result["seconds"]["idle"] == pytest.approx(finished["seconds"]["idle"] + 100)
+        assert [row["counted"] for row in result["processes"]] == [True] * 4
+    # A resume after a kill -9 (no stop event) that finds the last step saved.
+    killed = three_processes()[:-1]
+    result = goodput.account(reported_again(killed, after=100))
+    assert [row["counted"] for row in result["processes"]] == [True] * 4
+
+
+def test_the_report_lists_a_process_not_counted():
+    text = goodput.format_report(
+        "runs/x", goodput.account(reported_again(three_processes(), after=7200))
+    )
+    assert text.splitlines()[0] == (
+        "runs/x: 3 processes and 1 not counted, 30 steps kept, 5 trained again; wall time "
+        "1:26 from the first start to the last event counted"
+    )
+    assert text.splitlines()[-1].endswith(
+        ": nothing to train after 30 in 9.5 s, done; not counted: it started on the finished run"
+    )
+
+
 def test_the_report_names_each_cause_and_each_process(tmp_path):
     text = goodput.format_report("runs/x", goodput.account(three_processes()))
     assert text.splitlines()[0] == (
         "runs/x: 3 processes, 30 steps kept, 5 trained again; wall time 1:26 from the "
-        "first start to the last event"
+        "first start to the last event counted"
     )
     assert "  lost, trained again          4.5 s    5.2%" in text
     assert "steps 1 to 15 in 31.0 s, killed, 5 steps lost, then idle 10.0 s" in text

@@ -255,6 +255,7 @@ def test_an_unknown_device_kind_has_no_peak_and_says_so():
 
 
 def test_cpu_peak_is_measured_once_per_host_and_cached(cache_home, monkeypatch):
+    monkeypatch.setattr(flops, "load_per_core", lambda: 1.0)  # as busy throughout
     devices = jax.devices()
     assert len(devices) == 8  # conftest's fake devices, which share this host's cores
     peak, source = flops.peak_flops(devices, "float32")
@@ -293,6 +294,33 @@ def test_entries_of_other_hosts_are_kept(cache_home, monkeypatch):
     monkeypatch.setattr(flops, "probe_matmul_flops", lambda device, dtype: 2e10)
     assert flops.peak_flops(jax.devices()[:1], "float32")[0] == 2e10
     assert len(json.loads(cache_home.read_text())) == 2
+
+
+def test_a_peak_measured_under_load_is_measured_again_when_quieter_and_the_higher_kept(
+    cache_home, monkeypatch
+):
+    devices = jax.devices()[:1]
+    probes = iter([4e10, 2e11, 1e11])
+    monkeypatch.setattr(flops, "probe_matmul_flops", lambda device, dtype: next(probes))
+    monkeypatch.setattr(flops, "load_per_core", lambda: 1.5)  # a test suite's load
+
+    def peak():
+        monkeypatch.setattr(flops, "_measured", {})  # a new process
+        return flops.peak_flops(devices, "float32")[0]
+
+    assert peak() == 4e10
+    assert peak() == 4e10  # no quieter: not measured again
+    monkeypatch.setattr(flops, "load_per_core", lambda: 0.1)
+    assert peak() == 2e11  # quieter: measured again, higher
+    (entry,) = json.loads(cache_home.read_text()).values()
+    assert (entry["flops_per_second"], entry["load"]) == (2e11, 0.1)
+    assert peak() == 2e11  # measured quiet: kept
+    monkeypatch.setattr(flops, "load_per_core", lambda: 0.9)
+    cache_home.write_text(json.dumps({next(iter(json.loads(cache_home.read_text()))): {
+        "flops_per_second": 2e11, "load": 2.0}}))  # fmt: skip
+    assert peak() == 2e11  # a lower probe (1e11) does not replace a higher figure
+    (entry,) = json.loads(cache_home.read_text()).values()
+    assert (entry["flops_per_second"], entry["load"]) == (2e11, 0.9)
 
 
 # ------------------------------------------------------------------- in a training run

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # TensorFlow's C++ logging is noise for a person reading the demo.
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo minilm test test-all test-fast coverage lint format install clean bench-hf
+.PHONY: demo minilm notebook test test-all test-fast coverage lint format install clean bench-hf
 
 $(STAMP): requirements.txt requirements-test.txt requirements-test-extras.txt setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,19 @@ minilm: $(STAMP)
 		rm -rf $(MINILM).hf && $(PY) -m zipfile -e $(MINILM_ZIP) $(MINILM).hf && \
 		$(PY) -m bertjax.convert import --format hf $(MINILM).hf $(MINILM) && \
 		rm -rf $(MINILM).hf; fi
+
+# JupyterLab in experiments/notebooks, run by this venv's Python, whose kernel the notebooks
+# get (the venv's kernels come before the user's own). It installs on first use, from
+# requirements-notebook.txt: `make install` leaves it out, as the tests run the notebooks
+# without it. NOTEBOOK_FLAGS="--no-browser --port 8890" passes flags to JupyterLab.
+NOTEBOOK_STAMP := $(VENV)/.notebook-installed
+NOTEBOOK_FLAGS ?=
+$(NOTEBOOK_STAMP): $(STAMP) requirements-notebook.txt
+	$(PY) -m pip install --quiet -r requirements-notebook.txt
+	touch $(NOTEBOOK_STAMP)
+
+notebook: $(NOTEBOOK_STAMP)
+	JUPYTER_PREFER_ENV_PATH=1 $(PY) -m jupyterlab --ServerApp.root_dir=experiments/notebooks $(NOTEBOOK_FLAGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

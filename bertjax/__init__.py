@@ -5,9 +5,9 @@ The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_m
 `classify`, `tag`, `answer`. They load on first use: `import bertjax` imports
 neither jax nor TensorFlow and changes no environment variable.
 
-In a Jupyter kernel that first use also keeps TensorFlow's, XLA's and libtpu's
-start-up lines out of the cells (bertjax/program.py's `notebook`), as the tools
-do; BERTJAX_VERBOSE=1 in the kernel's environment keeps them.
+That first use also keeps TensorFlow's, XLA's and libtpu's start-up lines off
+stderr, in a script as in a Jupyter kernel's cells (bertjax/program.py's `notebook`),
+as the tools do; BERTJAX_VERBOSE=1 (or TF_CPP_MIN_LOG_LEVEL=0) keeps them.
 """
 
 __version__ = "0.1.0"

@@ -28,12 +28,22 @@ def run(main: str | Callable, define_flags: Callable[[], None], *, positional_ar
 
 
 def notebook() -> None:
-    """What a notebook's first use of the bertjax API sets up, as `run` does for a program:
-    libtpu's settings, and TensorFlow's, XLA's and libtpu's start-up lines kept out of
-    the cells of a Jupyter kernel (BERTJAX_VERBOSE=1 keeps them)."""
+    """What the first use of the bertjax API (`bertjax.restore`, `embed`, ...) sets up, as
+    `run` does for a program: libtpu's settings, and TensorFlow's, XLA's and libtpu's
+    start-up lines kept off stderr (native_log.py), in a script as in a Jupyter kernel.
+
+    The lines stay where they are asked for: BERTJAX_VERBOSE=1, or TF_CPP_MIN_LOG_LEVEL=0
+    (every line of TensorFlow's). A process that imported jax itself before is left as it
+    is: it set jax up as it chose, and may already run XLA's threads, under which the
+    filter's fork is unsafe.
+    """
     libtpu_without_tpu()
-    if "ipykernel" in sys.modules and not os.environ.get("BERTJAX_VERBOSE"):
-        native_log.filter_stderr()
+    wanted = os.environ.get("BERTJAX_VERBOSE") or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"
+    if wanted or "jax" in sys.modules:
+        return
+    native_log.filter_stderr()
+    if sys.flags.interactive or hasattr(sys, "ps1"):  # at the interpreter's prompt
+        native_log.python_lines_unfiltered()
 
 
 def libtpu_without_tpu() -> None:

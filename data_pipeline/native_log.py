@@ -7,7 +7,8 @@ drivers", "failed call to cuInit", libtpu's search for a TPU on a host without
 one. None of them says anything a user can act on.
 
 `filter_stderr()` (data_pipeline/cli.py calls it for every tool unless
-`-v`/`--verbosity` is given) puts a pipe in place of descriptor 2 and forks a
+`-v`/`--verbosity` is given, bertjax/program.py's `notebook` at the first use of
+the bertjax API) puts a pipe in place of descriptor 2 and forks a
 reader that copies every line to the real stderr except those that match
 `NOISE`. The reader is a process, not a thread, so the last lines of a tool
 that crashes or is killed still arrive: it ends when every writer (the tool and
@@ -77,6 +78,21 @@ def filter_stderr() -> None:
     os.dup2(write_end, 2)
     os.close(write_end)
     atexit.register(drain)
+
+
+def python_lines_unfiltered() -> None:
+    """Points sys.stderr past the filter, straight at the real stderr: Python's own lines
+    (tracebacks, warnings) arrive at once, as an interactive interpreter needs, whose
+    traceback through the reader could come after its next prompt. What native code
+    writes to descriptor 2 is still filtered. Nothing without a filter, or where sys.stderr
+    is not the process's own (a Jupyter kernel's)."""
+    if _reader is None or sys.stderr is not sys.__stderr__:
+        return
+    sys.stderr.flush()
+    real = os.dup(_reader[1])
+    sys.stderr = os.fdopen(
+        real, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace"
+    )
 
 
 def drain(timeout_s: float = 5.0) -> None:

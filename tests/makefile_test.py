@@ -1,6 +1,7 @@
-"""The Makefile's own targets beyond demo and test: `make minilm`."""
+"""The Makefile's own targets beyond demo and test: `make minilm`, `make notebook`."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -33,3 +34,41 @@ def test_make_minilm_imports_a_real_checkpoint_once(tmp_path):
 
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "is there already" in again.stdout
+
+
+def requirement_names(name: str) -> set[str]:
+    lines = (REPO / name).read_text().splitlines()
+    return {line.split("==")[0].lower() for line in lines if line and not line.startswith("#")}
+
+
+def test_jupyterlab_is_pinned_apart_from_what_make_install_installs():
+    lines = (REPO / "requirements-notebook.txt").read_text().splitlines()
+    pins = [line for line in lines if line and not line.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==\d[\w.]*", pin) for pin in pins), pins
+    assert "jupyterlab" in requirement_names("requirements-notebook.txt")
+    for installed in ("requirements.txt", "requirements-test.txt"):
+        assert "jupyterlab" not in requirement_names(installed)
+
+
+def test_make_notebook_installs_jupyterlab_once_and_starts_it_on_the_venv(tmp_path):
+    """Dry runs (`make -n`) for a venv without JupyterLab, then for one with it."""
+    venv = tmp_path / "venv"
+    command = ["make", "-n", "notebook", "-o", f"{venv}/.installed", f"VENV={venv}"]
+    lab = (
+        f"JUPYTER_PREFER_ENV_PATH=1 {venv}/bin/python -m jupyterlab "
+        "--ServerApp.root_dir=experiments/notebooks"
+    )
+
+    def dry_run() -> list[str]:
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return [line.strip() for line in result.stdout.splitlines()]
+
+    assert dry_run() == [
+        f"{venv}/bin/python -m pip install --quiet -r requirements-notebook.txt",
+        f"touch {venv}/.notebook-installed",
+        lab,
+    ]
+    venv.mkdir()
+    (venv / ".notebook-installed").touch()
+    assert dry_run() == [lab]

@@ -1,6 +1,7 @@
 """The notebook API: restore (one device or a mesh, any training layout) and its helpers."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,8 @@ import sys
 import jax
 import numpy as np
 import pytest
-from support import REPO
+from support import REPO, readme
+from support.finetuned import finetuned_workdir
 
 import bertjax
 from bertjax import checkpoint, inference, sharding, train
@@ -168,3 +170,38 @@ def test_sigterm_after_a_restore_ends_the_process_without_a_stack_trace(sharded_
     )
     assert (result.returncode, result.stdout) == (-15, "restored\n")
     assert "SIGTERM received" not in result.stderr, result.stderr[-2000:]
+
+
+# What a user asks the API for after the README's notebook step (a fine-tuned workdir's
+# labels), then an error of TensorFlow's own, written as its C++ code writes: it must show.
+REAL_ERROR = "E0000 00:00:1795764449.333235     954 some_op.cc:12] INTERNAL: a real failure"
+ASKED_FOR = """
+[label] = bertjax.classify(bertjax.restore({classifier!r}), ["A list is mutable."])
+print(vectors.shape[0], sorted(label["probabilities"]))
+import os
+os.write(2, {error!r})
+"""
+
+
+def test_the_notebook_api_in_a_script_writes_only_real_errors_to_stderr(
+    sharded_scan_run, minilm_workdir, tmp_path
+):
+    # The README's notebook step run as a script, TF_CPP_MIN_LOG_LEVEL unset: TensorFlow,
+    # XLA and CUDA write seven start-up lines straight to descriptor 2 while they load.
+    (tmp_path / "demo_out").symlink_to(sharded_scan_run[1])
+    classifier = finetuned_workdir(minilm_workdir, tmp_path, "classification")
+    (snippet,) = readme.python_snippets()
+    code = snippet + ASKED_FOR.format(classifier=classifier, error=f"{REAL_ERROR}\n".encode())
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "BERTJAX_VERBOSE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,  # descriptor 2 itself, as a terminal would get it
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "2 ['negative', 'positive']\n"
+    assert result.stderr == f"{REAL_ERROR}\n"

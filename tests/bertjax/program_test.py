@@ -1,0 +1,102 @@
+"""What the bertjax API's first use sets up in the user's process (program.notebook)."""
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+from support import REPO
+
+# As TensorFlow prints it while it loads, and an error of its own that a user must see.
+NOISE = (
+    "I0000 00:00:1795764442.467440     954 cudart_stub.cc:31] Could not find cuda drivers "
+    "on your machine, GPU will not be used."
+)
+REAL = "E0000 00:00:1795764449.333235     954 some_op.cc:12] INTERNAL: a real failure"
+
+PROGRAM = f"""
+import os, sys
+{{before}}
+from bertjax import program
+
+program.notebook()
+# As C++ code writes: straight to descriptor 2.
+os.write(2, ({NOISE!r} + "\\n").encode())
+os.write(2, ({REAL!r} + "\\n").encode())
+"""
+
+
+@pytest.mark.parametrize(
+    "settings, before, shown",
+    [
+        ({}, "", False),
+        ({"TF_CPP_MIN_LOG_LEVEL": "2"}, "", False),
+        ({"BERTJAX_VERBOSE": "1"}, "", True),
+        ({"TF_CPP_MIN_LOG_LEVEL": "0"}, "", True),
+        ({}, "import jax", True),
+    ],
+    ids=["default", "TF_CPP_MIN_LOG_LEVEL=2", "BERTJAX_VERBOSE=1", "TF_CPP_MIN_LOG_LEVEL=0", "jax"],
+)
+def test_start_up_lines_are_kept_off_stderr_unless_asked_for(settings, before, shown):
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "BERTJAX_VERBOSE")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRAM.format(before=before)],
+        cwd=REPO,
+        env={**env, **settings},
+        capture_output=True,  # descriptor 2 itself, as a terminal would get it
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"{NOISE}\n{REAL}\n" if shown else f"{REAL}\n")
+
+
+def test_at_the_interpreters_prompt_python_writes_to_stderr_before_the_next_prompt():
+    # `python` in a terminal: through the filter's reader, a process of its own, a traceback
+    # could reach the terminal after the next prompt, and half a line would wait for its end.
+    controller, terminal = pty.openpty()
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "BERTJAX_VERBOSE")
+    python = subprocess.Popen(
+        [sys.executable, "-q"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in unset},
+    )
+    os.close(terminal)
+    typed = [
+        "from bertjax import program; program.notebook()",
+        # The noise in hexadecimal, so that the terminal's echo of the line does not show it.
+        f"import os; n = os.write(2, bytes.fromhex({(NOISE + chr(10)).encode().hex()!r}))",
+        "import sys; n = sys.stderr.write('half a line')",
+        "1/0",
+    ]
+    try:
+        shown = [until_prompt(controller)]
+        for line in typed:
+            os.write(controller, f"{line}\n".encode())
+            shown.append(until_prompt(controller))
+        os.write(controller, b"exit()\n")
+        assert python.wait(timeout=30) == 0
+    finally:
+        python.kill()
+        os.close(controller)
+    assert shown[-2].endswith("\r\nhalf a line>>> "), shown
+    assert shown[-1].endswith("\r\nZeroDivisionError: division by zero\r\n>>> "), shown
+    assert NOISE not in "".join(shown)
+
+
+def until_prompt(controller: int, timeout_s: float = 30.0) -> str:
+    """What the terminal shows up to and with the interpreter's next prompt."""
+    shown, deadline = b"", time.monotonic() + timeout_s
+    while not shown.endswith(b">>> "):
+        ready, _, _ = select.select([controller], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"no prompt after {shown!r}"
+        shown += os.read(controller, 4096)
+    return shown.decode()

@@ -47,6 +47,7 @@ from bertjax.tasks.finetune import MODEL_INPUTS
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
 from data_pipeline.finetune import records
+from data_pipeline.progress import Progress
 from data_pipeline.tokenizer import make_tokenizer
 
 
@@ -253,11 +254,13 @@ def embed(
     normalize: bool | None = None,
     truncate: bool = True,
     batch_size: int = 64,
+    progress: Progress | None = None,
 ) -> np.ndarray:
     """One vector per text, float32 [N, H], as the workdir embeds (bertjax/embedding.py):
     its pooling and normalization, or `pooling` ('mean', 'cls', 'last') and `normalize`
     given here. A text longer than the embedder's max_seq_length is cut to it, as
     sentence-transformers and MTEB cut it; `truncate=False` refuses it instead.
+    `progress` counts the batches (ceil(N / batch_size)) as they are embedded.
 
     Texts of similar length are batched together and padded to one of a few lengths, so
     a corpus of any size compiles a handful of times; the order of `texts` is kept.
@@ -298,6 +301,8 @@ def embed(
             input_mask[row, : kept[index] + 2] = 1
         vectors = _embed_batch(module, params, input_ids, input_mask)
         out[rows] = np.asarray(vectors)[: len(rows)]
+        if progress is not None:
+            progress.advance()
     return out
 
 

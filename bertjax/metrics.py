@@ -28,6 +28,7 @@ from tensorflow.core.util import event_pb2
 
 from bertjax import workdir as workdir_lib
 from data_pipeline import files
+from data_pipeline.progress import format_duration
 
 # What tf.summary.scalar would attach, written without the tensorboard package.
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
@@ -229,10 +230,3 @@ def train_line(step: int, num_steps: int, summary: dict, console) -> str:
         f"{summary['tokens_per_second']:,.0f} tokens/s{mfu}  "
         f"eta {format_duration(eta)}"
     )
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -1,5 +1,8 @@
 """Writes pretraining instances to sharded TFRecords ahead of training: python -m
 data_pipeline.create_pretraining_data's work (its usage says what is written).
+
+Every 30 s on stderr (progress.py): each process, the documents read and instances
+written of its corpus shard; this one, the shards done of all, with the time left.
 """
 
 import collections
@@ -21,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, files, instances, masking, schema, tfrecords
+from data_pipeline import corpus, files, instances, masking, progress, schema, tfrecords
 from data_pipeline import vocab as vocab_lib
 from data_pipeline.errors import UserError
 from data_pipeline.pretraining_input import masking_spec
@@ -240,11 +243,16 @@ def _write_task(
     writers = [tf.io.TFRecordWriter(path) for path in temporary]
     rng = np.random.default_rng(mask_seed)
     written = 0
+    shard = f"{task.split} corpus shard {task.worker + 1} of {task.num_workers}"
+    reading = progress.Progress(f"writing the {shard}", unit="documents read")
     try:
         for block in _blocks(passes, _WRITE_BLOCK):
             for record in encode_instances(block, config, vocab, spec, rng):
                 writers[written % task.num_shards].write(record)
                 written += 1
+            if reading.due():
+                reading.done = stats.documents_read - stats.documents_in_other_split
+                reading.report(note=f"{written:,} instances written")
         for writer in writers:
             writer.close()
         for path, name in zip(temporary, names, strict=True):
@@ -403,6 +411,9 @@ class _Helpers:
             setup.put((tasks, config, vocab_file, output_dir, tasks[(n + 1) % len(tasks)]))
         results: dict[int, dict] = {}
         running: dict[int, _Task] = {}  # helper pid -> its task
+        # The train split's shards: the eval split's take a small share of the time.
+        train = [i for i, task in enumerate(tasks) if task.split == "train"]
+        shards = progress.Progress("writing the train split", len(train), unit="corpus shards")
         while _THIS_PROCESS_WRITES or not self._processes:
             while self._collect(results, running, block=False):
                 pass
@@ -410,7 +421,9 @@ class _Helpers:
             if index >= len(tasks):
                 break
             results[index] = _write_task(tasks[index], config, vocab_file, output_dir)
+            shards.update(sum(i in results for i in train))
         while len(results) < len(tasks):
+            shards.update(sum(i in results for i in train))
             if self._collect(results, running, block=True):
                 continue
             for process in self._processes:

@@ -28,7 +28,9 @@ from the train sentences, the 256 bytes always in its alphabet (so no text is
 [UNK]). Uncased, a Lowercase normalizer is part of the file, so any user of it
 lowercases. The trainer counts the distinct pre-tokenizer pieces in memory.
 
-Only the train split is read, so held-out documents stay unseen.
+Only the train split is read, so held-out documents stay unseen. A learning that takes
+long says how far it is every 30 s on stderr (progress.py): the words counted, then the
+time the learner has taken; for SentencePiece and BPE, the sentences read and the time.
 """
 
 import collections
@@ -51,7 +53,7 @@ from sentencepiece import sentencepiece_model_pb2
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from data_pipeline import builtin_corpus, files
+from data_pipeline import builtin_corpus, files, progress
 from data_pipeline import corpus as corpus_lib
 from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
@@ -143,8 +145,11 @@ def count_words(
         words, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     counter = WordCounter(max_words_in_memory)
+    counting = progress.Progress("counting the train split's words", unit="words")
     for kept, seen in dataset.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
         counter.add(kept.tolist(), skipped=int(seen) - len(kept))
+        counting.update(counter.total_words)
+    counting.finish()
     if errors:
         raise errors[0]
     return counter
@@ -291,7 +296,11 @@ def learn_wordpiece_vocab(
         counter.max_threshold,
         counted - start,
     )
-    tokens = wordpiece_tokens(counter.decoded_counts(), vocab_size)
+    learning = progress.Progress(
+        f"learning WordPiece pieces from {len(counter.counts):,} distinct words"
+    )
+    with learning.heartbeat():
+        tokens = wordpiece_tokens(counter.decoded_counts(), vocab_size)
     files.atomic_write(output_path, "".join(t + "\n" for t in tokens).encode("utf-8"))
     logging.info(
         "Learned %d WordPiece entries in %.1f s; wrote %s.",
@@ -321,29 +330,33 @@ def train_sentencepiece(
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
     corpus_lib.check_sources(config)
-    start = time.monotonic()
     model = io.BytesIO()
     errors = []
+    training = progress.Progress(
+        f"training a {model_type} SentencePiece model", unit="sentences read"
+    )
+    sentences = _counted(_stop_on_error(_sentencepiece_sentences(config), errors), training)
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=_stop_on_error(_sentencepiece_sentences(config), errors),
-            model_writer=model,
-            model_type=model_type,
-            vocab_size=vocab_size,
-            hard_vocab_limit=False,
-            pad_id=0,
-            pad_piece="[PAD]",
-            unk_id=1,
-            unk_piece="[UNK]",
-            bos_id=-1,
-            eos_id=-1,
-            user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
-            normalization_rule_name="nmt_nfkc",
-            input_sentence_size=max_sentences,
-            shuffle_input_sentence=True,
-            num_threads=os.cpu_count() or 1,
-            minloglevel=1,
-        )
+        with training.heartbeat():
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences,
+                model_writer=model,
+                model_type=model_type,
+                vocab_size=vocab_size,
+                hard_vocab_limit=False,
+                pad_id=0,
+                pad_piece="[PAD]",
+                unk_id=1,
+                unk_piece="[UNK]",
+                bos_id=-1,
+                eos_id=-1,
+                user_defined_symbols=list(vocab_lib.SPECIAL_TOKENS[2:]),
+                normalization_rule_name="nmt_nfkc",
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=1,
+            )
     except RuntimeError as e:
         if not errors:
             raise vocab_lib.VocabError(f"SentencePiece training failed: {e}") from e
@@ -374,7 +387,7 @@ def train_sentencepiece(
         "Trained a %s SentencePiece model of %d pieces in %.1f s; wrote %s.",
         model_type,
         len(pieces),
-        time.monotonic() - start,
+        training.elapsed(),
         path,
     )
     return path
@@ -403,8 +416,10 @@ def learn_bpe_tokenizer(
         show_progress=False,
     )
     errors = []
-    sentences = _stop_on_error(_sentences(config), errors)
-    tokenizer.train_from_iterator(_batched(sentences), trainer=trainer)
+    training = progress.Progress("learning a byte-level BPE tokenizer", unit="sentences read")
+    sentences = _counted(_stop_on_error(_sentences(config), errors), training)
+    with training.heartbeat():
+        tokenizer.train_from_iterator(_batched(sentences), trainer=trainer)
     if errors:
         raise errors[0]
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -432,6 +447,13 @@ def learn_bpe_tokenizer(
         output_path,
     )
     return vocab_lib.load_vocab(output_path)
+
+
+def _counted(items: Iterator, counter: progress.Progress) -> Iterator:
+    """`items`, each counted by `counter` as it passes."""
+    for item in items:
+        counter.advance()
+        yield item
 
 
 def _batched(items: Iterator[str]) -> Iterator[list[str]]:

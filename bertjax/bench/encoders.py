@@ -12,7 +12,9 @@ reused, a stopped one resumed):
     modern_tiny     experiments/pretrain/modernbert_tiny_cpu.py: ModernBERT's block
                     and recipe at BERT-Tiny's width
 
-so that the recipe's share and the block's can be told apart. Then scores them on one
+so that the recipe's share and the block's can be told apart; each starts with a line
+saying which model of the three it is, its steps and, from the models before it, about
+how long the rest take (then training logs its steps). Then scores them on one
 held-out set: the built-in corpus's eval split as single segments, masked once at 15%
 from a fixed seed, so the accuracies are over the same tokens. All learn their
 WordPiece vocabulary with the same settings, so they share it. Prints a row per
@@ -28,6 +30,7 @@ from absl import flags
 
 from bertjax import program
 from data_pipeline import config as data_config
+from data_pipeline import progress
 
 FLAGS = flags.FLAGS
 EVAL_BATCH = 64
@@ -68,7 +71,8 @@ def configs(bert_steps: int) -> dict:
         # The modern recipe's warmup and decay follow num_train_steps (modernbert_tiny_cpu.py).
         config.num_train_steps = steps = round(budget / step_flops(config))
         config.eval_every_steps = config.checkpoint_every_steps = steps
-        config.log_every_steps = max(1, steps // 10)
+        # A train line about every 20 s at the speed of a CPU host (55 min for the three).
+        config.log_every_steps = max(1, steps // 50)
     return loaded
 
 
@@ -132,6 +136,7 @@ def main(argv):
     rows = []
     for name, config in loaded.items():
         workdir = os.path.join(FLAGS.workdir, name)
+        print(model_line(len(rows) + 1, len(loaded), name, config, workdir, rows), flush=True)
         train.train_and_evaluate(config, workdir)
         # Time spent training, over every process that trained it (bertjax.goodput).
         seconds = goodput.account(goodput.read_events(workdir))["seconds"]["productive"]
@@ -166,6 +171,17 @@ def main(argv):
             f"{per_step * config.num_train_steps / 1e15:>6.2f} {seconds / 60:>8.1f} m "
             f"{score['loss']:>8.3f} {score['accuracy']:>7.3f}"
         )
+
+
+def model_line(number: int, count: int, name: str, config, workdir: str, rows) -> str:
+    """`model 2 of 3: NAME, N steps in WORKDIR`, and after the first, the time the rest
+    take at the training time of the models before it (all have the same FLOPs)."""
+    line = f"model {number} of {count}: {name}, {config.num_train_steps:,} steps in {workdir}"
+    if not rows:
+        return line
+    each = sum(seconds for *_, seconds in rows) / len(rows)
+    left = progress.format_duration(each * (count - number + 1))
+    return f"{line}; about {left} left at the pace of the models before it"
 
 
 def parameter_shapes(config):

@@ -8,7 +8,7 @@ import numpy as np
 from bertjax import inference
 from bertjax.retrieval import command, metrics, search
 from bertjax.tasks import scores
-from data_pipeline import files
+from data_pipeline import files, progress
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import records, retrieval_input
 
@@ -43,8 +43,16 @@ def evaluate(
         raise UserError(f"--out={out}: a file, not a directory")
     collection = retrieval_input.load_collection(data_dir, split)
     restored = inference.restore(workdir, step)
-    queries = inference.embed(restored, collection.queries, batch_size=batch_size)
-    passages = inference.embed(restored, collection.passages, batch_size=batch_size)
+    texts = (collection.queries, collection.passages)
+    embedding = progress.Progress(
+        f"embedding {len(texts[0]):,} queries and {len(texts[1]):,} passages",
+        sum(-(-len(part) // batch_size) for part in texts),
+        unit="batches",
+    )
+    queries, passages = (
+        inference.embed(restored, part, batch_size=batch_size, progress=embedding) for part in texts
+    )
+    embedding.finish()
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("corpus",))
     run = search.ranked(
         collection.query_ids, collection.passage_ids, queries, passages, metrics.DEPTH, mesh=mesh

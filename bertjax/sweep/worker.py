@@ -24,6 +24,10 @@ pruning the worker reports each evaluation of the metric to the pruner, which
 may stop the trial (SIGTERM: the run saves and exits). A trial process dies
 with its worker (the kernel sends it SIGTERM), so a killed worker leaves no
 run behind, only a checkpoint to resume from.
+
+A worker says when each trial starts (which of the sweep's trials it is, and once one
+has finished, how long the rest take at the pace since the worker started) and ends,
+and every 30 s how many trials are done, with the time left and the trials running.
 """
 
 import glob
@@ -42,10 +46,12 @@ import optuna
 
 from bertjax.sweep import hyper, trial_queue
 from bertjax.sweep.definition import SweepDefinition
-from data_pipeline import files
+from data_pipeline import files, progress
 from data_pipeline.errors import Preempted, UserError
 
 POLL_S = 1.0
+# The statuses of a trial that is over (trial_queue.records).
+FINISHED = ("done", "pruned", "failed")
 # How long a trial may take to save and exit after SIGTERM before it is killed.
 STOP_GRACE_S = 120.0
 # The start of a trial's process, before it becomes `bertjax.main`: it is to get SIGTERM
@@ -169,9 +175,16 @@ class Worker:
     """Takes trials from `study` on `parallel` slots until none is left or `stop` is set."""
 
     def __init__(
-        self, study, definition: SweepDefinition, *, parallel: int, heartbeat_s: int, out=None
+        self,
+        study,
+        definition: SweepDefinition,
+        *,
+        parallel: int,
+        heartbeat_s: int,
+        out=None,
+        clock=time.monotonic,
     ):
-        self.study, self.definition = study, definition
+        self.study, self.definition, self.clock = study, definition, clock
         self.shares = device_shares(parallel)
         self.heartbeat_s = heartbeat_s
         self.out = out or sys.stdout
@@ -179,6 +192,15 @@ class Worker:
         self.stop_reason = ""
         self._children: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self.progress = progress.Progress(
+            f"sweep {definition.sweep_dir}",
+            definition.num_trials,
+            unit="trials done",
+            done=finished_trials(study),
+            out=self.out,
+            clock=clock,
+        )
+        self._running: dict[str, float] = {}  # trial name -> when it started
 
     def run(self) -> None:
         """Works until the queue is empty; raises Preempted after a stop request."""
@@ -193,6 +215,8 @@ class Worker:
             while any(slot.is_alive() for slot in slots):
                 for slot in slots:
                     slot.join(timeout=0.2)
+                if self.progress.due():
+                    self._report_progress()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -201,6 +225,16 @@ class Worker:
                 f"{self.stop_reason}: the trials in progress saved their checkpoints; "
                 "run the same command to resume"
             )
+
+    def _report_progress(self) -> None:
+        self.progress.done = finished_trials(self.study)
+        with self._lock:
+            now = self.clock()
+            running = ", ".join(
+                f"{name} ({progress.format_duration(now - started)})"
+                for name, started in sorted(self._running.items())
+            )
+            self.progress.report(note=f"running {running}" if running else "")
 
     def _on_signal(self, signum, frame) -> None:
         del frame
@@ -266,11 +300,22 @@ class Worker:
         if trial_queue.frozen_trial(self.study, trial).state != trial_queue.RUNNING:
             self._say(f"trial {name}: given up as stale meanwhile; its queued copy goes on")
             return
-        self._say(f"trial {name}: started (attempt {attempt})")
-        started = time.time()
+        records = trial_queue.records(self.study)
+        self.progress.done = sum(r.status in FINISHED for r in records)
+        place = 1 + sum(r.index < index for r in records)  # a search's indices have gaps
+        pace = f"; {self.progress.status()}" if self.progress.left() is not None else ""
+        total = self.definition.num_trials
+        self._say(f"trial {name}: started (attempt {attempt}), {place} of {total}{pace}")
+        started = self.clock()
         log_file = os.path.join(log_dir(trials_dir), name + ".log")
-        status, pruned = self._watch(trial, command, workdir, share, log_file)
-        minutes = (time.time() - started) / 60
+        with self._lock:
+            self._running[name] = started
+        try:
+            status, pruned = self._watch(trial, command, workdir, share, log_file)
+        finally:
+            with self._lock:
+                self._running.pop(name, None)
+        minutes = (self.clock() - started) / 60
         try:
             self._record(trial, name, status, pruned, workdir, log_file, minutes)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -362,6 +407,11 @@ class Worker:
     def _say(self, line: str) -> None:
         with self._lock:
             print(line, file=self.out, flush=True)
+
+
+def finished_trials(study) -> int:
+    """The sweep's trials that are over: done, pruned, or failed with no attempt left."""
+    return sum(r.status in FINISHED for r in trial_queue.records(study))
 
 
 def log_dir(trials_dir: str) -> str:

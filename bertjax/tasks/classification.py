@@ -32,6 +32,7 @@ from bertjax.tasks.contract import (
     host_share,
 )
 from data_pipeline.finetune import classification_input
+from data_pipeline.progress import Progress
 
 
 def setup(config, workdir: str) -> Setup:
@@ -96,10 +97,12 @@ def best_metric(config) -> scores.Metric:
     return scores.get_metric(classification_input.metric_names(data)[0])
 
 
-def predicted(restored, text_a, text_b, batch_size: int = 256) -> np.ndarray:
+def predicted(
+    restored, text_a, text_b, batch_size: int = 256, progress: Progress | None = None
+) -> np.ndarray:
     """Each example's label id (the argmax), or its score for regression: int32 or
     float32 [N]. One compiled forward pass over batches of `batch_size`, the last
-    padded, so a test set of any size compiles once."""
+    padded, so a test set of any size compiles once; `progress` counts the batches."""
     restored.require("classification", "predicted")
     forward = jax.jit(
         lambda params, *inputs: restored.model.apply(
@@ -116,6 +119,8 @@ def predicted(restored, text_a, text_b, batch_size: int = 256) -> np.ndarray:
         )
         inputs = (np.asarray(features[name], np.int32) for name in finetune.MODEL_INPUTS)
         out.append(np.asarray(forward(restored.params, *inputs))[:count])
+        if progress is not None:
+            progress.advance()
     logits = np.concatenate(out) if out else np.zeros((0, 1), np.float32)
     if not restored.task.label_names:
         return logits[:, 0].astype(np.float32)

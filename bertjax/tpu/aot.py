@@ -21,6 +21,10 @@ HBM bandwidth), with the tokens/s and model FLOPs utilisation it implies. The
 roofline is a bound, not a measurement: real steps also wait on collectives
 and the host. A step that does not fit exits with status 1 and names the config
 keys to change; --find_batch adds the largest per-chip batch that fits.
+
+A compile takes minutes for the larger configs: stderr says which step compiles as it
+starts, then every 30 s how long it has taken (--find_batch's compiles: also about how
+long is left, at the time the config's own batch took).
 """
 
 from absl import flags

@@ -15,6 +15,7 @@ from flax import linen as nn
 
 from bertjax import flops, sharding, tasks, train
 from bertjax.tpu import slices
+from data_pipeline import progress
 from data_pipeline.errors import UserError
 
 # Config keys that lower the HBM a train step needs, in the order worth trying.
@@ -40,6 +41,7 @@ class Compiled:
     bytes_accessed: float = 0.0
     xla_seconds: float = 0.0
     error: str = ""  # the compiler's out-of-memory message when it does not fit
+    seconds: float = 0.0  # to lower and compile it
 
     @property
     def peak_bytes(self) -> int:
@@ -96,17 +98,22 @@ def abstract_batch(run, split: str, batch_size: int) -> dict:
     }
 
 
-def compile_step(run, split: str) -> Compiled:
-    """Lowers and compiles the train (or eval) step; an out-of-HBM compile does not fit."""
-    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
+def compile_step(run, split: str, expected_s: float | None = None) -> Compiled:
+    """Lowers and compiles the train (or eval) step; an out-of-HBM compile does not fit.
+    Says so on stderr as it starts, then every 30 s how long it has taken, and the time
+    left where an earlier compile of the step took `expected_s`."""
+    batch_size = run.config.train_batch_size if split == "train" else run.config.eval_batch_size
+    what = f"compiling the {split} step, batch {batch_size} on {run.mesh.devices.size} chips"
+    compiling = progress.Progress(what, expected=expected_s).start()
+    with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES), compiling.heartbeat():
         train_step, eval_step = train.jit_steps(run)
         if split == "train":
             rng = jax.eval_shape(lambda: jax.random.key(0))
             rng = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=sharding.replicated(run.mesh))
-            batch = abstract_batch(run, "train", run.config.train_batch_size)
+            batch = abstract_batch(run, "train", batch_size)
             lowered = train_step.lower(run.abstract_state, batch, rng)
         else:
-            batch = abstract_batch(run, "eval", run.config.eval_batch_size)
+            batch = abstract_batch(run, "eval", batch_size)
             lowered = eval_step.lower(run.abstract_state.params, batch)
         try:
             compiled = lowered.compile()
@@ -114,7 +121,8 @@ def compile_step(run, split: str) -> Compiled:
             message = str(e)
             if "RESOURCE_EXHAUSTED" not in message:
                 raise
-            return Compiled(fits=False, error=message.splitlines()[0])
+            error = message.splitlines()[0]
+            return Compiled(fits=False, error=error, seconds=compiling.elapsed())
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
@@ -129,6 +137,7 @@ def compile_step(run, split: str) -> Compiled:
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         # Negative when the compiler has no estimate.
         xla_seconds=max(float(cost.get("optimal_seconds", -1.0)), 0.0),
+        seconds=compiling.elapsed(),
     )
 
 
@@ -198,9 +207,12 @@ def largest_batch_estimate(step: Compiled, per_chip: float, capacity: int) -> in
     return int((capacity - fixed) / (step.temp_bytes / per_chip))
 
 
-def find_batch(config, task, tpu_slice: slices.Slice, devices, workdir: str, *, fits_now: bool):
+def find_batch(
+    config, task, tpu_slice: slices.Slice, devices, workdir: str, *, fits_now: bool, expected_s
+):
     """The largest per-chip train batch whose step compiles within HBM (0: not even one),
-    searched from the config's batch (`fits_now`: whether that one fits).
+    searched from the config's batch (`fits_now`: whether that one fits, `expected_s`: how
+    long it took to compile).
 
     Batches keep the config's microbatch count, so a per-chip batch is a multiple of it.
     """
@@ -211,7 +223,9 @@ def find_batch(config, task, tpu_slice: slices.Slice, devices, workdir: str, *, 
         trial = config.copy_and_resolve_references()
         with trial.unlocked():
             trial.train_batch_size = per_chip * chips
-        compiled = compile_step(build(trial, task, tpu_slice, devices, workdir), "train")
+        compiled = compile_step(
+            build(trial, task, tpu_slice, devices, workdir), "train", expected_s=expected_s
+        )
         fit = compiled.fits and compiled.peak_bytes <= tpu_slice.chip.hbm_bytes
         logging.info("per-chip batch %d: %s", per_chip, "fits" if fit else "does not fit")
         return fit
@@ -248,14 +262,21 @@ def compile_report(
     with tempfile.TemporaryDirectory() as workdir:
         config, task = prepare(config, workdir, task)
         run = build(config, task, tpu_slice, devices, workdir)
-        result = analyse(run, tpu_slice, compile_step(run, "train"))
+        train_step = compile_step(run, "train")
+        result = analyse(run, tpu_slice, train_step)
         if with_eval:
             evaluation = compile_step(run, "eval")
             result["eval_fits"] = evaluation.fits
             result["eval_hbm_peak_bytes"] = evaluation.peak_bytes if evaluation.fits else None
         if with_find_batch:
             result["largest_batch_per_chip"] = find_batch(
-                config, task, tpu_slice, devices, workdir, fits_now=result["fits"]
+                config,
+                task,
+                tpu_slice,
+                devices,
+                workdir,
+                fits_now=result["fits"],
+                expected_s=train_step.seconds,
             )
     return result
 

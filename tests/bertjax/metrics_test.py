@@ -4,7 +4,6 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from bertjax import metrics
@@ -81,13 +80,6 @@ def test_train_line():
     )
     del summary["mfu"]
     assert "mfu" not in metrics.train_line(10, 130, summary, ())
-
-
-@pytest.mark.parametrize(
-    "seconds, shown", [(59.9, "0:59"), (61, "1:01"), (3600, "1:00:00"), (-5, "0:00")]
-)
-def test_format_duration(seconds, shown):
-    assert metrics.format_duration(seconds) == shown
 
 
 def test_writer_appends_json_lines(tmp_path):

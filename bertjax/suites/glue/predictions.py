@@ -13,7 +13,7 @@ import json
 import os
 
 from bertjax.suites.glue import submission
-from data_pipeline import files
+from data_pipeline import files, progress
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import classification_input, glue_files
 
@@ -57,20 +57,33 @@ def write(workdir: str, data_config: dict, batch_size: int) -> dict:
     task = data_config["glue_task"]
     source = (data_config["glue_dir"], data_config["tfds_data_dir"])
     metrics = classification_input.GLUE_TASKS[task].metrics
-    dev = {}
-    for split in OTHER_DEV.get(task, ()):
-        data = classification_input.read_glue_split(*source, task, split)
-        guesses = classification.predicted(restored, data.text_a, data.text_b, batch_size)
-        dev[split] = {
-            name: float(scores.get_metric(name).fn(data.labels, guesses)) for name in metrics
-        }
-    test = {}
-    for test_task, split in test_sets(task):
-        data = classification_input.read_glue_split(*source, test_task, split)
-        guesses = classification.predicted(restored, data.text_a, data.text_b, batch_size)
-        path = submission.write(
-            os.path.join(workdir, TEST_DIR), test_task, split, data.index, guesses
+    sets = [(task, split) for split in OTHER_DEV.get(task, ())] + test_sets(task)
+    examples = {key: classification_input.read_glue_split(*source, *key) for key in sets}
+    predicting = progress.Progress(
+        "predicting " + ", ".join(f"{name} {split}" for name, split in sets),
+        sum(-(-len(data.text_a) // batch_size) for data in examples.values()),
+        unit="batches",
+    )
+    guesses = {
+        key: classification.predicted(
+            restored, data.text_a, data.text_b, batch_size, progress=predicting
         )
+        for key, data in examples.items()
+    }
+    predicting.finish()
+    dev = {
+        split: {
+            name: float(
+                scores.get_metric(name).fn(examples[task, split].labels, guesses[task, split])
+            )
+            for name in metrics
+        }
+        for split in OTHER_DEV.get(task, ())
+    }
+    test = {}
+    for key in test_sets(task):
+        data = examples[key]
+        path = submission.write(os.path.join(workdir, TEST_DIR), *key, data.index, guesses[key])
         test[os.path.basename(path)] = {"examples": len(data.index), "source": data.source}
     results = {"step": restored.step, "task": task, "dev": dev, "test": test}
     files.atomic_write_json(os.path.join(workdir, RESULTS_FILE), results)

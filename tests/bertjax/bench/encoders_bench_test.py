@@ -46,6 +46,15 @@ def test_a_short_comparison_prints_a_row_per_model(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WARNING" not in result.stdout  # both learned the same vocabulary
+    # Which model trains, its steps, and after the first the time left.
+    starts = re.findall(
+        r"^model (\d) of 3: (\w+), \d+ steps in [^;\s]+(; about [\d:]+ left)?", result.stdout, re.M
+    )
+    assert [(n, name, bool(left)) for n, name, left in starts] == [
+        ("1", "bert_tiny", False),
+        ("2", "bert_block_mlm", True),
+        ("3", "modern_tiny", True),
+    ], result.stdout
     rows = {
         m["model"]: m
         for m in re.finditer(

@@ -282,3 +282,44 @@ def test_a_worker_keeps_its_trial_while_it_waits_to_start_the_run(tmp_path, monk
     (record,) = trial_queue.records(study)
     assert len(record.attempts) == 1
     assert out.getvalue().count(": started (attempt 1)") == 1, out.getvalue()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_worker_tells_which_trial_starts_and_how_far_the_sweep_is(tmp_path, monkeypatch):
+    study, definition = make_study(tmp_path)
+    clock, out = FakeClock(), io.StringIO()
+
+    def watch(self, trial, command, workdir, share, log_file):
+        # Each trial's run takes a minute; 30 s into the second, the sweep's line is due.
+        if workdir.endswith("001-seed=1"):
+            clock.now += 30
+            assert self.progress.due()
+            self._report_progress()
+            clock.now += 30
+        else:
+            clock.now += 60
+        os.makedirs(workdir)
+        results = {"eval": {"loss": 2.5}, "best_metric": {"name": "loss"}}
+        with open(os.path.join(workdir, "results.json"), "w") as f:
+            json.dump(results, f)
+        return 0, False
+
+    monkeypatch.setattr(worker.Worker, "_watch", watch)
+    worker.Worker(study, definition, parallel=1, heartbeat_s=30, out=out, clock=clock)._slot({})
+    assert out.getvalue().splitlines() == [
+        "trial 000-seed=0: started (attempt 1), 1 of 2",
+        "trial 000-seed=0: done in 1.0 min, loss 2.5000",
+        # The first trial took a minute, so the second is likely to.
+        "trial 001-seed=1: started (attempt 1), 2 of 2; 1/2 trials done (50%), 1:00 so far, "
+        "about 1:00 left",
+        f"sweep {tmp_path}: 1/2 trials done (50%), 1:30 so far, about 1:30 left; "
+        "running 001-seed=1 (0:30)",
+        "trial 001-seed=1: done in 1.0 min, loss 2.5000",
+    ]

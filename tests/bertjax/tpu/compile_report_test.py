@@ -73,6 +73,10 @@ def test_a_step_that_does_not_fit_names_the_keys_to_change():
     assert "RESOURCE_EXHAUSTED: Ran out of memory" in report["compiler_error"]
     (error,) = our_lines(result.stderr)
     assert "does not fit in the HBM of a v5e chip" in error
+    # What is compiling shows as it starts (then every 30 s how long it has taken), on
+    # stderr: stdout is the JSON alone.
+    assert "compiling the train step, batch 524288 on 8 chips ...\n" in result.stderr
+    assert "compiling the eval step" not in result.stderr
     assert "config.train_batch_size" in error and "config.optimizer.num_microbatches" in error
 
 

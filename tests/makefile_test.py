@@ -1,6 +1,7 @@
 """The Makefile's own targets beyond demo and test: `make minilm`, `make notebook`."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -53,14 +54,19 @@ def test_jupyterlab_is_pinned_apart_from_what_make_install_installs():
 def test_make_notebook_installs_jupyterlab_once_and_starts_it_on_the_venv(tmp_path):
     """Dry runs (`make -n`) for a venv without JupyterLab, then for one with it."""
     venv = tmp_path / "venv"
-    command = ["make", "-n", "notebook", "-o", f"{venv}/.installed", f"VENV={venv}"]
+    # As a user types it: not as a sub-make of `make test`, which would say where it is.
+    command = ["make", "--no-print-directory", "-n", "notebook", "-o", f"{venv}/.installed",
+               f"VENV={venv}"]  # fmt: skip
     lab = (
         f"JUPYTER_PREFER_ENV_PATH=1 {venv}/bin/python -m jupyterlab "
         "--ServerApp.root_dir=experiments/notebooks"
     )
 
     def dry_run() -> list[str]:
-        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        result = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=60, env=env
+        )
         assert result.returncode == 0, result.stderr
         return [line.strip() for line in result.stdout.splitlines()]
 

@@ -52,6 +52,7 @@ and MFU is not reported.
 import dataclasses
 import fcntl
 import json
+import math
 import os
 import platform
 import time
@@ -289,7 +290,8 @@ def _cached_cpu_probe(device, dtype: str) -> float:
         known = entry.get("flops_per_second") if isinstance(entry, dict) else None
         known = float(known) if isinstance(known, int | float) and known > 0 else None
         load = load_per_core()
-        taken_under = entry.get("load", 0.0) if known else 0.0
+        # A figure of unknown load (kept before loads were) is measured again once.
+        taken_under = entry.get("load", math.inf) if known else 0.0
         if known and not (isinstance(taken_under, int | float) and taken_under >= load + _QUIETER):
             return known
         flops = probe_matmul_flops(device, dtype)

@@ -321,6 +321,12 @@ def test_a_peak_measured_under_load_is_measured_again_when_quieter_and_the_highe
     assert peak() == 2e11  # a lower probe (1e11) does not replace a higher figure
     (entry,) = json.loads(cache_home.read_text()).values()
     assert (entry["flops_per_second"], entry["load"]) == (2e11, 0.9)
+    # A figure kept before loads were is measured again once, whatever the load now.
+    probes = iter([3e11])
+    monkeypatch.setattr(flops, "load_per_core", lambda: 3.0)
+    cache_home.write_text(json.dumps({next(iter(json.loads(cache_home.read_text()))): {
+        "flops_per_second": 8.6e10}}))  # fmt: skip
+    assert peak() == 3e11
 
 
 # ------------------------------------------------------------------- in a training run

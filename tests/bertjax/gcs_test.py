@@ -195,14 +195,17 @@ def test_a_bucket_workdir_is_held_by_a_lease(gcs_bucket):
 
 
 def test_a_run_that_fails_before_its_first_step_leaves_nothing_in_the_bucket(gcs_bucket):
-    workdir = f"{gcs_bucket}/runs/failed"
+    # A folder of its own: the other tests' runs share the bucket.
+    mine = f"{gcs_bucket}/failing/runs"
+    gfile.makedirs(mine)
+    workdir = f"{mine}/failed"
     with pytest.raises(RuntimeError, match="no data"), workdir_lib.claim(workdir):
         gfile.makedirs(f"{workdir}/compilation_cache")
         with gfile.GFile(f"{workdir}/{workdir_lib.CONFIG_FILE}", "w") as f:
             f.write("{}")
         raise RuntimeError("no data")
     assert not gfile.exists(workdir)
-    assert gfile.listdir(f"{gcs_bucket}/runs") == []
+    assert gfile.listdir(mine) == []
 
 
 def test_a_damaged_checkpoint_in_the_bucket_is_moved_aside(gcs_bucket):

@@ -188,16 +188,23 @@ def prepared_models(args, scratch: str) -> tuple[str, str]:
 
 def run_side(framework: str, args, st_dir: str, workdir: str) -> dict:
     """One framework measured in its own process (this program with --framework)."""
-    command = [
-        sys.executable, "-m", "bertjax.bench.embedding", f"--framework={framework}",
-        f"--workdir={workdir}", f"--st_dir={st_dir}", f"--batch_size={args.batch_size}",
-        f"--query_length={args.query_length}", f"--passage_length={args.passage_length}",
-        f"--warmup={args.warmup}", f"--steps={args.steps}", "--json",
-    ]  # fmt: skip
-    # Its errors go to this stderr as they are printed; its figures come back on stdout.
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    return measured_apart(
+        "bertjax.bench.embedding", NAMES[framework],
+        f"--framework={framework}", f"--workdir={workdir}", f"--st_dir={st_dir}",
+        f"--batch_size={args.batch_size}", f"--query_length={args.query_length}",
+        f"--passage_length={args.passage_length}", f"--warmup={args.warmup}",
+        f"--steps={args.steps}",
+    )  # fmt: skip
+
+
+def measured_apart(module: str, side: str, *flags: str) -> dict:
+    """`python -m module flags --json` in its own process: the JSON of its last line.
+    Its errors go to this stderr as they are printed; its figures come back on stdout."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *flags, "--json"], stdout=subprocess.PIPE, text=True
+    )
     if result.returncode:
-        raise UserError(f"the {NAMES[framework]} side stopped (exit {result.returncode})")
+        raise UserError(f"the {side} side stopped (exit {result.returncode})")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

@@ -29,8 +29,6 @@ processes run); --json prints the figures as one JSON object as the last line.
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -111,16 +109,13 @@ def check_models(args) -> None:
 
 
 def run_side(framework: str, args, st_dir: str, exported: str) -> dict:
-    command = [
-        sys.executable, "-m", "bertjax.bench.serving", f"--framework={framework}",
-        f"--st_dir={st_dir}", f"--savedmodel={exported}",
+    """One side measured in its own process (this program with --framework)."""
+    return embedding_bench.measured_apart(
+        "bertjax.bench.serving", framework,
+        f"--framework={framework}", f"--st_dir={st_dir}", f"--savedmodel={exported}",
         f"--batch_sizes={','.join(args.batch_sizes)}", f"--seq_len={args.seq_len}",
-        f"--requests={args.requests}", f"--warmup={args.warmup}", "--json",
-    ]  # fmt: skip
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    if result.returncode:
-        raise UserError(f"the {framework} side stopped (exit {result.returncode})")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        f"--requests={args.requests}", f"--warmup={args.warmup}",
+    )  # fmt: skip
 
 
 def texts(count: int, words: int) -> list[str]:

@@ -287,8 +287,7 @@ def make_retrieval_dataset(
     if split == "train":
         count = len(queries)
         query_keys, passage_keys = tf.constant(_keys(queries)), tf.constant(_keys(passages))
-        slots = np.arange(count * width).reshape(count, width)
-        buckets = (query_side.bucket[:count], passage_side.bucket[slots].max(axis=1))
+        buckets = (query_side.bucket, passage_side.bucket.reshape(count, width).max(axis=1))
         indices, info = batch_indices(count, training=True, buckets=buckets, **batching)
 
         @tf.autograph.experimental.do_not_convert

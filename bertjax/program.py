@@ -32,13 +32,18 @@ def notebook() -> None:
     `run` does for a program: libtpu's settings, and TensorFlow's, XLA's and libtpu's
     start-up lines kept off stderr (native_log.py), in a script as in a Jupyter kernel.
 
-    The lines stay where they are asked for: BERTJAX_VERBOSE=1, or TF_CPP_MIN_LOG_LEVEL=0
-    (every line of TensorFlow's). A process that imported jax itself before is left as it
-    is: it set jax up as it chose, and may already run XLA's threads, under which the
-    filter's fork is unsafe.
+    The lines stay where they are asked for: BERTJAX_VERBOSE=1, TF_CPP_MIN_LOG_LEVEL=0
+    (every line of TensorFlow's), or a tool's -v (a package that calls this when imported,
+    bertjax.sweep's, is imported by its tools before they read their flags). A process that
+    imported jax itself before is left as it is: it set jax up as it chose, and may already
+    run XLA's threads, under which the filter's fork is unsafe.
     """
     libtpu_without_tpu()
-    wanted = os.environ.get("BERTJAX_VERBOSE") or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"
+    wanted = (
+        os.environ.get("BERTJAX_VERBOSE")
+        or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"
+        or cli.asks_for_verbosity(sys.argv)
+    )
     if wanted or "jax" in sys.modules:
         return
     native_log.filter_stderr()

@@ -146,7 +146,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
         if arg.startswith("-") and name in _HELP:
             app.usage(shorthelp=_HELP[name], writeto_stdout=True, exitcode=0)
     # Before the flags load the config files, which may import TensorFlow.
-    if not _asks_for_verbosity(argv):
+    if not asks_for_verbosity(argv):
         native_log.filter_stderr()
     _check_config_files(argv)
     try:
@@ -167,7 +167,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
         raise
 
 
-def _asks_for_verbosity(argv: list[str]) -> bool:
+def asks_for_verbosity(argv: list[str]) -> bool:
     """Whether `argv` sets absl's -v/--verbosity, which brings the start-up lines back."""
     argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
     end = argv.index("--") if "--" in argv else None

@@ -37,8 +37,16 @@ os.write(2, ({REAL!r} + "\\n").encode())
         ({"BERTJAX_VERBOSE": "1"}, "", True),
         ({"TF_CPP_MIN_LOG_LEVEL": "0"}, "", True),
         ({}, "import jax", True),
+        ({}, "sys.argv[1:] = ['--verbosity=1']", True),  # a tool's -v: a sweep's, say
     ],
-    ids=["default", "TF_CPP_MIN_LOG_LEVEL=2", "BERTJAX_VERBOSE=1", "TF_CPP_MIN_LOG_LEVEL=0", "jax"],
+    ids=[
+        "default",
+        "TF_CPP_MIN_LOG_LEVEL=2",
+        "BERTJAX_VERBOSE=1",
+        "TF_CPP_MIN_LOG_LEVEL=0",
+        "jax",
+        "-v",
+    ],
 )
 def test_start_up_lines_are_kept_off_stderr_unless_asked_for(settings, before, shown):
     env = {
@@ -54,6 +62,25 @@ def test_start_up_lines_are_kept_off_stderr_unless_asked_for(settings, before, s
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == (f"{NOISE}\n{REAL}\n" if shown else f"{REAL}\n")
+
+
+@pytest.mark.parametrize(
+    "module", ["bertjax.sweep.report", "bertjax.suites.report", "bertjax.suites.glue.suite"]
+)
+def test_a_report_imported_by_a_notebook_writes_nothing_to_stderr(module):
+    # What experiments/notebooks/sweep_report.ipynb and glue_report.ipynb import first:
+    # the reports read workdirs, whose modules start TensorFlow and jax.
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "BERTJAX_VERBOSE")
+    result = subprocess.run(
+        [sys.executable, "-c", f"import {module}"],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in unset},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
 
 
 def test_at_the_interpreters_prompt_python_writes_to_stderr_before_the_next_prompt():

@@ -74,4 +74,5 @@ def test_sweep_report_runs_and_shows_the_trials(tiny_sweep, monkeypatch):
     assert "tiny.py: 2 trials" in text
     assert text.count(" done ") == 2
     assert "best: trial " in text and "final eval: {'loss'" in text
+    assert [line for line in text.splitlines() if native_log.is_noise(line)] == []
     assert images == 2  # the metric against the learning rate, the training curves

@@ -20,6 +20,7 @@ from support import REPO, readme, suites
 from support.notebooks import run_notebook
 
 from bertjax.suites.glue import submission
+from data_pipeline import native_log
 from data_pipeline.finetune import glue_files, glue_sample
 
 glue_cli = functools.partial(suites.suite_cli, "glue")
@@ -203,4 +204,5 @@ def test_a_suite_killed_and_run_again_resumes_reports_and_submits(
     monkeypatch.setenv("BERTJAX_GLUE_DIR", str(out))
     text, images = run_notebook("glue_report.ipynb", monkeypatch)
     assert line in text and "cola: trial " in text
+    assert [shown for shown in text.splitlines() if native_log.is_noise(shown)] == []
     assert images == 2  # a plot a task

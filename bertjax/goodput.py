@@ -7,7 +7,9 @@ workdir: the wall time from the first process's start to the last event, and its
 parts by cause, as time and as a fraction of the whole. A process started on a
 finished run (bertjax.main run again to show the report: it trains no step and stops
 done, after a process that stopped done) is listed, not counted: neither its time nor
-the wait before it is the run's, which ends with the last process counted.
+the wait before it is the run's, which ends with the last process counted. Nor is the
+wait before a process that trains on after a finished run (one made longer: a larger
+num_train_steps): the run was finished, not waiting.
 
   productive    training steps that the run kept
   compile       JAX tracing and compiling (or loading from the compilation cache)
@@ -17,8 +19,9 @@ the wait before it is the run's, which ends with the last process counted.
   evaluation    held-out evaluations
   lost          steps trained after the last checkpoint before a process ended and
                 trained again by the next one (kill -9, preemption, a crash)
-  idle          from one process's end to the next one's start; after a kill -9 the
-                end is its last event, so time it trained after that counts here
+  idle          from one process's end to the next one's start, unless it ended done;
+                after a kill -9 the end is its last event, so time it trained after
+                that counts here
   startup       the rest of each process: imports, devices, building the input
                 pipeline and the train state, the end-of-run work
 
@@ -145,14 +148,15 @@ def _reason(run: Process) -> str | None:
 def account(events: list[dict]) -> dict:
     """Where the wall time of the processes in `events` went (what --json prints). A
     process started on a finished run (`counted`) adds nothing, neither its time nor
-    the wait before it: its row says so."""
+    the wait before it: its row says so. Nor does the wait after a process that ended
+    done, before one that trains on (`finished_after` in its row)."""
     found = processes(events)
     if not found:
         raise GoodputError("the event log has no process start")
     runs = [run for run, counts in zip(found, counted(found), strict=True) if counts]
     seconds = dict.fromkeys((name for name, _ in CAUSES), 0.0)
     kept_steps = lost_steps = 0
-    kept_flops = 0.0
+    kept_flops = finished = 0.0
     peak = None
     rows = []
     for index, run in enumerate(runs):
@@ -184,9 +188,11 @@ def account(events: list[dict]) -> dict:
         spent = trained + waited + evaluation + checkpoints + compiled
         seconds["startup"] += max(0.0, run.ended - run.began - spent)
         gap = max(0.0, following.began - run.ended) if following else 0.0
-        seconds["idle"] += gap
-        rows.append(_process_row(run, run_lost_steps, gap))
-    wall = runs[-1].ended - runs[0].began
+        done = _reason(run) == "done"
+        finished += gap if done else 0.0
+        seconds["idle"] += 0.0 if done else gap
+        rows.append(_process_row(run, run_lost_steps, gap, done))
+    wall = runs[-1].ended - runs[0].began - finished
     by_process = {id(run): row for run, row in zip(runs, rows, strict=True)}
     result = {
         "wall_seconds": wall,
@@ -195,7 +201,7 @@ def account(events: list[dict]) -> dict:
         "steps_kept": kept_steps,
         "steps_lost": lost_steps,
         "processes": [
-            by_process.get(id(run)) or {**_process_row(run, 0, 0.0), "counted": False}
+            by_process.get(id(run)) or {**_process_row(run, 0, 0.0, False), "counted": False}
             for run in found
         ],
         "peak_flops": peak,
@@ -206,7 +212,7 @@ def account(events: list[dict]) -> dict:
     return result
 
 
-def _process_row(run: Process, lost_steps: int, gap: float) -> dict:
+def _process_row(run: Process, lost_steps: int, gap: float, done: bool) -> dict:
     stop = run.stop
     windows = run.spans("steps")
     signal = next((e["name"] for e in run.events if e["event"] == "signal"), None)
@@ -220,7 +226,8 @@ def _process_row(run: Process, lost_steps: int, gap: float) -> dict:
         "ended": (stop["reason"] if stop else "killed") + (f" ({signal})" if signal else ""),
         "error": (stop or {}).get("error"),
         "steps_lost": lost_steps,
-        "idle_after": gap,
+        "idle_after": 0.0 if done else gap,
+        "finished_after": gap if done else 0.0,
         "counted": True,
     }
 
@@ -230,11 +237,13 @@ def format_report(workdir: str, result: dict) -> str:
     wall = result["wall_seconds"]
     runs = result["processes"]
     count = sum(run["counted"] for run in runs)
+    finished_for = sum(run["finished_after"] for run in runs)
     uncounted = f" and {len(runs) - count} not counted" if count < len(runs) else ""
     lines = [
         f"{workdir}: {count} process{'es' if count > 1 else ''}{uncounted}, "
         f"{result['steps_kept']} steps kept, {result['steps_lost']} trained again; "
-        f"wall time {_duration(wall)} from the first start to the last event counted",
+        f"wall time {_duration(wall)} from the first start to the last event counted"
+        + (" (less the time it was finished)" if finished_for else ""),
         "",
     ]
     for name, label in CAUSES:
@@ -252,6 +261,8 @@ def format_report(workdir: str, result: dict) -> str:
         started = datetime.datetime.fromtimestamp(run["started"]).strftime("%Y-%m-%d %H:%M:%S")
         lost = f", {run['steps_lost']} steps lost" if run["steps_lost"] else ""
         idle = f", then idle {_duration(run['idle_after'])}" if run["idle_after"] else ""
+        if run["finished_after"]:
+            idle = f", then finished for {_duration(run['finished_after'])} (not counted)"
         error = f": {run['error']}" if run["error"] else ""
         steps = (
             f"steps {run['resumed_from'] + 1} to {run['last_step']}"

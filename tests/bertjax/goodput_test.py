@@ -154,17 +154,41 @@ def test_a_process_run_again_on_the_finished_run_adds_nothing():
 
 
 def test_a_resume_that_trains_no_step_still_counts():
-    # Preempted, or failed, while restoring: time the run lost, and the wait before it.
+    # Preempted, or failed, while restoring: time the run lost (not the wait before it:
+    # the run was finished until then).
     finished = goodput.account(three_processes())
     for reason in ("preempted", "error"):
         result = goodput.account(reported_again(three_processes(), after=100, reason=reason))
-        assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"] + 100 + 9.5)
-        assert result["seconds"]["idle"] == pytest.approx(finished["seconds"]["idle"] + 100)
+        assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"] + 9.5)
+        assert result["seconds"]["idle"] == pytest.approx(finished["seconds"]["idle"])
         assert [row["counted"] for row in result["processes"]] == [True] * 4
     # A resume after a kill -9 (no stop event) that finds the last step saved.
     killed = three_processes()[:-1]
     result = goodput.account(reported_again(killed, after=100))
     assert [row["counted"] for row in result["processes"]] == [True] * 4
+
+
+def test_a_finished_run_made_longer_counts_its_new_process_but_not_the_wait_before_it():
+    # Hours after it finished at step 30, the run is resumed with a larger num_train_steps.
+    finished = goodput.account(three_processes())
+    clock = Clock()
+    clock.now = three_processes()[-1]["time"]
+    clock.process(after=5 * 3600, startup=6, step=30)
+    clock.add("restore", 1, step=30)
+    clock.steps(31, 40, 10, input_wait=1, compile=2)
+    clock.add("checkpoint_commit", 0.5, step=40)
+    clock.add("stop", 0, step=40, reason="done")
+    result = goodput.account(three_processes() + clock.events)
+    assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"] + 17.5)
+    assert result["seconds"]["idle"] == pytest.approx(finished["seconds"]["idle"])
+    assert result["seconds"]["productive"] == pytest.approx(finished["seconds"]["productive"] + 7)
+    assert result["steps_kept"] == 40
+    rows = result["processes"]
+    assert [row["counted"] for row in rows] == [True] * 4
+    assert (rows[2]["idle_after"], rows[2]["finished_after"]) == (0.0, 5 * 3600)
+    text = goodput.format_report("runs/x", result)
+    assert text.splitlines()[0].endswith("counted (less the time it was finished)")
+    assert "steps 21 to 30 in 16.5 s, done, then finished for 5:00:00 (not counted)" in text
 
 
 def test_the_report_lists_a_process_not_counted():

@@ -65,7 +65,8 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     process.kill()
     stdout, _ = process.communicate(timeout=60)
     last_printed = printed_steps(stdout)[-1]
-    assert last_printed >= saved + 8
+    # The log is written before the console line: the kill may fall between them.
+    assert last_printed >= saved + 7
     time.sleep(5)
 
     # 3: resumed from the SIGTERM's checkpoint, to the end; warned of its input wait.

@@ -22,8 +22,10 @@ events:
                 background); `bytes` of the train state
     profile     a trace of steps `first` to `last` written to `dir`
     signal      a stop request (`name`) seen at `step`
-    stop        the process stopped work at `step`: `reason` done (its steps trained),
-                preempted, interrupted or error (with `error`, its first line)
+    stop        the process stopped work at `step`: `reason` done (the run's steps
+                trained), paused (the steps it was asked to train, before the run's
+                last: train_and_evaluate's stop_after), preempted, interrupted or
+                error (with `error`, its first line)
 
 A process killed with kill -9 writes no stop event: its last event marks its end.
 """
@@ -115,11 +117,12 @@ class EventLog:
             step=step,
         )
 
-    def stop(self, error: BaseException | None) -> None:
-        """The `stop` event: why this process stopped working, after `error` or None."""
+    def stop(self, error: BaseException | None, *, paused: bool = False) -> None:
+        """The `stop` event: why this process stopped working, after `error` or None
+        (`paused`: before the run's last step, as it was asked to)."""
         fields = {}
         if error is None:
-            reason = "done"
+            reason = "paused" if paused else "done"
         elif type(error).__name__ == "Preempted":
             reason = "preempted"
         elif isinstance(error, KeyboardInterrupt) or type(error).__name__ == "Interrupted":

@@ -511,7 +511,7 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
         event_log.stop(error)
         raise
     else:
-        event_log.stop(None)
+        event_log.stop(None, paused=last_step < num_steps)
     finally:
         manager.close()
         event_log.close()

@@ -118,6 +118,14 @@ def test_the_stop_event_says_why(tmp_path, error, reason):
         assert stop["error"] == "ValueError: bad batch"
 
 
+def test_a_process_asked_to_stop_before_the_runs_last_step_is_paused(tmp_path):
+    log = events.EventLog(str(tmp_path))
+    log.start(0)
+    log.stop(None, paused=True)
+    log.close()
+    assert read(tmp_path)[-1]["reason"] == "paused"
+
+
 def test_the_log_is_appended_to_by_each_process(tmp_path):
     for step in (0, 5):
         log = events.EventLog(str(tmp_path))

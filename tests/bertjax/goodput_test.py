@@ -191,6 +191,21 @@ def test_a_finished_run_made_longer_counts_its_new_process_but_not_the_wait_befo
     assert "steps 21 to 30 in 16.5 s, done, then finished for 5:00:00 (not counted)" in text
 
 
+def test_the_wait_after_a_process_paused_before_the_runs_end_is_idle():
+    # train_and_evaluate's stop_after: the run is not finished, it waits for the next process.
+    events = three_processes()[:-1]
+    events.append({**three_processes()[-1], "reason": "paused"})
+    clock = Clock()
+    clock.now = events[-1]["time"]
+    clock.process(after=100, startup=6, step=30)
+    clock.steps(31, 40, 10, input_wait=1)
+    clock.add("stop", 0, step=40, reason="done")
+    result = goodput.account(events + clock.events)
+    finished = goodput.account(three_processes())
+    assert result["seconds"]["idle"] == pytest.approx(finished["seconds"]["idle"] + 100)
+    assert result["processes"][2]["idle_after"] == 100
+
+
 def test_the_report_lists_a_process_not_counted():
     text = goodput.format_report(
         "runs/x", goodput.account(reported_again(three_processes(), after=7200))

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax import checkpoint, sharding, train
+from bertjax import checkpoint, goodput, sharding, train
 from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset
@@ -94,6 +94,9 @@ def test_a_packed_run_resumes_exactly(tmp_path, config):
     train.train_and_evaluate(config, straight, devices=ONE_DEVICE)
     train.train_and_evaluate(config, resumed, stop_after=2, devices=ONE_DEVICE)
     train.train_and_evaluate(config, resumed, devices=ONE_DEVICE)
+    # The first process stopped where it was asked, before the run's last step.
+    stops = [e["reason"] for e in goodput.read_events(resumed) if e["event"] == "stop"]
+    assert stops == ["paused", "done"]
     a, b = final_params(straight, config), final_params(resumed, config)
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)
     lines_a, lines_b = read_metrics(straight), read_metrics(resumed)

@@ -200,6 +200,28 @@ def test_a_claimed_workdir_refuses_a_second_claim_until_released(tmp_path):
         pass
 
 
+def test_a_lock_file_removed_between_opening_and_locking_it_is_made_again(tmp_path, monkeypatch):
+    # A run that leaves the workdir as it found it removes its .lock just after this run
+    # opened it: a lock on the removed file would keep no third run out.
+    run, removed = tmp_path / "run", []
+    open_lock_file = workdir._open_lock_file
+
+    def opened_then_removed(path):
+        opened = open_lock_file(path)
+        if not removed:
+            os.remove(path)
+            removed.append(path)
+        return opened
+
+    monkeypatch.setattr(workdir, "_open_lock_file", opened_then_removed)
+    with workdir.claim(str(run)):
+        assert removed
+        owner = json.loads((run / workdir.LOCK_FILE).read_text())
+        assert owner["pid"] == os.getpid()
+        with pytest.raises(workdir.WorkdirBusy), workdir.claim(str(run)):
+            pass
+
+
 def test_a_workdir_that_is_a_file_or_under_one_is_refused_before_anything_is_made(tmp_path):
     file = tmp_path / "afile"
     file.write_text("mine")

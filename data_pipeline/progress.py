@@ -53,13 +53,14 @@ class Progress:
         unit: str = "",
         done: int = 0,
         expected: float | None = None,
-        every: float = EVERY_S,
+        every: float | None = None,
         out=None,
         clock=time.monotonic,
     ):
         self.what, self.total, self.unit = what, total, unit
         self.done = self.first = done
-        self.expected, self.every, self.out, self.clock = expected, every, out, clock
+        self.expected, self.out, self.clock = expected, out, clock
+        self.every = EVERY_S if every is None else every
         self.started = self.last = clock()
         self.told = False  # whether a progress line was written
         self._lock = threading.Lock()

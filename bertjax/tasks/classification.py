@@ -170,10 +170,13 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     """A TSV, CSV or JSONL file with the task's text columns -> JSON lines of classify()."""
     output = output or input_path + ".predictions.jsonl"
     text_a, text_b = classification_input.read_texts(restored.task.data, input_path)
+    predicting = Progress(f"predicting {input_path}", -(-len(text_a) // batch_size), unit="batches")
     records = []
     for begin in range(0, len(text_a), batch_size):
         rows = slice(begin, begin + batch_size)
         records += classify(restored, text_a[rows], pairs=text_b[rows])
+        predicting.advance()
+    predicting.finish()
     workdir_lib.write_lines(output, records)
     return output
 

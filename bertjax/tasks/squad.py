@@ -27,6 +27,7 @@ from data_pipeline import files
 from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
 from data_pipeline.finetune.squad_input import SquadDocument, SquadError, SquadFeatures
+from data_pipeline.progress import Progress
 from data_pipeline.tokenizer import bpe_text
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
@@ -396,12 +397,17 @@ def setup(config, workdir: str) -> Setup:
     return finetune.make_setup(config, pretrained, head, make_dataset)
 
 
-def answers_for(restored, data: squad_input.SquadData, batch_size: int = 32) -> SquadPredictions:
-    """The predictions of a restored SQuAD workdir for every question of `data`."""
+def answers_for(
+    restored, data: squad_input.SquadData, batch_size: int = 32, progress: Progress | None = None
+) -> SquadPredictions:
+    """The predictions of a restored SQuAD workdir for every question of `data`; `progress`
+    counts the batches (its total set here, once the features are made)."""
     restored.require("squad", "answers_for")
     config = squad_input.from_config(restored.task.data)
     features = squad_input.make_features(data, restored.tokenizer, config)
     starts, ends = [], []
+    if progress is not None:
+        progress.total = -(-features.num_features // batch_size)
     for begin in range(0, features.num_features, batch_size):
         rows = slice(begin, begin + batch_size)
         start, end = restored.apply(
@@ -409,6 +415,8 @@ def answers_for(restored, data: squad_input.SquadData, batch_size: int = 32) -> 
         )
         starts.append(np.asarray(start))
         ends.append(np.asarray(end))
+        if progress is not None:
+            progress.advance()
     return predict_answers(
         features,
         np.arange(features.num_features, dtype=np.int32),
@@ -439,7 +447,9 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     nbest_predictions.json (and null_odds.json for 2.0)."""
     output = output or input_path + ".predictions"
     data = squad_input.read_squad_json(input_path, labelled=False)
-    predictions = answers_for(restored, data, batch_size)
+    predicting = Progress(f"predicting {input_path}", unit="batches")
+    predictions = answers_for(restored, data, batch_size, predicting)
+    predicting.finish()
     write_predictions(predictions, output)
     return output
 

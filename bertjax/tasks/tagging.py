@@ -24,6 +24,7 @@ from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import HFClass, Serving, Setup, Task, dataset_batch_shapes
 from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import read_text_file
+from data_pipeline.progress import Progress
 
 METRIC_NAMES = ("entity_f1", "entity_precision", "entity_recall")
 
@@ -148,9 +149,12 @@ def predict_file(restored, input_path: str, output: str, batch_size: int) -> str
     del batch_size  # one sentence per forward pass
     output = output or input_path + ".predictions.jsonl"
     lines = [line.split() for line in read_text_file(input_path).splitlines() if line.strip()]
-    records = [
-        {"words": words, "tags": [label for _, label in tag(restored, words)]} for words in lines
-    ]
+    predicting = Progress(f"predicting {input_path}", len(lines), unit="sentences")
+    records = []
+    for words in lines:
+        records.append({"words": words, "tags": [label for _, label in tag(restored, words)]})
+        predicting.advance()
+    predicting.finish()
     workdir_lib.write_lines(output, records)
     return output
 

@@ -4,6 +4,7 @@
 import json
 import math
 import pathlib
+import re
 
 import jax
 import numpy as np
@@ -15,6 +16,7 @@ import bertjax
 from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from bertjax.bench import packed_step
+from data_pipeline import progress
 from data_pipeline.config import ConfigError
 from experiments.finetune import classify, glue, ner, retrieval, squad
 
@@ -310,7 +312,9 @@ def test_squad_runs_decodes_and_writes_the_official_predictions(squad_run):
 # ------------------------------------------------- restored fine-tuned workdirs
 
 
-def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, tmp_path):
+def test_a_restored_classifier_classifies_and_predict_writes_its_file(
+    mrpc_run, tmp_path, monkeypatch, capsys
+):
     workdir, _ = mrpc_run
     restored = bertjax.restore(str(workdir))
     out = bertjax.classify(restored, ["The train was late."], pairs=["The train was delayed."])
@@ -330,7 +334,11 @@ def test_a_restored_classifier_classifies_and_predict_writes_its_file(mrpc_run, 
     ]
     source = tmp_path / "new.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    written = predictions.predict(str(workdir), str(source))
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)  # a progress line at every batch
+    written = predictions.predict(str(workdir), str(source), batch_size=1)
+    told = capsys.readouterr().err
+    assert f"predicting {source}: 1/2 batches (50%), " in told
+    assert f"predicting {source}: finished in " in told
     lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
     assert len(lines) == 2
     expected = bertjax.classify(
@@ -352,7 +360,7 @@ def test_the_eval_predictions_match_the_restored_model(mrpc_run):
     assert labels == [json.loads(line)["label"] for line in written]
 
 
-def test_a_restored_tagger_tags_words(ner_run, tmp_path):
+def test_a_restored_tagger_tags_words(ner_run, tmp_path, monkeypatch, capsys):
     workdir, _ = ner_run
     restored = bertjax.restore(str(workdir))
     tagged = bertjax.tag(restored, "Anna visited Paris in June")
@@ -360,19 +368,26 @@ def test_a_restored_tagger_tags_words(ner_run, tmp_path):
     assert all(tag in restored.task.label_names for _, tag in tagged)
     source = tmp_path / "sentences.txt"
     source.write_text("Anna visited Paris\n\nBob stayed home today\n")
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
     written = predictions.predict(str(workdir), str(source))
+    assert f"predicting {source}: 1/2 sentences (50%)" in capsys.readouterr().err
     lines = [json.loads(line) for line in pathlib.Path(written).read_text().splitlines()]
     assert [len(line["tags"]) for line in lines] == [3, 4]
 
 
-def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path):
+def test_a_restored_reader_answers_from_the_context(squad_run, tmp_path, monkeypatch, capsys):
     workdir, _ = squad_run
     restored = bertjax.restore(str(workdir))
     context = "The Great Wall was built over many centuries by several dynasties."
     out = bertjax.answer(restored, "Who built the wall?", context)
     assert out["text"] == "" or out["text"] in context
     assert out["nbest"] and 0.0 <= out["probability"] <= 1.0
-    written = predictions.predict(str(workdir), str(TESTDATA / "squad_v1.1.json"), str(tmp_path))
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    source = TESTDATA / "squad_v1.1.json"
+    written = predictions.predict(str(workdir), str(source), str(tmp_path), batch_size=1)
+    assert re.search(
+        rf"predicting {re.escape(str(source))}: 1/\d+ batches", capsys.readouterr().err
+    )
     answers = json.loads((pathlib.Path(written) / "predictions.json").read_text())
     questions = [
         qa["id"]

@@ -3,9 +3,3 @@ as one resumable sweep (`python -m bertjax.suites glue|squad ...`, command.py). 
 suite is and what differs between suites: contract.py; what one found: report.py; the
 suites: GLUE (glue/, with its submission files, published scores and trial program) and
 SQuAD (squad.py)."""
-
-from bertjax import program
-
-# Before the modules below start TensorFlow and jax: a notebook that reads a report sees
-# none of their start-up lines, as the bertjax API's first use sees none.
-program.notebook()

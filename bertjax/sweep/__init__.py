@@ -4,6 +4,7 @@ Optuna (trial_queue.py), running trials (worker.py) and the report (report.py)."
 
 from bertjax import program
 
-# Before the modules below start TensorFlow and jax: a notebook that reads a report sees
-# none of their start-up lines, as the bertjax API's first use sees none.
+# Before the modules below start TensorFlow and jax: a notebook that reads a report (this
+# package's, or bertjax.suites', which imports it) sees none of their start-up lines, as
+# the bertjax API's first use sees none.
 program.notebook()

@@ -5,7 +5,7 @@ import pathlib
 import re
 
 import pytest
-from support import REPO
+from support import REPO, programs
 
 ROOT = pathlib.Path(REPO)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -46,13 +46,8 @@ def test_every_relative_link_and_anchor_resolves(page):
     assert not broken, f"{page.name}: {broken}"
 
 
-def named_modules() -> set[str]:
-    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
-    return set(re.findall(r"python\s+-m\s+((?:bertjax|data_pipeline)[\w.]*)", text))
-
-
 def test_every_python_dash_m_module_named_exists():
-    modules = named_modules()
+    modules = set(programs.programs())
     assert "bertjax.main" in modules and "data_pipeline.builtin_tasks" in modules
     missing = []
     for module in sorted(modules):

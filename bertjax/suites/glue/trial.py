@@ -9,25 +9,10 @@ The flags are bertjax.main's. Run again after a stop, it resumes the training (o
 finds it done) and predicts what is not yet written.
 """
 
-import jax
-
-from bertjax import experiment, program
 from bertjax import main as main_lib
-from bertjax.suites.glue import predictions
-
-
-def main(args):
-    experiment.main(args)
-    config = args.config
-    results = predictions.write(args.workdir, config.data.to_dict(), config.eval_batch_size)
-    if jax.process_index() == 0:
-        for split, values in results["dev"].items():
-            shown = "  ".join(f"{name} {value:.4f}" for name, value in values.items())
-            print(f"{config.data.glue_task} {split}: {shown}")
-        for name, written in results["test"].items():
-            print(f"test predictions: {name} ({written['examples']} examples)")
-
+from bertjax import program
 
 if __name__ == "__main__":
-    # An internal program (the suite starts it), so its imports need not wait for the flags.
-    program.run("bertjax.suites.glue.trial:main", main_lib.define_flags)
+    # bertjax.main's flags; the work (trial_work.py) imports TensorFlow and JAX, so it is
+    # imported once they are parsed: --help and a bad flag answer before either starts.
+    program.run("bertjax.suites.glue.trial_work:main", main_lib.define_flags)

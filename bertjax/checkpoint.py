@@ -1,39 +1,53 @@
-"""Orbax checkpoints of a run, under WORKDIR/checkpoints/<step>/: the train state
-(`state`), and as JSON (`data`) where each host's input stream stands and a
-fingerprint of each array of the state.
+"""Checkpoints of a run, under WORKDIR/checkpoints/<step>/: the train state, written by
+orbax (`state/`), and bertjax's manifest of the step (`manifest.json`), written last.
 
-The train state holds the step, from which the dropout rng follows, and the
-data item lets the input continue where it stood (train.py), so restoring a
-checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
+    checkpoints/<step>/
+      state/          orbax's files of the train state (its own layout, never read here)
+      manifest.json   {"format": FORMAT, "step", "bertjax", "files": {path: [bytes, crc32]},
+                       "arrays": {name: {"shape", "dtype", "fingerprint"}},
+                       "data": {"stream_positions": ...}, "checksum"}
+
+A step is complete when its manifest is there: orbax commits the state first, then
+the manifest is written whole (a rename, or one object in a bucket), so a save cut
+short at any moment leaves a step without one, which a run moves aside and a reader
+refuses. Rotation deletes a step's manifest before its files, so a step half-deleted
+by a kill is incomplete too. The newest `max_to_keep` complete steps are kept, and
+the steps a run asks to keep whatever their age.
+
+Every verdict comes from the manifest, never from what orbax or TensorStore print:
+a restore first checks every file the manifest lists (there, of the same size and
+CRC-32) and the manifest itself (its checksum), then reads the arrays with orbax and
+compares each one's fingerprint. A missing, truncated or changed file, an edited or
+unreadable manifest, or an array that differs makes the checkpoint Damaged, with one
+line naming the step and what is wrong; `restore_newest_good` then falls back to the
+newest step that verifies, and a run moves the damaged step aside to
+WORKDIR/damaged_checkpoints/ (never deleting it), a reader leaves the workdir as it is.
+Whatever else goes wrong while reading (the storage, the machine) is raised as it is,
+and nothing moves. A checkpoint whose arrays do not fit the model asked for (their
+names or shapes, in the manifest) is no damage but a checkpoint of another config: a
+CheckpointError, and nothing moves. So is a checkpoint of another format: one line
+saying which bertjax reads it.
 
 A fingerprint is a 32-bit sum of an array's bits weighted by position, computed
 where the array lives: a save dispatches jitted reductions (a sharded array sends
 the host one number, not its bytes) and reads them while orbax writes the arrays.
-Every restore computes them again (on a CPU, with numpy over the arrays in place)
-and compares: a flipped bit, a truncated or missing file, missing or unreadable
-metadata, a data item without its fingerprints or edited (its checksum) makes the
-checkpoint Damaged, with one line naming the step and what is wrong.
-`restore_newest_good` then falls back to the newest step that verifies; a run moves
-the damaged step aside to WORKDIR/damaged_checkpoints/ (never deleting it), a reader
-leaves the workdir as it is. A checkpoint whose arrays do not fit the model asked for
-(their names or shapes) is no damage but a checkpoint of another config: a
-CheckpointError, and nothing moves.
+Every restore computes them again (on a CPU, with numpy over the arrays in place).
+The train state holds the step, from which the dropout rng follows, and the
+manifest's data lets the input continue where it stood (train.py), so restoring a
+checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 """
 
-import contextlib
-import dataclasses
 import functools
 import json
 import logging
 import os
-import re
 import shutil
-import sys
 import threading
 import traceback
 import zlib
 from collections.abc import Callable
 from concurrent import futures
+from importlib import metadata
 
 import jax
 import jax.numpy as jnp
@@ -46,22 +60,17 @@ from jax.experimental import multihost_utils
 
 from bertjax import workdir as workdir_lib
 from bertjax.workdir import CheckpointError
-from data_pipeline.errors import UserError
 
 ITEM = "state"
-DATA_ITEM = "data"
-ITEMS = (ITEM, DATA_ITEM)
-# The data item's key for the state's fingerprints (in it, not an item of their own:
-# each item costs a save and a restore a few tenths of a second of files and commits).
-FINGERPRINTS = "fingerprints"
-# The data item's key for a CRC-32 of the rest of it (stream positions, fingerprints).
-CHECKSUM = "checksum"
-# Where a run moves the checkpoints that fail to restore, in the workdir.
+MANIFEST = workdir_lib.CHECKPOINT_MANIFEST
+# The layout and manifest this bertjax writes and reads. Format 1 (bertjax up to commit
+# 74aab5b) had no manifest: an orbax "data" item held the fingerprints.
+FORMAT = 2
+_LAST_OF_FORMAT = {1: "commit 74aab5b"}
+_FORMAT_1_ITEM = "data"
+# Where a run moves the checkpoints that fail to verify, in the workdir.
 DAMAGED_DIR = "damaged_checkpoints"
-# What every complete step directory holds; orbax writes it before the commit.
-_STEP_METADATA = "_CHECKPOINT_METADATA"
-# The state item's tree metadata: the names, shapes and types of its arrays.
-_TREE_METADATA = "_METADATA"
+_READ_CHUNK = 16 * 2**20
 
 
 class Damaged(CheckpointError):
@@ -72,121 +81,293 @@ class Damaged(CheckpointError):
         self.step = step
 
 
-def make_manager(
-    workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...] = ()
-) -> ocp.CheckpointManager:
-    """Saves of a run: the newest `max_to_keep` steps are kept (None: all), and the steps
-    `keep` whatever their age (the checkpoint a run resumed from: the newest known to
-    verify, until a later one is read back)."""
-    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
-    check_step_dirs(directory, move=True)
-    policies = ocp.checkpoint_managers
-    options = ocp.CheckpointManagerOptions(
-        create=True,
-        enable_async_checkpointing=True,
-        preservation_policy=policies.AnyPreservationPolicy(
-            [policies.LatestN(max_to_keep), policies.CustomSteps(keep)]
-        ),
-    )
-    return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
+def make_manager(workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...] = ()):
+    """The checkpoints of a run in `workdir`, to save and restore: the newest `max_to_keep`
+    complete steps are kept (None: all), and the steps `keep` whatever their age (the
+    checkpoint a run resumed from: the newest known to verify, until a later one is read
+    back). Steps left incomplete by an earlier process are moved aside first."""
+    return Checkpoints(workdir, max_to_keep=max_to_keep, keep=keep)
 
 
-def _read_only_manager(workdir: str) -> ocp.CheckpointManager:
-    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
-    check_step_dirs(directory)
-    # The options a read-only manager keeps (orbax warns about each one it changes), and
-    # without orbax's warning that the directory is read-only: reading is what was asked.
-    options = ocp.CheckpointManagerOptions(
-        read_only=True,
-        create=False,
-        save_interval_steps=0,
-        max_to_keep=None,
-        cleanup_tmp_directories=False,
-    )
-    absl_logger = absl_logging.get_absl_logger()
-    absl_logger.addFilter(_not_read_only_notice)
+class Checkpoints:
+    """A run's checkpoints (a context manager): orbax writes each step's state in the
+    background, and a thread of ours waits for it and then writes the step's manifest
+    and applies the rotation (process 0), so that the train loop never waits for either.
+    A failed save is raised by the next `save` or `wait` (or by `close`, if neither
+    reported it), as one CheckpointError line."""
+
+    def __init__(self, workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...] = ()):
+        self.directory = workdir_lib.checkpoint_dir(workdir)
+        self.max_to_keep, self.keep = max_to_keep, tuple(keep)
+        check_step_dirs(self.directory, move=True)
+        if jax.process_index() == 0:
+            tf.io.gfile.makedirs(self.directory)
+        self._orbax = ocp.AsyncCheckpointer(ocp.StandardCheckpointHandler())
+        self._committer: threading.Thread | None = None
+        self._failure: BaseException | None = None  # of the save in flight, not yet raised
+        self._failed = False
+        self._retold = _Retold()
+        for name in _RETELLING_LOGGERS:
+            logging.getLogger(name).addFilter(self._retold)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def all_steps(self) -> list[int]:
+        """The complete steps (those with a manifest), oldest first."""
+        return complete_steps(self.directory)
+
+    def latest_step(self) -> int | None:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def save(self, step: int, state, data: dict) -> None:
+        """Starts an asynchronous save of `state` and the JSON `data`; `wait` completes it.
+
+        The state's fingerprints are computed while its arrays are written: dispatched
+        here, before a later step may reuse a donated buffer, and read by the thread
+        that writes the manifest. The previous save's failure raises here."""
+        self.wait()
+        step_dir = os.path.join(self.directory, str(step))
+        pending = _Fingerprints(state)
+        arrays = {
+            name: {"shape": _shape(leaf), "dtype": str(leaf.dtype)}
+            for name, leaf in _named_leaves(state)
+        }
+        try:
+            if jax.process_index() == 0:
+                tf.io.gfile.makedirs(step_dir)
+            self._orbax.save(
+                epath.Path(step_dir) / ITEM, args=ocp.args.StandardSave(state), force=True
+            )
+        except Exception as error:  # noqa: BLE001 - any failure to save is reported as one
+            self._failed = True
+            raise self._save_failed(step, error) from error
+        self._committer = threading.Thread(
+            target=self._commit,
+            args=(step, step_dir, pending, arrays, data),
+            name=f"checkpoint {step}",
+            daemon=True,
+        )
+        self._committer.start()
+
+    def _commit(self, step: int, step_dir: str, pending, arrays: dict, data: dict) -> None:
+        """In the background: waits for orbax to commit the state, writes the manifest
+        (the step is then complete) and deletes the steps rotation drops."""
+        try:
+            self._orbax.wait_until_finished()
+            prints = pending.result()
+            if jax.process_index() != 0:
+                return
+            for name, value in prints.items():
+                arrays[name]["fingerprint"] = value
+            manifest = {
+                "format": FORMAT,
+                "step": step,
+                "bertjax": _written_by(),
+                "files": _list_files(step_dir),
+                "arrays": arrays,
+                "data": data,
+            }
+            _write_manifest(step_dir, manifest)
+            self._rotate()
+        except BaseException as error:  # noqa: BLE001 - raised by the caller's next save or wait
+            self._failed = True
+            self._failure = self._save_failed(step, error)
+            self._failure.__cause__ = error
+
+    def _rotate(self) -> None:
+        if self.max_to_keep is None:
+            return
+        steps = self.all_steps()
+        for step in steps[: max(0, len(steps) - self.max_to_keep)]:
+            if step not in self.keep:
+                step_dir = os.path.join(self.directory, str(step))
+                # The manifest first: a kill in between leaves an incomplete step.
+                tf.io.gfile.remove(os.path.join(step_dir, MANIFEST))
+                tf.io.gfile.rmtree(step_dir)
+
+    def _save_failed(self, step: int, error: BaseException) -> CheckpointError:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        latest = self.latest_step()
+        return CheckpointError(
+            f"saving checkpoint {step} in {self.directory} failed ({reason}); the latest "
+            f"complete checkpoint: {'none' if latest is None else f'step {latest}'}"
+        )
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Waits for the save in flight to be complete (its manifest written); False if it
+        is not within `timeout_s`. A failed save raises here, as a CheckpointError."""
+        if self._committer is not None:
+            self._committer.join(timeout_s)
+            if self._committer.is_alive():
+                return False
+            self._committer = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        return True
+
+    def close(self) -> None:
+        """Waits for the save in flight; raises its failure if nothing reported it yet."""
+        try:
+            self.wait()
+        finally:
+            self._orbax.close()
+            # After a failed save, asyncio retells it as orbax's abandoned tasks are
+            # collected, as late as the process's exit: the filter stays.
+            if not self._failed:
+                for name in _RETELLING_LOGGERS:
+                    logging.getLogger(name).removeFilter(self._retold)
+
+
+# The loggers through which orbax's threads, and asyncio for the tasks a failed save
+# abandons, tell of the failure that Checkpoints raises in one line.
+_RETELLING_LOGGERS = ("absl", "asyncio")
+_ORBAX_DIR = os.path.dirname(ocp.__file__) + os.sep
+
+
+class _Retold(logging.Filter):
+    """While a Checkpoints is open, drops the exceptions orbax logs (from its own files,
+    or raised through them): each is the failure of a save, which orbax also raises to
+    Checkpoints, where it becomes one line. Installed by an open Checkpoints only; by the
+    code that logs or raises, never by what it says."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.exc_info:
+            return True
+        if record.pathname.startswith(_ORBAX_DIR):
+            return False
+        error = record.exc_info[1]
+        frames = traceback.walk_tb(error.__traceback__) if error is not None else ()
+        return not any(frame.f_code.co_filename.startswith(_ORBAX_DIR) for frame, _ in frames)
+
+
+def save(manager: Checkpoints, step: int, state, data: dict) -> None:
+    """Starts an asynchronous save of the state and the JSON `data` (Checkpoints.save)."""
+    manager.save(step, state, data)
+
+
+def wait(manager: Checkpoints, timeout_s: float | None = None) -> bool:
+    """Waits for the save in flight to be complete (Checkpoints.wait)."""
+    return manager.wait(timeout_s)
+
+
+def _written_by() -> str:
     try:
-        return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
-    finally:
-        absl_logger.removeFilter(_not_read_only_notice)
+        return f"bertjax {metadata.version('bertjax')}"
+    except metadata.PackageNotFoundError:
+        return "bertjax"
 
 
-def _not_read_only_notice(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith("Given directory is read only")
+def _list_files(step_dir: str) -> dict[str, list[int]]:
+    """Every file under `step_dir` but the manifest: its path there -> [bytes, CRC-32]."""
+    listed = {}
+    for root, _, names in tf.io.gfile.walk(step_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, step_dir)
+            if relative != MANIFEST and not relative.startswith(MANIFEST + "."):
+                listed[relative] = list(_size_and_crc(path))
+    return dict(sorted(listed.items()))
 
 
-def check_step_dirs(directory: epath.Path, *, move: bool = False) -> None:
-    """Fails, naming it, on a step directory that is not a complete checkpoint (a stray
-    or foreign folder, or a save cut short), which orbax would take as the latest step;
-    with `move` (a run's own workdir), moves it to damaged_checkpoints/ and says so.
-    Orbax's own unfinished saves (`N.orbax-checkpoint-tmp-*`) are not steps; it cleans
-    them up."""
-    if not directory.is_dir():
+def _size_and_crc(path: str) -> tuple[int, int]:
+    size, crc = 0, 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while chunk := f.read(_READ_CHUNK):
+            size, crc = size + len(chunk), zlib.crc32(chunk, crc)
+    return size, crc
+
+
+def _checksum(manifest: dict) -> int:
+    """CRC-32 of the manifest's JSON without its checksum, its keys sorted."""
+    rest = {key: value for key, value in manifest.items() if key != "checksum"}
+    return zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _write_manifest(step_dir: str, manifest: dict) -> None:
+    """Written whole or not at all: a file renamed into place (an object in a bucket)."""
+    text = json.dumps({**manifest, "checksum": _checksum(manifest)}, indent=1)
+    final = os.path.join(step_dir, MANIFEST)
+    partial = f"{final}.partial"
+    with tf.io.gfile.GFile(partial, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(partial, final, overwrite=True)
+
+
+def complete_steps(directory: str) -> list[int]:
+    """The steps under a checkpoints folder that have a manifest, oldest first."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    steps = [
+        int(name.rstrip("/"))
+        for name in tf.io.gfile.listdir(directory)
+        if name.rstrip("/").isdigit()
+    ]
+    return sorted(s for s in steps if tf.io.gfile.exists(os.path.join(directory, str(s), MANIFEST)))
+
+
+def check_step_dirs(directory: str, *, move: bool = False) -> None:
+    """Fails, naming it, on a step folder that is not a complete checkpoint (a stray or
+    foreign folder, or a save or a deletion cut short), or one of another format; with
+    `move` (a run's own workdir), moves an incomplete one to damaged_checkpoints/ and
+    says so. A checkpoint of another format is never moved."""
+    if not tf.io.gfile.isdir(directory):
         return
-    for step_dir in sorted(directory.iterdir()):
-        if not step_dir.name.isdigit():
+    for name in sorted(tf.io.gfile.listdir(directory)):
+        name = name.rstrip("/")
+        step_dir = os.path.join(directory, name)
+        if not name.isdigit() or tf.io.gfile.exists(os.path.join(step_dir, MANIFEST)):
             continue
-        if not (step_dir / _STEP_METADATA).exists() or not (step_dir / ITEM).is_dir():
-            problem = f"not a complete bertjax checkpoint (no {_STEP_METADATA} or {ITEM}/)"
-        elif not ocp.step.is_path_finalized(step_dir):
-            problem = "an unfinished checkpoint"
-        else:
-            continue
+        if tf.io.gfile.isdir(os.path.join(step_dir, _FORMAT_1_ITEM)):
+            raise _other_format(directory, int(name), 1)
+        problem = (
+            f"not a complete bertjax checkpoint (no {MANIFEST}: a save cut short, or not ours)"
+        )
         if not move:
             raise CheckpointError(
                 f"{step_dir}: {problem}; move it out of {directory} to use the other steps"
             )
-        where = _move_aside(str(directory), int(step_dir.name))
+        where = _move_aside(directory, int(name))
         absl_logging.warning("%s: %s; moved to %s", step_dir, problem, where)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state, data: dict) -> None:
-    """Starts an asynchronous save of the state and the JSON `data`; `wait` completes it.
+def _other_format(directory: str, step: int, found) -> CheckpointError:
+    reads = _LAST_OF_FORMAT.get(found)
+    how = (
+        f"read it with bertjax at {reads} or earlier"
+        if reads
+        else "read it with the newer bertjax that wrote it"
+    )
+    return CheckpointError(
+        f"{directory}/{step}: a checkpoint of format {found}; this bertjax reads format "
+        f"{FORMAT}: {how}, or start the run in a new workdir"
+    )
 
-    The state's fingerprints are computed while its arrays are written: dispatched here,
-    before a later step may reuse a donated buffer, and read in the data item's commit.
-    The previous save's failure (a full disk, no permission) raises here, as a
-    CheckpointError; a save that fails is never listed as a step.
-    """
-    pending = _Fingerprints(state)
-    with _save_errors(manager):
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                **{
-                    ITEM: ocp.args.StandardSave(state),
-                    DATA_ITEM: _DataSave({**data, FINGERPRINTS: pending}),
-                }
-            ),
-            force=True,
+
+def check_space(manager: Checkpoints, state) -> None:
+    """Fails before a save, in one line, when a local disk lacks room for `state`
+    (the bytes of its arrays: what a checkpoint of it takes, within a few percent); the
+    previous save's failure first (the next save would wait for it anyway)."""
+    manager.wait()
+    directory = str(manager.directory)
+    if "://" in directory:
+        return  # buckets have no disk to fill
+    needed = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
+    free = shutil.disk_usage(directory).free
+    if free < 1.05 * needed:
+        latest = manager.latest_step()
+        raise CheckpointError(
+            f"{directory}: {free / 2**20:,.0f} MiB free, a checkpoint needs about "
+            f"{needed / 2**20:,.0f} MiB; free some space (the latest complete checkpoint: "
+            f"{'none' if latest is None else f'step {latest}'})"
         )
-
-
-class _DataHandler(ocp.JsonCheckpointHandler):
-    """The data item: orbax's JSON file, whose fingerprints are read from the devices in
-    the background commit (a save does not wait for them)."""
-
-    async def _save_fn(self, x, directory):
-        x = {**x, FINGERPRINTS: x[FINGERPRINTS].result()}
-        await super()._save_fn({**x, CHECKSUM: _checksum(x)}, directory)
-
-
-def _checksum(data: dict) -> int:
-    """CRC-32 of the data item's JSON without its checksum, its keys sorted."""
-    rest = {key: value for key, value in data.items() if key != CHECKSUM}
-    return zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
-
-
-@ocp.args.register_with_handler(_DataHandler, for_save=True)
-@dataclasses.dataclass
-class _DataSave(ocp.args.CheckpointArgs):
-    item: dict
-
-
-@ocp.args.register_with_handler(_DataHandler, for_restore=True)
-@dataclasses.dataclass
-class _DataRestore(ocp.args.CheckpointArgs):
-    pass
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -303,149 +484,78 @@ def _fingerprint_in_place(x) -> int:
 def _verify(directory: str, step: int, tree, saved: dict) -> None:
     """Fails with Damaged when an array of `tree` does not match its saved fingerprint."""
     for name, value in _Fingerprints(tree, in_place=True).result().items():
-        if name not in saved:
-            raise Damaged(directory, step, f"{name} has no fingerprint in {DATA_ITEM}/")
-        if saved[name] != value:
+        if saved[name]["fingerprint"] != value:
             raise Damaged(
                 directory, step, f"{name} differs from what was written (fingerprint mismatch)"
             )
 
 
-# How tensorstore and orbax word a storage failure: an absl status code first.
-_STORAGE_FAILURE = re.compile(
-    r"^(RESOURCE_EXHAUSTED|PERMISSION_DENIED|NOT_FOUND|UNAVAILABLE|DEADLINE_EXCEEDED|"
-    r"UNAUTHENTICATED|FAILED_PRECONDITION|DATA_LOSS|ABORTED):"
-)
+# ----------------------------------------------------------------------------- reading
 
 
-@contextlib.contextmanager
-def _save_errors(manager: ocp.CheckpointManager):
-    """Turns a storage failure of a save into one CheckpointError line."""
+def read_manifest(directory: str, step: int) -> dict:
+    """The step's manifest, its checksum and every file it lists verified (there, of the
+    same size and CRC-32); Damaged when one is not, a CheckpointError when it is of
+    another format."""
+    step_dir = os.path.join(directory, str(step))
+    path = os.path.join(step_dir, MANIFEST)
+    if not tf.io.gfile.exists(path):
+        if tf.io.gfile.isdir(os.path.join(step_dir, _FORMAT_1_ITEM)):
+            raise _other_format(directory, step, 1)
+        raise Damaged(directory, step, f"its {MANIFEST} is missing")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        text = f.read()
     try:
-        yield
-    except BaseException as error:
-        if not (isinstance(error, OSError) or _STORAGE_FAILURE.match(str(error))):
-            raise
-        latest = manager.latest_step()
-        kept = f"step {latest}" if latest is not None else "none"
-        raise CheckpointError(
-            f"saving a checkpoint in {manager.directory} failed ({str(error).strip()}); "
-            f"the latest complete checkpoint: {kept}"
-        ) from error
-
-
-class _QuietBackgroundSaveErrors(logging.Filter):
-    """Orbax logs a failed background save with its traceback, then raises it to the
-    caller, which reports it in one line; the log is dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            record.levelno >= logging.ERROR
-            and "orbax" in record.pathname
-            and (record.exc_info or "raised an exception" in record.getMessage())
-        )
-
-
-logging.getLogger("absl").addFilter(_QuietBackgroundSaveErrors())
-
-
-def check_space(manager: ocp.CheckpointManager, state) -> None:
-    """Fails before a save, in one line, when a local disk lacks room for `state`
-    (the bytes of its arrays: what a checkpoint of it takes, within a few percent)."""
-    directory = str(manager.directory)
-    if "://" in directory:
-        return  # buckets have no disk to fill
-    needed = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
-    free = shutil.disk_usage(directory).free
-    if free < 1.05 * needed:
-        latest = manager.latest_step()
-        raise CheckpointError(
-            f"{directory}: {free / 2**20:,.0f} MiB free, a checkpoint needs about "
-            f"{needed / 2**20:,.0f} MiB; free some space (the latest complete checkpoint: "
-            f"{'none' if latest is None else f'step {latest}'})"
-        )
-
-
-def wait(manager: ocp.CheckpointManager, timeout_s: float | None = None) -> bool:
-    """Waits for the save in flight to commit; False if it has not within `timeout_s`.
-
-    A failed save raises here (a CheckpointError for a storage failure). Only a
-    save that commits is listed as a step.
-    """
-    if timeout_s is None:
-        with _save_errors(manager):
-            manager.wait_until_finished()
-        return True
-    errors = []
-
-    def finish():
-        try:
-            with _save_errors(manager):
-                manager.wait_until_finished()
-        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(error)
-
-    waiter = threading.Thread(target=finish, daemon=True)
-    waiter.start()
-    waiter.join(timeout_s)
-    if errors:
-        raise errors[0]
-    return not waiter.is_alive()
-
-
-def restore(manager: ocp.CheckpointManager, step: int, abstract_state) -> tuple:
-    """(state on the shardings of `abstract_state`, the data item), verified against the
-    step's fingerprints; Damaged when it cannot be, a CheckpointError when its arrays are
-    not those of `abstract_state` (another config's)."""
-    directory = str(manager.directory)
-    data = _read_data(manager, directory, step)
-    _check_fits(directory, step, abstract_state, data[FINGERPRINTS], partial=False)
-    with _read_errors(directory, step):
-        state = manager.restore(
-            step, args=ocp.args.Composite(**{ITEM: ocp.args.StandardRestore(abstract_state)})
-        )[ITEM]
-    _verify(directory, step, state, data[FINGERPRINTS])
-    return state, {k: v for k, v in data.items() if k not in (FINGERPRINTS, CHECKSUM)}
-
-
-def _read_data(manager: ocp.CheckpointManager, directory: str, step: int) -> dict:
-    """The step's data item, its checksum verified; Damaged when it is missing, edited, or
-    has no fingerprints (every checkpoint bertjax writes has them)."""
-    if not (epath.Path(directory) / str(step) / DATA_ITEM).exists():
-        raise Damaged(directory, step, f"its {DATA_ITEM}/ item (the fingerprints) is missing")
-    with _read_errors(directory, step):
-        restored = manager.restore(step, args=ocp.args.Composite(**{DATA_ITEM: _DataRestore()}))
-    data = restored[DATA_ITEM]
-    for key in (FINGERPRINTS, CHECKSUM):
-        if not isinstance(data, dict) or key not in data:
-            raise Damaged(directory, step, f"{DATA_ITEM}/ has no {key}")
-    if data[CHECKSUM] != _checksum(data):
+        manifest = json.loads(text)
+    except ValueError:
+        raise Damaged(directory, step, f"its {MANIFEST} is not valid JSON") from None
+    if not isinstance(manifest, dict) or "format" not in manifest:
+        raise Damaged(directory, step, f"its {MANIFEST} has no format")
+    if manifest["format"] != FORMAT:
+        raise _other_format(directory, step, manifest["format"])
+    if manifest.get("checksum") != _checksum(manifest):
         raise Damaged(
-            directory, step, f"{DATA_ITEM}/ differs from what was written (checksum mismatch)"
+            directory, step, f"its {MANIFEST} differs from what was written (checksum mismatch)"
         )
-    return dict(data)
+    for relative, (size, crc) in manifest["files"].items():
+        file = os.path.join(step_dir, relative)
+        if not tf.io.gfile.exists(file):
+            raise Damaged(directory, step, f"{relative} is missing")
+        found_size, found_crc = _size_and_crc(file)
+        if found_size != size:
+            raise Damaged(
+                directory,
+                step,
+                f"{relative} is truncated or grown ({found_size} bytes, {size} written)",
+            )
+        if found_crc != crc:
+            raise Damaged(
+                directory, step, f"{relative} differs from what was written (CRC-32 mismatch)"
+            )
+    return manifest
 
 
-def _check_fits(directory: str, step: int, abstract_tree, fingerprints: dict, *, partial: bool):
-    """Before reading an array. Damaged when the step's tree metadata is missing,
-    unreadable or lists other arrays than its fingerprints (both written by the save); a
-    CheckpointError when those arrays are not the ones of `abstract_tree` (with `partial`,
-    a part of them), by name and shape: a checkpoint of another config, not damage."""
-    step_dir = epath.Path(directory) / str(step)
-    if not (step_dir / ITEM / _TREE_METADATA).exists():
-        raise Damaged(directory, step, f"its metadata file {ITEM}/{_TREE_METADATA} is missing")
-    with _read_errors(directory, step):
-        metadata = ocp.PyTreeCheckpointHandler().metadata(step_dir / ITEM)
-    saved = {name: _shape(leaf) for name, leaf in _named_leaves(metadata.tree)}
-    if saved.keys() != fingerprints.keys():
-        odd = sorted(saved.keys() ^ fingerprints.keys())[0]
-        raise Damaged(
-            directory,
-            step,
-            f"{ITEM}/{_TREE_METADATA} and {DATA_ITEM}/ disagree on the arrays written ({odd})",
-        )
+def restore(manager: Checkpoints, step: int, abstract_state) -> tuple:
+    """(state on the shardings of `abstract_state`, the data saved with it), verified
+    against the step's manifest; Damaged when it cannot be, a CheckpointError when its
+    arrays are not those of `abstract_state` (another config's)."""
+    directory = manager.directory
+    manifest = read_manifest(directory, step)
+    _check_fits(directory, step, abstract_state, manifest["arrays"], partial=False)
+    state = ocp.StandardCheckpointer().restore(
+        epath.Path(directory) / str(step) / ITEM, abstract_state
+    )
+    _verify(directory, step, state, manifest["arrays"])
+    return state, manifest["data"]
+
+
+def _check_fits(directory: str, step: int, abstract_tree, saved: dict, *, partial: bool):
+    """Before reading an array: a CheckpointError when the arrays the manifest lists are
+    not the ones of `abstract_tree` (with `partial`, a part of them), by name and shape:
+    a checkpoint of another config, not damage."""
+    shapes = {name: None if a["shape"] is None else tuple(a["shape"]) for name, a in saved.items()}
     wanted = {name: _shape(leaf) for name, leaf in _named_leaves(abstract_tree)}
-    unknown, extra = sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys())
+    unknown, extra = sorted(wanted.keys() - shapes.keys()), sorted(shapes.keys() - wanted.keys())
     if unknown:
         problem = f"has no {unknown[0]}"
     elif extra and not partial:
@@ -453,14 +563,14 @@ def _check_fits(directory: str, step: int, abstract_tree, fingerprints: dict, *,
     else:
         problem = next(
             (
-                f"has {name} of shape {saved[name]}, this model {shape}"
+                f"has {name} of shape {shapes[name]}, this model {shape}"
                 for name, shape in wanted.items()
-                if None not in (saved[name], shape) and saved[name] != shape
+                if None not in (shapes[name], shape) and shapes[name] != shape
             ),
             None,
         )
     if problem:
-        raise CheckpointError(f"{step_dir}: {problem}; {_OTHER_CONFIG}")
+        raise CheckpointError(f"{directory}/{step}: {problem}; {_OTHER_CONFIG}")
 
 
 _OTHER_CONFIG = (
@@ -483,12 +593,12 @@ def _named_leaves(tree) -> list:
 
 
 def restore_newest_good(
-    manager: ocp.CheckpointManager, abstract_state, report: Callable[[str], None]
+    manager: Checkpoints, abstract_state, report: Callable[[str], None]
 ) -> tuple[int, object, dict | None] | None:
     """(step, state, data) of the newest checkpoint that restores and verifies, or None
     when there is none at all. Each damaged step is moved to WORKDIR/damaged_checkpoints/
     and `report`ed in one line; with no good step left, a CheckpointError."""
-    directory = str(manager.directory)
+    directory = manager.directory
     moved = []
     for step in sorted(manager.all_steps(), reverse=True):
         try:
@@ -498,12 +608,10 @@ def restore_newest_good(
             report(f"{damage}; moved to {_move_aside(directory, step)}")
             continue
         if moved:
-            manager.reload()
             report(f"resuming from step {step}, the newest checkpoint that verifies")
         return step, state, data
     if not moved:
         return None
-    manager.reload()
     raise CheckpointError(
         f"{directory}: no checkpoint verifies (steps {', '.join(map(str, moved))} are damaged "
         f"and now in {os.path.join(os.path.dirname(directory), DAMAGED_DIR)}); start the run "
@@ -528,121 +636,14 @@ def _move_aside(directory: str, step: int) -> str:
     return target
 
 
-# A storage failure that says nothing about the checkpoint's bytes: report, never move.
-_TRANSIENT = re.compile(
-    r"\b(UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|PERMISSION_DENIED|UNAUTHENTICATED|"
-    r"CANCELLED)\b"
-)
-
-
-@contextlib.contextmanager
-def _read_errors(directory: str, step: int):
-    """Turns a failure to read step `step` into one line: Damaged for what the bytes
-    caused (a truncated or missing file, unreadable metadata), a CheckpointError for a
-    failure of the storage or the machine (nothing is wrong with the checkpoint)."""
-    if not isinstance(sys.unraisablehook, _QuietAbandonedReads):
-        sys.unraisablehook = _QuietAbandonedReads(sys.unraisablehook)
-    try:
-        yield
-    except UserError:
-        raise
-    except Exception as error:
-        text = str(error)
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        reason = lines[0] if lines else type(error).__name__
-        reason = reason if len(reason) <= 300 else reason[:297] + "..."
-        where = f"{directory}/{step}"
-        if isinstance(error, MemoryError) or _TRANSIENT.search(text):
-            raise CheckpointError(f"{where}: could not be read ({reason})") from None
-        if _MISMATCH.search(text):
-            raise CheckpointError(f"{where}: {reason}; {_OTHER_CONFIG}") from None
-        raise Damaged(directory, step, _unreadable(error, reason)) from None
-
-
-# Orbax's words for arrays that are not those asked for: another config's, not damage.
-_MISMATCH = re.compile(r"is not compatible with the stored shape|pytree structure error")
-
-
-def _unreadable(error: BaseException, reason: str) -> str:
-    """What a failed read says: the array and the file it failed on when tensorstore
-    names them somewhere in the chain of causes (orbax's own message holds the
-    array's whole TensorStore spec instead)."""
-    chain = []
-    while error is not None and len(chain) < 8:
-        chain.append(str(error).split(" [tensorstore_spec")[0].strip())
-        error = error.__cause__ or error.__context__
-    text = "\n".join(chain)
-    array = re.search(r'(?:Error reading|Metadata at) "([^"]+?)/[^"/]*"', text)
-    if not array:
-        return f"unreadable: {reason}"
-    name = array.group(1).replace(".", "/")
-    files = re.findall(r'local file "([^"]+)"', text)
-    data_files = [file for file in files if not file.endswith("/")]
-    where = data_files[-1] if data_files else files[-1] if files else "its item"
-    short = re.search(r"byte range \[\d+, (\d+)\) is not valid for value of size (\d+)", text)
-    if short:
-        end, size = short.groups()
-        file = f"a file in {where}" if where.endswith("/") else where
-        return f"{name} is unreadable: {file} is truncated ({size} bytes, {end} needed)"
-    innermost = chain[-1]
-    code = re.match(r"([A-Z][A-Z_]+): ", innermost)
-    if innermost.endswith("does not exist"):
-        detail = "its metadata does not exist"
-    else:
-        detail = innermost.rsplit('": ', 1)[-1]
-        detail = detail if len(detail) <= 120 else detail[:117] + "..."
-    return f"{name} is unreadable in {where}: {detail}" + (f" ({code.group(1)})" if code else "")
-
-
-class _QuietAbandonedReads:
-    """When one array of a checkpoint fails to read, orbax closes its event loop with the
-    reads of the others in flight; as they end, tensorstore's callbacks meet the closed
-    loop and orbax's abandoned coroutines raise the same failure again, each printed
-    with a traceback after the one-line report. Those are dropped; any other
-    exception without a caller goes to the `previous` hook."""
-
-    def __init__(self, previous):
-        self.previous = previous
-
-    def __call__(self, unraisable) -> None:
-        error, source = unraisable.exc_value, unraisable.object
-        code = getattr(source, "cr_code", None)
-        closed_loop = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
-        if closed_loop or (code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename):
-            return
-        self.previous(unraisable)
-
-
-class _QuietAbandonedGathers(logging.Filter):
-    """The same abandoned reads, as asyncio reports them when it collects their futures:
-    "_GatheringFuture exception was never retrieved", with orbax's traceback."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not (
-            "exception was never retrieved" in record.getMessage()
-            and error is not None
-            and any(
-                f"{os.sep}orbax{os.sep}" in frame.f_code.co_filename
-                for frame, _ in traceback.walk_tb(error.__traceback__)
-            )
-        )
-
-
-logging.getLogger("asyncio").addFilter(_QuietAbandonedGathers())
-
-
 def latest_step(workdir: str, *, own: bool = False) -> int | None:
     """The newest complete step of a workdir, or None. A step folder that is not a
     complete checkpoint fails, naming it; for the run that holds the workdir (`own`),
-    it is moved aside instead (a kill -9 while rotation deleted a step leaves one)."""
-    directory = epath.Path(workdir_lib.checkpoint_dir(workdir))
-    if not directory.is_dir():
-        return None
-    if own:
-        check_step_dirs(directory, move=True)
-    with _read_only_manager(workdir) as manager:
-        return manager.latest_step()
+    it is moved aside instead (a kill -9 during a save or a rotation leaves one)."""
+    directory = workdir_lib.checkpoint_dir(workdir)
+    check_step_dirs(directory, move=own)
+    steps = complete_steps(directory)
+    return steps[-1] if steps else None
 
 
 def restore_params(
@@ -653,44 +654,42 @@ def restore_params(
     is reported in one line and left in place (the workdir is only read). `what` names
     the workdir in errors ("init_checkpoint", "workdir")."""
     directory = workdir_lib.checkpoint_dir(workdir)
-    with _read_only_manager(workdir) as manager:
-        steps = sorted(manager.all_steps(), reverse=True)
-        if not steps:
-            raise CheckpointError(f"{what}={workdir!r}: no checkpoint under {workdir}")
-        if step is not None and step not in steps:
-            raise CheckpointError(
-                f"{directory}/{step}: no such checkpoint; steps there: "
-                f"{', '.join(map(str, sorted(steps)))}"
-            )
-        steps = steps if step is None else [step]
-        damages = []
-        for candidate in steps:
-            try:
-                params = _restore_params(manager, directory, candidate, abstract_params)
-            except Damaged as damage:
-                absl_logging.warning("%s", damage)
-                damages.append(damage)
-                continue
-            if damages:
-                absl_logging.warning(
-                    "using step %d, the newest checkpoint that verifies", candidate
-                )
-            return params, candidate
+    check_step_dirs(directory)
+    steps = sorted(complete_steps(directory), reverse=True)
+    if not steps:
+        raise CheckpointError(f"{what}={workdir!r}: no checkpoint under {workdir}")
+    if step is not None and step not in steps:
+        raise CheckpointError(
+            f"{directory}/{step}: no such checkpoint; steps there: "
+            f"{', '.join(map(str, sorted(steps)))}"
+        )
+    steps = steps if step is None else [step]
+    damages = []
+    for candidate in steps:
+        try:
+            params = _restore_params(directory, candidate, abstract_params)
+        except Damaged as damage:
+            absl_logging.warning("%s", damage)
+            damages.append(damage)
+            continue
+        if damages:
+            absl_logging.warning("using step %d, the newest checkpoint that verifies", candidate)
+        return params, candidate
     if len(damages) == 1:
         raise damages[0]
     raise CheckpointError(f"{what}={workdir!r}: no checkpoint verifies; the newest: {damages[0]}")
 
 
-def _restore_params(manager, directory: str, step: int, abstract_params):
-    fingerprints = _read_data(manager, directory, step)[FINGERPRINTS]
-    _check_fits(directory, step, {"params": abstract_params}, fingerprints, partial=True)
+def _restore_params(directory: str, step: int, abstract_params):
+    manifest = read_manifest(directory, step)
+    saved = manifest["arrays"]
+    _check_fits(directory, step, {"params": abstract_params}, saved, partial=True)
     args = ocp.args.PyTreeRestore(
         item={"params": abstract_params},
         restore_args={"params": ocp.checkpoint_utils.construct_restore_args(abstract_params)},
         partial_restore=True,
     )
-    with _read_errors(directory, step):
-        restored = manager.restore(step, args=ocp.args.Composite(**{ITEM: args}))
-    params = restored[ITEM]["params"]
-    _verify(directory, step, {"params": params}, fingerprints)
+    path = epath.Path(directory) / str(step) / ITEM
+    params = ocp.PyTreeCheckpointer().restore(path, args=args)["params"]
+    _verify(directory, step, {"params": params}, saved)
     return params

@@ -84,10 +84,10 @@ def checkpoints_in(workdir: str):
 
 def second_ctrl_c(workdir: str | None) -> Interrupted:
     """What a second Ctrl-C ends the run in `workdir` with: the checkpoint the same
-    command resumes from. A save in flight is left unfinished, so it is not one: on a
-    local disk orbax writes a step under a temporary name and renames it when complete.
-    The handler may run inside orbax's own calls (its event loop), so the folder is
-    listed, not opened as orbax would; a bucket's is not listed at all."""
+    command resumes from: the newest step with its manifest (a save in flight has none
+    yet, and is left unfinished). The handler may run inside orbax's own calls (its
+    event loop), so the folder is listed with os, not through TensorFlow's files; a
+    bucket's is not listed at all."""
     stopped = "a second Ctrl-C stopped the run at once, without saving"
     if workdir is None or "://" in workdir:
         return Interrupted(f"{stopped}; run the same command to resume from its last checkpoint")
@@ -95,7 +95,16 @@ def second_ctrl_c(workdir: str | None) -> Interrupted:
         names = os.listdir(workdir_lib.checkpoint_dir(workdir))
     except OSError:
         names = []
-    step = max((int(name) for name in names if name.isdigit()), default=None)
+    directory = workdir_lib.checkpoint_dir(workdir)
+    step = max(
+        (
+            int(name)
+            for name in names
+            if name.isdigit()
+            and os.path.exists(os.path.join(directory, name, workdir_lib.CHECKPOINT_MANIFEST))
+        ),
+        default=None,
+    )
     if step is None:
         return Interrupted(f"{stopped}; it has no checkpoint: the same command starts it over")
     return Interrupted(

@@ -12,7 +12,8 @@
       metrics.jsonl, tensorboard/
                                 the logged steps; a resumed run cuts both back to its
                                 checkpoint's step (metrics.cut_history)
-      checkpoints/<step>/       orbax checkpoints of the train state (checkpoint.py)
+      checkpoints/<step>/       the train state (orbax's state/) and its manifest.json, written
+                                last: a step without one is incomplete (checkpoint.py)
       .lock | run.lease         held by the live run (`claim`)
 
 Everything but the checkpoints is written by process 0 only, atomically
@@ -51,6 +52,7 @@ TENSORBOARD_DIR = "tensorboard"
 EVENTS_FILE = "events.jsonl"  # bertjax/events.py
 PROFILE_DIR = "profile"  # bertjax/profiling.py
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_MANIFEST = "manifest.json"  # in each step's folder
 VOCAB_NAMES = ("vocab.txt", "vocab.json", "vocab.model")
 
 

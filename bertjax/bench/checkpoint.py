@@ -5,11 +5,11 @@
 Builds the train state of BertForPreTraining at --preset as a run has it
 (parameters and AdamW's two moments after a few updates, float32, random values:
 moments of zeros would compress to nothing) and times, --repeats times each:
-orbax's save and restore of it with its data item, as bertjax wrote checkpoints
-before fingerprints (the baseline), and bertjax.checkpoint's save (fingerprints
-computed while the arrays are written, and saved) and restore (fingerprints
-computed again and compared). Prints the medians and what verification adds. A
-save is timed until it has committed. --dir is where the checkpoints go (a
+orbax's own save and restore of it (the baseline), and bertjax.checkpoint's save
+(fingerprints computed while the arrays are written, then every file read back for
+its size and CRC-32 into the manifest) and restore (every file checked against the
+manifest, then fingerprints computed again and compared). Prints the medians and
+what verification adds. A save is timed until it is complete (its manifest written). --dir is where the checkpoints go (a
 temporary folder inside it, removed at the end).
 """
 
@@ -72,17 +72,13 @@ def main(argv):
     try:
         for repeat in range(FLAGS.repeats):
             workdir = os.path.join(root, str(repeat))
-            # The baseline in a manager of its own: orbax fixes an item's handler at its
-            # first use, and bertjax's data item has its own.
-            options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=True)
-            baseline = ocp.CheckpointManager(
-                os.path.join(workdir, "before"), options=options, item_names=checkpoint.ITEMS
-            )
+            baseline = ocp.AsyncCheckpointer(ocp.StandardCheckpointHandler())
+            before = os.path.join(workdir, "before")
             with baseline, checkpoint.make_manager(workdir, max_to_keep=None) as manager:
                 ops = {
-                    "save": functools.partial(_save_before, baseline, state),
+                    "save": functools.partial(_save_before, baseline, before, state),
                     "save verified": functools.partial(_save_verified, manager, state),
-                    "restore": functools.partial(_restore_before, baseline, abstract),
+                    "restore": functools.partial(_restore_before, before, abstract),
                     "restore verified": functools.partial(checkpoint.restore, manager, 1, abstract),
                 }
                 # Saves, then restores; the baseline first every other repeat; each on a
@@ -111,17 +107,11 @@ def main(argv):
     print(f"fingerprints alone {statistics.median(fingerprint):.2f} s")
 
 
-def _save_before(manager, state) -> None:
+def _save_before(checkpointer, directory: str, state) -> None:
     import orbax.checkpoint as ocp
 
-    from bertjax import checkpoint
-
-    items = {
-        checkpoint.ITEM: ocp.args.StandardSave(state),
-        checkpoint.DATA_ITEM: ocp.args.JsonSave({}),
-    }
-    manager.save(1, args=ocp.args.Composite(**items))
-    manager.wait_until_finished()
+    checkpointer.save(directory, args=ocp.args.StandardSave(state), force=True)
+    checkpointer.wait_until_finished()
 
 
 def _save_verified(manager, state) -> None:
@@ -131,16 +121,10 @@ def _save_verified(manager, state) -> None:
     checkpoint.wait(manager)
 
 
-def _restore_before(manager, abstract):
+def _restore_before(directory: str, abstract):
     import orbax.checkpoint as ocp
 
-    from bertjax import checkpoint
-
-    items = {
-        checkpoint.ITEM: ocp.args.StandardRestore(abstract),
-        checkpoint.DATA_ITEM: ocp.args.JsonRestore(),
-    }
-    return manager.restore(1, args=ocp.args.Composite(**items))[checkpoint.ITEM]
+    return ocp.StandardCheckpointer().restore(directory, abstract)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -89,57 +90,66 @@ def four_steps(trained, tmp_path):
     return workdir
 
 
-def edit_data(workdir, step: int, **values) -> None:
-    """Sets keys of a step's data item as a text editor would (None: deletes the key)."""
-    path = os.path.join(workdir, "checkpoints", str(step), "data", "metadata")
+def edit_manifest(workdir, step: int, *, keep_checksum: bool = False, **values) -> None:
+    """Sets keys of a step's manifest as a text editor would; with `keep_checksum`, its
+    checksum is made again to match (a forged manifest)."""
+    path = os.path.join(workdir, "checkpoints", str(step), "manifest.json")
     with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    for key, value in values.items():
-        if value is None:
-            del data[key]
-        else:
-            data[key] = value
+        manifest = json.load(f)
+    manifest.update(values)
+    if keep_checksum:
+        rest = {key: value for key, value in manifest.items() if key != "checksum"}
+        text = json.dumps(rest, sort_keys=True, separators=(",", ":"))
+        manifest["checksum"] = zlib.crc32(text.encode())
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+        json.dump(manifest, f)
 
+
+def a_parameter_fingerprint_changed(workdir, step: int) -> None:
+    path = os.path.join(workdir, "checkpoints", str(step), "manifest.json")
+    with open(path, encoding="utf-8") as f:
+        arrays = json.load(f)["arrays"]
+    name = next(name for name in sorted(arrays) if name.startswith("params/"))
+    arrays[name]["fingerprint"] ^= 1
+    edit_manifest(workdir, step, keep_checksum=True, arrays=arrays)
+
+
+# What bertjax says of a file of the state that is not as the manifest lists it.
+CHANGED_FILE = (
+    r"state/\S+ (differs from what was written \(CRC-32 mismatch\)"
+    r"|is truncated or grown \(\d+ bytes, \d+ written\))"
+)
 
 # Each way a checkpoint is damaged, one a step, newest first, and what bertjax says of it.
-# Readers check the parameters alone: where the largest file may hold none of them, a
-# parameter's bit is flipped too, and every file is truncated.
-# The first three once restored unverified, as "from before fingerprints": a parameter's
-# bit flipped in them (below) was trained on, and bertjax.restore and convert export used it.
+# Every file of the state is checked, so readers, which need only the parameters, skip
+# a step whose optimizer state alone is damaged too (its arrays share files).
 DAMAGES = (
     (
-        lambda w, step: shutil.rmtree(os.path.join(w, "checkpoints", str(step), "data")),
-        r"its data/ item \(the fingerprints\) is missing",
+        lambda w, step: open(
+            os.path.join(w, "checkpoints", str(step), "manifest.json"), "w", encoding="utf-8"
+        ).close(),
+        "its manifest.json is not valid JSON",
     ),
-    (lambda w, step: edit_data(w, step, fingerprints=None), "data/ has no fingerprints"),
     (
-        lambda w, step: edit_data(w, step, stream_positions=[[4, 0, 0, 0, 0, 0, 0, 8]]),
-        r"data/ differs from what was written \(checksum mismatch\)",
+        lambda w, step: edit_manifest(w, step, data={"stream_positions": [[4, 0, 0, 0]]}),
+        r"its manifest.json differs from what was written \(checksum mismatch\)",
+    ),
+    (
+        lambda w, step: a_parameter_fingerprint_changed(w, step),
+        r"params/\S+ differs from what was written \(fingerprint mismatch\)",
     ),
     (
         lambda w, step: (flip_low_bits(data_files(w, step)[0]), flip_a_bit_of(w, step, "params.")),
-        r"\S+ differs from what was written \(fingerprint mismatch\)",
+        CHANGED_FILE,
     ),
-    # Once reported as TensorStore's spec of the array.
-    (
-        lambda w, step: [truncate(path) for path in data_files(w, step)],
-        r"\S+ is unreadable: (a file in )?{w}/checkpoints/{step}/state/\S* is truncated "
-        r"\(\d+ bytes, \d+ needed\)",
-    ),
-    # Once "pytree structure error: different types at key path".
+    (lambda w, step: [truncate(path) for path in data_files(w, step)], CHANGED_FILE),
     (
         lambda w, step: os.remove(os.path.join(w, "checkpoints", str(step), "state", "_METADATA")),
-        "its metadata file state/_METADATA is missing",
+        "state/_METADATA is missing",
     ),
-    # Oldest: readers, which need only the parameters, use this step. Trained on, a
-    # damaged Adam moment once ended in "non-finite parameters ... lower
+    # Trained on, a damaged Adam moment once ended in "non-finite parameters ... lower
     # config.optimizer.learning_rate", blaming the learning rate for a damaged file.
-    (
-        lambda w, step: flip_a_bit_of(w, step, ".mu."),
-        r"\S+/mu/\S+ differs from what was written \(fingerprint mismatch\)",
-    ),
+    (lambda w, step: flip_a_bit_of(w, step, ".mu."), CHANGED_FILE),
 )
 
 
@@ -154,23 +164,21 @@ def test_each_damaged_checkpoint_is_named_skipped_by_readers_and_moved_aside_by_
     assert code == 0, stderr
     before = {r["step"]: r for r in train_lines(workdir)}
     damaged = []
-    for index, ((damage, reason), step) in enumerate(zip(DAMAGES, range(last, 2, -2), strict=True)):
+    for (damage, reason), step in zip(DAMAGES, range(last, 2, -2), strict=True):
         damage(workdir, step)
-        if index < 3:  # the first three, once restored unverified: a parameter's bit too
-            flip_a_bit_of(workdir, step, "params.")
         damaged.append(
             rf"{workdir}/checkpoints/{step}: damaged, {reason.format(w=workdir, step=step)}"
         )
 
-    # A reader (a notebook's bertjax.restore, convert export) needs only the parameters:
-    # it uses step 4, whose Adam moment is damaged, and moves nothing.
+    # A reader (a notebook's bertjax.restore, convert export) uses step 2, the newest
+    # that verifies, and moves nothing.
     for reader in ("restore", "export"):
         printed, said = read(workdir, reader, str(tmp_path / "exported"))
         used = printed.strip() if reader == "restore" else printed.split()[3]
-        assert used == "4", printed
-        for pattern, line in zip(damaged[:-1], said, strict=False):
+        assert used == "2", printed
+        for pattern, line in zip(damaged, said, strict=False):
             assert re.fullmatch(pattern, line), (pattern, said)
-        assert said[len(damaged) - 1] == "using step 4, the newest checkpoint that verifies", said
+        assert said[len(damaged)] == "using step 2, the newest checkpoint that verifies", said
         assert steps(workdir) == list(range(2, last + 1, 2))
 
     # The same run again moves each aside, kept for a look, and trains again from step 2.
@@ -202,10 +210,11 @@ def test_a_kill_during_the_first_save_after_a_fallback_keeps_the_step_resumed_fr
     run = ("--config.num_train_steps=8", "--config.checkpoint_every_steps=2",
            "--config.checkpoints_to_keep=1")  # fmt: skip
     process = start(workdir, small_vocab_file, *run)
-    # Killed as soon as the save of step 4 (the first after falling back to 2) is on disk
-    # but not committed: orbax writes it under a temporary name, then renames it.
+    # Killed as soon as the save of step 4 (the first after falling back to 2) has begun,
+    # before its manifest makes it complete.
     deadline = time.monotonic() + 180
-    while not any(name.startswith("4.orbax-checkpoint-tmp") for name in os.listdir(folder)):
+    moved = os.path.join(workdir, "damaged_checkpoints", "4")
+    while not (os.path.isdir(moved) and "4" in os.listdir(folder)):
         assert process.poll() is None and time.monotonic() < deadline, "no save of step 4 seen"
         time.sleep(0.001)
     process.kill()
@@ -213,24 +222,24 @@ def test_a_kill_during_the_first_save_after_a_fallback_keeps_the_step_resumed_fr
     assert 4 not in steps(workdir) and 2 in steps(workdir)
     code, stderr = finish(start(workdir, small_vocab_file, *run))
     assert code == 0, stderr
-    assert not [line for line in warnings(stderr) if "damaged" in line]
+    assert not [line for line in warnings(stderr) if ": damaged," in line]
     assert steps(workdir) == [2, 8]  # 2 kept: the run resumed from it
-    assert not [name for name in os.listdir(folder) if "tmp" in name]
+    assert sorted(os.listdir(folder)) == ["2", "8"]
 
 
 def test_a_step_half_deleted_by_a_kill_during_rotation_is_moved_aside(four_steps, small_vocab_file):
-    # kill -9 while orbax deletes a rotated-out step leaves part of its folder; the
-    # next run once stopped on it ("not a complete bertjax checkpoint ...").
+    # kill -9 while rotation deletes a step leaves part of its folder, without its
+    # manifest (deleted first); the next run once stopped on it.
     workdir = four_steps
     half = os.path.join(workdir, "checkpoints", "2")
-    os.remove(os.path.join(half, "_CHECKPOINT_METADATA"))
-    shutil.rmtree(os.path.join(half, "data"))
+    os.remove(os.path.join(half, "manifest.json"))
+    os.remove(os.path.join(half, "state", "_METADATA"))
     code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=6", *RUN))
     assert code == 0, stderr
     moved = os.path.join(workdir, "damaged_checkpoints", "2")
     assert warnings(stderr)[0] == (
-        f"{half}: not a complete bertjax checkpoint (no _CHECKPOINT_METADATA or state/); "
-        f"moved to {moved}"
+        f"{half}: not a complete bertjax checkpoint (no manifest.json: a save cut short, or "
+        f"not ours); moved to {moved}"
     )
     assert os.path.isdir(moved)
     assert steps(workdir) == [4, 6]
@@ -263,10 +272,11 @@ def test_a_kill_after_a_fallback_keeps_the_step_resumed_from(four_steps, small_v
     assert 2 in steps(workdir)  # the newest checkpoint known to verify
     code, stderr = finish(start(workdir, small_vocab_file, *run))
     assert code == 0, stderr
-    # The kill may land while orbax deletes the step rotated out after 6 (4): that
-    # half-deleted folder is moved aside; nothing else is reported, step 2 least of all.
+    # The kill may land while rotation deletes the step rotated out after 6 (4), or
+    # during the next save: that folder is moved aside; nothing else is reported, step 2
+    # least of all.
     reported = [line for line in warnings(stderr) if "damaged" in line]
-    half_deleted = "not a complete bertjax checkpoint (no _CHECKPOINT_METADATA or state/)"
+    half_deleted = "not a complete bertjax checkpoint (no manifest.json"
     assert all(half_deleted in line for line in reported), reported
     assert not [line for line in reported if "/checkpoints/2:" in line], reported
     assert max(steps(workdir)) == 8
@@ -389,9 +399,10 @@ else:
 
 
 def test_a_checkpoint_that_fails_to_read_is_reported_without_the_other_reads_noise(tmp_path):
-    # When one read fails, orbax abandons the others in flight; as they ended, and as
+    # When one read failed, orbax abandoned the others in flight; as they ended, and as
     # their futures were collected, each printed a traceback after the one-line report
-    # ("Event loop is closed", "_GatheringFuture exception was never retrieved").
+    # ("Event loop is closed", "_GatheringFuture exception was never retrieved"). The
+    # manifest now finds a damaged file before orbax reads anything.
     workdir = str(tmp_path / "run")
     command = [sys.executable, "-c", READ_DAMAGED_STEPS, workdir]
     saved = subprocess.run([*command, "save"], cwd=REPO, capture_output=True, text=True)

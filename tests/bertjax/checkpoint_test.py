@@ -3,7 +3,6 @@
 import json
 import logging
 import re
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -98,20 +97,22 @@ def test_a_stray_step_directory_is_refused_by_a_reader_and_moved_aside_by_a_run(
     assert (tmp_path / checkpoint.DAMAGED_DIR / "7.2").is_dir()
 
 
-def test_a_step_directory_without_the_state_item_is_refused(tmp_path):
-    save_steps(tmp_path, [1]).close()
-    state_dir = tmp_path / "checkpoints" / "1" / checkpoint.ITEM
-    state_dir.rename(tmp_path / "moved")
-    with pytest.raises(CheckpointError, match="/checkpoints/1: not a complete"):
-        checkpoint.check_step_dirs(tmp_path / "checkpoints")
+def test_a_step_directory_without_its_manifest_is_incomplete(tmp_path):
+    # A save cut short after orbax committed the state, before the manifest.
+    save_steps(tmp_path, [1, 2]).close()
+    (tmp_path / "checkpoints" / "2" / checkpoint.MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match="/checkpoints/2: not a complete"):
+        checkpoint.check_step_dirs(str(tmp_path / "checkpoints"))
+    assert checkpoint.latest_step(str(tmp_path), own=True) == 1
+    assert (tmp_path / checkpoint.DAMAGED_DIR / "2" / checkpoint.ITEM).is_dir()
 
 
 def test_check_step_dirs_ignores_missing_directories_and_unfinished_orbax_saves(tmp_path):
-    checkpoint.check_step_dirs(tmp_path / "nothing_here")
+    checkpoint.check_step_dirs(str(tmp_path / "nothing_here"))
     directory = tmp_path / "checkpoints"
     (directory / "5.orbax-checkpoint-tmp-1234").mkdir(parents=True)
     (directory / "notes").mkdir()
-    checkpoint.check_step_dirs(directory)
+    checkpoint.check_step_dirs(str(directory))
     assert checkpoint.latest_step(str(tmp_path)) is None
 
 
@@ -171,16 +172,29 @@ def flip_low_bits(path, count=100) -> None:
     path.write_bytes(bytes(data))
 
 
-def edit_data(workdir, step: int, **values) -> None:
-    """Sets keys of a step's data item as a text editor would (None: deletes the key)."""
-    path = workdir / "checkpoints" / str(step) / checkpoint.DATA_ITEM / "metadata"
-    data = json.loads(path.read_text())
+def manifest_path(workdir, step: int):
+    return workdir / "checkpoints" / str(step) / checkpoint.MANIFEST
+
+
+def edit_manifest(workdir, step: int, *, keep_checksum: bool = False, **values) -> None:
+    """Sets keys of a step's manifest as a text editor would (None: deletes the key);
+    with `keep_checksum`, its checksum is made again to match (a forged manifest)."""
+    path = manifest_path(workdir, step)
+    manifest = json.loads(path.read_text())
     for key, value in values.items():
         if value is None:
-            del data[key]
+            del manifest[key]
         else:
-            data[key] = value
-    path.write_text(json.dumps(data))
+            manifest[key] = value
+    if keep_checksum:
+        manifest["checksum"] = checkpoint._checksum(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def one_fingerprint_changed(workdir, step: int) -> None:
+    manifest = json.loads(manifest_path(workdir, step).read_text())
+    manifest["arrays"]["params/big/kernel"]["fingerprint"] ^= 1
+    edit_manifest(workdir, step, keep_checksum=True, arrays=manifest["arrays"])
 
 
 def flip_bit_in_key_name(path) -> None:
@@ -214,52 +228,48 @@ def test_a_fingerprint_changes_with_one_bit_and_with_the_order_of_the_values():
     assert checkpoint.fingerprints({"x": sharded}) == checkpoint.fingerprints({"x": local})
 
 
-@pytest.mark.parametrize(
-    "damage, reason",
-    [
-        (lambda w: flip_low_bits(data_files(w, 2)[0]), "params/big/kernel differs from what"),
-        (
-            lambda w: data_files(w, 2)[0].write_bytes(b"short"),
-            r"params/big/kernel is unreadable: (a file in )?\S+/checkpoints/2/state/\S* is truncated "
-            r"\(5 bytes, \d+ needed\)$",
-        ),
-        (
-            lambda w: data_files(w, 2)[0].unlink(),
-            r"params/big/kernel is unreadable in \S+/checkpoints/2/state/: .+ \(FAILED_PRECONDITION\)$",
-        ),
-        (lambda w: (w / "checkpoints/2/data/metadata").write_text("{not json"), "unreadable: "),
-        (lambda w: shutil.rmtree(w / "checkpoints/2/data"), "its data/ item .* is missing$"),
-        (lambda w: edit_data(w, 2, fingerprints=None), "data/ has no fingerprints$"),
-        (
-            lambda w: edit_data(w, 2, stream_positions=[7]),
-            r"data/ differs .*\(checksum mismatch\)$",
-        ),
-        (
-            lambda w: (w / "checkpoints/2/state/_METADATA").unlink(),
-            "its metadata file state/_METADATA is missing$",
-        ),
-        (
-            lambda w: flip_bit_in_key_name(w / "checkpoints/2/state/_METADATA"),
-            r"params/cig/kernel is unreadable in \S+/state/: its metadata does not exist \(NOT_FOUND\)$",
-        ),
-        (
-            lambda w: truncate(w / "checkpoints/2/state/manifest.ocdbt"),
-            r"\S+ is unreadable in \S+/checkpoints/2/state/manifest.ocdbt: .+ \(DATA_LOSS\)$",
-        ),
-    ],
-    ids=[
-        "flipped_bits",
-        "truncated_array",
-        "deleted_array",
-        "damaged_data_item",
-        "missing_data_item",
-        "no_fingerprints",
-        "edited_stream_positions",
-        "missing_tree_metadata",
-        "flipped_bit_in_tree_metadata",
-        "truncated_manifest",
-    ],
-)
+DAMAGE = {
+    "flipped_bits": (
+        lambda w: flip_low_bits(data_files(w, 2)[0]),
+        r"state/\S+ differs from what was written \(CRC-32 mismatch\)$",
+    ),
+    "truncated_array": (
+        lambda w: data_files(w, 2)[0].write_bytes(b"short"),
+        r"state/\S+ is truncated or grown \(5 bytes, \d+ written\)$",
+    ),
+    "deleted_array": (lambda w: data_files(w, 2)[0].unlink(), r"state/\S+ is missing$"),
+    "unreadable_manifest": (
+        lambda w: manifest_path(w, 2).write_text("{not json"),
+        "its manifest.json is not valid JSON$",
+    ),
+    "no_checksum": (
+        lambda w: edit_manifest(w, 2, checksum=None),
+        r"its manifest.json differs from what was written \(checksum mismatch\)$",
+    ),
+    "edited_stream_positions": (
+        lambda w: edit_manifest(w, 2, data={"stream_positions": [7]}),
+        r"its manifest.json differs from what was written \(checksum mismatch\)$",
+    ),
+    "missing_tree_metadata": (
+        lambda w: (w / "checkpoints/2/state/_METADATA").unlink(),
+        "state/_METADATA is missing$",
+    ),
+    "flipped_bit_in_tree_metadata": (
+        lambda w: flip_bit_in_key_name(w / "checkpoints/2/state/_METADATA"),
+        r"state/_METADATA differs from what was written \(CRC-32 mismatch\)$",
+    ),
+    "truncated_ocdbt_manifest": (
+        lambda w: truncate(w / "checkpoints/2/state/manifest.ocdbt"),
+        r"state/manifest.ocdbt is truncated or grown \(\d+ bytes, \d+ written\)$",
+    ),
+    "array_changed_after_the_files": (
+        lambda w: one_fingerprint_changed(w, 2),
+        r"params/big/kernel differs from what was written \(fingerprint mismatch\)$",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage, reason", DAMAGE.values(), ids=DAMAGE.keys())
 def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back(
     tmp_path, damage, reason
 ):
@@ -286,6 +296,91 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_step_and_the_run_falls_back
     assert reports[1:] == ["resuming from step 1, the newest checkpoint that verifies"]
     assert moved.is_dir()  # kept, not deleted
     assert checkpoint.latest_step(str(tmp_path)) == 1
+
+
+class Reworded(Exception):
+    """What orbax or TensorStore might raise after an upgrade: the same failure, other words."""
+
+
+def reworded_reads(monkeypatch):
+    """Every orbax restore that fails raises its failure in other words."""
+    import orbax.checkpoint as ocp
+
+    for checkpointer in (ocp.StandardCheckpointer, ocp.PyTreeCheckpointer):
+        original = checkpointer.restore
+
+        def restore(self, *args, _original=original, **kwargs):
+            try:
+                return _original(self, *args, **kwargs)
+            except Exception as error:
+                raise Reworded("the storage layer said something new") from error
+
+        monkeypatch.setattr(checkpointer, "restore", restore)
+
+
+@pytest.mark.parametrize("damage, reason", DAMAGE.values(), ids=DAMAGE.keys())
+def test_the_verdicts_do_not_depend_on_what_orbax_and_tensorstore_say(
+    tmp_path, monkeypatch, damage, reason
+):
+    # An upgrade that rewords their errors can neither move a good checkpoint aside nor
+    # hide a damaged one: the verdict comes from the manifest before orbax reads.
+    reworded_reads(monkeypatch)
+    save_big(tmp_path, [1, 2]).close()
+    damage(tmp_path)
+    with checkpoint.make_manager(str(tmp_path), max_to_keep=None) as manager:
+        with pytest.raises(checkpoint.Damaged, match=reason):
+            checkpoint.restore(manager, 2, abstract(big_state(2)))
+        step, state, _ = checkpoint.restore_newest_good(
+            manager, abstract(big_state(2)), lambda line: None
+        )
+    assert step == 1
+    assert_trees_equal(state, big_state(1))
+
+
+def test_a_read_failure_the_manifest_does_not_explain_is_raised_as_it_is(tmp_path, monkeypatch):
+    # Every file is as written, and orbax fails anyway (the storage, the machine, a bug):
+    # not damage. The error is the caller's to see, and no checkpoint moves.
+    import orbax.checkpoint as ocp
+
+    save_big(tmp_path, [1, 2]).close()
+
+    def failing_restore(self, *args, **kwargs):
+        raise Reworded("DATA_LOSS: a message that once meant damage")
+
+    monkeypatch.setattr(ocp.StandardCheckpointer, "restore", failing_restore)
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+    with manager, pytest.raises(Reworded):
+        checkpoint.restore_newest_good(manager, abstract(big_state(2)), lambda line: None)
+    assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
+    assert checkpoint.latest_step(str(tmp_path)) == 2
+
+
+def test_a_checkpoint_of_another_format_is_one_line_and_never_moved(tmp_path):
+    save_big(tmp_path, [1, 2]).close()
+    edit_manifest(tmp_path, 2, keep_checksum=True, format=checkpoint.FORMAT + 1)
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+    with manager, pytest.raises(CheckpointError) as caught:
+        checkpoint.restore_newest_good(manager, abstract(big_state(2)), lambda line: None)
+    assert not isinstance(caught.value, checkpoint.Damaged)
+    assert str(caught.value) == (
+        f"{tmp_path}/checkpoints/2: a checkpoint of format {checkpoint.FORMAT + 1}; this "
+        f"bertjax reads format {checkpoint.FORMAT}: read it with the newer bertjax that wrote "
+        "it, or start the run in a new workdir"
+    )
+    assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
+
+
+def test_a_checkpoint_written_before_manifests_names_the_bertjax_that_reads_it(tmp_path):
+    # Format 1: an orbax "data" item beside the state, no manifest.
+    save_big(tmp_path, [1]).close()
+    step_dir = tmp_path / "checkpoints" / "1"
+    (step_dir / checkpoint.MANIFEST).unlink()
+    (step_dir / "data").mkdir()
+    (step_dir / "data" / "metadata").write_text("{}")
+    for own in (False, True):
+        with pytest.raises(CheckpointError, match="a checkpoint of format 1; .* at commit 74aab5b"):
+            checkpoint.latest_step(str(tmp_path), own=own)
+    assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
 
 
 def test_with_no_checkpoint_that_verifies_the_run_stops_in_one_line(tmp_path):
@@ -335,7 +430,7 @@ def test_a_reader_falls_back_without_moving_anything(tmp_path, caplog):
         params, step = checkpoint.restore_params(str(tmp_path), wanted)
     assert step == 1
     assert_trees_equal(params, {"big": big_state(1)["params"]["big"]})
-    assert "checkpoints/2: damaged, params/big/kernel differs" in caplog.text
+    assert "checkpoints/2: damaged, state/" in caplog.text
     assert "using step 1, the newest checkpoint that verifies" in caplog.text
     assert checkpoint.latest_step(str(tmp_path)) == 2  # the workdir is left as it was
     with pytest.raises(checkpoint.Damaged, match="checkpoints/2: damaged"):

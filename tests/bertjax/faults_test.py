@@ -92,8 +92,13 @@ def wait_until(condition, process: subprocess.Popen, timeout=180) -> None:
 
 
 def steps(workdir) -> list[int]:
+    """The complete checkpoints: the step folders with their manifest."""
     folder = os.path.join(workdir, "checkpoints")
-    return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+    return sorted(
+        int(name)
+        for name in os.listdir(folder)
+        if name.isdigit() and os.path.exists(os.path.join(folder, name, "manifest.json"))
+    )
 
 
 def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, small_vocab_file):
@@ -194,6 +199,42 @@ def test_a_full_disk_is_one_line_before_the_first_step(tmp_path, small_vocab_fil
         last_line(result.stderr),
     )
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("space_comes_back", [False, True], ids=["stays_full", "freed"])
+def test_a_disk_that_fills_during_a_save_is_one_line_naming_the_latest_complete_checkpoint(
+    tmp_path, small_vocab_file, space_comes_back
+):
+    # Once: 51 tracebacks, exit 1, and "the latest complete checkpoint: step 9" (orbax's
+    # unfinished save) or "none" while step 6 was complete: a user told "none" may
+    # throw the workdir away.
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs as a full disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    workdir = disk / "run"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {disk}"])
+    if probe.returncode:
+        pytest.skip("cannot mount a tmpfs in a user namespace here")
+    # Checkpoints at 3, 6 and 9, one kept; the disk is filled as soon as the save of
+    # step 9 begins (its folder appears), and with `space_comes_back` emptied again.
+    run = command(workdir, small_vocab_file, "--config.num_train_steps=12",
+                  "--config.checkpoint_every_steps=3", "--config.checkpoints_to_keep=1")  # fmt: skip
+    fill = (
+        f"while [ ! -d {workdir}/checkpoints/9 ]; do sleep 0.005; done; "
+        f"dd if=/dev/zero of={disk}/filler bs=64k 2>/dev/null; "
+        + (f"sleep 2; rm {disk}/filler" if space_comes_back else "true")
+    )
+    script = f"mount -t tmpfs -o size=30m tmpfs {disk} && {{ ({fill}) & exec {' '.join(run)}; }}"
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stderr
+    assert re.fullmatch(
+        rf"error: .*{workdir}/checkpoints.*the latest complete checkpoint: step 6\)?",
+        last_line(result.stderr),
+    ), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
 def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, small_vocab_file):

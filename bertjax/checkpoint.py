@@ -64,9 +64,9 @@ from bertjax.workdir import CheckpointError
 ITEM = "state"
 MANIFEST = workdir_lib.CHECKPOINT_MANIFEST
 # The layout and manifest this bertjax writes and reads. Format 1 (bertjax up to commit
-# 74aab5b) had no manifest: an orbax "data" item held the fingerprints.
+# df9a95b) had no manifest: an orbax "data" item held the fingerprints.
 FORMAT = 2
-_LAST_OF_FORMAT = {1: "commit 74aab5b"}
+_LAST_OF_FORMAT = {1: "commit df9a95b"}
 _FORMAT_1_ITEM = "data"
 # Where a run moves the checkpoints that fail to verify, in the workdir.
 DAMAGED_DIR = "damaged_checkpoints"

@@ -378,7 +378,7 @@ def test_a_checkpoint_written_before_manifests_names_the_bertjax_that_reads_it(t
     (step_dir / "data").mkdir()
     (step_dir / "data" / "metadata").write_text("{}")
     for own in (False, True):
-        with pytest.raises(CheckpointError, match="a checkpoint of format 1; .* at commit 74aab5b"):
+        with pytest.raises(CheckpointError, match="a checkpoint of format 1; .* at commit df9a95b"):
             checkpoint.latest_step(str(tmp_path), own=own)
     assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
 

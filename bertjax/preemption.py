@@ -1,4 +1,5 @@
-"""Stop requests: SIGTERM (what a preempted Cloud VM gets), Ctrl-C, and JAX's preemption notice.
+"""Stop requests: SIGTERM (what a preempted Cloud VM gets), Ctrl-C, JAX's preemption notice,
+and a hook's (`StopRequests.request`, bertjax/hooks.py).
 
 A request is acted on at the next step boundary, never inside a step: the
 loop saves a checkpoint of that step, waits for it to commit and raises
@@ -7,9 +8,9 @@ the step must be the same everywhere, so there JAX's preemption service
 decides it: `jax.distributed.initialize` has the runtime catch SIGTERM, tell
 every host, and `multihost_utils.reached_preemption_sync_point(step)` turns
 true on all of them at one step. Ctrl-C on one host is turned into SIGTERM to
-itself, so it takes the same path. A second Ctrl-C ends the program at once, without
-the save, in one line (`Interrupted`, exit status 130) that names the checkpoint a
-rerun resumes from (`checkpoints_in`).
+itself, so it takes the same path, and so is a hook's request. A second Ctrl-C ends
+the program at once, without the save, in one line (`Interrupted`, exit status 130)
+that names the checkpoint a rerun resumes from (`checkpoints_in`).
 """
 
 import contextlib
@@ -147,6 +148,17 @@ class StopRequests:
         logging.warning("%s: saving at the next step boundary", self.signal_name)
         if self._distributed:
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def request(self, why: str) -> None:
+        """Asks the run to stop as a signal does, for a hook that decides on this host
+        alone: the loop saves a step and stops, on several hosts at a step they agree on.
+        `why` opens the line the run stops with ("WHY at step N: ...")."""
+        if self.signal_name is not None:
+            return
+        self.signal_name = why
+        logging.warning("%s: saving at the next step boundary", why)
+        if self._distributed:
+            os.kill(os.getpid(), signal.SIGTERM)  # to the runtime: every host hears of it
 
     def requested(self, step: int) -> bool:
         """Whether to save `step` and stop."""

@@ -19,6 +19,7 @@ error waits for the save in flight, so the last good checkpoint survives.
 import dataclasses
 import functools
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax
@@ -42,7 +43,9 @@ from bertjax import (
     sharding,
     tasks,
 )
+from bertjax import hooks as hooks_lib
 from bertjax import workdir as workdir_lib
+from bertjax.hooks import Hook
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.tasks.contract import Setup, Task, apply_model, host_share
 from data_pipeline import streams
@@ -425,6 +428,7 @@ def train_and_evaluate(
     task: Task | None = None,
     stop_after: int | None = None,
     devices=None,
+    hooks: Sequence[Callable[["Session"], Hook]] = (),
 ) -> dict:
     """Trains `task` (default: the one `config.task` names) per `config` in `workdir`,
     resuming from its latest checkpoint if any.
@@ -435,7 +439,8 @@ def train_and_evaluate(
     results.json holds: {"eval": the last evaluation, "best": the best by the
     task's metric, "best_metric": that metric's name and direction,
     "init_checkpoint"} (no "eval" when the run never evaluates). Raises `Preempted`
-    after saving when asked to stop.
+    after saving when asked to stop. `hooks` are factories of hooks of your own,
+    `factory(session) -> hooks.Hook`, made after config.hooks' (bertjax/hooks.py).
     """
     events.compile_seconds()  # counted from here, for the event log
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
@@ -443,6 +448,7 @@ def train_and_evaluate(
         workdir_lib.check_same_run(workdir, config)
         start_step = checkpoint.latest_step(workdir, own=True) or 0
         run = build_run(config, workdir, task=task, devices=devices)
+        hook_factories = (*hooks_lib.from_config(config.hooks), *hooks)
         num_train_steps = run.setup.objective.num_train_steps
         if start_step > num_train_steps:
             raise workdir_lib.CheckpointError(
@@ -455,10 +461,12 @@ def train_and_evaluate(
         if stop.pending:
             raise preemption.Preempted(f"{stop.signal_name} before step {start_step + 1}")
         with jax.set_mesh(run.mesh), nn.logical_axis_rules(sharding.RULES):
-            return _train(run, workdir, start_step, stop_after, claim, stop)
+            return _train(run, workdir, start_step, stop_after, claim, stop, hook_factories)
 
 
-def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> dict:
+def _train(
+    run: Run, workdir: str, start_step: int, stop_after, claim, stop, hook_factories
+) -> dict:
     config, setup = run.config, run.setup
     restored = None
     restore_time = events.Stopwatch()
@@ -498,7 +506,17 @@ def _train(run: Run, workdir: str, start_step: int, stop_after, claim, stop) -> 
     try:
         state = create_state(run) if restored is None else restored[1]
         session = Session(
-            run, workdir, start_step, last_step, state, batches, manager, claim, stop, event_log
+            run,
+            workdir,
+            start_step,
+            last_step,
+            state,
+            batches,
+            manager,
+            claim,
+            stop,
+            event_log,
+            hook_factories,
         )
         results = _loop(session)
     except BaseException as error:
@@ -531,8 +549,11 @@ class Session:
     batches: "TrainBatches"
     manager: Any  # checkpoint.make_manager's
     claim: workdir_lib.Claim
-    stop: preemption.StopRequests
+    stop: preemption.StopRequests  # a hook asks the run to stop with stop.request(why)
     event_log: events.EventLog
+    # Of hooks from outside train.py, `factory(session) -> hooks.Hook`: config.hooks',
+    # then train_and_evaluate's.
+    hook_factories: tuple = ()
 
     @property
     def num_steps(self) -> int:
@@ -579,14 +600,7 @@ def _loop(session: Session) -> dict:
     log = TrainLog(session, writer)  # its clocks start here
     evaluator = Evaluator(session, jitted_eval_step, log)
     saver = Saver(session, log)
-    hooks = (
-        profiler.after,
-        session.renew_claim,
-        log.write,
-        saver.stop_if_requested,
-        evaluator.evaluate_if_due,
-        saver.save_if_due,
-    )
+    hooks = _hooks(session, profiler, log, evaluator, saver)
     try:
         for step in range(start_step + 1, session.last_step + 1):
             profiler.before(step)
@@ -596,7 +610,7 @@ def _loop(session: Session) -> dict:
             state, sums = jitted_train_step(state, batch, rng)
             log.add(step, sums, host_batch, rows=len(batch[run.setup.objective.features[0]]))
             for hook in hooks:
-                hook(step, state)
+                hook.call(step, state)
         if start_step >= session.last_step and run.setup.evaluation.every_steps:
             # Nothing left to train (a finished run started again): report where it stands.
             # Every host evaluates (the steps are collective), whatever results.json says.
@@ -608,6 +622,22 @@ def _loop(session: Session) -> dict:
         profiler.close(step)
     writer.close()
     return evaluator.results
+
+
+def _hooks(session: Session, profiler, log, evaluator, saver) -> tuple[Hook, ...]:
+    """The hooks after each step, in their order, each with what it needs of the other
+    hosts; the rules between them are bertjax/hooks.py's, checked here."""
+    return hooks_lib.checked(
+        Hook(profiler.after, collective=False),
+        Hook(session.renew_claim, collective=False),
+        Hook(log.write, collective=False),  # its values are global: every host logs alike
+        # JAX's preemption sync point on several hosts: called at every step on each.
+        Hook(saver.stop_if_requested, collective=True, stops=True),
+        Hook(evaluator.evaluate_if_due, collective=True),
+        *hooks_lib.made(session.hook_factories, session),
+        # Also stops, on a request seen during the hooks after the stop check.
+        Hook(saver.save_if_due, collective=True, stops=True, saves=True),
+    )
 
 
 class TrainLog:

@@ -492,7 +492,7 @@ class _Lease:
 # Config keys a resumed run may change: how often it logs, evaluates and saves,
 # how much it evaluates, its mesh, the save budget on a stop request, the input
 # pipeline's worker processes (the same batches either way), what it profiles and
-# warns of, and (only upwards) its length.
+# warns of, its hooks, and (only upwards) its length.
 RESUMABLE_CHANGES = (
     "num_train_steps",
     "num_train_epochs",
@@ -510,6 +510,7 @@ RESUMABLE_CHANGES = (
     "model.trim_last_layer",
     "profile.",
     "input_wait_warning",
+    "hooks",
 )
 
 

@@ -11,8 +11,8 @@ task=...)` directly.
 """
 
 import dataclasses
-import importlib
 
+from bertjax import import_path
 from bertjax.tasks import classification, pretraining, retrieval, squad, tagging
 from bertjax.tasks.contract import Task
 from data_pipeline.config import ConfigError
@@ -52,12 +52,5 @@ def for_config(config):
 
 
 def _imported(path: str, where: str):
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"{where}={path!r}: cannot import {module_name}: {e}") from e
-    task = getattr(module, attribute, None)
-    if not isinstance(task, Task):
-        raise ConfigError(f"{where}={path!r}: {module_name} has no Task called {attribute!r}")
+    task = import_path.load(path, where=where, what="Task", accepts=lambda x: isinstance(x, Task))
     return dataclasses.replace(task, name=path)

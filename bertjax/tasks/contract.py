@@ -54,7 +54,7 @@ import numpy as np
 import tensorflow as tf
 from flax import linen as nn
 
-from bertjax import profiling
+from bertjax import hooks, profiling
 from bertjax.model import BertConfig
 from bertjax.tasks import scores
 from bertjax.workdir import CheckpointError
@@ -289,6 +289,7 @@ LOOP_KEYS = (
     "init_checkpoint",
     "profile",
     "input_wait_warning",
+    "hooks",
     "mesh",
     "model",
     "data",
@@ -322,6 +323,7 @@ def check_keys(config, task_keys, *, optional=(), positive=()) -> None:
             "from 0 (never warn) to 1"
         )
     profiling.check(config.profile)
+    hooks.from_config(config.hooks)
     if config.platform not in PLATFORMS:
         raise ConfigError(
             f"config.platform={config.platform!r}: must be one of {', '.join(PLATFORMS)}"

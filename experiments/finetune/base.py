@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Warn once when the steps wait for the host pipeline more than this fraction of
     # their time (0: never); the wait is logged either way (input_wait_fraction).
     config.input_wait_warning = 0.2
+    # Hooks of your own after each step, by import path: ('package.module:factory', ...),
+    # each factory(session) -> bertjax.hooks.Hook (docs/pretraining.md#hooks).
+    config.hooks = ()
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
     config.model = get_model_config()
 

@@ -3,12 +3,15 @@
 Each process reads its own share of the documents, so the run's data differs
 from a one-process run's and the losses cannot be compared with one; what is
 checked is that the processes agree with each other, that process 0 alone
-writes the workdir, and that the checkpoint they write together restores.
+writes the workdir, and that the checkpoint they write together restores. With a
+collective hook and a hook that asks one process alone to stop, both stop at one step,
+its checkpoint saved.
 """
 
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -18,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 from faults_test import command
-from support import REPO
+from support import REPO, run_hooks
 from support.multihost_worker import fingerprint
 
 from bertjax import checkpoint, train
@@ -44,7 +47,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_two_processes(tmp_path, config) -> list[dict]:
+def run_two_processes(tmp_path, config, *mode: str) -> list[dict]:
     config_path = tmp_path / "config.pkl"
     config_path.write_bytes(pickle.dumps(config))
     env = dict(
@@ -65,6 +68,7 @@ def run_two_processes(tmp_path, config) -> list[dict]:
                 [
                     sys.executable,
                     WORKER,
+                    *mode,
                     str(config_path),
                     str(tmp_path / "workdir"),
                     str(tmp_path / f"out{index}.json"),
@@ -147,6 +151,34 @@ def test_two_processes_train_evaluate_checkpoint_and_resume(tmp_path, make_small
     assert first["refused"] == second["refused"]
     assert "config.num_eval_steps=10000: host 0's share" in first["refused"]["eval_share"]
     assert "hosts 0 and 1 would hold the same batch rows" in (first["refused"]["mesh_across_hosts"])
+
+
+def test_two_processes_stop_together_when_a_hook_of_one_asks(tmp_path, make_small_config):
+    # A collective hook from config.hooks, and the caller's hook that asks the run to stop
+    # on process 1 alone (tests/support/run_hooks.py); a hang fails in run_two_processes.
+    config = make_small_config()  # 8 steps
+    first, second = run_two_processes(tmp_path, config, "hooks")
+    workdir = str(tmp_path / "workdir")
+
+    # JAX's preemption sync point: both saved and stopped at one step, after the ask.
+    stops = [
+        re.match(r"(.+) at step (\d+): checkpoint \2 saved", p["stopped"] or "")
+        for p in (first, second)
+    ]
+    assert all(stops), (first["stopped"], second["stopped"])
+    assert stops[1][1] == "ask_to_stop on process 1"  # the other heard of it from the runtime
+    stop_step = int(stops[0][2])
+    assert int(stops[1][2]) == stop_step
+    assert run_hooks.STOP_ASKED_AT < stop_step < config.num_train_steps
+    assert first["latest_after_stop"] == stop_step  # the step stopped at is saved
+    # The collective hook ran at the same steps on both, until the stop check stopped both.
+    before = [[step, step] for step in range(1, stop_step)]
+    assert first["gathered_before_resume"] == second["gathered_before_resume"] == before
+    # The resume (the stopping hook left out) went on to the end, with its last save.
+    after = [[step, step] for step in range(stop_step + 1, config.num_train_steps + 1)]
+    assert first["gathered"] == second["gathered"] == before + after
+    assert checkpoint.latest_step(workdir) == config.num_train_steps
+    assert first["resumed"] == second["resumed"]
 
 
 def start_pair(tmp_path, argv: list[str], name: str) -> list[subprocess.Popen]:

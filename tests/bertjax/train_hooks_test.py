@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from bertjax import events, metrics, train, workdir
+from bertjax.hooks import Hook
 from data_pipeline import streams
+from data_pipeline.config import ConfigError
 
 
 def make_session(
@@ -157,3 +159,67 @@ def test_an_evaluation_is_left_out_of_the_train_window_and_is_a_span_of_its_own(
     assert [json.loads(line)["event"] for line in lines] == ["steps", "eval"]
     assert json.loads(lines[-1])["step"] == 10
     assert evaluator.results["best_metric"] == {"name": "loss", "higher_is_better": False}
+
+
+def test_the_loops_hooks_run_in_their_order_with_the_ones_from_outside_before_the_save():
+    calls = []
+
+    def record(name):
+        return lambda step, state: calls.append(name)
+
+    def mine(collective):
+        return lambda session: Hook(record(f"mine, {collective=}"), collective=collective)
+
+    session = make_session(
+        claim=SimpleNamespace(stepped=lambda: calls.append("claim")),
+        hook_factories=(mine(False), mine(True)),
+    )
+    hooks = train._hooks(
+        session,
+        profiler=SimpleNamespace(after=record("profiler")),
+        log=SimpleNamespace(write=record("train line")),
+        evaluator=SimpleNamespace(evaluate_if_due=record("evaluation")),
+        saver=SimpleNamespace(stop_if_requested=record("stop check"), save_if_due=record("save")),
+    )
+    for hook in hooks:
+        hook.call(1, state=None)
+    assert calls == [
+        "profiler",
+        "claim",
+        "train line",
+        "stop check",
+        "evaluation",
+        "mine, collective=False",
+        "mine, collective=True",
+        "save",
+    ]
+    # What each needs of the other hosts (collective, stops, saves): the stop check and
+    # the save end the run on every host alike.
+    host_local, collective = (False, False, False), (True, False, False)
+    assert [(h.collective, h.stops, h.saves) for h in hooks] == [
+        *[host_local] * 3,
+        (True, True, False),
+        collective,
+        host_local,
+        collective,
+        (True, True, True),
+    ]
+
+
+def test_a_hook_from_outside_that_breaks_a_rule_is_refused_before_the_first_step():
+    def own_save(session):
+        return Hook(lambda step, state: None, collective=True, saves=True)
+
+    def stop_here_alone(session):
+        return Hook(lambda step, state: None, collective=False, stops=True)
+
+    loop_objects = dict(
+        profiler=SimpleNamespace(after=None),
+        log=SimpleNamespace(write=None),
+        evaluator=SimpleNamespace(evaluate_if_due=None),
+        saver=SimpleNamespace(stop_if_requested=None, save_if_due=print),
+    )
+    with pytest.raises(ConfigError, match=r"^hooks: 2 saves \(.*own_save.*, builtins.print\)"):
+        train._hooks(make_session(hook_factories=(own_save,)), **loop_objects)
+    with pytest.raises(ConfigError, match="stop_here_alone.*may stop the run but is host-local"):
+        train._hooks(make_session(hook_factories=(stop_here_alone,)), **loop_objects)

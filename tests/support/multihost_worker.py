@@ -9,6 +9,13 @@ this process), and writes what this process saw to OUT_JSON: every metric it
 computed (process 0 alone writes them to the workdir), a fingerprint of the
 parameters at each save and restore, and the errors of two configs that a
 multi-host run must refuse.
+
+    ... python tests/support/multihost_worker.py hooks CONFIG_PICKLE WORKDIR OUT_JSON
+
+trains with two hooks of run_hooks.py: a collective one from config.hooks and one of
+this caller's that asks the run to stop on the last process alone; then resumes the run
+without it, to the end. OUT_JSON: the line the first run stopped with, the latest
+checkpoint then, what the collective hook gathered and the resumed run's results.
 """
 
 import hashlib
@@ -86,5 +93,35 @@ def main():
         json.dump(seen, f)
 
 
+def hooks_main():
+    config_path, workdir, out = sys.argv[2:]
+    import run_hooks  # this folder is the script's: first on the path
+
+    from bertjax import checkpoint, experiment, preemption, train
+
+    experiment.initialize_distributed()
+    cache = os.path.join(os.path.dirname(out), f"jax_cache_{jax.process_index()}")
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    with open(config_path, "rb") as f:
+        config = pickle.load(f)
+    config.hooks = ("run_hooks:gather_steps",)
+    seen = {}
+    try:
+        train.train_and_evaluate(config, workdir, hooks=[run_hooks.ask_to_stop])
+        seen["stopped"] = None
+    except preemption.Preempted as stopped:
+        seen["stopped"] = str(stopped)
+    seen["latest_after_stop"] = checkpoint.latest_step(workdir)
+    seen["gathered_before_resume"] = list(run_hooks.gathered)
+    seen["resumed"] = train.train_and_evaluate(config, workdir)
+    seen["gathered"] = run_hooks.gathered
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(seen, f)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "hooks":
+        hooks_main()
+    else:
+        main()

@@ -445,7 +445,7 @@ def train_and_evaluate(
     events.compile_seconds()  # counted from here, for the event log
     with workdir_lib.claim(workdir) as claim, preemption.StopRequests() as stop:
         # Also without a checkpoint: a run killed before its first one has logged steps.
-        workdir_lib.check_same_run(workdir, config)
+        workdir_lib.check_same_run(workdir, config, kind=(task or tasks.for_config(config)).name)
         start_step = checkpoint.latest_step(workdir, own=True) or 0
         run = build_run(config, workdir, task=task, devices=devices)
         hook_factories = (*hooks_lib.from_config(config.hooks), *hooks)

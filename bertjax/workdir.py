@@ -514,13 +514,14 @@ RESUMABLE_CHANGES = (
 )
 
 
-def check_same_run(workdir: str, config) -> None:
+def check_same_run(workdir: str, config, *, kind: str) -> None:
     """Fails, with a one-line diff, when the run `workdir` holds had another config in
     anything but RESUMABLE_CHANGES, or a longer run (num_train_steps or epochs). A run
     writes its config.json before its first step, so this holds from then on, whether or
     not it saved a checkpoint; a workdir with checkpoints and no config.json is refused.
-    A config.json without a key this config has (an older bertjax's) is refused in one
-    line too."""
+    A run of another task than `kind` (the name of the task this config trains) is
+    refused in one line naming both, and so is a config.json without a key this config
+    has (an older bertjax's)."""
     path = os.path.join(workdir, CONFIG_FILE)
     saved = read_json(path)
     if saved is None:
@@ -531,6 +532,14 @@ def check_same_run(workdir: str, config) -> None:
                 f"put back the {CONFIG_FILE} of the run that wrote them, or use a new workdir"
             )
         return
+    # Written with config.json: another task's configs differ in most keys, which are
+    # neither an older bertjax's nor a diff worth showing.
+    held = (read_json(os.path.join(workdir, TASK_FILE)) or {}).get("kind")
+    if isinstance(held, str) and held != kind:
+        raise CheckpointError(
+            f"{workdir} holds a run of another task ({held}; this config trains {kind}); "
+            f"resume it with a {held} config, or use a new workdir"
+        )
     now = _flat(json.loads(config.to_json_best_effort()))
     before = _flat(saved)
     older = sorted(

@@ -3,6 +3,7 @@ persistent compilation cache that spares a restarted run its compile, and the er
 of a run that never started, which leave its workdir as they found it."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -91,6 +92,21 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path, small_vocab_
     assert os.listdir(tmp_path) == ["afile"] and file.read_text() == "notes"
 
 
+def run_classify(workdir, init_checkpoint, *overrides):
+    """bertjax.main on experiments/finetune/classify.py and the MRPC sample."""
+    command = [
+        sys.executable, "-m", "bertjax.main", "--config=experiments/finetune/classify.py",
+        f"--workdir={workdir}", f"--config.init_checkpoint={init_checkpoint}",
+        f"--config.data.train_file={TESTDATA / 'mrpc_train.tsv'}",
+        f"--config.data.eval_file={TESTDATA / 'mrpc_dev.tsv'}",
+        "--config.data.text_a=#1 String", "--config.data.label=Quality", *overrides,
+    ]  # fmt: skip
+    return subprocess.run(
+        command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("new_workdir", [True, False], ids=["new_workdir", "empty_workdir"])
 def test_a_fine_tuning_run_from_no_workdir_is_one_line_and_leaves_nothing(tmp_path, new_workdir):
     # An init checkpoint that does not exist, into a new workdir (and its new parent);
@@ -102,23 +118,41 @@ def test_a_fine_tuning_run_from_no_workdir_is_one_line_and_leaves_nothing(tmp_pa
         workdir = tmp_path / "run"
         init.mkdir()
         workdir.mkdir()
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "bertjax.main", "--config=experiments/finetune/classify.py",
-            f"--workdir={workdir}", f"--config.init_checkpoint={init}",
-            f"--config.data.train_file={TESTDATA / 'mrpc_train.tsv'}",
-            f"--config.data.eval_file={TESTDATA / 'mrpc_dev.tsv'}",
-            "--config.data.text_a=#1 String", "--config.data.label=Quality",
-        ],
-        cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+    result = run_classify(workdir, init)
     assert result.returncode == 2, result.stderr[-3000:]
     assert errors(result) == [f"error: config.init_checkpoint='{init}': {said}"]
     if new_workdir:
         assert not (tmp_path / "runs").exists()
     else:
         assert os.listdir(workdir) == []
+
+
+def test_a_workdir_of_another_task_is_named_as_such_either_way(
+    tmp_path, small_vocab_file, pretrained_workdir
+):
+    # Each config lacks keys the other's config.json has: neither is an older bertjax's.
+    small = ("--config.train_batch_size=8", "--config.num_train_epochs=2")
+    small += ("--config.data.max_seq_length=64",)
+    classified = tmp_path / "classified"
+    made = run_classify(classified, pretrained_workdir, *small)
+    assert made.returncode == 0, made.stderr[-3000:]
+    pretrained = tmp_path / "pretrained"
+    shutil.copytree(pretrained_workdir, pretrained, ignore=shutil.ignore_patterns(".lock"))
+    for result, workdir, held, trains in (
+        (run_main(classified, small_vocab_file), classified, "classification", "pretraining"),
+        (
+            run_classify(pretrained, pretrained_workdir, *small),
+            pretrained,
+            "pretraining",
+            "classification",
+        ),
+    ):
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert errors(result) == [
+            f"error: {workdir} holds a run of another task ({held}; this config trains "
+            f"{trains}); resume it with a {held} config, or use a new workdir"
+        ]
+        assert "Traceback" not in result.stderr
 
 
 def test_platforms():

@@ -288,11 +288,11 @@ def test_a_workdir_never_claimed_is_free(tmp_path):
 
 def test_check_same_run_accepts_the_same_config_and_resumable_changes(tmp_path):
     run = str(tmp_path / "run")
-    workdir.check_same_run(run, run_config())  # nothing saved yet
+    workdir.check_same_run(run, run_config(), kind="sst2")  # nothing saved yet
     describe(tmp_path)
-    workdir.check_same_run(run, run_config())
+    workdir.check_same_run(run, run_config(), kind="sst2")
     longer = run_config(num_train_steps=200, log_every_steps=1, mesh={"data": 2, "model": 4})
-    workdir.check_same_run(run, longer)
+    workdir.check_same_run(run, longer, kind="sst2")
 
 
 def test_check_same_run_names_the_changed_key(tmp_path):
@@ -302,19 +302,19 @@ def test_check_same_run_names_the_changed_key(tmp_path):
         workdir.CheckpointError,
         match=r"holds a run with another config \(optimizer.learning_rate 0.0001 -> 5e-05\)",
     ):
-        workdir.check_same_run(str(tmp_path / "run"), changed)
+        workdir.check_same_run(str(tmp_path / "run"), changed, kind="sst2")
 
 
 def test_check_same_run_refuses_a_shorter_run_and_counts_the_keys_it_does_not_show(tmp_path):
     describe(tmp_path)
     shorter = run_config(num_train_steps=50)
     with pytest.raises(workdir.CheckpointError, match=r"\(num_train_steps 100 -> 50\)"):
-        workdir.check_same_run(str(tmp_path / "run"), shorter)
+        workdir.check_same_run(str(tmp_path / "run"), shorter, kind="sst2")
     (tmp_path / "other").mkdir()
     describe(tmp_path / "other", run_config(a=0, b=0, c=0, d=0))
     many = run_config(seed=1, a=1, b=2, c=3, d=4)
     with pytest.raises(workdir.CheckpointError, match=r"\(a 0 -> 1, .* and 1 more\)"):
-        workdir.check_same_run(str(tmp_path / "other" / "run"), many)
+        workdir.check_same_run(str(tmp_path / "other" / "run"), many, kind="sst2")
 
 
 def test_a_config_json_without_a_key_this_bertjax_has_is_refused_in_one_line(tmp_path):
@@ -322,20 +322,32 @@ def test_a_config_json_without_a_key_this_bertjax_has_is_refused_in_one_line(tmp
     describe(tmp_path)
     now = run_config(optimizer={"learning_rate": 1e-4, "warmup_steps": 10, "schedule": "linear"})
     with pytest.raises(workdir.CheckpointError) as caught:
-        workdir.check_same_run(str(tmp_path / "run"), now)
+        workdir.check_same_run(str(tmp_path / "run"), now, kind="sst2")
     assert str(caught.value) == (
         f"{tmp_path}/run/config.json: has no optimizer.schedule (written by an older "
         "bertjax); resume it with that version, or use a new workdir"
     )
 
 
+def test_a_run_of_another_task_is_refused_naming_both_tasks(tmp_path):
+    # The other task's config lacks keys of this one: it is not an older bertjax's run.
+    describe(tmp_path)
+    other = run_config(data={"text_a": "sentence"}, task="classification")
+    with pytest.raises(workdir.CheckpointError) as caught:
+        workdir.check_same_run(str(tmp_path / "run"), other, kind="classification")
+    assert str(caught.value) == (
+        f"{tmp_path}/run holds a run of another task (sst2; this config trains "
+        "classification); resume it with a sst2 config, or use a new workdir"
+    )
+
+
 def test_a_workdir_with_checkpoints_and_no_config_json_is_refused(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    workdir.check_same_run(str(run), run_config())  # no checkpoint yet: a new run
+    workdir.check_same_run(str(run), run_config(), kind="sst2")  # no checkpoint yet: a new run
     (run / "checkpoints" / "4").mkdir()
     with pytest.raises(workdir.CheckpointError) as caught:
-        workdir.check_same_run(str(run), run_config())
+        workdir.check_same_run(str(run), run_config(), kind="sst2")
     assert str(caught.value) == (
         f"{run}/config.json: missing, though {run}/checkpoints holds checkpoints; put back "
         "the config.json of the run that wrote them, or use a new workdir"

@@ -190,14 +190,40 @@ def check_same_sweep(
     for key, value in asked_json.items():
         if key in MAY_CHANGE or recorded_json[key] == value:
             continue
-        before, now = _short(recorded_json[key]), _short(value)
+        differences = _differences(recorded_json[key], value, key)
+        shown = ", ".join(
+            f"its {name} was {_short(before)}, now {_short(now)}"
+            for name, before, now in differences[:3]
+        )
+        more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
         raise SweepError(
-            f"{sweep_dir}: holds another sweep: its {key} was {before}, now {now}; "
+            f"{sweep_dir}: holds another sweep: {shown}{more}; "
             f"use another {flag} (or the same command as before)"
         )
 
 
+_ABSENT = object()
+
+
+def _differences(before, now, name: str) -> list[tuple[str, object, object]]:
+    """(dotted name, before, now) of each value that differs, mappings (the overrides, the
+    config's values) compared key by key: each shown whole, it would be cut short where
+    both read alike, before the key that differs."""
+    if not (isinstance(before, dict) and isinstance(now, dict)):
+        return [(name, before, now)]
+    return [
+        difference
+        for key in sorted(before.keys() | now.keys())
+        if before.get(key, _ABSENT) != now.get(key, _ABSENT)
+        for difference in _differences(
+            before.get(key, _ABSENT), now.get(key, _ABSENT), f"{name}.{key}"
+        )
+    ]
+
+
 def _short(value) -> str:
+    if value is _ABSENT:
+        return "(none)"
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 200 else text[:200] + "..."
 

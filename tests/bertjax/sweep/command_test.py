@@ -182,6 +182,27 @@ def test_a_sweep_differs_in_any_field_but_the_retries_pruning_and_directory():
     assert len(message) < 400  # the trials cut short after 200 characters
 
 
+def test_a_changed_override_is_named_with_both_values_however_long_the_overrides():
+    # A GLUE suite's overrides: absolute paths that sort before seed and pass 200 characters.
+    paths = {f"data.{name}": "/home/me/glue/" + "x" * 80 for name in ("data_dir", "vocab")}
+    recorded = make_definition("d", overrides={**paths, "init_checkpoint": "/runs/b", "seed": 0})
+    asked = dataclasses.replace(recorded, overrides={**recorded.overrides, "seed": 1})
+    with pytest.raises(command.SweepError) as raised:
+        command.check_same_sweep(recorded, asked, "out", "--out")
+    assert str(raised.value) == (
+        "out: holds another sweep: its overrides.seed was 0, now 1; use another --out (or the "
+        "same command as before)"
+    )
+    nested = make_definition("d", config_values={"optimizer": {"b1": 0.9, "lr": 1e-4}, "seed": 0})
+    changed = {"optimizer": {"b1": 0.8, "lr": 1e-4}, "seed": 0, "task": "squad"}
+    with pytest.raises(command.SweepError) as raised:
+        command.check_same_sweep(nested, dataclasses.replace(nested, config_values=changed), "d")
+    assert str(raised.value).startswith(
+        "d: holds another sweep: its config_values.optimizer.b1 was 0.9, now 0.8, its "
+        'config_values.task was (none), now "squad"; '
+    )
+
+
 def test_running_a_sweep_again_queues_the_trials_neither_done_queued_nor_running(tmp_path):
     study, definition = make_study(tmp_path, trials=[{"seed": i} for i in range(4)])
     done, failed, _running = (trial_queue.claim(study) for _ in range(3))

@@ -215,7 +215,7 @@ def test_a_sweep_killed_and_resumed_by_two_workers_finishes_each_trial_once(tmp_
     other = sweep_cli(*args, "--config.seed=3")
     assert other.returncode == 2
     (line,) = error_lines(other.stderr)
-    assert "holds another sweep: its overrides was {}" in line
+    assert "holds another sweep: its overrides.seed was (none), now 3;" in line
 
 
 def test_a_worker_silent_past_the_grace_period_does_not_run_its_trial_twice(tmp_path):

@@ -15,6 +15,9 @@ CSV or JSONL file with columns sentence1, sentence2 and score).
 from absl import flags
 
 COMMANDS = ("evaluate", "sts")
+# The retrieval input's options (data_pipeline/finetune/retrieval_input.py) that
+# evaluate's flags set, by the flag: its errors name the flag a person typed.
+EVALUATE_OPTIONS = {"--data_dir": "beir_dir", "--split": "eval_split"}
 
 
 def define_flags() -> None:

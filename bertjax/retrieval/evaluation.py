@@ -19,7 +19,7 @@ def main(args) -> None:
     if len(args.argv) != 1 or args.argv[0] not in command.COMMANDS:
         raise UserError(f"expected a command, evaluate or sts; got: {' '.join(args.argv)}")
     if args.argv[0] == "evaluate":
-        for flag in ("data_dir", "out"):
+        for flag in ("data_dir", "split", "out"):
             if not getattr(args, flag):
                 raise UserError(f"evaluate needs --{flag}")
         figures = evaluate(
@@ -41,7 +41,7 @@ def evaluate(
     OUT/run.trec and OUT/metrics.json written."""
     if files.exists(out) and not files.isdir(out):
         raise UserError(f"--out={out}: a file, not a directory")
-    collection = retrieval_input.load_collection(data_dir, split)
+    collection = _load_collection(data_dir, split)
     restored = inference.restore(workdir, step)
     texts = (collection.queries, collection.passages)
     embedding = progress.Progress(
@@ -70,6 +70,18 @@ def evaluate(
     }
     files.atomic_write_json(os.path.join(out, METRICS_FILE), record)
     return figures
+
+
+def _load_collection(data_dir: str, split: str) -> retrieval_input.Collection:
+    """The collection, its errors naming this command's flags, not the config options a
+    fine-tuning run gives the same values by."""
+    try:
+        return retrieval_input.load_collection(data_dir, split)
+    except UserError as error:
+        message = str(error)
+        for flag, option in command.EVALUATE_OPTIONS.items():
+            message = message.replace(records.OPTION_PREFIX + option, flag)
+        raise type(error)(message) from None
 
 
 def sts(workdir: str, path: str, step=None, batch_size: int = 64) -> tuple[float, int]:

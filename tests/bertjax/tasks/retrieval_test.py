@@ -1,16 +1,21 @@
 """The retrieval task's model at the lengths its input pads to: the same vectors at every
-bucket, FLOPs counted at the batch's lengths, and AOT shapes at the longest."""
+bucket, FLOPs counted at the batch's lengths, and AOT shapes at the longest; and the
+checkpoints a run keeps."""
+
+import json
+import os
 
 import jax
 import numpy as np
 import pytest
 
-from bertjax import flops
+from bertjax import flops, inference, train
 from bertjax.embedding import BertForEmbedding, Pooling
 from bertjax.model import BertConfig
 from bertjax.tasks import retrieval
 from bertjax.tasks.contract import Description
 from data_pipeline.finetune import retrieval_input
+from experiments.finetune import retrieval as retrieval_experiment
 
 NAMES = retrieval.MODEL_INPUTS
 
@@ -56,3 +61,26 @@ def test_flops_are_counted_at_the_batch_lengths():
     inputs = {"query_ids": 8, "query_mask": 8, "passage_ids": 2 * 16, "passage_mask": 2 * 16}
     counted = retrieval.TASK.forward_flops(small, inputs, description)
     assert counted == flops.encoder_flops(small, 8) + 2 * flops.encoder_flops(small, 16)
+
+
+@pytest.mark.integration
+def test_the_best_epochs_checkpoint_is_kept_when_it_is_not_the_last(pretrained_workdir, tmp_path):
+    # One held-out query and one passage: nDCG@10 is 1 at every epoch, and the first
+    # of equal evaluations is the best.
+    rows = [(f"where is item {i}", f"item {i} is in hall {i % 3}") for i in range(8)]
+    for name, part in (("train", rows), ("dev", rows[:1])):
+        lines = "".join(f"{q}\t{p}\n" for q, p in part)
+        (tmp_path / f"{name}.tsv").write_text("anchor\tpositive\n" + lines)
+    config = retrieval_experiment.get_config()
+    config.init_checkpoint = pretrained_workdir
+    config.data.train_file, config.data.eval_file = (
+        str(tmp_path / f"{name}.tsv") for name in ("train", "dev")
+    )
+    config.data.max_query_length, config.data.max_seq_length = 16, 32
+    config.train_batch_size, config.eval_batch_size, config.num_train_epochs = 4, 4, 3.0
+    workdir = tmp_path / "w"
+    results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
+    assert (results["best"]["step"], results["eval"]["step"]) == (2, 6)
+    assert json.loads((workdir / "results.json").read_text())["best"]["step"] == 2
+    assert sorted(int(n) for n in os.listdir(workdir / "checkpoints") if n.isdigit()) == [2, 4, 6]
+    assert inference.restore(str(workdir), step=2).step == 2

@@ -596,26 +596,31 @@ def restore_newest_good(
     manager: Checkpoints, abstract_state, report: Callable[[str], None]
 ) -> tuple[int, object, dict | None] | None:
     """(step, state, data) of the newest checkpoint that restores and verifies, or None
-    when there is none at all. Each damaged step is moved to WORKDIR/damaged_checkpoints/
-    and `report`ed in one line; with no good step left, a CheckpointError."""
+    when there is none at all. Each damaged step newer than it is moved to
+    WORKDIR/damaged_checkpoints/ and `report`ed in one line. With no good step, each
+    damage is reported, nothing moves (the same command says the same again, rather
+    than train from step 0), and a CheckpointError."""
     directory = manager.directory
-    moved = []
+    damages = []
     for step in sorted(manager.all_steps(), reverse=True):
         try:
             state, data = restore(manager, step, abstract_state)
         except Damaged as damage:
-            moved.append(step)
-            report(f"{damage}; moved to {_move_aside(directory, step)}")
+            damages.append(damage)
             continue
-        if moved:
+        for damage in damages:
+            report(f"{damage}; moved to {_move_aside(directory, damage.step)}")
+        if damages:
             report(f"resuming from step {step}, the newest checkpoint that verifies")
         return step, state, data
-    if not moved:
+    if not damages:
         return None
+    for damage in damages:
+        report(str(damage))
+    steps = ", ".join(str(damage.step) for damage in damages)
     raise CheckpointError(
-        f"{directory}: no checkpoint verifies (steps {', '.join(map(str, moved))} are damaged "
-        f"and now in {os.path.join(os.path.dirname(directory), DAMAGED_DIR)}); start the run "
-        "in a new workdir"
+        f"{directory}: no checkpoint verifies (steps {steps} are damaged, left in place for "
+        "a look); start the run in a new workdir"
     )
 
 

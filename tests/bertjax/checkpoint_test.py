@@ -383,15 +383,25 @@ def test_a_checkpoint_written_before_manifests_names_the_bertjax_that_reads_it(t
     assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
 
 
-def test_with_no_checkpoint_that_verifies_the_run_stops_in_one_line(tmp_path):
+def test_with_no_checkpoint_that_verifies_the_run_stops_in_one_line_and_again(tmp_path):
+    # Once every damaged step was moved aside, and the same command again trained from
+    # step 0 without a word.
     save_big(tmp_path, [1, 2]).close()
     for step in (1, 2):
         flip_low_bits(data_files(tmp_path, step)[0])
-    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
-    with pytest.raises(CheckpointError, match=r"no checkpoint verifies \(steps 2, 1 are damaged"):
-        checkpoint.restore_newest_good(manager, abstract(big_state(2)), lambda line: None)
-    manager.close()
-    assert sorted(p.name for p in (tmp_path / checkpoint.DAMAGED_DIR).iterdir()) == ["1", "2"]
+    for _ in range(2):
+        reports = []
+        manager = checkpoint.make_manager(str(tmp_path), max_to_keep=None)
+        with manager, pytest.raises(CheckpointError) as caught:
+            checkpoint.restore_newest_good(manager, abstract(big_state(2)), reports.append)
+        assert str(caught.value) == (
+            f"{tmp_path}/checkpoints: no checkpoint verifies (steps 2, 1 are damaged, left in "
+            "place for a look); start the run in a new workdir"
+        )
+        assert [line.split(":")[0] for line in reports] == [
+            f"{tmp_path}/checkpoints/{step}" for step in (2, 1)
+        ]
+        assert not (tmp_path / checkpoint.DAMAGED_DIR).exists()
 
 
 @pytest.mark.parametrize(

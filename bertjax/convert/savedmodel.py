@@ -18,6 +18,10 @@ serving_default pads a batch to the shortest of a few lengths (BUCKETS) that hol
 longest text: the model is converted once, its sequence length symbolic, and the
 runtime compiles it for each length it meets.
 
+Both take an empty batch, and any other request with a dimension of 0 (a tagger's
+texts without a word), and answer it with empty outputs (`guarded`): jax2tf's symbolic
+dimensions are at least 1, so the converted model alone refuses them.
+
 The model is converted once for every platform jax2tf lowers it for (CPU, GPU, TPU), so
 the SavedModel serves on any of them. A byte-level BPE tokenizer (ModernBERT's) runs in
 Python, not in TensorFlow ops, so its workdirs are refused.
@@ -49,7 +53,7 @@ def export_savedmodel(
     """Writes OUT as a SavedModel of WORKDIR's checkpoint `step` (default: the latest),
     its texts cut to `max_seq_length` tokens (default: the workdir's); returns
     {'out_dir', 'step', 'texts', 'outputs', 'length'}."""
-    from orbax.export import ExportManager, JaxModule, ServingConfig
+    from orbax.export import ExportManager, JaxModule
 
     out_dir = workdir_lib.absolute(out_dir)
     task = _check(workdir, out_dir)
@@ -72,25 +76,14 @@ def export_savedmodel(
             }
         },
     )
-    id_specs = {
-        name: tf.TensorSpec(static_shape(shape), tf.int32, name=name)
-        for name, shape in serving.inputs.items()
-    }
-    manager = ExportManager(
-        module,
-        [
-            ServingConfig(
-                SIGNATURE_IDS,
-                input_signature=[id_specs],
-                tf_postprocessor=lambda outputs: serving.postprocess(outputs, None),
-                method_key="model",
-            )
-        ],
-    )
-    serve_text = text_signature(serving, module.methods["model"])
+    model = guarded(module.methods["model"], serving, restored.params, limit)
+    serve_text = text_signature(serving, model)
     outputs = serve_text.get_concrete_function().structured_outputs
+    signatures = {SIGNATURE_TEXT: serve_text, SIGNATURE_IDS: ids_signature(serving, model)}
+    # Both signatures are ours (orbax's own would call the model unguarded): the manager
+    # saves the module's variables and them.
     with destination.staging(out_dir) as staging:
-        manager.save(staging, signature_overrides={SIGNATURE_TEXT: serve_text})
+        ExportManager(module, []).save(staging, signature_overrides=signatures)
     return {
         "out_dir": out_dir,
         "step": restored.step,
@@ -121,6 +114,71 @@ def text_signature(serving, model) -> tf.types.experimental.PolymorphicFunction:
         return serving.postprocess(model(inputs), features)
 
     return serve_text
+
+
+def ids_signature(serving, model) -> tf.types.experimental.PolymorphicFunction:
+    """serve_ids: the model's inputs (int32, shaped as serving.inputs), the converted
+    model, the task's postprocess without features."""
+    specs = {
+        name: tf.TensorSpec(static_shape(shape), tf.int32, name=name)
+        for name, shape in serving.inputs.items()
+    }
+
+    @tf.function(input_signature=[specs])
+    def serve_ids(inputs):
+        return serving.postprocess(model(inputs), None)
+
+    return serve_ids
+
+
+def guarded(model, serving, params, limit: int):
+    """`model` (the converted forward), answering a request with a dimension of 0 (every
+    letter of serving.inputs but the sequence length `l`) with empty outputs.
+
+    There the model runs on the request grown by one row of zeros (one element) along
+    each empty dimension, and its outputs are cut back to the request's dimensions: an
+    output is the model's own, empty where it follows an empty dimension, whatever the
+    task (a tagger's word_splits, sized by the texts, passes through as it came).
+    """
+    where = {}  # each letter -> (an input it sizes, its axis)
+    for name, shape in serving.inputs.items():
+        for axis, dim in enumerate(_dims(shape)):
+            if not dim.isdigit():
+                where.setdefault(dim, (name, axis))
+    # The outputs' shapes in the inputs' letters: jax.export's symbolic dimensions.
+    args = {
+        name: jax.ShapeDtypeStruct([1] * len(_dims(shape)), "int32")
+        for name, shape in serving.inputs.items()
+    }
+    specs = jax.export.symbolic_args_specs(
+        args, dict(serving.inputs), constraints=(f"l <= {limit}",)
+    )
+    shapes = jax.tree.leaves(jax.eval_shape(serving.forward, params, specs))
+    for shape in shapes:
+        for dim in shape.shape:
+            if not isinstance(dim, int) and str(dim) not in where:
+                raise ValueError(f"an output of shape {shape.shape}: {dim} is no input's dimension")
+
+    def call(inputs: dict):
+        sizes = {dim: tf.shape(inputs[name])[axis] for dim, (name, axis) in where.items()}
+        empty = tf.reduce_any([size == 0 for dim, size in sizes.items() if dim != "l"])
+
+        def on_padding():
+            grown = {
+                name: tf.pad(x, [[0, tf.cast(n == 0, tf.int32)] for n in tf.unstack(tf.shape(x))])
+                for name, x in inputs.items()
+            }
+            outputs = model(grown)
+            cut = [
+                tf.slice(x, [0] * len(shape.shape),
+                         [-1 if isinstance(dim, int) else sizes[str(dim)] for dim in shape.shape])
+                for x, shape in zip(tf.nest.flatten(outputs), shapes, strict=True)
+            ]  # fmt: skip
+            return tf.nest.pack_sequence_as(outputs, cut)
+
+        return tf.cond(empty, on_padding, lambda: model(inputs))
+
+    return call
 
 
 def _dims(polymorphic: str) -> list[str]:

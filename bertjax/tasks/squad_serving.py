@@ -135,7 +135,8 @@ def _max_context(start, size, offset, window, example, step, tokens, room, count
     """bool [R, length]: the row's pieces whose most context is in its window: the highest
     min(pieces to the left, pieces to the right) + 0.01 * window size, the first window
     winning a tie (in float64, as squad_input computes it)."""
-    windows = tf.range(tf.reduce_max(count))[None, :]  # [1, N]
+    # An empty batch's maximum is the lowest int64.
+    windows = tf.range(tf.maximum(tf.reduce_max(count), 0))[None, :]  # [1, N]
     starts = windows * tf.gather(step, example)[:, None]  # [R, N]: the question's windows
     sizes = tf.minimum(
         tf.gather(tokens, example)[:, None] - starts, tf.gather(room, example)[:, None]
@@ -231,7 +232,7 @@ def _span_text(span, row, found, features, tokenizer) -> tf.Tensor:
         - tf.gather(features["offset"], row)[:, None]
     )  # [B, 2]: the first and last piece in the context
     word = tf.gather(features["token_to_word"], example).to_tensor()
-    word = tf.concat([word, tf.zeros_like(word[:, :1])], axis=1)  # one column at least
+    word = tf.pad(word, [[0, 0], [0, 1]])  # one column at least: contexts may have no word
     piece = tf.clip_by_value(piece, 0, tf.cast(tf.shape(word)[1] - 1, tf.int64))
     first, last = (tf.gather(word, piece[:, i], batch_dims=1) for i in (0, 1))
     last = tf.where(found, last, first - 1)  # no words

@@ -48,6 +48,29 @@ def export(workdir, out) -> str:
     return done.stdout
 
 
+def ids_of_no_text(out) -> dict:
+    """serve_ids's outputs for an empty batch (a tagger's: no words, word_splits [0]), in
+    this process."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+
+    signature = tf.saved_model.load(str(out)).signatures["serve_ids"]
+    inputs = {}
+    for name, spec in signature.structured_input_signature[1].items():
+        shape = [0, 32] if spec.shape.rank == 2 else [1 if name == "word_splits" else 0]
+        inputs[name] = tf.zeros(shape, tf.int32)
+    return {name: value.numpy() for name, value in signature(**inputs).items()}
+
+
+def assert_empty(outputs: dict, shapes: dict) -> None:
+    """Each output has its shape, and its dtype: float, or text (numpy's str, or TensorFlow's
+    bytes objects) for a shape given as a list."""
+    assert {name: list(value.shape) for name, value in outputs.items()} == {
+        name: list(shape) for name, shape in shapes.items()
+    }
+    for name, shape in shapes.items():
+        assert outputs[name].dtype.kind in ("USO" if isinstance(shape, list) else "f"), name
+
+
 def host_features(restored, texts, pairs, length) -> dict:
     """The host pipeline's model inputs for `texts` (with `pairs`), as lists."""
     vocab = restored.tokenizer.vocab
@@ -65,14 +88,18 @@ def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm
     assert "text, text_pair -> label, logits, probabilities" in printed
     restored = bertjax.restore(workdir)
     ids = host_features(restored, TEXTS, PAIRS, restored.max_seq_length)
-    by_text, by_ids = serve(
+    by_text, by_ids, no_text = serve(
         out,
         [
             {"signature": "serving_default", "inputs": {"text": TEXTS, "text_pair": PAIRS}},
             {"signature": "serve_ids", "inputs": {k: ids[k] for k in savedmodel_inputs()}},
+            {"signature": "serving_default", "inputs": {"text": [], "text_pair": []}},
         ],
         tmp_path,
     )
+    # An empty batch: empty outputs of each output's dtype.
+    for outputs in (no_text, ids_of_no_text(out)):
+        assert_empty(outputs, {"label": [0], "probabilities": (0, 2), "logits": (0, 2)})
     ours = bertjax.classify(restored, TEXTS, PAIRS)
     assert list(by_text["label"]) == [row["label"] for row in ours]
     probabilities = [list(row["probabilities"].values()) for row in ours]
@@ -97,9 +124,16 @@ def test_an_imported_embedder_embeds_as_embed_past_its_length_limit(minilm_workd
     out = tmp_path / "served"
     printed = export(minilm_workdir, out)
     assert "text -> embedding" in printed
-    (response,) = serve(
-        out, [{"signature": "serving_default", "inputs": {"text": TEXTS}}], tmp_path
+    response, no_text = serve(
+        out,
+        [
+            {"signature": "serving_default", "inputs": {"text": TEXTS}},
+            {"signature": "serving_default", "inputs": {"text": []}},
+        ],
+        tmp_path,
     )
+    for outputs in (no_text, ids_of_no_text(out)):
+        assert_empty(outputs, {"embedding": (0, 384)})
     ours = bertjax.embed(bertjax.restore(str(minilm_workdir)), TEXTS)
     assert response["embedding"].shape == (len(TEXTS), 384)
     np.testing.assert_allclose(response["embedding"], ours, atol=1e-5)
@@ -131,11 +165,15 @@ def test_a_regressor_returns_its_score(minilm_workdir, tmp_path):
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "regression")
     out = tmp_path / "served"
     savedmodel.export_savedmodel(workdir, str(out))
-    (response,) = serve(
+    response, no_text = serve(
         out,
-        [{"signature": "serving_default", "inputs": {"text": TEXTS[:3], "text_pair": PAIRS[:3]}}],
+        [
+            {"signature": "serving_default", "inputs": {"text": TEXTS[:3], "text_pair": PAIRS[:3]}},
+            {"signature": "serving_default", "inputs": {"text": [], "text_pair": []}},
+        ],
         tmp_path,
     )
+    assert_empty(no_text, {"score": (0,)})
     ours = bertjax.classify(bertjax.restore(workdir), TEXTS[:3], PAIRS[:3])
     np.testing.assert_allclose(response["score"], [row["score"] for row in ours], atol=1e-5)
 
@@ -146,9 +184,19 @@ def test_a_tagger_tags_each_word_as_tag_does_across_windows(minilm_workdir, tmp_
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "tagging")
     out = tmp_path / "served"
     assert "text -> tags" in export(workdir, out)
-    (response,) = serve(
-        out, [{"signature": "serving_default", "inputs": {"text": TEXTS}}], tmp_path
+    response, no_text, no_word = serve(
+        out,
+        [
+            {"signature": "serving_default", "inputs": {"text": TEXTS}},
+            {"signature": "serving_default", "inputs": {"text": []}},
+            {"signature": "serving_default", "inputs": {"text": ["", " \t "]}},
+        ],
+        tmp_path,
     )
+    # No text, and texts without a word: no tags.
+    for outputs in (no_text, ids_of_no_text(out)):
+        assert_empty(outputs, {"tags": [0, 0]})
+    assert_empty(no_word, {"tags": [2, 0]})
     restored = bertjax.restore(workdir)
     for text, row in zip(TEXTS, response["tags"], strict=True):
         ours = [tag for _, tag in bertjax.tag(restored, text)]
@@ -164,14 +212,19 @@ def test_a_reader_answers_as_answer_does_across_windows(minilm_workdir, tmp_path
     questions = ["Who?", "", "中文?", "what is résumé", "", "why a word", "where"]
     restored = bertjax.restore(workdir)
     rows = host_features(restored, ["q"], ["a b"], 32)
-    by_text, by_ids = serve(
+    by_text, by_ids, no_text, no_word = serve(
         out,
         [
             {"signature": "serving_default", "inputs": {"question": questions, "context": TEXTS}},
             {"signature": "serve_ids", "inputs": {k: rows[k] for k in savedmodel_inputs()}},
+            {"signature": "serving_default", "inputs": {"question": [], "context": []}},
+            {"signature": "serving_default", "inputs": {"question": ["Who?"], "context": [" "]}},
         ],
         tmp_path,
     )
+    assert_empty(no_text, {"answer": [0], "score": (0,)})
+    assert_empty(ids_of_no_text(out), {"start_logits": (0, 32), "end_logits": (0, 32)})
+    assert (list(no_word["answer"]), list(no_word["score"])) == ([""], [0.0])
     for question, context, answer, score in zip(
         questions, TEXTS, by_text["answer"], by_text["score"], strict=True
     ):

@@ -44,6 +44,30 @@ def test_the_windows_are_the_host_pipelines_rows(tokenizer):
     assert [w.decode() for w in words] == list(host.documents[1].words)  # NULs kept
 
 
+@pytest.mark.parametrize("version_2", [False, True])
+@pytest.mark.parametrize(
+    "questions, contexts",
+    [([], []), ([""], [""]), (["Who?", "When?"], ["", " \t "])],
+    ids=["no question", "one empty", "contexts without a word"],
+)
+def test_an_empty_batch_and_contexts_without_a_word_answer_nothing(
+    tokenizer, version_2, questions, contexts
+):
+    config = squad_input.SquadConfig(
+        max_seq_length=24, doc_stride=5, max_query_length=6, version_2_with_negative=version_2
+    )
+    texts = {
+        "question": tf.constant(questions, tf.string),
+        "context": tf.constant(contexts, tf.string),
+    }
+    features = squad_serving._windows(tokenizer, texts, config, 24)
+    rows = tf.shape(features["input_ids"])[0]
+    logits = [tf.random.stateless_normal([rows, 24], [0, i]) for i in (0, 1)]
+    answers = squad_serving._answers(logits, features, tokenizer, config)
+    assert answers["answer"].numpy().tolist() == [b""] * len(questions)
+    assert answers["score"].shape == [len(questions)] and answers["score"].dtype == tf.float32
+
+
 @pytest.mark.parametrize(
     "predicted, original, tokenized",
     [

@@ -18,6 +18,7 @@ error waits for the save in flight, so the last good checkpoint survives.
 
 import dataclasses
 import functools
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -480,8 +481,8 @@ def _train(
     # The train stream before config.json and anything compiles: data that cannot feed
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
-    positions = (restored[2] or {}).get("stream_positions") if restored else None
-    batches = _train_stream(run, start_step, positions)
+    saved = (restored[2] or {}).get("stream_positions") if restored else None
+    batches = _train_stream(run, start_step, saved, f"{workdir}: checkpoint {start_step}")
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.
     workdir_lib.write_run_description(
@@ -787,7 +788,7 @@ class Saver:
                 self.session.manager,
                 step,
                 state,
-                {"stream_positions": _gather_positions(batches.position, batches.how)},
+                {"stream_positions": batches.record()},
             )
 
     def save_and_stop(self, step: int, state, *, saved: bool):
@@ -872,11 +873,12 @@ def check_bad_steps(state, optimizer: optim.OptimizerConfig, step: int) -> None:
 
 class TrainBatches:
     """This host's train batches (an iterator), the plan of the streams they come from
-    (`how`, data_pipeline/streams.py) and where those streams stand after the last batch
+    (`how`, data_pipeline/streams.py), what their positions mean (`meaning`; by default,
+    a stream's without positions) and where those streams stand after the last batch
     taken (`position`, its POSITIONS; None before the first, or when the stream has none)."""
 
-    def __init__(self, batches, how: streams.Plan):
-        self.batches, self.how, self.position = batches, how, None
+    def __init__(self, batches, how: streams.Plan, meaning=streams.NO_POSITIONS):
+        self.batches, self.how, self.meaning, self.position = batches, how, meaning, None
 
     def __next__(self) -> dict:
         batch = next(self.batches)
@@ -884,11 +886,20 @@ class TrainBatches:
             self.position = batch[streams.POSITIONS]
         return batch
 
+    def record(self) -> dict | None:
+        """What a checkpoint keeps of every stream's position (every host takes part): a
+        streams.Positions record; None if the stream has none."""
+        positions = _gather_positions(self.position, self.how)
+        return None if positions is None else self.meaning.record(positions)
 
-def _train_stream(run: Run, start_step: int, positions) -> TrainBatches:
+
+def _train_stream(run: Run, start_step: int, saved, where: str) -> TrainBatches:
     """This host's train batches from the step after `start_step`: from the stream
-    positions the checkpoint recorded, whatever the number of hosts that wrote it, or
-    else by replaying the streams to that step."""
+    positions the checkpoint recorded (`saved`, its streams.Positions record; `where`
+    names it), whatever the number of hosts that wrote it, or else by replaying the
+    streams to that step. Positions that mean something else stop the run here."""
+    meaning = streams.Positions(run.setup.data.position_fields, _stream_config(run.config))
+    positions = None if saved is None else meaning.read(saved, where)
     hosts, host = jax.process_count(), jax.process_index()
     how = streams.plan(len(positions) if positions else hosts, hosts, host)
     replay = 0
@@ -921,7 +932,34 @@ def _train_stream(run: Run, start_step: int, positions) -> TrainBatches:
         positions=positions,
         skip=replay,
     )
-    return TrainBatches(dataset.as_numpy_iterator(), how)
+    spec = dataset.element_spec.get(streams.POSITIONS)
+    if spec is not None and spec.shape[-1] != len(meaning.fields):
+        raise ValueError(
+            f"the task's train batches carry {streams.POSITION} of {spec.shape[-1]} integers, "
+            f"its Data.position_fields names {len(meaning.fields)}"
+        )
+    return TrainBatches(dataset.as_numpy_iterator(), how, meaning)
+
+
+def _stream_config(config: ml_collections.ConfigDict) -> dict:
+    """What the train streams are made from: config.seed, config.train_batch_size and
+    config.data, as {key: value} (nested keys joined by dots), less the keys a resume may
+    change (workdir.RESUMABLE_CHANGES)."""
+    values = json.loads(config.to_json_best_effort())
+    flat = {"seed": values["seed"], "train_batch_size": values["train_batch_size"]}
+    pending = [(f"data.{k}", v) for k, v in values["data"].items()]
+    while pending:
+        key, value = pending.pop()
+        if isinstance(value, dict):
+            pending += [(f"{key}.{k}", v) for k, v in value.items()]
+        else:
+            flat[key] = value
+    resumable = workdir_lib.RESUMABLE_CHANGES
+    return {
+        key: flat[key]
+        for key in sorted(flat)
+        if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in resumable)
+    }
 
 
 def _gather_positions(position, how: streams.Plan) -> list | None:

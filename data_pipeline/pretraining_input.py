@@ -91,6 +91,15 @@ def masking_spec(
 POSITION_FIELDS = ("batches", "epoch", "chunk", *corpus.ReaderPosition._fields, "instances")
 
 
+def position_fields(data_config: Any) -> tuple[str, ...]:
+    """What a train row's `stream_position` counts, by name: POSITION_FIELDS, or the
+    TFRecord source's (tfrecords.read_pretraining_dataset)."""
+    config = config_lib.from_config(data_config)
+    if config.source != "tfrecord":
+        return POSITION_FIELDS
+    return tfrecords.PACKED_POSITION_FIELDS if config.pack_examples else tfrecords.POSITION_FIELDS
+
+
 def make_pretraining_dataset(
     data_config: Any,
     *,

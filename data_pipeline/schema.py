@@ -42,8 +42,10 @@ carry `stream_position`, int64 [B, S]: where the stream stands after each row.
 Passing a row back as `position=` to the dataset function that made it
 restarts the stream right after that row, so a resumed run keeps
 `stream_position[-1]` of the last batch it trained on. S and the meaning of the
-S integers belong to the source: pretraining.POSITION_FIELDS for the online
-pipeline, tfrecords.read_pretraining_dataset for offline TFRecords.
+S integers belong to the source, which names them: pretraining_input.POSITION_FIELDS
+for the online pipeline, tfrecords.POSITION_FIELDS (PACKED_POSITION_FIELDS) for
+offline TFRecords. A checkpoint keeps the names with the positions
+(streams.Positions), so a resume refuses positions that count something else.
 """
 
 import numpy as np

@@ -14,16 +14,102 @@ read them later. On M hosts (`plan`):
 
 For other counts (3 -> 2) no plan keeps the order: the caller says so and reads
 the streams of M hosts instead. Pure tf.data; never imports jax.
+
+A checkpoint keeps the streams' positions as a `Positions` record: a format
+version, the names of a position's integers and the config the streams are made
+from, beside the positions. A resume reads them only where all three are its
+own; else one line says what differs, before any batch is read:
+
+    no version          positions an older bertjax saved (bare integers)
+    another version     positions a later or earlier format wrote
+    other field names   a source whose position changed what it counts
+    another config      streams made from other data, seed or batch size
 """
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from data_pipeline.errors import UserError
+
 POSITION = "stream_position"  # a stream's per-row position (its batches' schema)
 POSITIONS = "stream_positions"  # a host batch's: [streams it reads, fields], after its batch
+# The format of a Positions record; a resume reads this one alone. Changing what a
+# field means without renaming it needs a new version.
+POSITIONS_VERSION = 1
+
+
+class PositionError(UserError):
+    """A stream position that does not fit the stream it is to resume."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Positions:
+    """What a run's stream positions mean: the names of a position's integers, in order
+    (the source's, e.g. pretraining_input.POSITION_FIELDS), and the config its streams
+    are made from, {config key: value}. `record` makes what a checkpoint keeps of the
+    positions; `read` gives them back from a record that means the same."""
+
+    fields: tuple[str, ...]
+    config: dict[str, Any]
+
+    def record(self, positions: list[list[int]]) -> dict:
+        """The JSON record of `positions`, a list of len(fields) integers per stream."""
+        return {
+            "version": POSITIONS_VERSION,
+            "fields": list(self.fields),
+            "config": self.config,
+            "positions": positions,
+        }
+
+    def read(self, record: Any, where: str) -> list[list[int]]:
+        """The positions of `record`; a PositionError naming `where` (the checkpoint) and
+        what differs when the record means something else (module docstring)."""
+        older = "resume it with the bertjax that saved it, or use a new workdir"
+        if not isinstance(record, dict) or "version" not in record:
+            raise PositionError(
+                f"{where}: its stream positions carry no format version (saved by an older "
+                f"bertjax); {older}"
+            )
+        if record["version"] != POSITIONS_VERSION:
+            raise PositionError(
+                f"{where}: its stream positions are of format {record['version']!r}, this "
+                f"bertjax reads format {POSITIONS_VERSION}; {older}"
+            )
+        if set(record) != set(self.record([])):
+            raise PositionError(
+                f"{where}: its stream positions hold {', '.join(sorted(record))}, format "
+                f"{POSITIONS_VERSION} holds {', '.join(sorted(self.record([])))}; {older}"
+            )
+        if record["fields"] != list(self.fields):
+            raise PositionError(
+                f"{where}: its stream positions count ({', '.join(map(str, record['fields']))}), "
+                f"this run's stream counts ({', '.join(self.fields)}); {older}"
+            )
+        saved, now = record["config"], self.config
+        for key in sorted(saved.keys() | now.keys()):
+            if saved.get(key) != now.get(key):
+                raise PositionError(
+                    f"{where}: its stream positions are of streams made with config.{key}="
+                    f"{saved.get(key, '(none)')!r}, this run's with {now.get(key, '(none)')!r}; "
+                    "resume it with the config that saved it, or use a new workdir"
+                )
+        positions = record["positions"]
+        width = len(self.fields)
+        if not positions or any(
+            not isinstance(row, list) or len(row) != width or not all(type(v) is int for v in row)
+            for row in positions
+        ):
+            raise PositionError(
+                f"{where}: its stream positions are not {width} integers for each stream"
+            )
+        return positions
+
+
+NO_POSITIONS = Positions((), {})  # of a stream whose batches carry none
 
 
 @dataclasses.dataclass(frozen=True)

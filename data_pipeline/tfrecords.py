@@ -29,8 +29,12 @@ import tensorflow as tf
 from data_pipeline import config as config_lib
 from data_pipeline import packing, schema
 from data_pipeline.errors import UserError
+from data_pipeline.streams import PositionError
 
 SPLITS = ("train", "eval")
+# A train row's stream_position: what it counts (read_pretraining_dataset).
+POSITION_FIELDS = ("epoch", "records")
+PACKED_POSITION_FIELDS = ("epoch", "window", "rows")
 # Training files read at once, records interleaved.
 _FILES_READ_AT_ONCE = 8
 _GLOB_CHARS = frozenset("*?[")
@@ -38,10 +42,6 @@ _GLOB_CHARS = frozenset("*?[")
 
 class TFRecordError(UserError):
     """A pretraining TFRecord file that is missing, unreadable or of the wrong shape."""
-
-
-class PositionError(UserError):
-    """A stream position that does not fit the stream it is to resume."""
 
 
 def check_position(position: Any, width: int) -> tuple[int, ...] | None:
@@ -326,24 +326,25 @@ def read_pretraining_dataset(
     interleaved, cut into windows of `config.shuffle_buffer_size` records, each
     shuffled by a seed of (seed, process, epoch, window). Batches also carry
     `stream_position`, int64 [B, 2]: (epoch, records of the epoch consumed) after
-    each row. Given such a `position`, the stream goes on right after it: the
-    reader skips the epoch's earlier records as raw bytes, never parsed, and
-    never touches earlier epochs. Reading a record's bytes costs about a tenth of
-    what parsing and batching it does: on 2 cores, 400,000 records of length 128
-    skip in 0.3 s, where the pipeline yields some 150,000 rows a second.
+    each row (POSITION_FIELDS). Given such a `position`, the stream goes on right
+    after it: the reader skips the epoch's earlier records as raw bytes, never
+    parsed, and never touches earlier epochs. Reading a record's bytes costs about
+    a tenth of what parsing and batching it does: on 2 cores, 400,000 records of
+    length 128 skip in 0.3 s, where the pipeline yields some 150,000 rows a second.
     eval: one pass in sorted file order; batches carry the schema's features only.
 
     `pack_examples`: each window's records, once shuffled, are packed into rows
     (`pack_records`; eval's windows in file order), and a batch is `batch_size`
     rows. A train row's `stream_position` is then (epoch, window of the epoch,
-    rows of the window so far): a resume reads the window again, packs it the
-    same way and goes on after that row. `wrap` wraps the Python function that
-    packs (the online pipeline's, to end it at exit).
+    rows of the window so far; PACKED_POSITION_FIELDS): a resume reads the window
+    again, packs it the same way and goes on after that row. `wrap` wraps the
+    Python function that packs (the online pipeline's, to end it at exit).
     """
     config = config_lib.from_config(data_config)
     check_dataset_args(split, batch_size, process_index, process_count)
     packed = config.pack_examples
-    start = check_position(position, 3 if packed else 2)
+    fields = PACKED_POSITION_FIELDS if packed else POSITION_FIELDS
+    start = check_position(position, len(fields))
     if start is not None and split == "eval":
         raise PositionError(f"stream position {list(start)}: the eval split is read from its start")
     share = _Share.of(split_files(config, split), process_index, process_count)
@@ -354,7 +355,7 @@ def read_pretraining_dataset(
     if split == "eval":
         rows = _eval_rows(share, window, pack)
     else:
-        start = start or (0,) * (3 if packed else 2)
+        start = start or (0,) * len(fields)
         _check_train_start(share, start, window, packed)
         rows = _train_rows(share, window, seed, start, pack)
     batches = rows.batch(batch_size, drop_remainder=True)

@@ -140,6 +140,10 @@ class Data:
     # a multiple of that one.
     train: DatasetFn
     eval: DatasetFn  # one pass over the held-out split
+    # What a `stream_position` row of `train` counts, by name (the source's, e.g.
+    # pretraining_input.POSITION_FIELDS); checkpoints keep the names with the positions,
+    # so a resume refuses positions that count something else. Empty: no positions.
+    position_fields: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -45,6 +45,7 @@ from data_pipeline import config as data_config_lib
 from data_pipeline import files
 from data_pipeline.config import ConfigError
 from data_pipeline.errors import UserError
+from data_pipeline.finetune import records
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab
 
@@ -313,6 +314,7 @@ def make_setup(
             vocab_file=pretrained.vocab_file,
             train=functools.partial(dataset, make_dataset, "train", config.num_train_epochs),
             eval=functools.partial(dataset, make_dataset, "eval", 1),
+            position_fields=records.POSITION_FIELDS,
         ),
         evaluation=Evaluation(
             every_steps=max(1, round(num_train_steps / config.num_train_epochs)),

@@ -38,7 +38,7 @@ from bertjax.tasks.contract import (
     check_keys,
 )
 from data_pipeline import config as data_config_lib
-from data_pipeline import make_pretraining_dataset, schema
+from data_pipeline import make_pretraining_dataset, pretraining_input, schema
 from data_pipeline.config import ConfigError
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab
 from data_pipeline.vocab_learning import resolve_vocab_file
@@ -120,6 +120,7 @@ def setup(config, workdir: str) -> Setup:
             vocab_file=vocab_file,
             train=functools.partial(make_pretraining_dataset, data, split="train"),
             eval=functools.partial(make_pretraining_dataset, data, split="eval"),
+            position_fields=pretraining_input.position_fields(data),
         ),
         evaluation=Evaluation(
             every_steps=config.eval_every_steps,

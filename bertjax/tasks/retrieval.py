@@ -40,7 +40,7 @@ from bertjax.tasks.contract import (
     weighted_mean_loss,
 )
 from data_pipeline.config import ConfigError
-from data_pipeline.finetune import retrieval_input
+from data_pipeline.finetune import records, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
 TASK_KEYS = ("embedding", "loss")
@@ -141,6 +141,7 @@ def setup(config, workdir: str) -> Setup:
                 finetune.dataset, make_dataset, "train", config.num_train_epochs
             ),
             eval=functools.partial(finetune.dataset, make_dataset, "eval", 1),
+            position_fields=records.POSITION_FIELDS,
         ),
         evaluation=Evaluation(
             every_steps=epoch if data.eval else 0,

@@ -45,6 +45,8 @@ from data_pipeline.errors import UserError
 from data_pipeline.tfrecords import PositionError, check_position
 
 SPLITS = ("train", "eval")
+# A train row's stream_position: the global batches consumed after it.
+POSITION_FIELDS = ("batches",)
 FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 # Options are named as the experiment config spells them.
 OPTION_PREFIX = "config.data."
@@ -298,7 +300,7 @@ def batch_indices(
             f"{num_examples} examples x {num_epochs} epochs make no global batch of "
             f"{global_batch} (batch_size {batch_size} x {process_count} processes)"
         )
-    (done,) = check_position(position, 1) or (0,)
+    (done,) = check_position(position, len(POSITION_FIELDS)) or (0,)
     if done > num_batches:
         raise PositionError(f"stream position [{done}]: there are only {num_batches} batches")
     epochs = -(-num_batches * global_batch // num_examples)

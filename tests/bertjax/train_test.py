@@ -13,7 +13,7 @@ import pytest
 from bertjax import checkpoint, goodput, sharding, train
 from bertjax.tasks import pretraining
 from data_pipeline import config as data_config_lib
-from data_pipeline import make_pretraining_dataset
+from data_pipeline import make_pretraining_dataset, pretraining_input, streams
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +104,44 @@ def test_a_packed_run_resumes_exactly(tmp_path, config):
         (m["step"], m["split"], m["loss"]) for m in lines_b
     ]
     assert [m["step"] for m in lines_a] == [2, 4]
+
+
+def test_a_resume_refuses_positions_that_mean_something_else(tmp_path, config, monkeypatch):
+    # A checkpoint keeps its stream positions with their format version, the names of
+    # their fields and the config the streams were made from: positions that mean
+    # something else stop the run in one line, before it trains, never read as they were.
+    config.num_train_steps = 4
+    config.eval_every_steps = 0
+    workdir = str(tmp_path)
+    train.train_and_evaluate(config, workdir, stop_after=2, devices=ONE_DEVICE)
+    fields = pretraining_input.POSITION_FIELDS
+    counts = f"count ({', '.join(fields)}), this run's stream counts"
+    edited = copy.deepcopy(config)
+    edited.data.document_buffer_size = 16  # config.json edited too: the same-run check passes
+    changes = [
+        ((pretraining_input, "POSITION_FIELDS", (*fields[:-1], "rows")), config, counts),
+        ((pretraining_input, "POSITION_FIELDS", (*fields, "packed_rows")), config, counts),
+        ((streams, "POSITIONS_VERSION", 2), config, "are of format 1, this bertjax reads format 2"),
+        (None, edited, "config.data.document_buffer_size=32, this run's with 16"),
+    ]
+    saved = tmp_path / "config.json"
+    original = saved.read_text()
+    for patch, run_config, message in changes:
+        saved.write_text(run_config.to_json_best_effort())
+        with monkeypatch.context() as m:
+            if patch:
+                m.setattr(*patch)
+            with pytest.raises(streams.PositionError) as refused:
+                train.train_and_evaluate(run_config, workdir, devices=ONE_DEVICE)
+        line = str(refused.value)
+        assert line.startswith(f"{workdir}: checkpoint 2: its stream positions "), line
+        assert message in line and "\n" not in line, line
+    saved.write_text(original)
+    # Nothing trained, nothing moved aside: the run goes on as it would have.
+    assert checkpoint.latest_step(workdir) == 2
+    assert not (tmp_path / "damaged_checkpoints").exists()
+    train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
+    assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4]
 
 
 def test_loss_goes_down(tmp_path, config):

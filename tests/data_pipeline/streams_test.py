@@ -2,8 +2,10 @@
 on another host count with the global batches of the uninterrupted run, batch for
 batch, on a stand-in stream and on the real pretraining pipeline."""
 
+import dataclasses
 import functools
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -167,3 +169,76 @@ def test_the_tfrecord_and_fine_tuning_streams_resume_on_another_host_count(
     resumed = global_batches(make, count, after, batch_size=4, steps=3, positions=positions)
     assert [digest(b) for b, _ in resumed] == [digest(b) for b, _ in straight[4:]]
     assert len({digest(b) for b, _ in straight}) > 1
+
+
+# Two streams' positions of a stand-in source, and the config they were made from.
+MEANING = streams.Positions(("batches", "epoch"), {"seed": 0, "data.source": "builtin"})
+WHERE = "WORKDIR: checkpoint 3"
+
+
+def test_a_checkpoints_positions_come_back_from_its_record():
+    record = json.loads(json.dumps(MEANING.record([[3, 1], [3, 2]])))
+    assert record["version"] == streams.POSITIONS_VERSION
+    assert MEANING.read(record, WHERE) == [[3, 1], [3, 2]]
+
+
+def _with(record: dict, **values) -> dict:
+    return {**record, **values}
+
+
+@pytest.mark.parametrize(
+    "saved, meaning, message",
+    [
+        # Bare integers, as a bertjax before the record saved them.
+        ([[3, 1], [3, 2]], MEANING, "carry no format version (saved by an older bertjax)"),
+        (
+            _with(MEANING.record([[3, 1]]), version=2),
+            MEANING,
+            "are of format 2, this bertjax reads format 1",
+        ),
+        (
+            _with(MEANING.record([[3, 1]]), hosts=2),
+            MEANING,
+            "hold config, fields, hosts, positions, version, format 1 holds",
+        ),
+        # A field renamed, or one added: the positions count something else.
+        (
+            MEANING.record([[3, 1]]),
+            dataclasses.replace(MEANING, fields=("batches", "epochs")),
+            "count (batches, epoch), this run's stream counts (batches, epochs); resume it with the bertjax",
+        ),
+        (
+            MEANING.record([[3, 1]]),
+            dataclasses.replace(MEANING, fields=("batches", "epoch", "chunk")),
+            "count (batches, epoch), this run's stream counts (batches, epoch, chunk)",
+        ),
+        (
+            MEANING.record([[3, 1]]),
+            dataclasses.replace(MEANING, config={"seed": 1, "data.source": "builtin"}),
+            "made with config.seed=0, this run's with 1; resume it with the config that saved it",
+        ),
+        (
+            MEANING.record([[3, 1]]),
+            dataclasses.replace(MEANING, config={"seed": 0}),
+            "made with config.data.source='builtin', this run's with '(none)'",
+        ),
+        (MEANING.record([[3]]), MEANING, "are not 2 integers for each stream"),
+        (MEANING.record([]), MEANING, "are not 2 integers for each stream"),
+    ],
+)
+def test_positions_that_mean_something_else_are_refused_in_one_line(saved, meaning, message):
+    with pytest.raises(streams.PositionError) as refused:
+        meaning.read(json.loads(json.dumps(saved)), WHERE)
+    assert str(refused.value).startswith(f"{WHERE}: its stream positions ")
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("stream", ["pretraining", "tfrecord_pretraining"])
+def test_a_pretraining_source_names_each_integer_of_its_positions(request, stream, packed):
+    make = request.getfixturevalue(stream)
+    data_config = make.args[0]
+    data_config.pack_examples = packed
+    spec = make(batch_size=4, seed=0).element_spec[streams.POSITION]
+    assert spec.shape[-1] == len(pretraining_input.position_fields(data_config))

@@ -11,8 +11,8 @@ A step is complete when its manifest is there: orbax commits the state first, th
 the manifest is written whole (a rename, or one object in a bucket), so a save cut
 short at any moment leaves a step without one, which a run moves aside and a reader
 refuses. Rotation deletes a step's manifest before its files, so a step half-deleted
-by a kill is incomplete too. The newest `max_to_keep` complete steps are kept, and
-the steps a run asks to keep whatever their age.
+by a kill is incomplete too. The newest `max_to_keep` complete steps are kept, the
+steps a run asks to keep whatever their age, and its best evaluation's.
 
 Every verdict comes from the manifest, never from what orbax or TensorStore print:
 a restore first checks every file the manifest lists (there, of the same size and
@@ -85,7 +85,8 @@ def make_manager(workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...]
     """The checkpoints of a run in `workdir`, to save and restore: the newest `max_to_keep`
     complete steps are kept (None: all), and the steps `keep` whatever their age (the
     checkpoint a run resumed from: the newest known to verify, until a later one is read
-    back). Steps left incomplete by an earlier process are moved aside first."""
+    back), and the best evaluation's (Checkpoints.keep_best). Steps left incomplete by an
+    earlier process are moved aside first."""
     return Checkpoints(workdir, max_to_keep=max_to_keep, keep=keep)
 
 
@@ -99,6 +100,7 @@ class Checkpoints:
     def __init__(self, workdir: str, *, max_to_keep: int | None, keep: tuple[int, ...] = ()):
         self.directory = workdir_lib.checkpoint_dir(workdir)
         self.max_to_keep, self.keep = max_to_keep, tuple(keep)
+        self.best: int | None = None  # the step of the best evaluation (keep_best)
         check_step_dirs(self.directory, move=True)
         if jax.process_index() == 0:
             tf.io.gfile.makedirs(self.directory)
@@ -124,6 +126,11 @@ class Checkpoints:
         steps = self.all_steps()
         return steps[-1] if steps else None
 
+    def keep_best(self, step: int | None) -> None:
+        """Rotation spares `step` too, from the next save on: the step of the run's best
+        evaluation, if it has a checkpoint (the one before it is no longer spared)."""
+        self.best = step
+
     def save(self, step: int, state, data: dict) -> None:
         """Starts an asynchronous save of `state` and the JSON `data`; `wait` completes it.
 
@@ -146,15 +153,18 @@ class Checkpoints:
         except Exception as error:  # noqa: BLE001 - any failure to save is reported as one
             self._failed = True
             raise self._save_failed(step, error) from error
+        spared = {*self.keep, self.best}
         self._committer = threading.Thread(
             target=self._commit,
-            args=(step, step_dir, pending, arrays, data),
+            args=(step, step_dir, pending, arrays, data, spared),
             name=f"checkpoint {step}",
             daemon=True,
         )
         self._committer.start()
 
-    def _commit(self, step: int, step_dir: str, pending, arrays: dict, data: dict) -> None:
+    def _commit(
+        self, step: int, step_dir: str, pending, arrays: dict, data: dict, spared: set
+    ) -> None:
         """In the background: waits for orbax to commit the state, writes the manifest
         (the step is then complete) and deletes the steps rotation drops."""
         try:
@@ -173,18 +183,18 @@ class Checkpoints:
                 "data": data,
             }
             _write_manifest(step_dir, manifest)
-            self._rotate()
+            self._rotate(spared)
         except BaseException as error:  # noqa: BLE001 - raised by the caller's next save or wait
             self._failed = True
             self._failure = self._save_failed(step, error)
             self._failure.__cause__ = error
 
-    def _rotate(self) -> None:
+    def _rotate(self, spared: set) -> None:
         if self.max_to_keep is None:
             return
         steps = self.all_steps()
         for step in steps[: max(0, len(steps) - self.max_to_keep)]:
-            if step not in self.keep:
+            if step not in spared:
                 step_dir = os.path.join(self.directory, str(step))
                 # The manifest first: a kill in between leaves an incomplete step.
                 tf.io.gfile.remove(os.path.join(step_dir, MANIFEST))

@@ -829,6 +829,8 @@ class Evaluator:
             # What "best" follows, for tools that compare runs (bertjax.sweep).
             best_metric={"name": metric.name, "higher_is_better": metric.higher_is_better},
         )
+        # Rotation spares the best evaluation's checkpoint (the one of a resumed run too).
+        session.manager.keep_best(self.results.get("best", {}).get("step"))
 
     def evaluate_if_due(self, step: int, state) -> None:
         """A hook: at the steps that have an evaluation (Session.evaluates), records one,
@@ -851,6 +853,7 @@ class Evaluator:
             values[self.metric.name], best.get(self.metric.name)
         ):
             self.results["best"] = {"step": step, **values}
+            self.session.manager.keep_best(step)
         workdir_lib.write_results(self.workdir, self.results)
         evaluation = self.run.setup.evaluation
         last = step == self.run.setup.objective.num_train_steps

@@ -10,9 +10,8 @@ anchor, positive and hard-negative columns); the model, bertjax/embedding.py's
 BertForEmbedding (the encoder and a pooling, no head); the loss, in-batch negatives
 over the whole global batch (losses.in_batch_negatives_sums). After every epoch the
 held-out collection is embedded and searched exactly (bertjax/retrieval/search.py), and
-scored as trec_eval scores (bertjax/retrieval/metrics.py); results.json's "best" is the
-best by nDCG@10, and its checkpoint is kept where config.checkpoints_to_keep keeps every
-epoch's (the retrieval configs' None). A fine-tuned workdir embeds with
+scored as trec_eval scores (bertjax/retrieval/metrics.py); the best checkpoint is kept
+by nDCG@10 (results.json's "best" names its step). A fine-tuned workdir embeds with
 `bertjax.embed(restore(workdir), texts)` as it trained, and `python -m bertjax.retrieval
 evaluate` scores it on any collection.
 """

@@ -4,10 +4,9 @@
         --config.init_checkpoint=runs/minilm --config.data.beir_dir=BEIR_DIR
 
 BEIR_DIR holds corpus.jsonl, queries.jsonl and qrels/train.tsv (the pairs trained on)
-and qrels/dev.tsv (evaluated after every epoch; every epoch's checkpoint is kept, and
-results.json's "best" names the step of the best by nDCG@10). Pair files instead:
---config.data.train_file=pairs.tsv (columns anchor and positive, and
---config.data.negatives=neg1,neg2 for hard negatives) and optionally
+and qrels/dev.tsv (evaluated after every epoch; the best checkpoint by nDCG@10 is
+kept). Pair files instead: --config.data.train_file=pairs.tsv (columns anchor and
+positive, and --config.data.negatives=neg1,neg2 for hard negatives) and optionally
 --config.data.eval_file. The recipe is sentence-transformers' for
 MultipleNegativesRankingLoss (scale 20, cosine, batch 32, lr 2e-5, warmup 10%).
 Every data option is a field of data_pipeline.finetune.retrieval_input.RetrievalConfig.
@@ -29,9 +28,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.data = retrieval_input.default_config()
     config.data.max_seq_length = 128
     config.num_train_epochs = 1.0
-    # Every checkpoint (None: all; N: the newest N), so that the best epoch's by nDCG@10,
-    # which results.json's "best" names, is kept whichever epoch it is.
-    config.checkpoints_to_keep = ml_collections.FieldReference(None, field_type=int)
     # How a text becomes one vector: 'mean', 'cls' or 'last' pooling of the final
     # hidden states, then L2-normalized or not (bertjax/embedding.py). Exported and
     # embedded the same way.

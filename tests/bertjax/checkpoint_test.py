@@ -458,6 +458,16 @@ def test_rotation_keeps_the_step_a_run_resumed_from(tmp_path):
     manager.close()
 
 
+def test_rotation_keeps_the_best_evaluations_step_until_a_better_one(tmp_path):
+    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
+    for step, best in ((1, 1), (2, 1), (3, 1), (4, 4), (5, 4)):
+        manager.keep_best(best)
+        checkpoint.save(manager, step, tiny_state(step), {})
+        assert checkpoint.wait(manager, timeout_s=60)
+        assert manager.all_steps() == sorted({best, step}), step
+    manager.close()
+
+
 def test_fingerprints_are_of_the_state_saved_though_its_buffers_are_donated_at_once(tmp_path):
     # The fingerprints are read in the background commit; the next train step donates
     # the state's buffers before that. They must still be of the values saved.

@@ -68,6 +68,7 @@ def exits(monkeypatch):
 
 def test_a_first_ctrl_c_asks_to_stop_and_a_second_stops_at_once(recorded, exits, tmp_path):
     (tmp_path / "checkpoints" / "40").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "40" / "manifest.json").write_text("{}")
     with preemption.checkpoints_in(str(tmp_path)), preemption.StopRequests() as stop:
         send(signal.SIGINT, lambda: stop.signal_name is not None)
         assert stop.signal_name == "SIGINT" and stop.requested(1) and not exits
@@ -86,8 +87,10 @@ def test_a_second_ctrl_c_names_the_checkpoint_a_rerun_resumes_from(tmp_path):
         stopped + "it has no checkpoint: the same command starts it over"
     )
     checkpoints = tmp_path / "checkpoints"
-    for name in ("3", "20", "30.orbax-checkpoint-tmp-1795776470"):  # 30: a save in flight
+    for name in ("3", "20", "30"):
         (checkpoints / name).mkdir(parents=True)
+        if name != "30":  # 30: a save in flight, its manifest not written yet
+            (checkpoints / name / "manifest.json").write_text("{}")
     assert str(preemption.second_ctrl_c(str(tmp_path))) == (
         stopped + "the latest checkpoint is step 20: run the same command to resume from it"
     )

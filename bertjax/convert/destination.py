@@ -13,10 +13,18 @@ from bertjax.convert.errors import ConversionError
 
 def check_empty(path: str) -> None:
     """Fails unless `path` is absent or an empty folder: an export or import never writes
-    over anything."""
+    over anything. A local `path` must also be below folders only (in Cloud Storage a
+    folder is only a prefix of object names, which an object's name may be too)."""
     gfile = tf.io.gfile
     if gfile.exists(path) and (not gfile.isdir(path) or gfile.listdir(path)):
         raise ConversionError(f"{path}: already exists and is not empty; choose a new folder")
+    if "://" in path:
+        return
+    above = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ConversionError(f"{path}: {above} is not a folder; choose another path")
 
 
 @contextlib.contextmanager

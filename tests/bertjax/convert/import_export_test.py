@@ -649,6 +649,28 @@ def test_cli_error_is_one_line_with_exit_code_2(small_workdir):
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
+    "command", ["import hf", "export hf", "export sentence-transformers", "export savedmodel"]
+)
+def test_a_destination_below_a_file_is_one_line_before_anything_loads(
+    hf_small, small_workdir, tmp_path, command
+):
+    (tmp_path / "afile").write_text("mine")
+    out = tmp_path / "afile" / "sub"
+    name, format = command.split()
+    if name == "import":
+        result = run_cli(name, "--format", format, str(hf_small[0]), str(out), "--do_lower_case")
+    else:
+        result = run_cli(name, "--format", format, str(small_workdir), str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: {out}: {tmp_path / 'afile'} is not a folder; choose another path"
+    ]
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert os.listdir(tmp_path) == ["afile"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
     "args,message",
     [
         (["import", "--format", "hf", "a"], "usage: python -m bertjax.convert import"),

@@ -18,7 +18,8 @@ sentence-transformers model"); --format savedmodel writes a SavedModel with the
 tokenizer in its graph, served with tensorflow and tensorflow_text alone
 (bertjax/convert/savedmodel.py, docs/serving.md). Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
-renamed into place at the end. Any path may be in Cloud Storage (`gs://...`),
+renamed into place at the end; the next conversion to the same path removes one that a
+killed conversion left (destination.py). Any path may be in Cloud Storage (`gs://...`),
 where that rename copies each object and so is not atomic.
 """
 

@@ -1,14 +1,27 @@
 """Where an import or export writes: a new or empty folder, filled through a staging
-folder renamed onto it at the end, so a failed conversion leaves nothing behind."""
+folder renamed onto it at the end, so a failed conversion leaves nothing behind, and a
+killed one nothing that outlives the next conversion to the same folder."""
 
 import contextlib
 import os
+import re
+import socket
 import uuid
 from collections.abc import Iterator
 
 import tensorflow as tf
 
 from bertjax.convert.errors import ConversionError
+
+# A staging folder's name holds the process that writes it,
+# `.OUT.<random>.<pid>@<host>.partial`, so that the next import or export to OUT can remove what a killed one left (SIGKILL
+# runs no cleanup): the folders of this host whose process is no longer running. It
+# leaves the others, which may be conversions still under way: another host's (whose
+# processes it cannot see), and one whose process id is in use, even by another program
+# since (a leftover kept, never a live folder removed). The owner is in the name from the
+# folder's first moment, with no lock to take or file to write, in Cloud Storage as on a
+# disk.
+_ABANDONED = r"\.{name}\.[0-9a-f]{{8}}\.(\d+)@(.+)\.partial"
 
 
 def check_empty(path: str) -> None:
@@ -44,8 +57,12 @@ def staging(final: str) -> Iterator[str]:
         created, parent = parent, os.path.dirname(parent)
     parent = os.path.dirname(final)
     gfile.makedirs(parent)
+    remove_abandoned(final)
     # Not tempfile.mkdtemp: its folder is private (0700), and it becomes the result.
-    staging = os.path.join(parent, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.partial")
+    owner = f"{os.getpid()}@{socket.gethostname()}"
+    staging = os.path.join(
+        parent, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.{owner}.partial"
+    )
     gfile.mkdir(staging)
     try:
         yield staging
@@ -57,3 +74,32 @@ def staging(final: str) -> Iterator[str]:
                 with contextlib.suppress(tf.errors.OpError):
                     gfile.rmtree(folder)
         raise
+
+
+def remove_abandoned(final: str) -> list[str]:
+    """Removes the staging folders of `final` that a process of this host left when it
+    ended without finishing; returns them."""
+    parent, name = os.path.split(final)
+    if not tf.io.gfile.isdir(parent):
+        return []
+    pattern = re.compile(_ABANDONED.format(name=re.escape(name)))
+    removed = []
+    for entry in tf.io.gfile.listdir(parent):
+        match = pattern.fullmatch(entry.rstrip("/"))
+        if match is None or match[2] != socket.gethostname() or _running(int(match[1])):
+            continue
+        folder = os.path.join(parent, entry.rstrip("/"))
+        with contextlib.suppress(tf.errors.NotFoundError):  # another run removed it first
+            tf.io.gfile.rmtree(folder)
+        removed.append(folder)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -613,6 +614,28 @@ def test_a_failure_while_writing_leaves_nothing(hf_small, tmp_path, monkeypatch)
             "hf", str(hf_small[0]), str(out / "deeper" / "w"), do_lower_case=True
         )
     assert not out.exists()
+
+
+@pytest.mark.integration
+def test_the_staging_folder_of_a_killed_export_goes_with_the_next_export(small_workdir, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    export = subprocess.Popen(
+        [sys.executable, "-m", "bertjax.convert", "export", "--format", "savedmodel",
+         str(small_workdir), str(out)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".out.*.partial")):
+        assert export.poll() is None, "the export ended before it wrote its staging folder"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    export.kill()  # SIGKILL: no cleanup runs
+    export.wait()
+    assert list(tmp_path.glob(".out.*.partial"))
+    result = run_cli("export", "--format", "hf", str(small_workdir), str(out))
+    assert result.returncode == 0, result.stderr
+    assert os.listdir(tmp_path) == ["out"]
 
 
 def test_existing_destinations_are_refused(small_workdir, tmp_path):

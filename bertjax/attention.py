@@ -51,7 +51,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention
 from jax.sharding import PartitionSpec
 
 from bertjax import dropout, sharding
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 # Where each implementation runs; splash on CPU in interpret mode.
 PLATFORMS = {"xla": ("cpu", "gpu", "tpu"), "cudnn": ("gpu",), "splash": ("tpu", "cpu")}

@@ -63,7 +63,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import chips
-from data_pipeline.workers import usable_cores
+from data_pipeline.cores import usable_cores
 
 # ------------------------------------------------------------------------------ FLOPs
 

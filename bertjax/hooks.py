@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertjax import import_path
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 
 def load(path: str, *, where: str, what: str, accepts: Callable[[Any], bool]) -> Any:

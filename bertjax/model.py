@@ -55,7 +55,7 @@ from flax import linen as nn
 
 from bertjax import attention
 from bertjax.dropout import Dropout
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 HIDDEN_ACTS = ("gelu_tanh", "gelu", "relu")
 NORM_PLACEMENTS = ("post", "pre")

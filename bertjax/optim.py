@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 NAMES = ("adamw", "lamb", "stable_adamw")
 # 'linear': warmup, then linear decay to 0 at the last step (BERT's). 'warmup_stable_decay':

@@ -14,7 +14,7 @@ import jax
 from absl import logging
 
 from bertjax import workdir as workdir_lib
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 HOSTS = ("first", "all")
 

@@ -50,8 +50,7 @@ from bertjax.hooks import Hook
 from bertjax.model import stack_layers, unstack_layers
 from bertjax.tasks.contract import Setup, Task, apply_model, host_share
 from data_pipeline import streams
-from data_pipeline.config import ConfigError
-from data_pipeline.errors import UserError
+from data_pipeline.errors import ConfigError, UserError
 
 
 class TrainingError(UserError):

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import ml_collections
 
-from data_pipeline.errors import UserError
+from data_pipeline.errors import ConfigError
 
 SOURCES = ("builtin", "text", "tfds", "tfrecord")
 TOKENIZERS = ("wordpiece", "sentencepiece", "bpe")
@@ -21,10 +21,6 @@ TOKENIZERS = ("wordpiece", "sentencepiece", "bpe")
 MIN_BPE_VOCAB_SIZE = 5 + 256
 # [CLS] A [SEP] B [SEP] needs three specials plus one token on each side.
 MIN_SEQ_LENGTH = 5
-
-
-class ConfigError(UserError):
-    """An unknown key, or an inconsistent or out-of-range option; the message names it."""
 
 
 @dataclasses.dataclass(frozen=True)

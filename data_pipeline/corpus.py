@@ -43,8 +43,8 @@ from typing import NamedTuple, NoReturn
 import tensorflow as tf
 
 from data_pipeline import builtin_corpus
-from data_pipeline.config import ConfigError, DataConfig
-from data_pipeline.errors import UserError
+from data_pipeline.config import DataConfig
+from data_pipeline.errors import ConfigError, UserError
 from data_pipeline.sentences import split_sentences
 
 SPLITS = ("train", "eval")

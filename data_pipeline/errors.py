@@ -4,8 +4,9 @@ A bad option, a missing or malformed file, a workdir that does not fit the
 run: each raises a subclass of `UserError` whose message names the option,
 file or row. Command-line tools catch `UserError` in one place
 (`data_pipeline.cli.run`) and print it as one line; anything else is a bug
-and keeps its traceback. This module imports nothing, so data_pipeline stays
-free of jax and bertjax can derive its own errors from it.
+and keeps its traceback. This module imports nothing: it is the lowest of
+data_pipeline's, so that any layer raises and derives its own errors from it
+(bertjax's model and sharding do) without importing the pipeline.
 """
 
 
@@ -16,6 +17,10 @@ class UserError(ValueError):
     """
 
     EXIT_CODE = 2  # as argparse, and the shell for a builtin, exit on a usage error
+
+
+class ConfigError(UserError):
+    """An unknown key, or an inconsistent or out-of-range option; the message names it."""
 
 
 class Preempted(Exception):

@@ -62,7 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import config as config_lib
-from data_pipeline import corpus, masking, schema, tfrecords, workers
+from data_pipeline import cores, corpus, masking, schema, tfrecords, workers
 from data_pipeline.exit_calls import PythonCalls
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import Vocab
@@ -162,7 +162,7 @@ def make_pretraining_dataset(
     if config.num_workers:
         # A tf.data thread waiting on a worker holds no core: a thread more per worker.
         options = tf.data.Options()
-        options.threading.private_threadpool_size = workers.usable_cores() + config.num_workers
+        options.threading.private_threadpool_size = cores.usable_cores() + config.num_workers
         dataset = dataset.with_options(options)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -57,7 +57,8 @@ from data_pipeline import builtin_corpus, files, progress
 from data_pipeline import corpus as corpus_lib
 from data_pipeline import tokenizer as tokenizer_lib
 from data_pipeline import vocab as vocab_lib
-from data_pipeline.config import ConfigError, DataConfig, from_config
+from data_pipeline.config import DataConfig, from_config
+from data_pipeline.errors import ConfigError
 
 # Bump when a change here changes what is learned, so cached vocabularies are relearned.
 _ALGORITHM_VERSION = 1

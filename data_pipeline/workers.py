@@ -48,13 +48,6 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (XLA's CPU thread pool is as large)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 class WorkerError(RuntimeError):
     """A worker process died or could not start."""
 

@@ -25,7 +25,7 @@ import numpy as np
 from absl import flags
 
 from bertjax import program
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 FLAGS = flags.FLAGS
 

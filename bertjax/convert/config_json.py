@@ -14,7 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from bertjax.model import BertConfig
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 # The architecture fields both formats name as BertConfig does: its fields up to
 # layer_norm_eps (which bert_config.json lacks); the rest of ours are runtime choices.

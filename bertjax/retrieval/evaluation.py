@@ -5,8 +5,8 @@ import os
 import jax
 import numpy as np
 
-from bertjax import inference
-from bertjax.retrieval import command, metrics, search
+from bertjax import inference, retrieval_metrics, search
+from bertjax.retrieval import command
 from bertjax.tasks import scores
 from data_pipeline import files, progress
 from data_pipeline.errors import UserError
@@ -25,7 +25,7 @@ def main(args) -> None:
         figures = evaluate(
             args.workdir, args.data_dir, args.split, args.out, args.step, args.batch_size
         )
-        print("  ".join(f"{name} {figures[name]:.4f}" for name in metrics.MEASURES))
+        print("  ".join(f"{name} {figures[name]:.4f}" for name in retrieval_metrics.MEASURES))
         print(f"wrote {os.path.join(args.out, RUN_FILE)} and {METRICS_FILE}")
         return
     if not args.file:
@@ -55,10 +55,17 @@ def evaluate(
     embedding.finish()
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("corpus",))
     run = search.ranked(
-        collection.query_ids, collection.passage_ids, queries, passages, metrics.DEPTH, mesh=mesh
+        collection.query_ids,
+        collection.passage_ids,
+        queries,
+        passages,
+        retrieval_metrics.DEPTH,
+        mesh=mesh,
     )
-    figures = metrics.evaluate(collection.qrels, run)
-    metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=metrics.DEPTH)
+    figures = retrieval_metrics.evaluate(collection.qrels, run)
+    retrieval_metrics.write_trec_run(
+        os.path.join(out, RUN_FILE), run, depth=retrieval_metrics.DEPTH
+    )
     record = {
         **figures,
         "workdir": workdir,

@@ -14,7 +14,8 @@ squad.py). Everything that differs between suites is here:
     part_trials(parts, data_dir) -> hyper.Sweep
                              one trial per part: what tells one from another, its data
     data_overrides(data_dir) what every trial sets to read --data_dir (absolute, or tfds)
-    is_config(config)        whether a config file is one of this suite's
+    is_config(config)        whether a config file is one of this suite's, by the Task
+                             it trains (bertjax.tasks.for_config), never by its name
     check_data(data_dir, data_config, parts)
                              fails in one line on the first file a trial would read that
                              is not there (data_dir: --data_dir as given)

@@ -15,7 +15,7 @@ import dataclasses
 from bertjax import import_path
 from bertjax.tasks import classification, pretraining, retrieval, squad, tagging
 from bertjax.tasks.contract import Task
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 # What a config without `task` trains.
 DEFAULT = "pretraining"

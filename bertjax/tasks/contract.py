@@ -58,7 +58,8 @@ from bertjax import hooks, profiling
 from bertjax.model import BertConfig
 from bertjax.tasks import scores
 from bertjax.workdir import CheckpointError
-from data_pipeline.config import ConfigError, check_known_keys, key_paths
+from data_pipeline.config import check_known_keys, key_paths
+from data_pipeline.errors import ConfigError
 
 # (batch_size, process_index, process_count, seed[, position]) -> this host's batches.
 DatasetFn = Callable[..., tf.data.Dataset]

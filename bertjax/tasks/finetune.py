@@ -43,8 +43,7 @@ from bertjax.tasks.contract import (
 )
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
-from data_pipeline.config import ConfigError
-from data_pipeline.errors import UserError
+from data_pipeline.errors import ConfigError, UserError
 from data_pipeline.finetune import records
 from data_pipeline.tokenizer import make_tokenizer
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab

@@ -39,7 +39,7 @@ from bertjax.tasks.contract import (
 )
 from data_pipeline import config as data_config_lib
 from data_pipeline import make_pretraining_dataset, pretraining_input, schema
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.vocab import load_vocab, write_placeholder_vocab
 from data_pipeline.vocab_learning import resolve_vocab_file
 

@@ -9,8 +9,8 @@ The input is data_pipeline/finetune/retrieval_input.py (a BEIR directory, or fil
 anchor, positive and hard-negative columns); the model, bertjax/embedding.py's
 BertForEmbedding (the encoder and a pooling, no head); the loss, in-batch negatives
 over the whole global batch (losses.in_batch_negatives_sums). After every epoch the
-held-out collection is embedded and searched exactly (bertjax/retrieval/search.py), and
-scored as trec_eval scores (bertjax/retrieval/metrics.py); the best checkpoint is kept
+held-out collection is embedded and searched exactly (bertjax/search.py), and
+scored as trec_eval scores (bertjax/retrieval_metrics.py); the best checkpoint is kept
 by nDCG@10 (results.json's "best" names its step). A fine-tuned workdir embeds with
 `bertjax.embed(restore(workdir), texts)` as it trained, and `python -m bertjax.retrieval
 evaluate` scores it on any collection.
@@ -22,9 +22,8 @@ import os
 
 import numpy as np
 
-from bertjax import flops, losses
+from bertjax import flops, losses, retrieval_metrics, search
 from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
-from bertjax.retrieval import metrics, search
 from bertjax.tasks import embedding_serving, finetune, scores
 from bertjax.tasks.contract import (
     Data,
@@ -38,7 +37,7 @@ from bertjax.tasks.contract import (
     dataset_batch_shapes,
     weighted_mean_loss,
 )
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import records, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
@@ -152,7 +151,7 @@ def setup(config, workdir: str) -> Setup:
         description=Description(
             max_seq_length=lengths[1],
             tokenizer_data=pretrained.tokenizer_data,
-            metrics=metrics.MEASURES,
+            metrics=retrieval_metrics.MEASURES,
             data=config.data.to_dict(),
             init_checkpoint=config.init_checkpoint,
             embedding=pooling.to_json(),
@@ -192,7 +191,7 @@ def _eval_outputs(outputs, batch):
 
 def _score(collection, outputs: list):
     """The held-out collection searched with the vectors of its batches: trec_eval's
-    measures of the top metrics.DEPTH passages per query."""
+    measures of the top retrieval_metrics.DEPTH passages per query."""
     queries, passages, query_index, passage_index = (
         np.concatenate(parts) for parts in zip(*outputs, strict=True)
     )
@@ -200,14 +199,18 @@ def _score(collection, outputs: list):
     query_vectors = queries[query_index >= 0][np.argsort(query_index[query_index >= 0])]
     passage_vectors = passages[passage_index >= 0][np.argsort(passage_index[passage_index >= 0])]
     run = search.ranked(
-        collection.query_ids, collection.passage_ids, query_vectors, passage_vectors, metrics.DEPTH
+        collection.query_ids,
+        collection.passage_ids,
+        query_vectors,
+        passage_vectors,
+        retrieval_metrics.DEPTH,
     )
-    return metrics.evaluate(collection.qrels, run), None
+    return retrieval_metrics.evaluate(collection.qrels, run), None
 
 
 def best_metric(config) -> scores.Metric:
     del config
-    return scores.Metric(metrics.MEASURES[0], None)
+    return scores.Metric(retrieval_metrics.MEASURES[0], None)
 
 
 def forward_flops(c, inputs: dict[str, int], description: Description) -> float:

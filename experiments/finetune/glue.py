@@ -23,7 +23,7 @@ Pearson and Spearman for STS-B.
 
 import ml_collections
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import classification_input
 from experiments.finetune import base
 

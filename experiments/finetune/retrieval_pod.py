@@ -37,7 +37,7 @@ lengths are our choice, not a published recipe.
 
 import ml_collections
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.finetune import retrieval
 
 # The pretraining config each variant fine-tunes the run of (phase 2: its positions).

@@ -19,7 +19,7 @@ with this config's lr and epochs (at batch 12) reports dev F1 88.41.
 
 import ml_collections
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import squad_input
 from experiments.finetune import base
 

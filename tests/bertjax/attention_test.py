@@ -8,7 +8,7 @@ from flax import linen as nn
 
 from bertjax import attention, sharding
 from bertjax.model import BertConfig, BertModel
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 # Length 128, splash's smallest; BERT's head size 64.
 B, L, A, D = 3, 128, 2, 64

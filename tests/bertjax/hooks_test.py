@@ -11,7 +11,7 @@ from support import REPO, run_hooks
 
 from bertjax import checkpoint, hooks, preemption, tasks
 from bertjax.hooks import Hook
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.pretrain import tiny_cpu
 
 

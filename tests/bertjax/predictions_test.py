@@ -27,7 +27,7 @@ from bertjax.model import (
 from bertjax.tasks import pretraining
 from bertjax.tasks.contract import Description
 from bertjax.workdir import CheckpointError
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import classification_input, tagging_input
 from data_pipeline.finetune.records import TaskDataError
 from experiments.pretrain import tiny_cpu

@@ -10,7 +10,7 @@ import pytest
 from bertjax import events, metrics, train, workdir
 from bertjax.hooks import Hook
 from data_pipeline import streams
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 
 def make_session(

@@ -24,7 +24,7 @@ from tokenizers import pre_tokenizers
 
 from data_pipeline import config as config_lib
 from data_pipeline import pretraining_input, schema, vocab_learning
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.tokenizer import BpeTokenizer, make_tokenizer
 from data_pipeline.vocab import BYTE_LEVEL_WHITESPACE, SPECIAL_TOKENS, VocabError, load_vocab
 

@@ -21,7 +21,8 @@ from ml_collections import config_flags
 from support import REPO, programs
 
 from data_pipeline import cli
-from data_pipeline.config import ConfigError, check_known_keys, key_paths
+from data_pipeline.config import check_known_keys, key_paths
+from data_pipeline.errors import ConfigError
 
 TINY = "experiments/pretrain/tiny_cpu.py"
 # Every program README.md and docs/ tell a user to run (support/programs.py).

@@ -8,8 +8,8 @@ import ml_collections
 import pytest
 
 from data_pipeline import config as config_lib
-from data_pipeline.config import ConfigError, DataConfig
-from data_pipeline.errors import UserError
+from data_pipeline.config import DataConfig
+from data_pipeline.errors import ConfigError, UserError
 
 PROBABILITIES = (
     "masked_lm_prob",

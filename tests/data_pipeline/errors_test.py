@@ -8,7 +8,7 @@ import os
 import pytest
 
 from data_pipeline import errors
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.vocab import VocabError
 
 

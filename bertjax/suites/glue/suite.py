@@ -57,7 +57,12 @@ def data_overrides(data_dir: str) -> dict:
 
 
 def is_config(config) -> bool:
-    return config.get("task") == "classification" and config.data.get("source") == "glue"
+    """Whether `config` trains bertjax's classification task on GLUE's data."""
+    # Imported here: the tasks load TensorFlow and JAX, which --help and a bad flag need not.
+    from bertjax import tasks
+
+    trains = tasks.for_config(config)
+    return trains is tasks.classification.TASK and config.data.get("source") == "glue"
 
 
 def check_data(data_dir: str, data_config: dict, tasks) -> None:

@@ -11,6 +11,7 @@ from bertjax.suites import command
 from bertjax.suites.glue.suite import GLUE, TASKS
 from bertjax.suites.squad import SQUAD
 from bertjax.sweep import hyper
+from data_pipeline import config as data_config
 from data_pipeline.errors import UserError
 
 
@@ -109,6 +110,32 @@ def test_run_without_a_config_gets_the_suites_config_first(monkeypatch, kind):
     argv = ["suites", kind.name, "run", "--init_checkpoint=w", "--config.seed=3", "--data_dir=d"]
     assert command.with_default_config(argv) == ["suites", f"--config={kind.config}", *argv[1:]]
     assert os.path.isfile(kind.config)
+
+
+@pytest.mark.parametrize(
+    "config_file, task, suites",
+    [
+        ("finetune/glue.py", None, {"glue"}),
+        ("finetune/squad.py", None, {"squad"}),
+        ("finetune/classify.py", None, set()),  # classification, not on GLUE's data
+        ("finetune/glue.py", "tagging", set()),
+        ("finetune/squad.py", "bertjax.tasks.tagging:TASK", set()),
+        ("pretrain/tiny_cpu.py", None, set()),  # no config.task: pretraining
+    ],
+    ids=["glue", "squad", "classify", "glue-tagging", "squad-tagging-path", "pretraining"],
+)
+def test_a_suite_knows_its_configs_by_the_task_they_train(config_file, task, suites):
+    config = data_config.read_config_file(str(REPO / "experiments" / config_file))
+    if task is not None:
+        config.task = task
+    assert {kind.name for kind in (GLUE, SQUAD) if kind.is_config(config)} == suites
+
+
+def test_a_config_of_an_unknown_task_is_one_line():
+    config = data_config.read_config_file(str(REPO / "experiments" / "finetune" / "squad.py"))
+    config.task = "qa"
+    with pytest.raises(UserError, match=r"^config.task='qa': must be one of pretraining,"):
+        SQUAD.is_config(config)
 
 
 def test_run_from_outside_the_checkout_gets_the_configs_absolute_path(monkeypatch, tmp_path):

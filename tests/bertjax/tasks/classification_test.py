@@ -16,7 +16,7 @@ from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForSequenceClassification
 from bertjax.tasks import classification, finetune
 from bertjax.tasks.contract import Description, Initialization
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.finetune import classify
 
 TASK = classification.TASK

@@ -8,7 +8,7 @@ import pytest
 from bertjax import tasks
 from bertjax.tasks.contract import Description
 from bertjax.workdir import CheckpointError
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 
 
 def test_the_table_names_every_task_once():

@@ -169,7 +169,7 @@ def test_an_embedder_fine_tuned_on_built_in_pairs_ranks_held_out_passages_better
     # 0.5117 imported (reading up to 256 tokens), 0.5315 fine-tuned (0.5445 at 64/128).
     from sentence_transformers import SentenceTransformer
 
-    from bertjax.retrieval import metrics, search
+    from bertjax import retrieval_metrics, search
     from data_pipeline.finetune import retrieval_input
 
     paths = pair_files(task_dir / "retrieval", tmp_path)
@@ -179,7 +179,7 @@ def test_an_embedder_fine_tuned_on_built_in_pairs_ranks_held_out_passages_better
         bertjax.embed(imported, texts) for texts in (collection.queries, collection.passages)
     ]
     run_before = search.ranked(collection.query_ids, collection.passage_ids, *vectors, 100)
-    before = metrics.evaluate(collection.qrels, run_before)["ndcg@10"]
+    before = retrieval_metrics.evaluate(collection.qrels, run_before)["ndcg@10"]
     workdir = tmp_path / "embedder"
     results = train(
         "builtin_retrieval.py",

@@ -17,7 +17,7 @@ from bertjax import checkpoint, predictions, train
 from bertjax import workdir as workdir_lib
 from bertjax.bench import packed_step
 from data_pipeline import progress
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.finetune import classify, glue, ner, retrieval, squad
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from bertjax.tasks.contract import Description, Initialization
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
 from data_pipeline import schema
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.vocab import VocabError, write_placeholder_vocab
 from experiments.pretrain import tiny_cpu
 

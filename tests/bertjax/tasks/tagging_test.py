@@ -16,7 +16,7 @@ from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig, BertForTokenClassification
 from bertjax.tasks import finetune, tagging
 from bertjax.tasks.contract import Description, Initialization
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.finetune import ner
 
 TASK = tagging.TASK

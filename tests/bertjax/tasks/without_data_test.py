@@ -13,7 +13,7 @@ from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.tasks import classification, finetune, retrieval
 from data_pipeline import config as data_config_lib
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from experiments.finetune import retrieval_pod
 from experiments.pretrain import modernbert_base_phase2
 

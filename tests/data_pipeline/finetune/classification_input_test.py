@@ -8,7 +8,7 @@ import support
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import classification_input
 from data_pipeline.finetune.classification_input import ClassificationConfig
 from data_pipeline.finetune.glue_sample import write as write_glue_dir

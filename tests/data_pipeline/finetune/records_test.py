@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import config as config_lib
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import classification_input, records, squad_input, tagging_input
 from data_pipeline.finetune.records import TaskDataError
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from support.beir_files import write_beir
 
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import retrieval_input
 from data_pipeline.finetune.records import TaskDataError
 

@@ -23,7 +23,7 @@ from bertjax import losses
 from bertjax.model import BertConfig, BertForQuestionAnswering
 from bertjax.tasks import finetune
 from bertjax.tasks.squad import predict_answers
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import squad_input
 from data_pipeline.finetune.records import TaskDataError
 

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 from bertjax import losses
 from bertjax.model import BertConfig, BertForTokenClassification
 from bertjax.tasks import finetune
-from data_pipeline.config import ConfigError
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import tagging_input
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bertjax.retrieval import metrics
+from bertjax import retrieval_metrics
 
 TREC_EVAL_MEASURES = {
     "ndcg_cut_10": "ndcg@10",
@@ -20,7 +20,7 @@ TREC_EVAL_MEASURES = {
 
 
 def test_one_relevant_doc_at_rank_3():
-    values = metrics.evaluate({"q": {"c": 1}}, {"q": {"a": 3.0, "b": 2.0, "c": 1.0}})
+    values = retrieval_metrics.evaluate({"q": {"c": 1}}, {"q": {"a": 3.0, "b": 2.0, "c": 1.0}})
     # DCG 1 / log2(4), ideal DCG 1; the one relevant doc found at rank 3: precision 1/3.
     assert values == pytest.approx(
         {"ndcg@10": 0.5, "mrr@10": 1 / 3, "recall@100": 1.0, "map@100": 1 / 3}, abs=1e-15
@@ -30,7 +30,7 @@ def test_one_relevant_doc_at_rank_3():
 def test_graded_relevance():
     qrels = {"q": {"a": 3, "b": 1, "c": 2}}
     run = {"q": {"x": 3.0, "b": 2.0, "a": 1.0}}  # x unjudged, c not retrieved
-    values = metrics.evaluate(qrels, run)
+    values = retrieval_metrics.evaluate(qrels, run)
     # Gains (0, 1, 3) against the ideal (3, 2, 1).
     dcg = 1 / math.log2(3) + 3 / math.log2(4)
     ideal = 3 + 2 / math.log2(3) + 1 / math.log2(4)
@@ -47,26 +47,28 @@ def test_graded_relevance():
 
 def test_zero_and_negative_relevance_are_not_relevant():
     qrels = {"q": {"a": -2, "b": 0, "c": 1}}
-    values = metrics.evaluate(qrels, {"q": {"a": 3.0, "b": 2.0, "c": 1.0}})
+    values = retrieval_metrics.evaluate(qrels, {"q": {"a": 3.0, "b": 2.0, "c": 1.0}})
     # a and b gain nothing, and take nothing off: c alone at rank 3.
     assert values == pytest.approx(
         {"ndcg@10": 0.5, "mrr@10": 1 / 3, "recall@100": 1.0, "map@100": 1 / 3}, abs=1e-15
     )
     nothing_relevant = {"q": {"a": -1, "b": 0}}
-    assert metrics.evaluate(nothing_relevant, {"q": {"a": 1.0, "b": 2.0}}) == dict.fromkeys(
-        metrics.MEASURES, 0.0
-    )
+    assert retrieval_metrics.evaluate(
+        nothing_relevant, {"q": {"a": 1.0, "b": 2.0}}
+    ) == dict.fromkeys(retrieval_metrics.MEASURES, 0.0)
 
 
 def test_cutoffs():
     run = {"q": {f"d{rank:03d}": -float(rank) for rank in range(1, 201)}}
-    at_11 = metrics.evaluate({"q": {"d011": 1}}, run)
+    at_11 = retrieval_metrics.evaluate({"q": {"d011": 1}}, run)
     assert at_11 == pytest.approx(
         {"ndcg@10": 0.0, "mrr@10": 0.0, "recall@100": 1.0, "map@100": 1 / 11}, abs=1e-15
     )
-    assert metrics.evaluate({"q": {"d101": 1}}, run) == dict.fromkeys(metrics.MEASURES, 0.0)
+    assert retrieval_metrics.evaluate({"q": {"d101": 1}}, run) == dict.fromkeys(
+        retrieval_metrics.MEASURES, 0.0
+    )
     # Twelve relevant docs at ranks 1..12: the ideal DCG@10 counts ten of them too.
-    top_12 = metrics.evaluate({"q": {f"d{rank:03d}": 1 for rank in range(1, 13)}}, run)
+    top_12 = retrieval_metrics.evaluate({"q": {f"d{rank:03d}": 1 for rank in range(1, 13)}}, run)
     assert top_12 == pytest.approx(
         {"ndcg@10": 1.0, "mrr@10": 1.0, "recall@100": 1.0, "map@100": 1.0}, abs=1e-15
     )
@@ -74,40 +76,40 @@ def test_cutoffs():
 
 def test_ties_rank_by_doc_id_descending():
     # Equal scores: the greater id first, byte by byte ("d9" > "d10", "a" > "B").
-    assert metrics.ranking({"a": 1.0, "b": 1.0, "c": 2.0}) == ["c", "b", "a"]
-    assert metrics.ranking({"d10": 0.5, "d9": 0.5, "d1": 0.5}) == ["d9", "d10", "d1"]
-    assert metrics.ranking({"B": 0.0, "a": 0.0, "ab": 0.0}) == ["ab", "a", "B"]
-    assert metrics.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": 1.0}})["mrr@10"] == 0.5
+    assert retrieval_metrics.ranking({"a": 1.0, "b": 1.0, "c": 2.0}) == ["c", "b", "a"]
+    assert retrieval_metrics.ranking({"d10": 0.5, "d9": 0.5, "d1": 0.5}) == ["d9", "d10", "d1"]
+    assert retrieval_metrics.ranking({"B": 0.0, "a": 0.0, "ab": 0.0}) == ["ab", "a", "B"]
+    assert retrieval_metrics.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": 1.0}})["mrr@10"] == 0.5
 
 
 def test_scores_compare_as_float32():
     # 1 + 2**-24 rounds to 1 in float32 (half way, to even): a tie; 1 + 2**-23 does not.
-    assert metrics.ranking({"a": 1 + 2**-24, "b": 1.0}) == ["b", "a"]
-    assert metrics.ranking({"a": 1 + 2**-23, "b": 1.0}) == ["a", "b"]
-    assert metrics.ranking({"a": np.float32(0.25), "b": 1}) == ["b", "a"]
+    assert retrieval_metrics.ranking({"a": 1 + 2**-24, "b": 1.0}) == ["b", "a"]
+    assert retrieval_metrics.ranking({"a": 1 + 2**-23, "b": 1.0}) == ["a", "b"]
+    assert retrieval_metrics.ranking({"a": np.float32(0.25), "b": 1}) == ["b", "a"]
 
 
 def test_which_queries_count():
     qrels = {"q1": {"a": 1}, "no_run": {"a": 1}, "unjudged": {}, "no_docs": {"a": 1}}
     run = {"q1": {"a": 1.0}, "unjudged": {"a": 1.0}, "no_qrels": {"a": 1.0}, "no_docs": {}}
     # In both, with a judged doc; a query that retrieved nothing scores 0.
-    assert metrics.per_query(qrels, run) == {
-        "q1": dict.fromkeys(metrics.MEASURES, 1.0),
-        "no_docs": dict.fromkeys(metrics.MEASURES, 0.0),
+    assert retrieval_metrics.per_query(qrels, run) == {
+        "q1": dict.fromkeys(retrieval_metrics.MEASURES, 1.0),
+        "no_docs": dict.fromkeys(retrieval_metrics.MEASURES, 0.0),
     }
-    assert metrics.evaluate(qrels, run) == dict.fromkeys(metrics.MEASURES, 0.5)
+    assert retrieval_metrics.evaluate(qrels, run) == dict.fromkeys(retrieval_metrics.MEASURES, 0.5)
 
 
 def test_nothing_to_score_and_nan_fail():
     with pytest.raises(ValueError, match="none of the run's 1 queries"):
-        metrics.evaluate({"q": {"a": 1}}, {"p": {"a": 1.0}})
+        retrieval_metrics.evaluate({"q": {"a": 1}}, {"p": {"a": 1.0}})
     with pytest.raises(ValueError, match="NaN"):
-        metrics.evaluate({"q": {"a": 1}}, {"q": {"a": math.nan, "b": 1.0}})
+        retrieval_metrics.evaluate({"q": {"a": 1}}, {"q": {"a": math.nan, "b": 1.0}})
 
 
 def test_importing_metrics_starts_neither_jax_nor_tensorflow():
     script = (
-        "import sys; import bertjax.retrieval.metrics; "
+        "import sys; import bertjax.retrieval_metrics; "
         "assert 'jax' not in sys.modules and 'tensorflow' not in sys.modules; print('ok')"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -154,7 +156,8 @@ def trec_eval_per_query(qrels, run) -> dict[str, dict[str, float]]:
 
     full = pytrec_eval.RelevanceEvaluator(qrels, set(TREC_EVAL_MEASURES)).evaluate(run)
     top_10 = {
-        qid: {d: scores[d] for d in metrics.ranking(scores)[:10]} for qid, scores in run.items()
+        qid: {d: scores[d] for d in retrieval_metrics.ranking(scores)[:10]}
+        for qid, scores in run.items()
     }
     cut = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top_10)
     return {
@@ -178,19 +181,21 @@ def test_ranking_is_trec_evals(test_extras):
         dict.fromkeys(docs, scores)
     )
     trec_eval_order = sorted(docs, key=lambda doc: 1 / values[doc]["recip_rank"])
-    assert metrics.ranking(scores) == trec_eval_order
+    assert retrieval_metrics.ranking(scores) == trec_eval_order
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_agrees_with_pytrec_eval(test_extras, seed):
     qrels, run = random_qrels_and_run(seed)
     expected = trec_eval_per_query(qrels, run)
-    ours = metrics.per_query(qrels, run)
+    ours = retrieval_metrics.per_query(qrels, run)
     assert sorted(ours) == sorted(expected) == sorted(set(qrels) & set(run) - {"q_empty"})
     for qid, values in expected.items():
         assert ours[qid] == pytest.approx(values, abs=1e-9), qid
-    means = {m: np.mean([values[m] for values in expected.values()]) for m in metrics.MEASURES}
-    assert metrics.evaluate(qrels, run) == pytest.approx(means, abs=1e-9)
+    means = {
+        m: np.mean([values[m] for values in expected.values()]) for m in retrieval_metrics.MEASURES
+    }
+    assert retrieval_metrics.evaluate(qrels, run) == pytest.approx(means, abs=1e-9)
 
 
 # ----------------------------------------------------------------------------- run files
@@ -203,17 +208,17 @@ def test_a_written_run_reads_back_with_the_same_figures(test_extras, tmp_path):
     # float32 scores, as a search returns them, and their exact values back.
     run = {qid: {d: np.float32(s) for d, s in scores.items()} for qid, scores in run.items()}
     path = str(tmp_path / "run.trec")
-    metrics.write_trec_run(path, run)
+    retrieval_metrics.write_trec_run(path, run)
 
     with open(path, encoding="utf-8") as f:
         parsed = pytrec_eval.parse_run(f)
-    assert metrics.read_trec_run(path) == parsed
+    assert retrieval_metrics.read_trec_run(path) == parsed
     for qid, scores in run.items():
-        assert list(parsed[qid]) == metrics.ranking(scores)[:100]  # the file's order
+        assert list(parsed[qid]) == retrieval_metrics.ranking(scores)[:100]  # the file's order
         assert all(parsed[qid][d] == float(scores[d]) for d in parsed[qid])
     # Every measure looks at the top 100 alone.
-    ours = metrics.per_query(qrels, parsed)
-    assert ours == metrics.per_query(qrels, run)
+    ours = retrieval_metrics.per_query(qrels, parsed)
+    assert ours == retrieval_metrics.per_query(qrels, run)
     for qid, values in trec_eval_per_query(qrels, parsed).items():
         assert ours[qid] == pytest.approx(values, abs=1e-9), qid
 
@@ -221,14 +226,14 @@ def test_a_written_run_reads_back_with_the_same_figures(test_extras, tmp_path):
 def test_run_file_lines(tmp_path):
     path = str(tmp_path / "run.trec")
     run = {"q1": {f"d{n}": n / 10 for n in range(150)}, "q2": {"x": 0.25, "y": 0.25}}
-    metrics.write_trec_run(path, run)
+    retrieval_metrics.write_trec_run(path, run)
     lines = (tmp_path / "run.trec").read_text().splitlines()
     assert len(lines) == 100 + 2  # q1 cut to the top 100
     assert lines[0] == "q1 Q0 d149 1 14.9 bertjax"
     assert lines[99] == "q1 Q0 d50 100 5.0 bertjax"
     assert lines[100:] == ["q2 Q0 y 1 0.25 bertjax", "q2 Q0 x 2 0.25 bertjax"]
 
-    metrics.write_trec_run(path, run, depth=1, tag="dense")
+    retrieval_metrics.write_trec_run(path, run, depth=1, tag="dense")
     assert (tmp_path / "run.trec").read_text() == "q1 Q0 d149 1 14.9 dense\nq2 Q0 y 1 0.25 dense\n"
     assert [p.name for p in tmp_path.iterdir()] == ["run.trec"]  # no temporary left
 
@@ -236,12 +241,12 @@ def test_run_file_lines(tmp_path):
 def test_bad_run_files_fail(tmp_path):
     path = str(tmp_path / "run.trec")
     with pytest.raises(ValueError, match="'my doc': a field"):
-        metrics.write_trec_run(path, {"q": {"my doc": 1.0}})
+        retrieval_metrics.write_trec_run(path, {"q": {"my doc": 1.0}})
     with pytest.raises(ValueError, match="depth=0"):
-        metrics.write_trec_run(path, {"q": {"d": 1.0}}, depth=0)
+        retrieval_metrics.write_trec_run(path, {"q": {"d": 1.0}}, depth=0)
     (tmp_path / "run.trec").write_text("q Q0 d 1 0.5 t\nq Q0 d 2 0.4 t\n")
     with pytest.raises(ValueError, match=r"run.trec:2: doc 'd' twice for query 'q'"):
-        metrics.read_trec_run(path)
+        retrieval_metrics.read_trec_run(path)
     (tmp_path / "run.trec").write_text("q Q0 d 1 0.5\n")
     with pytest.raises(ValueError, match=r"run.trec:1: 5 fields, not 6"):
-        metrics.read_trec_run(path)
+        retrieval_metrics.read_trec_run(path)

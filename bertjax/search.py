@@ -75,7 +75,7 @@ def ranked(
     *,
     mesh: jax.sharding.Mesh | None = None,
 ) -> dict[str, dict[str, float]]:
-    """A run, as bertjax/retrieval/metrics.py reads it: {query id: {passage id: cosine}} of
+    """A run, as retrieval_metrics.py reads it: {query id: {passage id: cosine}} of
     each query's `depth` best passages."""
     best, where = top_k(query_vectors, passage_vectors, depth, mesh=mesh)
     return {

@@ -327,7 +327,9 @@ def check_step_dirs(directory: str, *, move: bool = False) -> None:
     """Fails, naming it, on a step folder that is not a complete checkpoint (a stray or
     foreign folder, or a save or a deletion cut short), or one of another format; with
     `move` (a run's own workdir), moves an incomplete one to damaged_checkpoints/ and
-    says so. A checkpoint of another format is never moved."""
+    says so. A checkpoint of another format is never moved. A reader passes over a
+    folder that holds nothing but the state item: a save in flight (a notebook reads a
+    live run), or one cut short, which the run moves aside when it starts again."""
     if not tf.io.gfile.isdir(directory):
         return
     for name in sorted(tf.io.gfile.listdir(directory)):
@@ -341,6 +343,9 @@ def check_step_dirs(directory: str, *, move: bool = False) -> None:
             f"not a complete bertjax checkpoint (no {MANIFEST}: a save cut short, or not ours)"
         )
         if not move:
+            held = [entry.rstrip("/") for entry in tf.io.gfile.listdir(step_dir)]
+            if held and all(entry.startswith(ITEM) for entry in held):
+                continue
             raise CheckpointError(
                 f"{step_dir}: {problem}; move it out of {directory} to use the other steps"
             )

@@ -115,9 +115,13 @@ def main(argv: list[str]) -> None:
     pooling = result["pooling"]
     if pooling:
         normalized = ", normalized" if pooling.normalize else ""
+        what = "sentence-transformers embedder" if result["modules"] else "embedder"
+        how = (
+            "" if result["modules"] else ", as sentence-transformers reads it without modules.json"
+        )
         print(
-            f"  sentence-transformers embedder: {pooling.mode} pooling{normalized}, texts cut "
-            f"to {pooling.max_seq_length} tokens (bertjax.embed embeds the same)"
+            f"  {what}: {pooling.mode} pooling{normalized}, texts cut to "
+            f"{pooling.max_seq_length} tokens{how} (bertjax.embed embeds the same)"
         )
     for group in result["initialized"]:
         print(f"  {group}: not in the checkpoint, initialized freshly")

@@ -89,10 +89,14 @@ def import_checkpoint(
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
     workdir = workdir_lib.absolute(workdir)
     destination.check_empty(workdir)
-    pooling = None
+    pooling, modules = None, False
     if format == "hf" and not _isfile(source) and sentence_transformers.is_directory(source):
         source, pooling = sentence_transformers.read(_source_directory(source))
+        modules = True
     src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
+    if format == "hf" and pooling is None:
+        # bertjax.embed then embeds as SentenceTransformer(source) does.
+        pooling = sentence_transformers.without_modules(os.path.dirname(src.config_file))
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
     params, initialized = params_from_tensors(
         src.tensors, config, format, where=src.weights_file, config_file=src.config_file, seed=seed
@@ -120,7 +124,7 @@ def import_checkpoint(
                 "initialized": initialized,
                 "ignored": src.ignored,
                 **src.record,
-                "sentence_transformers": pooling.to_json() if pooling else None,
+                "sentence_transformers": pooling.to_json() if modules else None,
             },
         }
     )
@@ -148,6 +152,9 @@ def import_checkpoint(
         "ignored": src.ignored,
         "num_parameters": sum(x.size for x in jax.tree.leaves(params)),
         "pooling": pooling,
+        # Whether the pooling is a sentence-transformers pipeline's (modules.json), or
+        # what sentence-transformers makes of a directory without one.
+        "modules": modules,
     }
 
 

@@ -10,7 +10,10 @@ written at export (the files its `SentenceTransformer(directory)` loads).
 
 bertjax embeds as such a pipeline does when it is a Transformer (BERT or ModernBERT),
 a Pooling of mode mean, cls or lasttoken, and optionally Normalize
-(bertjax/embedding.py); any other module is refused at import, naming it. An export
+(bertjax/embedding.py); any other module is refused at import, naming it. A Hugging
+Face directory without modules.json imports as the pipeline sentence-transformers makes
+of it (`without_modules`). Texts are cut at the model's max_position_embeddings at
+most, where bertjax.embed cuts them, whatever a file asks for. An export
 writes these files as sentence-transformers 6.2's `SentenceTransformer.save` does,
 beside the Hugging Face model of the Transformer (import_export.py writes that).
 """
@@ -71,28 +74,43 @@ def read(directory: str) -> tuple[str, Pooling]:
     return transformer, Pooling(
         mode=_mode(os.path.join(pooling_dir, "config.json")),
         normalize=len(modules) == 3,
-        max_seq_length=_max_seq_length(transformer),
+        max_seq_length=_max_seq_length(transformer, settings=True),
     )
 
 
-def _max_seq_length(transformer: str) -> int:
-    """Where the Transformer module cuts texts: its settings' max_seq_length, else (as
-    sentence-transformers 6 saves it) its tokenizer's model_max_length, at most the
-    model's max_position_embeddings, as sentence-transformers takes them."""
-    settings_file = os.path.join(transformer, TRANSFORMER_CONFIG_FILE)
-    settings = _json(settings_file) if files.exists(settings_file) else {}
-    key, where = "max_seq_length", settings_file
-    length = settings.get(key)
-    tokenizer_file = os.path.join(transformer, "tokenizer_config.json")
-    if length is None and files.exists(tokenizer_file):
-        key, where = "model_max_length", tokenizer_file
-        length = _json(tokenizer_file).get(key)
-        positions = _json(os.path.join(transformer, "config.json")).get("max_position_embeddings")
-        if isinstance(length, int) and isinstance(positions, int):
-            length = min(length, positions)
+def without_modules(directory: str) -> Pooling:
+    """How sentence-transformers embeds with a Hugging Face directory that has no
+    modules.json. Its SentenceTransformer (6.2's sentence_transformer/model.py, where the
+    default modules are made) then builds a Transformer module straight from the
+    directory, so its sentence_bert_config.json is not read, followed by a Pooling of
+    mode mean (last token for a causal language model, which bertjax does not import),
+    without Normalize; the Transformer cuts texts at its tokenizer's model_max_length,
+    at most the config's max_position_embeddings (base/modules/transformer.py)."""
+    return Pooling(mode="mean", normalize=False, max_seq_length=_max_seq_length(directory))
+
+
+def _max_seq_length(transformer: str, *, settings: bool = False) -> int:
+    """Where the Transformer module cuts texts: with `settings`, its settings'
+    max_seq_length; else, or without one (as sentence-transformers 6 saves it), its
+    tokenizer's model_max_length; without either (transformers' tokenizers then take no
+    bound), the model's positions. At most the model's max_position_embeddings:
+    bertjax.embed cuts a longer text there."""
+    config_file = os.path.join(transformer, "config.json")
+    sources = [
+        (os.path.join(transformer, TRANSFORMER_CONFIG_FILE), "max_seq_length"),
+        (os.path.join(transformer, "tokenizer_config.json"), "model_max_length"),
+        (config_file, "max_position_embeddings"),
+    ]
+    for where, key in sources if settings else sources[1:]:
+        length = _json(where).get(key) if files.exists(where) else None
+        if length is not None:
+            break
     if not isinstance(length, int) or length < 3:
         raise ConversionError(f"{where}: {key} {length!r} is not a length")
-    return length
+    positions = (
+        _json(config_file).get("max_position_embeddings") if files.exists(config_file) else None
+    )
+    return min(length, positions) if isinstance(positions, int) else length
 
 
 def _mode(config_file: str) -> str:

@@ -62,6 +62,26 @@ def test_each_pooling_mode_embeds_as_sentence_transformers(
     np.testing.assert_allclose(bertjax.embed(restored, TEXTS), theirs, atol=1e-5)
 
 
+@pytest.mark.slow  # sentence-transformers' import, an import and two encoders: 10 s of CPU
+def test_a_directory_without_modules_json_embeds_as_sentence_transformers_reads_it(
+    minilm_dir, tmp_path, test_extras
+):
+    # sentence-transformers reads neither sentence_bert_config.json (256) nor 1_Pooling
+    # then: mean pooling, not normalized, texts cut at tokenizer_config.json's 512.
+    source = tmp_path / "hf"
+    shutil.copytree(minilm_dir, source)
+    (source / "modules.json").unlink()
+    result = import_export.import_checkpoint("hf", str(source), str(tmp_path / "w"))
+    assert result["pooling"] == Pooling(mode="mean", normalize=False, max_seq_length=512)
+    restored = bertjax.restore(str(tmp_path / "w"))
+    assert restored.pooling == result["pooling"]
+    from sentence_transformers import SentenceTransformer
+
+    theirs = SentenceTransformer(str(source), device="cpu", local_files_only=True)
+    texts = [*TEXTS, "word " * 600]  # 602 tokens: cut at 512 on both sides
+    np.testing.assert_allclose(bertjax.embed(restored, texts), theirs.encode(texts), atol=1e-5)
+
+
 def write_pipeline(directory, modules, pooling=None, settings=None):
     directory.mkdir(exist_ok=True)
     types = {
@@ -96,6 +116,21 @@ def test_the_pipeline_is_read_from_its_files_old_and_new(tmp_path):
     legacy = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
     write_pipeline(tmp_path, ["Transformer", "Pooling"], legacy)
     assert sentence_transformers.read(str(tmp_path))[1] == Pooling("cls", False, 128)
+
+
+def test_a_length_past_the_models_positions_is_cut_at_them(tmp_path):
+    write_pipeline(tmp_path, ["Transformer", "Pooling"], settings={"max_seq_length": 100000})
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    assert sentence_transformers.read(str(tmp_path))[1].max_seq_length == 512
+
+
+def test_without_modules_json_the_tokenizers_length_cuts_else_the_positions(tmp_path):
+    write_pipeline(tmp_path, ["Transformer", "Pooling"], settings={"max_seq_length": 64})
+    (tmp_path / "modules.json").unlink()
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    assert sentence_transformers.without_modules(str(tmp_path)) == Pooling("mean", False, 512)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256}))
+    assert sentence_transformers.without_modules(str(tmp_path)) == Pooling("mean", False, 256)
 
 
 @pytest.mark.parametrize(

@@ -468,15 +468,8 @@ def _train(
     run: Run, workdir: str, start_step: int, stop_after, claim, stop, hook_factories
 ) -> dict:
     config, setup = run.config, run.setup
-    restored = None
-    restore_time = events.Stopwatch()
-    if start_step:
-        # The newest checkpoint that verifies; damaged newer ones are moved aside.
-        with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
-            restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
-        start_step = restored[0]
-        restore_time.stop()
-        logging.info("resuming from %s at step %d", workdir, start_step)
+    restored, restore_time = _restore_newest_good(run, workdir, start_step)
+    start_step = restored[0] if restored else 0
     # The train stream before config.json and anything compiles: data that cannot feed
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
@@ -505,20 +498,8 @@ def _train(
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     try:
         state = create_state(run) if restored is None else restored[1]
-        session = Session(
-            run,
-            workdir,
-            start_step,
-            last_step,
-            state,
-            batches,
-            manager,
-            claim,
-            stop,
-            event_log,
-            hook_factories,
-        )
-        results = _loop(session)
+        held = (state, batches, manager, claim, stop, event_log, hook_factories)
+        results = _loop(Session(run, workdir, start_step, last_step, *held))
     except BaseException as error:
         # Let the save in flight commit, so the last good checkpoint survives the error.
         try:
@@ -534,6 +515,19 @@ def _train(
         manager.close()
         event_log.close()
     return results
+
+
+def _restore_newest_good(run: Run, workdir: str, start_step: int) -> tuple:
+    """((step, state, data) of the newest checkpoint that verifies, damaged newer ones
+    moved aside; None with no checkpoint (`start_step` 0)), and the time it took."""
+    restore_time = events.Stopwatch()
+    if not start_step:
+        return None, restore_time
+    with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
+        restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
+    restore_time.stop()
+    logging.info("resuming from %s at step %d", workdir, restored[0])
+    return restored, restore_time
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -101,16 +101,7 @@ def import_checkpoint(
     params, initialized = params_from_tensors(
         src.tensors, config, format, where=src.weights_file, config_file=src.config_file, seed=seed
     )
-    try:
-        vocab = load_vocab(src.vocab_file)
-    except VocabError as e:
-        raise ConversionError(str(e)) from None
-    embedding = _table(format, config, 0)["bert/embeddings/word_embeddings/embedding"][0]
-    if len(vocab) != config.vocab_size:
-        raise ConversionError(
-            f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
-            f"has {config.vocab_size} rows"
-        )
+    vocab = _vocab_of(src, config, format)
     vocab_file = os.path.join(workdir, "vocab" + os.path.splitext(src.vocab_file)[1])
     run_config = ml_collections.ConfigDict(
         {
@@ -156,6 +147,21 @@ def import_checkpoint(
         # what sentence-transformers makes of a directory without one.
         "modules": modules,
     }
+
+
+def _vocab_of(src, config, format: str):
+    """The source's vocabulary, refused in one line when it does not fit the embedding."""
+    try:
+        vocab = load_vocab(src.vocab_file)
+    except VocabError as e:
+        raise ConversionError(str(e)) from None
+    embedding = _table(format, config, 0)["bert/embeddings/word_embeddings/embedding"][0]
+    if len(vocab) != config.vocab_size:
+        raise ConversionError(
+            f"{src.vocab_file}: {len(vocab)} entries, but {embedding} in {src.weights_file} "
+            f"has {config.vocab_size} rows"
+        )
+    return vocab
 
 
 def params_from_tensors(

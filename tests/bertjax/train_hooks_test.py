@@ -141,7 +141,9 @@ def test_an_evaluation_is_left_out_of_the_train_window_and_is_a_span_of_its_own(
         window=metrics.TrainWindow(0, clock=clock),
         times=events.StepTimes(event_log, 0, peak_flops=None),
     )
-    session = make_session(num_steps=25, eval_every=10, workdir=str(tmp_path))
+    best_steps = []  # what rotation is told to spare
+    manager = SimpleNamespace(keep_best=best_steps.append)
+    session = make_session(num_steps=25, eval_every=10, workdir=str(tmp_path), manager=manager)
     evaluator = train.Evaluator(session, jitted_eval_step=None, log=log)
     recorded = []
 

@@ -20,10 +20,11 @@ from experiments.finetune import retrieval as retrieval_experiment
 NAMES = retrieval.MODEL_INPUTS
 
 
-@pytest.mark.parametrize("block", ["bert", "modernbert"])
-def test_a_batch_padded_to_its_bucket_embeds_as_at_the_longest_lengths(tmp_path, tokenizer, block):
+@pytest.fixture(scope="module")
+def bucketed_batches(tmp_path_factory, tokenizer) -> dict:
+    """One batch of the same pairs at 3 length buckets and at 1 (the longest lengths)."""
     rows = [(f"where is item {i}", f"item {i} is in hall {i % 3}", f"a hall {i}") for i in range(8)]
-    path = tmp_path / "pairs.tsv"
+    path = tmp_path_factory.mktemp("pairs") / "pairs.tsv"
     path.write_text("anchor\tpositive\tneg\n" + "".join("\t".join(r) + "\n" for r in rows))
     config = {"train_file": str(path), "negatives": ("neg",), "max_query_length": 32}
     config["max_seq_length"] = 64
@@ -34,6 +35,12 @@ def test_a_batch_padded_to_its_bucket_embeds_as_at_the_longest_lengths(tmp_path,
             task, tokenizer, split="train", batch_size=8, seed=0, num_epochs=1
         )
         (batches[buckets],) = dataset.as_numpy_iterator()
+    return batches
+
+
+@pytest.mark.parametrize("block", ["bert", "modernbert"])
+def test_a_batch_padded_to_its_bucket_embeds_as_at_the_longest_lengths(bucketed_batches, block):
+    batches = bucketed_batches
     assert batches[3]["query_ids"].shape == (8, 8) and batches[3]["passage_ids"].shape == (8, 32)
     assert batches[1]["passage_ids"].shape == (8, 2 * 64)
 

@@ -171,21 +171,27 @@ def sentencepiece_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def small_vocab_file(bert_tokenizer_json, tmp_path_factory) -> str:
+def small_vocab_file(bert_tokenizer_json, tmp_path_factory, worker_id) -> str:
     """A vocab.txt of SMALL_VOCAB_SIZE pieces cut from bert-base-uncased's: the specials,
     its first pieces (every character, then whole words, most frequent first), and every
     one-character `##` piece, so that any English text still tokenizes. For the tests
     where the vocabulary is not what is tested: with 30,522 entries, the embedding of a
     width-64 test model holds 20 times the parameters of its encoder, and a step takes
-    four times as long."""
+    four times as long. One file a run, at one path for every xdist worker: a run one
+    worker made on it (a run's config.json names its vocab_file) resumes on another."""
     from data_pipeline.vocab import load_vocab
 
-    tokens = [t for t in load_vocab(bert_tokenizer_json).tokens if not t.startswith("[unused")]
-    suffix = {t for t in tokens if t.startswith("##") and len(t) == 3}
-    words = [t for t in tokens if t not in suffix][: SMALL_VOCAB_SIZE - len(suffix)]
-    path = tmp_path_factory.mktemp("small_vocab") / "vocab.txt"
-    path.write_text("\n".join(words + [t for t in tokens if t in suffix]) + "\n", encoding="utf-8")
-    return str(path)
+    def make(folder):
+        tokens = [t for t in load_vocab(bert_tokenizer_json).tokens if not t.startswith("[unused")]
+        suffix = {t for t in tokens if t.startswith("##") and len(t) == 3}
+        words = [t for t in tokens if t not in suffix][: SMALL_VOCAB_SIZE - len(suffix)]
+        path = folder / "vocab.txt"
+        path.write_text(
+            "\n".join(words + [t for t in tokens if t in suffix]) + "\n", encoding="utf-8"
+        )
+        return str(path)
+
+    return once(tmp_path_factory, worker_id, "small_vocab", make)
 
 
 @pytest.fixture(scope="session")

@@ -72,21 +72,12 @@ def warnings(stderr: str) -> list[str]:
             if line.startswith("W")]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, small_vocab_file):
-    """A run of 4 steps with checkpoints at 2 and 4, once a module: read it only."""
-    workdir = str(tmp_path_factory.mktemp("trained") / "run")
-    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=4", *RUN))
-    assert code == 0, stderr
-    assert steps(workdir) == [2, 4]
-    return workdir
-
-
 @pytest.fixture
-def four_steps(trained, tmp_path):
-    """A copy of `trained`'s workdir, for one test to change."""
+def four_steps(finished_run, tmp_path):
+    """A copy of conftest.py's finished_run (4 steps, checkpoints at 2 and 4, all kept, as
+    RUN saves them), for one test to change."""
     workdir = str(tmp_path / "run")
-    shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns(".lock"))
+    shutil.copytree(finished_run["workdir"], workdir, ignore=shutil.ignore_patterns(".lock"))
     return workdir
 
 

@@ -145,24 +145,19 @@ def test_sigterm_saves_the_step_in_hand_and_the_resumed_run_matches(tmp_path, sm
     assert steps(stopped) == [step, 50, 60]
 
 
-def test_one_run_per_workdir_ctrl_c_and_kill_9(tmp_path, small_vocab_file):
-    workdir = str(tmp_path / "run")
-    run = ("--config.num_train_steps=100000", "--config.checkpoint_every_steps=100000")
-    first = start(workdir, small_vocab_file, *run)
-    # config.json is written once the run holds the workdir and listens for signals.
-    wait_until(lambda: os.path.exists(os.path.join(workdir, "config.json")), first)
-
-    code, stderr = finish(start(workdir, small_vocab_file, *run))
-    assert code == 2
-    assert last_line(stderr).startswith(
-        f"error: {workdir}: in use by the run of process {first.pid} on "
-    ), last_line(stderr)
+def test_one_run_per_workdir_ctrl_c_and_kill_9(killed_run, tmp_path, small_vocab_file):
+    # A second run on the workdir while the first trained (conftest.py's killed_run).
+    killed, second = killed_run["workdir"], killed_run["second"]
+    assert second["code"] == 2
+    assert second["last_line"].startswith(
+        f"error: {killed}: in use by the run of process {killed_run['pid']} on "
+    ), second["last_line"]
 
     # kill -9 leaves the lock file but not the lock: the next run starts at once.
-    wait_until(lambda: len(train_lines(workdir)) >= 5, first)
-    first.kill()
-    first.wait()
-    assert os.path.exists(os.path.join(workdir, ".lock")) and not steps(workdir)
+    assert os.path.exists(os.path.join(killed, ".lock")) and not steps(killed)
+    workdir = str(tmp_path / "run")
+    shutil.copytree(killed, workdir)  # its lock file too
+    run = killed_run["overrides"]
     again = start(workdir, small_vocab_file, *run)
     first_line = next(line for line in again.stdout if line.startswith("step "))
     assert re.match(r"step +1/", first_line), first_line  # nothing was saved to resume from

@@ -7,6 +7,7 @@ again on a finished run adds nothing to its goodput."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,19 +112,25 @@ def test_goodput_counts_what_a_kill_lost_and_the_gaps_between_processes(tmp_path
     assert all(line["input_wait_seconds"] >= 0 for line in lines)
 
 
-def test_the_same_command_again_on_a_finished_run_adds_no_idle_time(tmp_path, small_vocab_file):
+def test_the_same_command_again_on_a_finished_run_adds_no_idle_time(
+    finished_run, tmp_path, small_vocab_file
+):
+    # A run trained to its end (conftest.py's finished_run), copied.
     workdir = str(tmp_path / "run")
+    shutil.copytree(finished_run["workdir"], workdir, ignore=shutil.ignore_patterns(".lock"))
 
-    def run_to_the_end() -> str:
-        process = start(workdir, small_vocab_file, "--config.num_train_steps=2")
-        stdout, stderr = process.communicate(timeout=240)
-        assert process.returncode == 0, stderr
+    def goodput_line(stdout: str) -> str:
         return next(line for line in stdout.splitlines() if line.startswith("goodput: "))
 
-    trained = run_to_the_end()
+    # Its line names its workdir: this copy's, here.
+    trained = goodput_line(finished_run["stdout"]).replace(finished_run["workdir"], workdir)
     finished = goodput(workdir)
     time.sleep(3)  # the time between the two commands: no part of the run
-    reported = run_to_the_end()  # nothing to train: it restores, evaluates and reports
+    # Nothing to train: it restores, evaluates and reports.
+    process = start(workdir, small_vocab_file, *finished_run["overrides"])
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 0, stderr
+    reported = goodput_line(stdout)
     result = goodput(workdir)
     assert [row["counted"] for row in result["processes"]] == [True, False]
     assert result["wall_seconds"] == pytest.approx(finished["wall_seconds"])

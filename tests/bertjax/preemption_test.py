@@ -5,12 +5,13 @@ them, before and after the code under test, so no signal can end pytest.
 """
 
 import os
+import shutil
 import signal
 import threading
 import time
 
 import pytest
-from faults_test import finish, start
+from faults_test import start
 
 from bertjax import preemption
 from data_pipeline import cli
@@ -170,11 +171,13 @@ def test_stop_at_once_outside_the_main_thread_sets_no_handler(recorded):
 
 
 @pytest.mark.integration
-def test_a_double_ctrl_c_during_a_run_is_one_line_and_status_130(tmp_path, small_vocab_file):
+def test_a_double_ctrl_c_during_a_run_is_one_line_and_status_130(
+    finished_run, tmp_path, small_vocab_file
+):
+    # A run of 4 steps to its end (conftest.py's finished_run), copied.
     workdir = tmp_path / "run"
-    code, stderr = finish(start(workdir, small_vocab_file, "--config.num_train_steps=3"))
-    assert code == 0, stderr
-    # The same run, made longer: it resumes from step 3 and compiles again, and the two
+    shutil.copytree(finished_run["workdir"], workdir, ignore=shutil.ignore_patterns(".lock"))
+    # The same run, made longer: it resumes from step 4 and compiles again, and the two
     # Ctrl-Cs come while it does, the first one's save still ahead.
     config_json = workdir / "config.json"
     written = config_json.stat().st_mtime_ns
@@ -203,6 +206,6 @@ def test_a_double_ctrl_c_during_a_run_is_one_line_and_status_130(tmp_path, small
     ours = [line for line in lines if line.startswith(("error:", "stopped:", "interrupted:"))]
     assert ours == [
         "interrupted: a second Ctrl-C stopped the run at once, without saving; the latest "
-        "checkpoint is step 3: run the same command to resume from it\n"
+        "checkpoint is step 4: run the same command to resume from it\n"
     ], stderr
     assert "Traceback" not in stderr, stderr

@@ -4,6 +4,7 @@ step once, in metrics.jsonl and in TensorBoard."""
 
 import os
 import re
+import shutil
 import signal
 
 import pytest
@@ -40,13 +41,13 @@ def tensorboard_steps(workdir) -> list[int]:
     )
 
 
-def test_a_workdir_without_a_checkpoint_takes_no_other_config(tmp_path, small_vocab_file):
+def test_a_workdir_without_a_checkpoint_takes_no_other_config(
+    killed_run, tmp_path, small_vocab_file
+):
+    # A run killed with kill -9 after 5 steps (conftest.py's killed_run), copied.
     workdir = str(tmp_path / "run")
-    run = ("--config.num_train_steps=100000", "--config.checkpoint_every_steps=100000")
-    first = start(workdir, small_vocab_file, *run)
-    wait_until(lambda: len(train_lines(workdir)) >= 3, first)
-    first.kill()
-    first.wait()
+    shutil.copytree(killed_run["workdir"], workdir, ignore=shutil.ignore_patterns(".lock"))
+    run = killed_run["overrides"]
     assert not steps(workdir)
     config, history = read(workdir, "config.json"), read(workdir, "metrics.jsonl")
 

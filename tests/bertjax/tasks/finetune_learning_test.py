@@ -3,33 +3,32 @@
 These are docs/finetuning.md's figures at a smaller size: the same configs
 (experiments/finetune/builtin_topics.py, builtin_cloze.py), task files
 (data_pipeline/builtin_task_files.py) and command, `python -m bertjax.main`; the topic
-classifier is then exported as the README does and checked in transformers.
+classifier is then exported as the README does and checked in transformers, and the
+embedder in sentence-transformers.
+
+The task files, the topic classifier and the embedder are each made once a run (session
+fixtures, support.once) and read by every test that checks them: what they learned, and
+that they answer the same once exported. (The fixtures stay here, not in conftest.py:
+tests/readme_test.py finds the README commands a test runs in the *_test.py files.)
 """
 
 import csv
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from support import REPO, full_speed_env, readme
+from support import REPO, full_speed_env, once, readme
 
 import bertjax
-from data_pipeline import builtin_task_files
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def task_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("builtin_tasks")
-    builtin_task_files.write_tasks(str(out))
-    return out
 
 
 def run(argv: list[str], cwd=REPO) -> str:
@@ -52,19 +51,55 @@ def train(config: str, workdir, *overrides: str) -> dict:
     return json.loads((workdir / "results.json").read_text())
 
 
-def test_the_readme_fine_tuning_tour_learns_beats_random_init_and_exports(minilm_workdir, tmp_path):
-    # The README's steps 3 and 4 as written, from a folder where runs/minilm is the import.
-    tour = readme.tour_dir(tmp_path / "tour")
-    (tour / "runs").mkdir()
-    (tour / "runs" / "minilm").symlink_to(minilm_workdir)
-    run(readme.command("python -m data_pipeline.builtin_tasks"), tour)
-    finetune = readme.command("python -m bertjax.main --config experiments/finetune/builtin_topics")
-    run(finetune, tour)
-    pretrained = json.loads((tour / "runs" / "topics" / "results.json").read_text())
+@pytest.fixture(scope="session")
+def task_dir(tmp_path_factory, worker_id) -> pathlib.Path:
+    """The README's step 3 begins: the built-in tasks, written as it writes them, once a
+    run. Read it only."""
+
+    def make(folder):
+        run(readme.command("python -m data_pipeline.builtin_tasks"), readme.tour_dir(folder))
+        return str(folder / "builtin_tasks")
+
+    return pathlib.Path(once(tmp_path_factory, worker_id, "builtin_tasks", make))
+
+
+def tour(root, task_dir, minilm_workdir, **runs) -> pathlib.Path:
+    """A folder to run the README's commands from (support.readme.tour_dir), where
+    builtin_tasks/ is task_dir, runs/minilm the import and runs/NAME each of `runs`."""
+    folder = readme.tour_dir(root)
+    (folder / "builtin_tasks").symlink_to(task_dir)
+    (folder / "runs").mkdir()
+    for name, workdir in {"minilm": minilm_workdir, **runs}.items():
+        (folder / "runs" / name).symlink_to(workdir)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def topics(task_dir, minilm_workdir, tmp_path_factory, worker_id) -> pathlib.Path:
+    """The README's step 3 as written, once a run: the topic classifier fine-tuned from
+    MiniLM (runs/topics) and its labels of the held-out sentences
+    (runs/topics/predictions.jsonl). Its workdir: read it only."""
+
+    def make(folder):
+        made = tour(folder, task_dir, minilm_workdir)
+        finetune = "python -m bertjax.main --config experiments/finetune/builtin_topics"
+        run(readme.command(finetune), made)
+        run(readme.command("python -m bertjax.predict --workdir runs/topics"), made)
+        return str(made / "runs" / "topics")
+
+    return pathlib.Path(once(tmp_path_factory, worker_id, "minilm_topics", make))
+
+
+def test_the_readme_topic_classifier_learns_and_beats_random_init(
+    topics, task_dir, minilm_workdir, tmp_path
+):
+    pretrained = json.loads((topics / "results.json").read_text())
     # The same from random initialization in a quarter of the steps: it learns nothing either way.
+    scratch_tour = tour(tmp_path / "tour", task_dir, minilm_workdir)
+    finetune = readme.command("python -m bertjax.main --config experiments/finetune/builtin_topics")
     scratch_run = ["--workdir=runs/scratch", "--config.random_init=True"]
-    run([*finetune, *scratch_run, "--config.num_train_epochs=0.75"], tour)
-    scratch = json.loads((tour / "runs" / "scratch" / "results.json").read_text())
+    run([*finetune, *scratch_run, "--config.num_train_epochs=0.75"], scratch_tour)
+    scratch = json.loads((scratch_tour / "runs" / "scratch" / "results.json").read_text())
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "
         f"random init {scratch['eval']['accuracy']:.3f}"
@@ -72,18 +107,23 @@ def test_the_readme_fine_tuning_tour_learns_beats_random_init_and_exports(minilm
     assert pretrained["eval"]["accuracy"] >= 0.85
     assert pretrained["eval"]["accuracy"] - scratch["eval"]["accuracy"] >= 0.2
 
-    run(readme.command("python -m bertjax.predict --workdir runs/topics"), tour)
-    predictions = tour / "runs" / "topics" / "predictions.jsonl"
-    predicted = [json.loads(line) for line in predictions.read_text().splitlines()]
-    with open(tour / "builtin_tasks" / "topics_eval.tsv", encoding="utf-8") as f:
+
+def test_the_readme_topic_classifier_predicts_and_answers_the_same_in_transformers(
+    topics, task_dir, minilm_workdir, tmp_path
+):
+    predicted = [
+        json.loads(line) for line in (topics / "predictions.jsonl").read_text().splitlines()
+    ]
+    with open(task_dir / "topics_eval.tsv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     assert len(predicted) == len(rows)
 
     # Exported as step 4 does, the classifier answers the same in transformers.
-    run(readme.command("python -m bertjax.convert export --format hf runs/topics"), tour)
-    exported = tour / "exported" / "topics"
+    export_tour = tour(tmp_path / "tour", task_dir, minilm_workdir, topics=topics)
+    run(readme.command("python -m bertjax.convert export --format hf runs/topics"), export_tour)
+    exported = export_tour / "exported" / "topics"
     texts = [row["text"] for row in rows]
-    ours = bertjax.classify(bertjax.restore(str(tour / "runs" / "topics")), texts)
+    ours = bertjax.classify(bertjax.restore(str(topics)), texts)
     assert [row["label"] for row in ours] == [row["label"] for row in predicted]
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(exported))
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
@@ -99,12 +139,18 @@ def test_the_readme_fine_tuning_tour_learns_beats_random_init_and_exports(minilm
     )
     assert same == len(texts) and difference < 1e-4
 
+
+def test_the_readme_topic_classifier_as_a_savedmodel_answers_from_plain_tensorflow(
+    topics, task_dir, minilm_workdir, tmp_path
+):
     # As a SavedModel, called from plain TensorFlow as step 4 calls it.
-    run(readme.command("python -m bertjax.convert export --format savedmodel runs/topics"), tour)
+    export_tour = tour(tmp_path / "tour", task_dir, minilm_workdir, topics=topics)
+    savedmodel = readme.command("python -m bertjax.convert export --format savedmodel runs/topics")
+    run(savedmodel, export_tour)
     call = readme.command("python -c ")
     text = call[-1].split("tf.constant(['")[1].split("'])")[0]
-    [answer] = bertjax.classify(bertjax.restore(str(tour / "runs" / "topics")), [text])
-    assert f"[b'{answer['label']}']" in run(call, tour)
+    [answer] = bertjax.classify(bertjax.restore(str(topics)), [text])
+    assert f"[b'{answer['label']}']" in run(call, export_tour)
 
 
 def test_pretrained_reader_finds_the_blanked_words(minilm_workdir, task_dir, tmp_path):
@@ -160,46 +206,75 @@ def pair_files(beir_dir, out):
     return paths
 
 
+@pytest.fixture(scope="session")
+def embedder(task_dir, minilm_workdir, tmp_path_factory, worker_id) -> dict:
+    """docs/embeddings.md's recipe (one epoch, 69 steps of 32 pairs) from MiniLM on the
+    built-in collection's training pairs, on texts cut to 32 and 64 tokens (half the time
+    of 64 and 128), once a run: {"workdir", "results": its results.json, "pairs": the
+    pair files by split}. Its workdir: read it only."""
+
+    def make(folder):
+        paths = pair_files(task_dir / "retrieval", folder)
+        workdir = folder / "embedder"
+        results = train(
+            "builtin_retrieval.py",
+            workdir,
+            f"--config.init_checkpoint={minilm_workdir}",
+            "--config.data.beir_dir=",
+            f"--config.data.train_file={paths['train']}",
+            f"--config.data.eval_file={paths['dev']}",
+            "--config.data.max_query_length=32",
+            "--config.data.max_seq_length=64",
+        )
+        pairs = {split: str(path) for split, path in paths.items()}
+        return {"workdir": str(workdir), "results": results, "pairs": pairs}
+
+    return once(tmp_path_factory, worker_id, "minilm_embedder", make)
+
+
+# nDCG@10 of WORKDIR's embedder on the pairs of EVAL_FILE, each query searched among the
+# pairs' passages; a program, so that it runs at full speed on one device (39 s of CPU
+# where pytest's process, with its eight devices and fast compiles, took 59).
+NDCG = """
+import sys
+
+import bertjax
+from bertjax import retrieval_metrics, search
+from data_pipeline.finetune import retrieval_input
+
+workdir, eval_file = sys.argv[1:]
+collection = retrieval_input.load_retrieval_task({"eval_file": eval_file}).eval
+restored = bertjax.restore(workdir)
+vectors = [bertjax.embed(restored, texts) for texts in (collection.queries, collection.passages)]
+ranked = search.ranked(collection.query_ids, collection.passage_ids, *vectors, 100)
+print(retrieval_metrics.evaluate(collection.qrels, ranked)["ndcg@10"])
+"""
+
+
 def test_an_embedder_fine_tuned_on_built_in_pairs_ranks_held_out_passages_better(
-    minilm_workdir, task_dir, tmp_path, test_extras
+    embedder, minilm_workdir
 ):
-    # docs/embeddings.md's recipe (one epoch, 69 steps of 32 pairs) on the built-in
-    # collection's pairs, on texts cut to 32 and 64 tokens (half the time of 64 and 128);
-    # the 469 held-out queries searched among their 469 passages. Last run: nDCG@10
+    # The 469 held-out queries searched among their 469 passages. Last run: nDCG@10
     # 0.5117 imported (reading up to 256 tokens), 0.5315 fine-tuned (0.5445 at 64/128).
-    from sentence_transformers import SentenceTransformer
-
-    from bertjax import retrieval_metrics, search
-    from data_pipeline.finetune import retrieval_input
-
-    paths = pair_files(task_dir / "retrieval", tmp_path)
-    collection = retrieval_input.load_retrieval_task({"eval_file": str(paths["dev"])}).eval
-    imported = bertjax.restore(str(minilm_workdir))
-    vectors = [
-        bertjax.embed(imported, texts) for texts in (collection.queries, collection.passages)
-    ]
-    run_before = search.ranked(collection.query_ids, collection.passage_ids, *vectors, 100)
-    before = retrieval_metrics.evaluate(collection.qrels, run_before)["ndcg@10"]
-    workdir = tmp_path / "embedder"
-    results = train(
-        "builtin_retrieval.py",
-        workdir,
-        f"--config.init_checkpoint={minilm_workdir}",
-        "--config.data.beir_dir=",
-        f"--config.data.train_file={paths['train']}",
-        f"--config.data.eval_file={paths['dev']}",
-        "--config.data.max_query_length=32",
-        "--config.data.max_seq_length=64",
-    )
-    after = results["best"]["ndcg@10"]
+    printed = run(["python", "-c", NDCG, str(minilm_workdir), embedder["pairs"]["dev"]])
+    before = float(printed.split()[-1])
+    after = embedder["results"]["best"]["ndcg@10"]
     print(f"\nheld-out nDCG@10: imported {before:.4f}, fine-tuned {after:.4f}")
     assert after >= before + 0.015
 
-    # Exported, it embeds in sentence-transformers as it does here.
+
+def test_the_fine_tuned_embedder_exported_embeds_the_same_in_sentence_transformers(
+    embedder, tmp_path, test_extras
+):
+    from sentence_transformers import SentenceTransformer
+
+    from data_pipeline.finetune import retrieval_input
+
+    collection = retrieval_input.load_retrieval_task({"eval_file": embedder["pairs"]["dev"]}).eval
     out = tmp_path / "exported"
     run(["python", "-m", "bertjax.convert", "export", "--format", "sentence-transformers",
-         str(workdir), str(out)])  # fmt: skip
+         embedder["workdir"], str(out)])  # fmt: skip
     texts = collection.queries[:8] + collection.passages[:8]
     theirs = SentenceTransformer(str(out), device="cpu").encode(texts)
-    ours = bertjax.embed(bertjax.restore(str(workdir)), texts)
+    ours = bertjax.embed(bertjax.restore(embedder["workdir"]), texts)
     assert np.abs(ours - theirs).max() < 1e-5

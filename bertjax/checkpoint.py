@@ -277,14 +277,16 @@ def _written_by() -> str:
 
 def _list_files(step_dir: str) -> dict[str, list[int]]:
     """Every file under `step_dir` but the manifest: its path there -> [bytes, CRC-32]."""
-    listed = {}
+    paths = {}
     for root, _, names in tf.io.gfile.walk(step_dir):
         for name in names:
             path = os.path.join(root, name)
             relative = os.path.relpath(path, step_dir)
             if relative != MANIFEST and not relative.startswith(MANIFEST + "."):
-                listed[relative] = list(_size_and_crc(path))
-    return dict(sorted(listed.items()))
+                paths[relative] = path
+    # Files read on host threads at once (zlib and file reads let go of the GIL).
+    sums = _host_threads().map(_size_and_crc, paths.values())
+    return {relative: list(found) for relative, found in sorted(zip(paths, sums, strict=True))}
 
 
 def _size_and_crc(path: str) -> tuple[int, int]:
@@ -532,11 +534,14 @@ def read_manifest(directory: str, step: int) -> dict:
         raise Damaged(
             directory, step, f"its {MANIFEST} differs from what was written (checksum mismatch)"
         )
-    for relative, (size, crc) in manifest["files"].items():
-        file = os.path.join(step_dir, relative)
+    files = {relative: os.path.join(step_dir, relative) for relative in manifest["files"]}
+    for relative, file in files.items():
         if not tf.io.gfile.exists(file):
             raise Damaged(directory, step, f"{relative} is missing")
-        found_size, found_crc = _size_and_crc(file)
+    found = _host_threads().map(_size_and_crc, files.values())
+    for (relative, (size, crc)), (found_size, found_crc) in zip(
+        manifest["files"].items(), found, strict=True
+    ):
         if found_size != size:
             raise Damaged(
                 directory,

@@ -39,19 +39,25 @@ def fingerprint(params) -> str:
     return digest.hexdigest()
 
 
-def main():
-    config_path, workdir, out = sys.argv[1:]
-    from bertjax import checkpoint, experiment, metrics, sharding, train
-    from data_pipeline import config as data_config_lib
+def _start(config_path: str, out: str):
+    """Joins the processes' run and returns the pickled config it trains."""
+    from bertjax import experiment
 
     experiment.initialize_distributed()
     # The resume compiles the same steps again; a cache of this process's own keeps that quick.
     cache = os.path.join(os.path.dirname(out), f"jax_cache_{jax.process_index()}")
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
     with open(config_path, "rb") as f:
-        config = pickle.load(f)
+        return pickle.load(f)
+
+
+def main():
+    config_path, workdir, out = sys.argv[1:]
+    from bertjax import checkpoint, metrics, sharding, train
+    from data_pipeline import config as data_config_lib
+
+    config = _start(config_path, out)
     seen = {"metrics": [], "saved": {}, "restored": {}, "refused": {}}
     write, save, restore = metrics.MetricWriter.write, checkpoint.save, checkpoint.restore
 
@@ -97,14 +103,9 @@ def hooks_main():
     config_path, workdir, out = sys.argv[2:]
     import run_hooks  # this folder is the script's: first on the path
 
-    from bertjax import checkpoint, experiment, preemption, train
+    from bertjax import checkpoint, preemption, train
 
-    experiment.initialize_distributed()
-    cache = os.path.join(os.path.dirname(out), f"jax_cache_{jax.process_index()}")
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    with open(config_path, "rb") as f:
-        config = pickle.load(f)
+    config = _start(config_path, out)
     config.hooks = ("run_hooks:gather_steps",)
     seen = {}
     try:

@@ -37,11 +37,13 @@ manifest's data lets the input continue where it stood (train.py), so restoring 
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 """
 
+import asyncio
 import functools
 import json
 import logging
 import os
 import shutil
+import sys
 import threading
 import traceback
 import zlib
@@ -108,9 +110,11 @@ class Checkpoints:
         self._committer: threading.Thread | None = None
         self._failure: BaseException | None = None  # of the save in flight, not yet raised
         self._failed = False
+        self._last_saved: int | None = None
         self._retold = _Retold()
         for name in _RETELLING_LOGGERS:
             logging.getLogger(name).addFilter(self._retold)
+        _ClosedLoopCallbacks.install()
 
     def __enter__(self):
         return self
@@ -138,6 +142,7 @@ class Checkpoints:
         here, before a later step may reuse a donated buffer, and read by the thread
         that writes the manifest. The previous save's failure raises here."""
         self.wait()
+        self._last_saved = step
         step_dir = os.path.join(self.directory, str(step))
         pending = _Fingerprints(state)
         arrays = {
@@ -151,7 +156,6 @@ class Checkpoints:
                 epath.Path(step_dir) / ITEM, args=ocp.args.StandardSave(state), force=True
             )
         except Exception as error:  # noqa: BLE001 - any failure to save is reported as one
-            self._failed = True
             raise self._save_failed(step, error) from error
         spared = {*self.keep, self.best}
         self._committer = threading.Thread(
@@ -185,7 +189,6 @@ class Checkpoints:
             _write_manifest(step_dir, manifest)
             self._rotate(spared)
         except BaseException as error:  # noqa: BLE001 - raised by the caller's next save or wait
-            self._failed = True
             self._failure = self._save_failed(step, error)
             self._failure.__cause__ = error
 
@@ -201,6 +204,8 @@ class Checkpoints:
                 tf.io.gfile.rmtree(step_dir)
 
     def _save_failed(self, step: int, error: BaseException) -> CheckpointError:
+        """The one line that reports a failed save (raised by the caller)."""
+        self._failed = True
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
         reason = reason if len(reason) <= 300 else reason[:297] + "..."
@@ -224,16 +229,30 @@ class Checkpoints:
         return True
 
     def close(self) -> None:
-        """Waits for the save in flight; raises its failure if nothing reported it yet."""
+        """Waits for the save in flight; raises its failure if nothing reported it yet.
+        After a failure already raised, orbax's own closing fails the same way (a full
+        disk stays full): that is not raised over the failure reported."""
         try:
             self.wait()
+        except BaseException:
+            self._close_orbax()
+            raise
+        self._close_orbax()
+
+    def _close_orbax(self) -> None:
+        try:
+            self._orbax.close()  # it writes the last save's metadata
+        except Exception as error:  # noqa: BLE001 - any failure to save is reported as one
+            if not self._failed:
+                raise self._save_failed(self._last_saved, error) from error
         finally:
-            self._orbax.close()
             # After a failed save, asyncio retells it as orbax's abandoned tasks are
-            # collected, as late as the process's exit: the filter stays.
+            # collected, and TensorStore's abandoned writes call back, as late as the
+            # process's exit: the filter and the hook stay.
             if not self._failed:
                 for name in _RETELLING_LOGGERS:
                     logging.getLogger(name).removeFilter(self._retold)
+                _ClosedLoopCallbacks.remove()
 
 
 # The loggers through which orbax's threads, and asyncio for the tasks a failed save
@@ -256,6 +275,53 @@ class _Retold(logging.Filter):
         error = record.exc_info[1]
         frames = traceback.walk_tb(error.__traceback__) if error is not None else ()
         return not any(frame.f_code.co_filename.startswith(_ORBAX_DIR) for frame, _ in frames)
+
+
+class _ClosedLoopCallbacks:
+    """sys.unraisablehook while a Checkpoints is open (and, after a failed save, until the
+    process ends): it drops one kind of unraisable exception, native code calling back
+    into an asyncio event loop already closed, and passes every other to the hook that
+    was there before. A failed write ends orbax's save (orbax 0.12.8 runs it with
+    `loop.run_until_complete`, then closes the loop) while TensorStore's other writes
+    are still in flight; as each finishes, TensorStore calls `call_soon_threadsafe` on
+    the closed loop, and Python prints the RuntimeError that raises: 100 tracebacks for
+    one full disk, before and after the one line that reports it. Told by the code that
+    raised it, never by its message."""
+
+    users = 0  # the Checkpoints open, and those whose save failed
+    previous: Callable | None = None
+
+    @classmethod
+    def install(cls) -> None:
+        if cls.users == 0:
+            cls.previous, sys.unraisablehook = sys.unraisablehook, cls.hook
+        cls.users += 1
+
+    @classmethod
+    def remove(cls) -> None:
+        cls.users -= 1
+        if cls.users == 0 and sys.unraisablehook == cls.hook:
+            sys.unraisablehook = cls.previous
+
+    @classmethod
+    def hook(cls, unraisable) -> None:
+        if not _into_closed_loop(unraisable):
+            cls.previous(unraisable)
+
+
+def _into_closed_loop(unraisable) -> bool:
+    """Whether the exception was raised by `call_soon_threadsafe` of a closed event loop,
+    called from native code (the traceback starts there: no Python caller)."""
+    tb = unraisable.exc_traceback
+    if unraisable.object is not None or tb is None:
+        return False
+    frame = tb.tb_frame
+    loop = frame.f_locals.get("self")
+    return (
+        frame.f_code is asyncio.BaseEventLoop.call_soon_threadsafe.__code__
+        and isinstance(loop, asyncio.AbstractEventLoop)
+        and loop.is_closed()
+    )
 
 
 def save(manager: Checkpoints, step: int, state, data: dict) -> None:

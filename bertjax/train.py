@@ -507,7 +507,14 @@ def _train(
         except Exception as save_error:  # noqa: BLE001 - the first error is the one to report
             if str(save_error) != str(error):
                 logging.error("the checkpoint save in flight failed too: %s", save_error)
-        event_log.stop(error)
+        try:
+            event_log.stop(error)
+        except Exception as log_error:  # noqa: BLE001 - a full disk: the run's error is reported
+            logging.error(
+                "the stop event could not be written to %s either (%s)",
+                workdir_lib.EVENTS_FILE,
+                type(log_error).__name__,
+            )
         raise
     else:
         event_log.stop(None, paused=last_step < num_steps)

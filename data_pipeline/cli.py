@@ -31,10 +31,12 @@ TensorFlow, XLA and libtpu are left out of stderr (native_log.py) unless
 `-v`/`--verbosity` is given.
 """
 
+import gc
 import importlib
 import os
 import re
 import sys
+import traceback
 import types
 from collections.abc import Callable
 
@@ -212,15 +214,34 @@ def _guarded(main, argv: list[str], positional_args: bool) -> int | None:
         _fail(str(error))
     except Preempted as stopped:
         _print_stopped(stopped)
+        _release(stopped)
         sys.exit(Preempted.EXIT_CODE)
     except KeyboardInterrupt as interrupted:
         _print_interrupted(interrupted)
+        _release(interrupted)
         sys.exit(Interrupted.EXIT_CODE)
     except Exception as error:
         message = _user_message(error)
         if message is None:
             raise
+        _release(error)
         _fail(message)
+
+
+def _release(error: BaseException) -> None:
+    """Lets go of what the finished frames of `error`, and of the errors it chains, still
+    hold, so that the program's objects are finalized before the interpreter is: a
+    tf.data iterator finalized after it prints two lines of TensorFlow's below the
+    error line."""
+    pending, seen = [error], set()
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        pending += [error.__cause__, error.__context__]
+    gc.collect()
 
 
 def exit_preempted(stopped: Preempted) -> None:

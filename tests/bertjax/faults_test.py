@@ -231,10 +231,12 @@ def test_a_disk_that_fills_during_a_save_is_one_line_naming_the_latest_complete_
         rf"error: .*{workdir}/checkpoints.*the latest complete checkpoint: step 6\)?",
         last_line(result.stderr),
     ), result.stderr[-3000:]
-    # No traceback of ours or orbax's. Left, and seen once under load: TensorStore's
-    # callbacks meeting orbax's closed event loop ("RuntimeError: Event loop is closed",
-    # printed as Python drops them), issue 49's open residue.
-    assert "bertjax/" not in result.stderr and "orbax/" not in result.stderr, result.stderr[-3000:]
+    # Nothing after it, and no traceback: neither orbax's threads' nor the ~100 of
+    # TensorStore's writes calling back into orbax's closed event loop, nor (its cause
+    # hidden) a second failure of orbax's own close, nor TensorFlow finalizing the
+    # input's iterator after the interpreter.
+    assert result.stderr.rstrip().splitlines()[-1] == last_line(result.stderr), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
 def test_a_non_finite_loss_ends_the_run_after_the_save_in_flight(tmp_path, small_vocab_file):

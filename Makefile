@@ -69,21 +69,24 @@ format: $(STAMP)
 # What a change must pass: lint, the unit tier and one short run of every user-facing
 # command (the `command` tier): at most 10 minutes from a clean clone on 2 cores.
 # Three xdist workers on two cores: the command tests wait on their programs, and a
-# third worker keeps the cores busy meanwhile.
+# third worker keeps the cores busy meanwhile. Work stealing: xdist's default hands each
+# worker a block of consecutive tests first, so one worker got every long test (which
+# conftest.py orders first) and ran them alone while the others sat idle.
 TIERS_OF_TEST := not (slow or integration or emulator or tpu_compile or gpu)
+XDIST := -n 3 --dist worksteal
 test: lint
-	$(PY) -m pytest -n 3 -q --durations=10 -m "$(TIERS_OF_TEST)" tests
+	$(PY) -m pytest $(XDIST) -q --durations=10 -m "$(TIERS_OF_TEST)" tests
 
 # The whole suite, lint first: every tier (scenarios, multi-process runs, faults,
 # emulators, TPU compiles). What CI (.ci/run) runs.
 test-all: lint
-	$(PY) -m pytest -n 3 -q --durations=15 tests
+	$(PY) -m pytest $(XDIST) -q --durations=15 tests
 
 # The unit tier, for the edit loop. Add PYTEST_ARGS=... to pick tests
 # (PYTEST_ARGS="-k losses").
 UNIT := $(TIERS_OF_TEST) and not command
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q -m "$(UNIT)" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 --dist worksteal -q -m "$(UNIT)" $(PYTEST_ARGS) tests
 
 # Line coverage of bertjax/ and data_pipeline/, child processes included (setup.cfg's
 # [coverage:run]): the unit tier, then the whole suite. The data stays in .coverage-data/;
@@ -91,9 +94,9 @@ test-fast: $(STAMP)
 COVERAGE := $(PY) -m coverage
 coverage: $(STAMP)
 	rm -rf .coverage-data && mkdir .coverage-data
-	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 -q -o unit_cpu_limit_s=0 -m "$(UNIT)" tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 --dist worksteal -q -o unit_cpu_limit_s=0 -m "$(UNIT)" tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) combine -q
-	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest -n 3 -q -o unit_cpu_limit_s=0 tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest $(XDIST) -q -o unit_cpu_limit_s=0 tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) combine -q
 	@echo "== unit tier (make test-fast)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) report --sort=cover

@@ -37,13 +37,11 @@ manifest's data lets the input continue where it stood (train.py), so restoring 
 checkpoint resumes a run exactly. The other files of a workdir belong to workdir.py.
 """
 
-import asyncio
 import functools
 import json
 import logging
 import os
 import shutil
-import sys
 import threading
 import traceback
 import zlib
@@ -114,7 +112,6 @@ class Checkpoints:
         self._retold = _Retold()
         for name in _RETELLING_LOGGERS:
             logging.getLogger(name).addFilter(self._retold)
-        _ClosedLoopCallbacks.install()
 
     def __enter__(self):
         return self
@@ -247,12 +244,10 @@ class Checkpoints:
                 raise self._save_failed(self._last_saved, error) from error
         finally:
             # After a failed save, asyncio retells it as orbax's abandoned tasks are
-            # collected, and TensorStore's abandoned writes call back, as late as the
-            # process's exit: the filter and the hook stay.
+            # collected, as late as the process's exit: the filter stays.
             if not self._failed:
                 for name in _RETELLING_LOGGERS:
                     logging.getLogger(name).removeFilter(self._retold)
-                _ClosedLoopCallbacks.remove()
 
 
 # The loggers through which orbax's threads, and asyncio for the tasks a failed save
@@ -275,53 +270,6 @@ class _Retold(logging.Filter):
         error = record.exc_info[1]
         frames = traceback.walk_tb(error.__traceback__) if error is not None else ()
         return not any(frame.f_code.co_filename.startswith(_ORBAX_DIR) for frame, _ in frames)
-
-
-class _ClosedLoopCallbacks:
-    """sys.unraisablehook while a Checkpoints is open (and, after a failed save, until the
-    process ends): it drops one kind of unraisable exception, native code calling back
-    into an asyncio event loop already closed, and passes every other to the hook that
-    was there before. A failed write ends orbax's save (orbax 0.12.8 runs it with
-    `loop.run_until_complete`, then closes the loop) while TensorStore's other writes
-    are still in flight; as each finishes, TensorStore calls `call_soon_threadsafe` on
-    the closed loop, and Python prints the RuntimeError that raises: 100 tracebacks for
-    one full disk, before and after the one line that reports it. Told by the code that
-    raised it, never by its message."""
-
-    users = 0  # the Checkpoints open, and those whose save failed
-    previous: Callable | None = None
-
-    @classmethod
-    def install(cls) -> None:
-        if cls.users == 0:
-            cls.previous, sys.unraisablehook = sys.unraisablehook, cls.hook
-        cls.users += 1
-
-    @classmethod
-    def remove(cls) -> None:
-        cls.users -= 1
-        if cls.users == 0 and sys.unraisablehook == cls.hook:
-            sys.unraisablehook = cls.previous
-
-    @classmethod
-    def hook(cls, unraisable) -> None:
-        if not _into_closed_loop(unraisable):
-            cls.previous(unraisable)
-
-
-def _into_closed_loop(unraisable) -> bool:
-    """Whether the exception was raised by `call_soon_threadsafe` of a closed event loop,
-    called from native code (the traceback starts there: no Python caller)."""
-    tb = unraisable.exc_traceback
-    if unraisable.object is not None or tb is None:
-        return False
-    frame = tb.tb_frame
-    loop = frame.f_locals.get("self")
-    return (
-        frame.f_code is asyncio.BaseEventLoop.call_soon_threadsafe.__code__
-        and isinstance(loop, asyncio.AbstractEventLoop)
-        and loop.is_closed()
-    )
 
 
 def save(manager: Checkpoints, step: int, state, data: dict) -> None:

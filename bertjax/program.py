@@ -9,10 +9,12 @@ with `define_flags()`, that ends with
 `run` is data_pipeline/cli.py's `run` (flags parsed and checked before the module doing
 the work is imported, by name, and called with their values; user errors in one line;
 TensorFlow's and XLA's start-up lines left out of stderr) that first sets libtpu's
-environment, so that no program needs to. So `--help`, a bad flag or an unknown config key
+environment and keeps one kind of native noise off stderr
+(`drop_callbacks_into_closed_loops`), so that no program needs to. So `--help`, a bad flag or an unknown config key
 answer in a fraction of a second (tests/data_pipeline/cli_test.py).
 """
 
+import asyncio
 import glob
 import importlib.util
 import os
@@ -24,7 +26,45 @@ from data_pipeline import cli, native_log
 
 def run(main: str | Callable, define_flags: Callable[[], None], *, positional_args: bool = False):
     libtpu_without_tpu()
+    drop_callbacks_into_closed_loops()
     cli.run(main, define_flags, positional_args=positional_args)
+
+
+def drop_callbacks_into_closed_loops() -> None:
+    """Chains a `sys.unraisablehook` in front of the one there that drops one kind of
+    unraisable exception, native code calling back into an asyncio event loop already
+    closed, and passes every other on. Set by a program for its whole process, never by
+    the library (a notebook's hooks are its own).
+
+    When a disk fills during a checkpoint's save, one write fails and ends orbax's save
+    (orbax 0.12.8 runs it with `loop.run_until_complete`, then closes the loop) while
+    TensorStore's other writes are still in flight. As each finishes, TensorStore calls
+    `call_soon_threadsafe` on the closed loop and Python prints the RuntimeError that
+    raises: about 100 tracebacks around the one line that reports the failure
+    (bertjax/checkpoint.py). Told by the code that raised it, never by its message.
+    """
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not into_closed_loop(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def into_closed_loop(unraisable) -> bool:
+    """Whether the exception was raised by `call_soon_threadsafe` of a closed event loop,
+    called from native code (the traceback starts there: no Python caller)."""
+    tb = unraisable.exc_traceback
+    if unraisable.object is not None or tb is None:
+        return False
+    frame = tb.tb_frame
+    loop = frame.f_locals.get("self")
+    return (
+        frame.f_code is asyncio.BaseEventLoop.call_soon_threadsafe.__code__
+        and isinstance(loop, asyncio.AbstractEventLoop)
+        and loop.is_closed()
+    )
 
 
 def notebook() -> None:

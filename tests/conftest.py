@@ -81,7 +81,8 @@ def pytest_collection_modifyitems(items):
     """Files with integration and emulator tests (minutes each) first, so that the xdist
     workers finish together instead of one running them alone at the end; the unit tier
     last. A file's tests stay together, in their order, so that its module fixtures are
-    made once."""
+    made once. This needs the Makefile's `--dist worksteal`: xdist's default hands each
+    worker a block of consecutive tests, so one worker would get every long one."""
     order = ("integration", "emulator", "command", "tpu_compile", "slow")
 
     def rank(item):

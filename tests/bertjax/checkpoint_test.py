@@ -1,11 +1,8 @@
 """bertjax.checkpoint on a state of a few small arrays: save, restore, rotation and refusals."""
 
-import asyncio
 import json
 import logging
 import re
-import sys
-import types
 
 import jax
 import jax.numpy as jnp
@@ -145,17 +142,7 @@ def test_check_space_refuses_a_state_bigger_than_the_disk(tmp_path):
     manager.close()
 
 
-@pytest.fixture
-def own_unraisablehook(monkeypatch):
-    """sys.unraisablehook as it was after the test: a Checkpoints whose save failed leaves
-    its hook in place for the rest of the process."""
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-    monkeypatch.setattr(checkpoint._ClosedLoopCallbacks, "users", 0)
-
-
-def test_a_failed_save_is_one_line_though_orbax_fails_again_as_it_closes(
-    tmp_path, own_unraisablehook
-):
+def test_a_failed_save_is_one_line_though_orbax_fails_again_as_it_closes(tmp_path):
     # A full disk fails the save, then orbax's close (writing the save's metadata): the
     # first failure, reported in one line, is the one the run ends with.
     manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
@@ -171,7 +158,7 @@ def test_a_failed_save_is_one_line_though_orbax_fails_again_as_it_closes(
     manager.close()  # nothing raised over the failure reported
 
 
-def test_a_save_that_fails_only_as_orbax_closes_is_reported_by_close(tmp_path, own_unraisablehook):
+def test_a_save_that_fails_only_as_orbax_closes_is_reported_by_close(tmp_path):
     manager = save_steps(tmp_path, [1])
 
     def fails():
@@ -186,45 +173,6 @@ def save_steps_into(manager, steps):
     for step in steps:
         checkpoint.save(manager, step, tiny_state(step), {})
         assert checkpoint.wait(manager, timeout_s=60)
-
-
-def native_callback_into(loop) -> "UnraisableHookArgs":  # noqa: F821
-    """What Python hands sys.unraisablehook when native code (TensorStore finishing a
-    write) calls `loop.call_soon_threadsafe`: the traceback starts in that method."""
-    try:
-        loop.call_soon_threadsafe(print)
-    except RuntimeError as error:
-        raised = error
-    return types.SimpleNamespace(
-        exc_type=type(raised),
-        exc_value=raised,
-        exc_traceback=raised.__traceback__.tb_next,  # from the method on: no Python caller
-        err_msg=None,
-        object=None,
-    )
-
-
-def test_callbacks_into_a_closed_event_loop_are_dropped_while_checkpoints_are_open(
-    tmp_path, monkeypatch, own_unraisablehook
-):
-    # orbax closes its event loop on a failed write while TensorStore's other writes
-    # are in flight; each calls back into it when it finishes.
-    told = []
-    monkeypatch.setattr(sys, "unraisablehook", told.append)
-    closed = asyncio.new_event_loop()
-    closed.close()
-    manager = checkpoint.make_manager(str(tmp_path), max_to_keep=1)
-    sys.unraisablehook(native_callback_into(closed))
-    assert told == []
-    other = types.SimpleNamespace(
-        exc_type=RuntimeError, exc_value=RuntimeError("x"), exc_traceback=None, object=None
-    )
-    sys.unraisablehook(other)  # any other goes on to the hook that was there
-    assert told == [other]
-    manager.close()
-    assert sys.unraisablehook == told.append  # put back by the last Checkpoints closed
-    sys.unraisablehook(native_callback_into(closed))
-    assert len(told) == 2
 
 
 # ----------------------------------------------------------------------------- integrity

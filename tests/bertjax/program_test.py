@@ -1,11 +1,13 @@
 """What the bertjax API's first use sets up in the user's process (program.notebook)."""
 
+import asyncio
 import os
 import pty
 import select
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from support import REPO
@@ -127,3 +129,46 @@ def until_prompt(controller: int, timeout_s: float = 30.0) -> str:
         assert ready, f"no prompt after {shown!r}"
         shown += os.read(controller, 4096)
     return shown.decode()
+
+
+def native_callback_into(loop, callback=print) -> "UnraisableHookArgs":  # noqa: F821
+    """What Python hands sys.unraisablehook when native code (TensorStore finishing a
+    write) calls `loop.call_soon_threadsafe` and that raises: the traceback starts in
+    that method."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except (RuntimeError, TypeError) as error:
+        raised = error
+    return types.SimpleNamespace(
+        exc_type=type(raised),
+        exc_value=raised,
+        exc_traceback=raised.__traceback__.tb_next,  # from the method on: no Python caller
+        err_msg=None,
+        object=None,
+    )
+
+
+def test_a_program_drops_callbacks_into_a_closed_event_loop_and_passes_on_the_rest(monkeypatch):
+    # orbax closes its event loop on a failed write while TensorStore's other writes
+    # are in flight; each calls back into it when it finishes.
+    from bertjax import program
+
+    told = []
+    monkeypatch.setattr(sys, "unraisablehook", told.append)
+    program.drop_callbacks_into_closed_loops()
+    closed = asyncio.new_event_loop()
+    closed.close()
+    sys.unraisablehook(native_callback_into(closed))
+    assert told == []
+    # Passed on: the same method raising on a loop still open (a debug loop given no
+    # callable), and any other.
+    open_loop = asyncio.new_event_loop()
+    open_loop.set_debug(True)
+    not_callable = native_callback_into(open_loop, callback=None)
+    other = types.SimpleNamespace(
+        exc_type=RuntimeError, exc_value=RuntimeError("x"), exc_traceback=None, object=None
+    )
+    sys.unraisablehook(not_callable)
+    sys.unraisablehook(other)
+    assert told == [not_callable, other]
+    open_loop.close()

@@ -6,6 +6,7 @@ predicting the more frequent NSP label (none of masked LM alone).
 """
 
 import collections
+import functools
 import random
 import re
 
@@ -129,22 +130,40 @@ def fill_mask(restored, text: str, top_k: int = 5) -> list[list[tuple[str, float
         raise ValueError(
             f"{len(ids)} tokens: longer than the model's max_seq_length {restored.max_seq_length}"
         )
-    input_ids = jnp.asarray([ids], jnp.int32)
-    ones = jnp.ones_like(input_ids)
-    mlm_logits, _ = restored.model.apply(
-        {"params": restored.params},
-        input_ids,
-        ones,
-        jnp.zeros_like(input_ids),
-        jnp.asarray([positions], jnp.int32),
-        deterministic=True,
+    # Padded to a power of two (one compile serves texts of similar length), the padding
+    # masked out: the model's outputs at the masks are those of the text alone.
+    width = min(max(16, 1 << (len(ids) - 1).bit_length()), restored.max_seq_length)
+    input_ids, input_mask = np.zeros((2, 1, width), np.int32)
+    input_ids[0, : len(ids)], input_mask[0, : len(ids)] = ids, 1
+    probs = np.asarray(
+        _mlm_probabilities(
+            restored.model,
+            restored.params,
+            input_ids,
+            input_mask,
+            np.asarray([positions], np.int32),
+        )
     )
-    probs = np.asarray(jax.nn.softmax(mlm_logits[0], axis=-1))
     results = []
     for row in probs:
         best = np.argsort(-row)[:top_k]
         results.append([(_token_text(vocab, i), float(row[i])) for i in best])
     return results
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _mlm_probabilities(model, params, input_ids, input_mask, positions):
+    """The masked LM's probabilities at `positions` of one row: [positions, vocab]. Jitted:
+    run op by op, one text cost seconds of compiling each of its operations."""
+    mlm_logits, _ = model.apply(
+        {"params": params},
+        input_ids,
+        input_mask,
+        jnp.zeros_like(input_ids),
+        positions,
+        deterministic=True,
+    )
+    return jax.nn.softmax(mlm_logits[0], axis=-1)
 
 
 def _token_text(vocab, i: int) -> str:

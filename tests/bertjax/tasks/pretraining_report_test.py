@@ -6,6 +6,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bertjax import checkpoint, inference, train
 from bertjax import workdir as workdir_lib
@@ -35,6 +36,30 @@ def test_fill_mask_gives_top_k_per_mask(trained):
         assert all(token in restored.tokenizer.vocab.tokens for token, _ in g)
     with pytest.raises(ValueError, match="no \\[MASK\\]"):
         pretraining_report.fill_mask(restored, "nothing to fill")
+
+
+def test_fill_mask_pads_its_text_without_changing_the_guesses(trained):
+    # fill_mask pads the text to a power of two and masks the padding out: its guesses
+    # are those of the model run on the text's tokens alone.
+    _, workdir, _ = trained
+    restored = inference.restore(workdir)
+    vocab = restored.tokenizer.vocab
+    before, after = restored.tokenizer.tokenize(tf.constant(["The", "statement."])).to_list()
+    ids = np.asarray([[vocab.cls_id, *before, vocab.mask_id, *after, vocab.sep_id]], np.int32)
+    assert ids.shape[1] & (ids.shape[1] - 1)  # not a power of two: fill_mask pads it
+    logits, _ = restored.model.apply(
+        {"params": restored.params},
+        ids,
+        np.ones_like(ids),
+        np.zeros_like(ids),
+        np.asarray([[1 + len(before)]], np.int32),
+        deterministic=True,
+    )
+    probs = np.asarray(jax.nn.softmax(logits[0, 0]))
+    best = np.argsort(-probs)[:5]
+    (guesses,) = pretraining_report.fill_mask(restored, "The [MASK] statement.", top_k=5)
+    assert [token for token, _ in guesses] == [vocab.tokens[i] for i in best]
+    np.testing.assert_allclose([p for _, p in guesses], probs[best], rtol=1e-5, atol=1e-7)
 
 
 def test_fill_mask_matches_the_training_forward_pass(trained):

@@ -11,17 +11,27 @@ Modules are read by parsing their source with `ast`, never by importing them:
 some (`antigravity`, `this`) act on import. Code is removed before sentence
 splitting: doctest sessions, reST literal blocks (after `::`), grammar
 productions, tables, and indented blocks that do not read as prose.
+
+Parsing and cleaning take about 2 s of CPU, which every program reading the corpus
+paid at its start; the result is kept in $XDG_CACHE_HOME/bertjax (~/.cache/bertjax),
+under a key of what it depends on: this Python's build (`sys.version`), its standard
+library's folder and topics, and the source of the code that cleans them (this module
+and sentences.py).
 """
 
 import ast
 import contextlib
 import functools
 import gc
+import hashlib
+import json
 import os
 import re
+import sys
 import sysconfig
 from pydoc_data import topics
 
+from data_pipeline import sentences as sentences_lib
 from data_pipeline.sentences import split_sentences
 
 # Standard-library folders without prose: tests, tools, demos, codec tables,
@@ -55,7 +65,40 @@ _EMPHASIS = re.compile(r"(?<![\w*])\*(\w[^*\n]*?)\*(?![\w*])")
 
 @functools.cache
 def documents() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(doc_id, sentences) of every built-in document, in an order fixed for a Python version."""
+    """(doc_id, sentences) of every built-in document, in an order fixed for a Python
+    version: from the cache file when there is one for this Python and this code, else
+    parsed (`parse_documents`) and cached. A cache that cannot be written is skipped."""
+    path = cache_file()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return tuple((doc_id, tuple(sentences)) for doc_id, sentences in json.load(f))
+    except (OSError, ValueError):  # none yet, or cut short
+        pass
+    docs = parse_documents()
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(docs, f, ensure_ascii=False)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+    return docs
+
+
+def cache_file() -> str:
+    """Where this Python's corpus is cached, named by a hash of what it depends on."""
+    key = hashlib.sha256(f"{sys.version}\0{sysconfig.get_paths()['stdlib']}\0".encode())
+    for module in (topics, sys.modules[__name__], sentences_lib):
+        with open(module.__file__, "rb") as f:
+            key.update(f.read())
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bertjax", f"builtin_corpus-{key.hexdigest()[:16]}.json")
+
+
+def parse_documents() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The built-in documents, parsed and cleaned from the interpreter's files."""
     docs = []
     for name in sorted(topics.topics):
         sentences = split_sentences(_prose(topics.topics[name]))

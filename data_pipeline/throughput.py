@@ -95,10 +95,9 @@ def _children() -> dict[int, list[str]]:
 
 
 def corpus_and_sentences():
-    """Prints the time to build the built-in corpus and split_sentences' MB/s."""
-    builtin_corpus.documents.cache_clear()
+    """Prints the time to parse the built-in corpus and split_sentences' MB/s."""
     start = time.perf_counter()
-    docs = builtin_corpus.documents()
+    docs = builtin_corpus.parse_documents()  # not the cached file: the parsing is timed
     seconds = time.perf_counter() - start
     sentences = sum(len(doc_sentences) for _, doc_sentences in docs)
     print(f"builtin corpus: {len(docs):,} documents, {sentences:,} sentences in {seconds:.1f}s")

@@ -1,11 +1,13 @@
 """Tests for data_pipeline/builtin_corpus.py and the 'builtin' corpus source."""
 
+import pathlib
 import sys
 
 import pytest
 
 from data_pipeline import builtin_corpus, corpus
 from data_pipeline import config as config_lib
+from data_pipeline import sentences as sentences_lib
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,34 @@ def test_deterministic_and_cached(docs):
     assert builtin_corpus.documents() is docs
     builtin_corpus.documents.cache_clear()
     assert builtin_corpus.documents() == docs
+
+
+def test_a_process_reads_the_corpus_from_its_cache_file(docs, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    builtin_corpus.documents.cache_clear()
+    assert builtin_corpus.documents() == docs  # parsed, then written
+    (cached,) = (tmp_path / "bertjax").iterdir()
+    assert str(cached) == builtin_corpus.cache_file()
+    # What a later process reads is the file, not a parse: a changed file shows.
+    cached.write_text('[["builtin:topic:x", ["One sentence."]]]', encoding="utf-8")
+    builtin_corpus.documents.cache_clear()
+    assert builtin_corpus.documents() == (("builtin:topic:x", ("One sentence.",)),)
+    # A file cut short is parsed again and rewritten.
+    cached.write_text('[["builtin:topic:x", ["One', encoding="utf-8")
+    builtin_corpus.documents.cache_clear()
+    assert builtin_corpus.documents() == docs
+    assert builtin_corpus.parse_documents() == docs
+    builtin_corpus.documents.cache_clear()
+
+
+def test_the_cache_is_keyed_by_the_code_that_cleans_the_corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    before = builtin_corpus.cache_file()
+    edited = tmp_path / "sentences.py"
+    source = pathlib.Path(sentences_lib.__file__).read_text(encoding="utf-8")
+    edited.write_text(source + "\n# edited\n", encoding="utf-8")
+    monkeypatch.setattr(sentences_lib, "__file__", str(edited))
+    assert builtin_corpus.cache_file() != before
 
 
 def test_ids_and_sentences_are_well_formed(docs):

@@ -73,14 +73,16 @@ format: $(STAMP)
 # worker a block of consecutive tests first, so one worker got every long test (which
 # conftest.py orders first) and ran them alone while the others sat idle.
 TIERS_OF_TEST := not (slow or integration or emulator or tpu_compile or gpu)
-XDIST := -n 3 --dist worksteal
 test: lint
-	$(PY) -m pytest $(XDIST) -q --durations=10 -m "$(TIERS_OF_TEST)" tests
+	$(PY) -m pytest -n 3 --dist worksteal -q --durations=10 -m "$(TIERS_OF_TEST)" tests
 
 # The whole suite, lint first: every tier (scenarios, multi-process runs, faults,
-# emulators, TPU compiles). What CI (.ci/run) runs.
+# emulators, TPU compiles). What CI (.ci/run) runs. Whole files to the next worker free,
+# the longest first (conftest.py; xdist would reorder them by their count of tests):
+# its long tests are spread over many files.
+XDIST_ALL := -n 3 --dist loadfile --no-loadscope-reorder
 test-all: lint
-	$(PY) -m pytest $(XDIST) -q --durations=15 tests
+	$(PY) -m pytest $(XDIST_ALL) -q --durations=15 tests
 
 # The unit tier, for the edit loop. Add PYTEST_ARGS=... to pick tests
 # (PYTEST_ARGS="-k losses").
@@ -96,7 +98,7 @@ coverage: $(STAMP)
 	rm -rf .coverage-data && mkdir .coverage-data
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) run -m pytest -n 2 --dist worksteal -q -o unit_cpu_limit_s=0 -m "$(UNIT)" tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) combine -q
-	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest $(XDIST) -q -o unit_cpu_limit_s=0 tests
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) run -m pytest $(XDIST_ALL) -q -o unit_cpu_limit_s=0 tests
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/all $(COVERAGE) combine -q
 	@echo "== unit tier (make test-fast)"
 	@COVERAGE_FILE=$(CURDIR)/.coverage-data/unit $(COVERAGE) report --sort=cover

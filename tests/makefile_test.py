@@ -1,4 +1,5 @@
-"""The Makefile's own targets beyond demo and test: `make minilm`, `make notebook`."""
+"""The Makefile's own targets beyond demo and test: `make minilm`, `make notebook`; and the
+longest test files that `make test-all` starts first."""
 
 import json
 import os
@@ -78,3 +79,12 @@ def test_make_notebook_installs_jupyterlab_once_and_starts_it_on_the_venv(tmp_pa
     venv.mkdir()
     (venv / ".notebook-installed").touch()
     assert dry_run() == [lab]
+
+
+def test_the_longest_files_make_test_all_starts_first_exist():
+    # conftest.LONGEST_FILES is a scheduling hint: a renamed file would silently run last.
+    import conftest
+
+    tests = REPO / "tests"
+    assert [name for name in conftest.LONGEST_FILES if not (tests / name).is_file()] == []
+    assert len(set(conftest.LONGEST_FILES)) == len(conftest.LONGEST_FILES)

@@ -71,15 +71,15 @@ format: $(STAMP)
 # Three xdist workers on two cores: the command tests wait on their programs, and a
 # third worker keeps the cores busy meanwhile. Work stealing: xdist's default hands each
 # worker a block of consecutive tests first, so one worker got every long test (which
-# conftest.py orders first) and ran them alone while the others sat idle.
+# tests/support/tiers.py orders first) and ran them alone while the others sat idle.
 TIERS_OF_TEST := not (slow or integration or emulator or tpu_compile or gpu)
 test: lint
 	$(PY) -m pytest -n 3 --dist worksteal -q --durations=10 -m "$(TIERS_OF_TEST)" tests
 
 # The whole suite, lint first: every tier (scenarios, multi-process runs, faults,
 # emulators, TPU compiles). What CI (.ci/run) runs. Whole files to the next worker free,
-# the longest first (conftest.py; xdist would reorder them by their count of tests):
-# its long tests are spread over many files.
+# the longest first (tests/support/tiers.py; xdist would reorder them by their count of
+# tests): its long tests are spread over many files.
 XDIST_ALL := -n 3 --dist loadfile --no-loadscope-reorder
 test-all: lint
 	$(PY) -m pytest $(XDIST_ALL) -q --durations=15 tests

@@ -77,53 +77,6 @@ from support import SMALL_VOCAB_SIZE, once  # noqa: E402
 pytest_plugins = ["support.tiers", "support.squad"]  # squad: the SQuAD files' fixtures
 
 
-# The files that take longest in the whole suite, longest first (their tests' wall time
-# in `make test-all`, fixtures included: the learning tests about 11 minutes, the README's
-# tour 8, the others 3 to 7). A scheduling hint only: a file missing here runs later.
-LONGEST_FILES = (
-    "bertjax/tasks/finetune_learning_test.py",
-    "readme_test.py",
-    "bertjax/train_test.py",
-    "bertjax/convert/savedmodel_test.py",
-    "bertjax/checkpoint_faults_test.py",
-    "bertjax/faults_test.py",
-    "bertjax/tpu/compile_report_test.py",
-    "bertjax/elastic_test.py",
-    "bertjax/model_test.py",
-    "bertjax/sweep/sweep_test.py",
-    "bertjax/suites/glue/glue_run_test.py",
-    "bertjax/multihost_test.py",
-    "bertjax/tpu/launch_test.py",
-    "bertjax/bench/encoders_bench_test.py",
-    "bertjax/convert/import_export_test.py",
-    "bertjax/gcs_test.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    """The longest files first (LONGEST_FILES), then the other files with integration and
-    emulator tests (minutes each), the unit tier last, so that the xdist workers finish
-    together instead of one running a long test alone at the end. A file's tests stay
-    together, in their order, so that its module fixtures are made once.
-
-    `make test-all` hands out whole files (`--dist loadfile`), each to the next worker
-    free; `make test`, whose command tier is one file of long tests, hands out tests by
-    work stealing (`--dist worksteal`). xdist's default hands each worker a block of
-    consecutive tests, so one worker would get every long one."""
-    order = ("integration", "emulator", "command", "tpu_compile", "slow")
-    tests = pathlib.Path(__file__).parent
-
-    def rank(item):
-        marks = [i for i, name in enumerate(order) if item.get_closest_marker(name)]
-        return min(marks, default=len(order))
-
-    file_rank = {}
-    for item in items:
-        file_rank[item.path] = min(file_rank.get(item.path, len(order)), rank(item))
-    longest = {tests / name: i - len(LONGEST_FILES) for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: longest.get(item.path, file_rank[item.path]))
-
-
 # Packages installed off the import path (requirements-test-extras.txt says why).
 TEST_EXTRAS = pathlib.Path(sys.prefix) / "test-extras"
 

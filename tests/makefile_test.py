@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, tiers
 
 
 @pytest.mark.integration
@@ -82,9 +82,7 @@ def test_make_notebook_installs_jupyterlab_once_and_starts_it_on_the_venv(tmp_pa
 
 
 def test_the_longest_files_make_test_all_starts_first_exist():
-    # conftest.LONGEST_FILES is a scheduling hint: a renamed file would silently run last.
-    import conftest
-
+    # tiers.LONGEST_FILES is a scheduling hint: a renamed file would silently run last.
     tests = REPO / "tests"
-    assert [name for name in conftest.LONGEST_FILES if not (tests / name).is_file()] == []
-    assert len(set(conftest.LONGEST_FILES)) == len(conftest.LONGEST_FILES)
+    assert [name for name in tiers.LONGEST_FILES if not (tests / name).is_file()] == []
+    assert len(set(tiers.LONGEST_FILES)) == len(tiers.LONGEST_FILES)

@@ -292,7 +292,7 @@ def embed(
     order = np.argsort(kept, kind="stable")
     for begin in range(0, len(order), batch_size):
         rows = order[begin : begin + batch_size]
-        width = _bucket(int(kept[rows].max()) + 2, length)
+        width = records.power_of_two_width(int(kept[rows].max()) + 2, length)
         input_ids = np.full((batch_size, width), vocab.pad_id, np.int32)
         input_mask = np.zeros_like(input_ids)
         for row, index in enumerate(rows):
@@ -304,12 +304,6 @@ def embed(
         if progress is not None:
             progress.advance()
     return out
-
-
-def _bucket(tokens: int, length: int) -> int:
-    """The padded width of a batch whose longest text has `tokens`: a power of two from
-    16, or `length`."""
-    return min(max(16, 1 << (tokens - 1).bit_length()), length)
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -31,6 +31,7 @@ import sys
 import sysconfig
 from pydoc_data import topics
 
+from data_pipeline import files
 from data_pipeline import sentences as sentences_lib
 from data_pipeline.sentences import split_sentences
 
@@ -75,15 +76,8 @@ def documents() -> tuple[tuple[str, tuple[str, ...]], ...]:
     except (OSError, ValueError):  # none yet, or cut short
         pass
     docs = parse_documents()
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump(docs, f, ensure_ascii=False)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
+    with contextlib.suppress(OSError):
+        files.atomic_write(path, json.dumps(docs, ensure_ascii=False))
     return docs
 
 
@@ -134,14 +128,14 @@ def _stdlib_modules() -> list[tuple[str, str]]:
     """(module name, path) of the public pure-Python standard library, sorted by name."""
     root = sysconfig.get_paths()["stdlib"]
     modules = []
-    for folder, subfolders, files in os.walk(root):
+    for folder, subfolders, names in os.walk(root):
         subfolders[:] = [
             d
             for d in subfolders
             if d not in _SKIPPED_DIRS and not d.startswith(("_", ".", "config-"))
         ]
         package = os.path.relpath(folder, root).replace(os.sep, ".").removeprefix(".")
-        for file in files:
+        for file in names:
             if not file.endswith(".py") or (file.startswith("_") and file != "__init__.py"):
                 continue
             stem = file.removesuffix(".py")

@@ -69,8 +69,9 @@ def temporary_name(path: str) -> str:
 def writing(path: str, *, temporary: str = ""):
     """Turns a failure to write `path` (through `temporary`, its stand-in until renamed)
     into an OSError that names `path`: Python's write errors name no file (`[Errno 28]
-    No space left on device`), and TensorFlow's name the temporary one. TensorFlow's
-    errors about another file (the source of a copy) pass unchanged."""
+    No space left on device`), and TensorFlow's name the temporary one, or a folder above
+    `path` that cannot be made (a file is there). TensorFlow's errors about another file
+    (the source of a copy) pass unchanged."""
     tf = sys.modules.get("tensorflow")
     try:
         yield
@@ -79,7 +80,14 @@ def writing(path: str, *, temporary: str = ""):
     except Exception as error:
         if tf is None or not isinstance(error, tf.errors.OpError):
             raise
-        named = [name for name in (temporary, path) if name and error.message.startswith(name)]
+        above = [path]
+        while os.path.dirname(above[-1]) not in ("", above[-1]):
+            above.append(os.path.dirname(above[-1]))
+        named = [
+            name
+            for name in (temporary, *above)
+            if name and error.message.startswith(name) and error.message[len(name) :][:1] in ";: "
+        ]
         if not named:
             raise
         reason = error.message[len(named[0]) :].lstrip(";: ").splitlines()[0].strip()

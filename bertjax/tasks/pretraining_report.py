@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from data_pipeline import config as data_config_lib
 from data_pipeline import corpus, make_pretraining_dataset
+from data_pipeline.finetune import records
 from data_pipeline.tokenizer import bpe_text
 
 MASK_TEXT = "[MASK]"
@@ -130,9 +131,9 @@ def fill_mask(restored, text: str, top_k: int = 5) -> list[list[tuple[str, float
         raise ValueError(
             f"{len(ids)} tokens: longer than the model's max_seq_length {restored.max_seq_length}"
         )
-    # Padded to a power of two (one compile serves texts of similar length), the padding
-    # masked out: the model's outputs at the masks are those of the text alone.
-    width = min(max(16, 1 << (len(ids) - 1).bit_length()), restored.max_seq_length)
+    # Padded (one compile serves texts of similar lengths), the padding masked out: the
+    # model's outputs at the masks are those of the text alone.
+    width = records.power_of_two_width(len(ids), restored.max_seq_length)
     input_ids, input_mask = np.zeros((2, 1, width), np.int32)
     input_ids[0, : len(ids)], input_mask[0, : len(ids)] = ids, 1
     probs = np.asarray(

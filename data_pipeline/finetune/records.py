@@ -343,6 +343,13 @@ def bucket_lengths(length: int, count: int) -> tuple[int, ...]:
     return tuple(sorted({length, *(h for h in halvings if h < length)}))
 
 
+def power_of_two_width(tokens: int, length: int) -> int:
+    """The width a batch whose longest text has `tokens` is padded to outside training
+    (embedding, fill-mask): a power of two from 16, or `length`, so that one compile
+    serves texts of similar lengths."""
+    return min(max(16, 1 << (tokens - 1).bit_length()), length)
+
+
 def finish_batch(batch: dict, position: tuple, *, batch_size: int, rows: int) -> dict:
     """A batch made from batch_indices' (indices, example_weight, *position), with its static
     shapes set (`rows` rows; example_slot one per example) and, in training, its

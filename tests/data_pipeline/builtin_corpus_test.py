@@ -51,6 +51,15 @@ def test_a_process_reads_the_corpus_from_its_cache_file(docs, tmp_path, monkeypa
     builtin_corpus.documents.cache_clear()
 
 
+def test_a_cache_that_cannot_be_written_is_skipped(docs, tmp_path, monkeypatch):
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no folder can be made below a file
+    builtin_corpus.documents.cache_clear()
+    assert builtin_corpus.documents() == docs
+    builtin_corpus.documents.cache_clear()
+
+
 def test_the_cache_is_keyed_by_the_code_that_cleans_the_corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     before = builtin_corpus.cache_file()

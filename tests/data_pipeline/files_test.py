@@ -272,3 +272,11 @@ def test_a_vocabulary_cache_on_a_full_disk_is_one_line_naming_the_file(tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: cannot write {cache}/vocab.txt: No space left on device"]
+
+
+def test_atomic_write_below_a_file_names_the_path_it_could_not_write(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    path = str(tmp_path / "a_file" / "sub" / "out.json")
+    with pytest.raises(OSError, match=rf"^cannot write {re.escape(path)}: .*not a directory"):
+        files.atomic_write(path, "{}")
+    assert os.listdir(tmp_path) == ["a_file"]

@@ -138,3 +138,11 @@ def test_fractional_epochs_and_too_small_a_split():
 )  # fmt: skip
 def test_bucket_lengths_are_the_maximum_and_its_halvings_in_multiples_of_8(length, count, lengths):
     assert records.bucket_lengths(length, count) == lengths
+
+
+@pytest.mark.parametrize(
+    "tokens, length, width",
+    [(1, 128, 16), (16, 128, 16), (17, 128, 32), (100, 128, 128), (100, 96, 96)],
+)
+def test_power_of_two_width_is_at_least_16_and_at_most_the_length(tokens, length, width):
+    assert records.power_of_two_width(tokens, length) == width

@@ -376,11 +376,11 @@ def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
     # all 16 pairs, not the sum of four losses over 4 pairs each; for both blocks.
     forward, loss_of_outputs, params, batch = embedder_step(block)
     key = jax.random.key(1)
-    whole = jax.grad(lambda p: loss_of_outputs(forward(p, batch, key), batch)[0])(params)
+    whole = jax.jit(jax.grad(lambda p, b: loss_of_outputs(forward(p, b, key), b)[0]))(params, batch)
     cached, sums = jax.jit(train.cached_gradients, static_argnums=(0, 1, 5))(
         forward, loss_of_outputs, params, batch, key, 4
     )
-    separate, _ = train.accumulate_gradients(
+    separate, _ = jax.jit(train.accumulate_gradients, static_argnums=(0, 4))(
         lambda p, b, r: loss_of_outputs(forward(p, b, r), b), params, batch, key, 4
     )
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5), cached, whole)

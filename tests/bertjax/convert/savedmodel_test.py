@@ -1,6 +1,8 @@
 """`python -m bertjax.convert export --format savedmodel`: a SavedModel that takes text,
 served in a process with tensorflow and tensorflow_text alone
-(tests/support/serve_savedmodel.py), against bertjax's own answers.
+(tests/support/serve_savedmodel.py), against bertjax's own answers. The embedder is
+exported by the command; the other workdirs by the function it calls, in this process
+(the command's own start would add seconds of imports to each test).
 
 The workdirs are all-MiniLM-L6-v2 imported (an embedder) and its encoder under random
 heads (support/finetuned.py)."""
@@ -37,7 +39,7 @@ TEXTS = [
 PAIRS = ["Where?", "", "中文 and spaces", "an empty first text", "short", "x" * 40, "Why?"]
 
 
-def export(workdir, out) -> str:
+def export_command(workdir, out) -> str:
     """The command as a user runs it; returns what it printed."""
     done = subprocess.run(
         [sys.executable, "-m", "bertjax.convert", "export", "--format", "savedmodel",
@@ -84,19 +86,24 @@ def host_features(restored, texts, pairs, length) -> dict:
 def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm_workdir, tmp_path):
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "classification")
     out = tmp_path / "served"
-    printed = export(workdir, out)
-    assert "text, text_pair -> label, logits, probabilities" in printed
+    exported = savedmodel.export_savedmodel(workdir, str(out))
+    assert (list(exported["texts"]), exported["outputs"]) == (
+        ["text", "text_pair"],
+        ["label", "logits", "probabilities"],
+    )
     restored = bertjax.restore(workdir)
     ids = host_features(restored, TEXTS, PAIRS, restored.max_seq_length)
-    by_text, by_ids, no_text = serve(
+    by_text, by_ids, no_text, short = serve(
         out,
         [
             {"signature": "serving_default", "inputs": {"text": TEXTS, "text_pair": PAIRS}},
             {"signature": "serve_ids", "inputs": {k: ids[k] for k in savedmodel_inputs()}},
             {"signature": "serving_default", "inputs": {"text": [], "text_pair": []}},
+            {"signature": "serve_ids", "inputs": {k: [row[:32] for row in ids[k][:2]]
+                                                  for k in savedmodel_inputs()}},
         ],
         tmp_path,
-    )
+    )  # fmt: skip
     # An empty batch: empty outputs of each output's dtype.
     for outputs in (no_text, ids_of_no_text(out)):
         assert_empty(outputs, {"label": [0], "probabilities": (0, 2), "logits": (0, 2)})
@@ -107,12 +114,6 @@ def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm
     # The graph's tokens are the host pipeline's: the ids signature gives the same logits.
     np.testing.assert_array_equal(by_ids["logits"], by_text["logits"])
     # Any length up to the model's: the short texts padded to 32 give their logits.
-    (short,) = serve(
-        out,
-        [{"signature": "serve_ids", "inputs": {k: [row[:32] for row in ids[k][:2]]
-                                               for k in savedmodel_inputs()}}],
-        tmp_path,
-    )  # fmt: skip
     np.testing.assert_allclose(short["logits"], by_text["logits"][:2], atol=1e-5)
 
 
@@ -122,7 +123,7 @@ def savedmodel_inputs() -> tuple[str, ...]:
 
 def test_an_imported_embedder_embeds_as_embed_past_its_length_limit(minilm_workdir, tmp_path):
     out = tmp_path / "served"
-    printed = export(minilm_workdir, out)
+    printed = export_command(minilm_workdir, out)
     assert "text -> embedding" in printed
     response, no_text = serve(
         out,
@@ -183,7 +184,8 @@ def test_a_tagger_tags_each_word_as_tag_does_across_windows(minilm_workdir, tmp_
     # alone is [UNK], and U+001F splits words as str.split() splits them.
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "tagging")
     out = tmp_path / "served"
-    assert "text -> tags" in export(workdir, out)
+    exported = savedmodel.export_savedmodel(workdir, str(out))
+    assert (list(exported["texts"]), exported["outputs"]) == (["text"], ["tags"])
     response, no_text, no_word = serve(
         out,
         [
@@ -208,7 +210,11 @@ def test_a_reader_answers_as_answer_does_across_windows(minilm_workdir, tmp_path
     # model 32 tokens apart; the empty one has no span, so "" (answer() refuses it).
     workdir = finetuned_workdir(minilm_workdir, tmp_path, "squad")
     out = tmp_path / "served"
-    assert "question, context -> answer, score" in export(workdir, out)
+    exported = savedmodel.export_savedmodel(workdir, str(out))
+    assert (list(exported["texts"]), exported["outputs"]) == (
+        ["question", "context"],
+        ["answer", "score"],
+    )
     questions = ["Who?", "", "中文?", "what is résumé", "", "why a word", "where"]
     restored = bertjax.restore(workdir)
     rows = host_features(restored, ["q"], ["a b"], 32)

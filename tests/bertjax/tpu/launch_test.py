@@ -25,9 +25,12 @@ import uuid
 
 import pytest
 import support
+from absl import flags
+from ml_collections import config_flags
 from support import REPO
 
-from bertjax.tpu import launch
+from bertjax.tpu import launch, slices
+from data_pipeline.errors import UserError
 
 GOLDEN_DIR = support.TESTDATA / "launch"
 UPDATE_GOLDEN = os.environ.get("BERTJAX_UPDATE_GOLDEN") == "1"
@@ -421,27 +424,49 @@ STARTUP = ["create", *BASE, "--accelerator_type", "v5p-32", "--startup_script", 
          "error: config.train_batch_size=100 is not divisible", True),
         ([*STARTUP, "--config.train_batch_size=100"],
          "error: config.train_batch_size=100 is not divisible", False),
-        ([*GOLDEN["run_multi_host"], "--config.num_eval_steps=0"],
-         "error: config.num_eval_steps=0 (the whole split) works on one host only; set it for "
-         "this 4-host run (--accelerator_type=v5p-32: 16 chips on 4 hosts)", False),
-        ([*GOLDEN["run_multi_host"], "--num_slices=2", "--config.mesh.data=1",
-          "--config.mesh.fsdp=-1"],
-         "error: config.mesh: the data axis (1) must be a multiple of the 2 slices, which only "
-         "it spans (--accelerator_type=v5p-32 --num_slices=2: 32 chips on 8 hosts)", False),
-        ([*GOLDEN["run_multi_host"], "--config.num_train_steps=100"],
-         "error: config.optimizer.warmup_steps=10000 is above num_train_steps=100", False),
     ],
 )  # fmt: skip
 def test_a_config_that_cannot_run_on_the_slice_is_refused_before_any_command(
     fake_gcloud, args, error, dry_run
 ):
-    """The checks bertjax.main makes before training, against the slice's chips and hosts."""
+    """The checks bertjax.main makes before training, against the slice's chips and hosts:
+    refused by run, its dry run and create --startup_script (the checks' other findings
+    are below, in this process)."""
     env, log = fake_gcloud
     result = launcher(*args, *["--dry_run"] * dry_run, env=env)
     assert result.returncode == 2
     assert one_error_line(result).startswith(error)
     assert result.stdout == ""
     assert calls(log) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "overrides, num_slices, error",
+    [
+        (["--config.num_eval_steps=0"], 1,
+         "config.num_eval_steps=0 (the whole split) works on one host only; set it for "
+         "this 4-host run (--accelerator_type=v5p-32: 16 chips on 4 hosts)"),
+        (["--config.mesh.data=1", "--config.mesh.fsdp=-1"], 2,
+         "config.mesh: the data axis (1) must be a multiple of the 2 slices, which only "
+         "it spans (--accelerator_type=v5p-32 --num_slices=2: 32 chips on 8 hosts)"),
+        (["--config.num_train_steps=100"], 1,
+         "config.optimizer.warmup_steps=10000 is above num_train_steps=100"),
+    ],
+)  # fmt: skip
+def test_the_slice_checks_of_a_config_name_what_cannot_run(overrides, num_slices, error):
+    """What check_config (the check the test above reaches) finds in bert_base.py with these
+    overrides, for a v5p-32 slice: the config loaded as --config loads it."""
+    argv = ["launch", "--config", str(REPO / BERT_BASE[1]), *overrides]
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file(
+        "config", None, "", flag_values=flag_values, lock_config=True, sys_argv=argv
+    )
+    flag_values(argv)
+    tpu_slice = slices.parse("v5p-32", num_slices=num_slices, option="--accelerator_type")
+    with pytest.raises(UserError) as refused:
+        launch.check_config(flag_values.config, tpu_slice, "v5p-32")
+    assert str(refused.value).startswith(error) and "\n" not in str(refused.value)
 
 
 # Values as a shell would hand them over: spaces, quotes and shell syntax, each given

@@ -3,6 +3,7 @@ persistent compilation cache that spares a restarted run its compile, and the er
 of a run that never started, which leave its workdir as they found it."""
 
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -17,13 +18,18 @@ TESTDATA = support.TESTDATA / "finetune"
 pytestmark = pytest.mark.integration
 
 
-def run_main(workdir, vocab, *overrides, env=()):
-    environment = {
+def own_cache(env=()) -> dict[str, str]:
+    """The environment of a run whose compiled steps go where bertjax.main puts them (its
+    workdir's compilation_cache, unless `env` names another), not to the session's."""
+    return {
         **{k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"},
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         **dict(env),
     }
+
+
+def run_main(workdir, vocab, *overrides, env=()):
     command = [
         sys.executable,
         "-m",
@@ -36,7 +42,7 @@ def run_main(workdir, vocab, *overrides, env=()):
         *overrides,
     ]
     return subprocess.run(
-        command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300
+        command, cwd=REPO, env=own_cache(env), capture_output=True, text=True, timeout=300
     )
 
 
@@ -92,7 +98,7 @@ def test_a_workdir_that_is_a_file_is_named_and_left_alone(tmp_path, small_vocab_
     assert os.listdir(tmp_path) == ["afile"] and file.read_text() == "notes"
 
 
-def run_classify(workdir, init_checkpoint, *overrides):
+def run_classify(workdir, init_checkpoint, *overrides, env=None):
     """bertjax.main on experiments/finetune/classify.py and the MRPC sample."""
     command = [
         sys.executable, "-m", "bertjax.main", "--config=experiments/finetune/classify.py",
@@ -101,9 +107,9 @@ def run_classify(workdir, init_checkpoint, *overrides):
         f"--config.data.eval_file={TESTDATA / 'mrpc_dev.tsv'}",
         "--config.data.text_a=#1 String", "--config.data.label=Quality", *overrides,
     ]  # fmt: skip
+    env = env or {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
-        command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
-        text=True, timeout=300,
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
@@ -127,21 +133,36 @@ def test_a_fine_tuning_run_from_no_workdir_is_one_line_and_leaves_nothing(tmp_pa
         assert os.listdir(workdir) == []
 
 
+# The overrides of `classified`'s fine-tuning run: a short run of a short length.
+SMALL_CLASSIFIER = (
+    "--config.train_batch_size=8",
+    "--config.num_train_epochs=2",
+    "--config.data.max_seq_length=64",
+)
+
+
+@pytest.fixture(scope="module")
+def classified(tmp_path_factory, pretrained_workdir) -> pathlib.Path:
+    """The workdir of a fine-tuning run of SMALL_CLASSIFIER from pretrained_workdir, to its
+    end, with its compiled steps in its own cache (own_cache): read it only."""
+    workdir = tmp_path_factory.mktemp("classified") / "run"
+    made = run_classify(workdir, pretrained_workdir, *SMALL_CLASSIFIER, env=own_cache())
+    assert made.returncode == 0, made.stderr[-3000:]
+    return workdir
+
+
 def test_a_workdir_of_another_task_is_named_as_such_either_way(
-    tmp_path, small_vocab_file, pretrained_workdir
+    tmp_path, small_vocab_file, pretrained_workdir, classified
 ):
     # Each config lacks keys the other's config.json has: neither is an older bertjax's.
-    small = ("--config.train_batch_size=8", "--config.num_train_epochs=2")
-    small += ("--config.data.max_seq_length=64",)
+    shutil.copytree(classified, tmp_path / "classified", ignore=shutil.ignore_patterns(".lock"))
     classified = tmp_path / "classified"
-    made = run_classify(classified, pretrained_workdir, *small)
-    assert made.returncode == 0, made.stderr[-3000:]
     pretrained = tmp_path / "pretrained"
     shutil.copytree(pretrained_workdir, pretrained, ignore=shutil.ignore_patterns(".lock"))
     for result, workdir, held, trains in (
         (run_main(classified, small_vocab_file), classified, "classification", "pretraining"),
         (
-            run_classify(pretrained, pretrained_workdir, *small),
+            run_classify(pretrained, pretrained_workdir, *SMALL_CLASSIFIER),
             pretrained,
             "pretraining",
             "classification",
@@ -168,11 +189,9 @@ def test_platforms():
         sharding.check_platform("gpu", jax.devices())
 
 
-def test_compiled_steps_are_cached_in_the_workdir(tmp_path, small_vocab_file):
-    workdir = tmp_path / "run"
-    result = run_main(workdir, small_vocab_file)
-    assert result.returncode == 0, result.stderr[-3000:]
-    cached = os.listdir(workdir / "compilation_cache")
+def test_compiled_steps_are_cached_in_the_workdir(classified):
+    # A fine-tuning run's: where the cache goes is chosen before the task is (experiment.py).
+    cached = os.listdir(classified / "compilation_cache")
     assert any(name.startswith("jit_train_step-") for name in cached), cached
 
 

@@ -324,7 +324,8 @@ def test_xpk_run_calls_xpk(fake_gcloud):
 def test_missing_gcloud_is_one_line_and_runs_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = launcher(*GOLDEN["run_multi_host"], env={"PATH": str(empty)})
+    # What a user runs first; a run, whose config is checked first, meets the same check.
+    result = launcher(*GOLDEN["create_spot"], env={"PATH": str(empty)})
     assert result.returncode == 2
     assert one_error_line(result) == (
         "error: gcloud: not found on PATH; install the Google Cloud CLI: "

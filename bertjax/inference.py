@@ -262,8 +262,9 @@ def embed(
     sentence-transformers and MTEB cut it; `truncate=False` refuses it instead.
     `progress` counts the batches (ceil(N / batch_size)) as they are embedded.
 
-    Texts of similar length are batched together and padded to one of a few lengths, so
-    a corpus of any size compiles a handful of times; the order of `texts` is kept.
+    Texts of similar length are batched together and padded to one of a few lengths (and
+    a batch of fewer texts to a power of two rows), so a corpus of any size compiles a
+    handful of times; the order of `texts` is kept.
     """
     if isinstance(texts, str):
         raise TypeError("pass a list of texts, not one string")
@@ -293,7 +294,9 @@ def embed(
     for begin in range(0, len(order), batch_size):
         rows = order[begin : begin + batch_size]
         width = records.power_of_two_width(int(kept[rows].max()) + 2, length)
-        input_ids = np.full((batch_size, width), vocab.pad_id, np.int32)
+        # A batch short of batch_size (the last, or a few texts) to a power of two rows.
+        padded = min(batch_size, 1 << (len(rows) - 1).bit_length())
+        input_ids = np.full((padded, width), vocab.pad_id, np.int32)
         input_mask = np.zeros_like(input_ids)
         for row, index in enumerate(rows):
             ids = flat[splits[index] : splits[index] + kept[index]]

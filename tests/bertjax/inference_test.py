@@ -101,6 +101,25 @@ def test_encode_is_independent_of_padding_and_batch(sharded_scan_run):
         bertjax.encode(restored, ["word " * 100])
 
 
+def test_a_few_texts_are_embedded_in_a_batch_of_as_few_rows(sharded_scan_run, monkeypatch):
+    # Not padded to batch_size rows: 3 texts run as 4, 64 as 64, the rest of 70 as 8.
+    restored = bertjax.restore(sharded_scan_run[1])
+    shapes, embed_batch = [], inference._embed_batch
+
+    def spy(module, params, input_ids, input_mask):
+        shapes.append(input_ids.shape[0])
+        return embed_batch(module, params, input_ids, input_mask)
+
+    monkeypatch.setattr(inference, "_embed_batch", spy)
+    texts = [f"The statement number {i}." for i in range(70)]
+    few = bertjax.embed(restored, texts[:3])
+    assert shapes == [4]
+    shapes.clear()
+    many = bertjax.embed(restored, texts)
+    assert shapes == [64, 8]
+    np.testing.assert_allclose(few, many[:3], atol=1e-5)
+
+
 def test_pairs_get_segment_ids_and_next_sentence_is_a_probability(sharded_scan_run):
     _, workdir = sharded_scan_run
     restored = bertjax.restore(workdir)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 import support
@@ -32,6 +33,9 @@ pytest_plugins = ["support.gcs_emulator"]  # the fixtures gcs_emulator and gcs_b
 gfile = tf.io.gfile
 
 TESTDATA = support.TESTDATA / "finetune"
+# The bucket is what is tested here, not sharding: the runs use one device (on 2 cores,
+# conftest's 8 fake devices' collectives cost twice the CPU time).
+ONE_DEVICE = jax.devices()[:1]
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +85,9 @@ def pretrained(gcs_bucket, cwd, make_small_config, small_vocab_file):
     config.data.text_files = _upload_corpus(gcs_bucket)
     config.data.vocab_file = _upload(small_vocab_file, f"{gcs_bucket}/vocab/vocab.txt")
     workdir = f"{gcs_bucket}/runs/pretrain"
-    train.train_and_evaluate(config, workdir, stop_after=2)
+    train.train_and_evaluate(config, workdir, stop_after=2, devices=ONE_DEVICE)
     assert checkpoint.latest_step(workdir) == 2
-    return workdir, train.train_and_evaluate(config, workdir)
+    return workdir, train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +158,7 @@ def test_finetune_and_predict_in_the_bucket(pretrained, gcs_bucket):
     config.data.label = "Quality"
     config.data.max_seq_length = 32
     workdir = f"{gcs_bucket}/runs/mrpc"
-    results = train.train_and_evaluate(config, workdir)
+    results = train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     assert results["eval"]["step"] == 1
     assert gfile.exists(f"{workdir}/{workdir_lib.EVAL_PREDICTIONS_FILE}")
     output = predictions.predict(workdir, config.data.eval_file)
@@ -209,7 +213,6 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing_in_the_bucket(gcs
 
 
 def test_a_damaged_checkpoint_in_the_bucket_is_moved_aside(gcs_bucket):
-    import jax
     import jax.numpy as jnp
 
     workdir = f"{gcs_bucket}/runs/damaged"

@@ -16,7 +16,9 @@ from experiments.finetune import classify
 pytestmark = pytest.mark.integration
 
 
-def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, make_small_config):
+@pytest.fixture(scope="module")
+def masked_lm_run(tmp_path_factory, make_small_config):
+    """8 steps of masked LM alone under the WSD schedule: (workdir, config), read only."""
     config = make_small_config()
     config.data.next_sentence_prediction = False
     config.data.masked_lm_prob = 0.3
@@ -26,9 +28,13 @@ def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, make_small
     config.optimizer.schedule = "warmup_stable_decay"
     config.optimizer.decay_steps = 4
     config.optimizer.decay_shape = "1-sqrt"
-    workdir = str(tmp_path / "run")
+    workdir = str(tmp_path_factory.mktemp("masked_lm") / "run")
     train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
+    return workdir, config
 
+
+def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, masked_lm_run):
+    workdir, config = masked_lm_run
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         lines = [json.loads(line) for line in f]
     train_lines = [m for m in lines if m["split"] == "train"]
@@ -77,14 +83,10 @@ def test_a_masked_lm_run_without_nsp_under_the_wsd_schedule(tmp_path, make_small
     assert 0.0 <= results["eval"]["accuracy"] <= 1.0
 
 
-def test_a_masked_lm_bert_exports_as_bert_for_masked_lm(tmp_path, make_small_config):
+def test_a_masked_lm_bert_exports_as_bert_for_masked_lm(tmp_path, masked_lm_run):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = make_small_config()
-    config.data.next_sentence_prediction = False
-    config.num_train_steps = 2
-    workdir = str(tmp_path / "run")
-    train.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
+    workdir, _ = masked_lm_run
     result = import_export.export_hf(workdir, str(tmp_path / "exported"))
     assert result["class"] == "BertForMaskedLM"
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(

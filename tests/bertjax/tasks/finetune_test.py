@@ -75,7 +75,7 @@ def test_classification_runs_scores_and_writes_its_workdir(mrpc_run):
 def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained_workdir):
     config = _mrpc_config(pretrained_workdir)
     config.model.scan_layers = False  # the checkpoint has the scan layout
-    run = train.build_run(config, "/nonexistent/not/written")
+    run = train.build_run(config, "/nonexistent/not/written", devices=ONE_DEVICE)
     with jax.set_mesh(run.mesh):
         state = train.create_state(run)
     saved = np.asarray(
@@ -107,7 +107,7 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained_workdir
     assert classifier.shape == (64, 2) and 0 < classifier.std() < 0.05
 
     config.random_init = True
-    run = train.build_run(config, "/nonexistent/not/written")
+    run = train.build_run(config, "/nonexistent/not/written", devices=ONE_DEVICE)
     with jax.set_mesh(run.mesh):
         fresh = train.create_state(run)
     assert not np.array_equal(
@@ -115,9 +115,9 @@ def test_the_encoder_starts_from_the_checkpoint_in_any_layout(pretrained_workdir
     )
 
 
-def test_resume_gives_the_uninterrupted_result(pretrained_workdir, tmp_path):
+def test_resume_gives_the_uninterrupted_result(pretrained_workdir, mrpc_run, tmp_path):
     config = _mrpc_config(pretrained_workdir)
-    straight = train.train_and_evaluate(config, str(tmp_path / "straight"), devices=ONE_DEVICE)
+    _, straight = mrpc_run  # this config's run, uninterrupted
     train.train_and_evaluate(config, str(tmp_path / "resumed"), stop_after=1, devices=ONE_DEVICE)
     resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"), devices=ONE_DEVICE)
     assert resumed["eval"] == straight["eval"]

@@ -21,6 +21,8 @@ TOKENIZERS = ("wordpiece", "sentencepiece", "bpe")
 MIN_BPE_VOCAB_SIZE = 5 + 256
 # [CLS] A [SEP] B [SEP] needs three specials plus one token on each side.
 MIN_SEQ_LENGTH = 5
+# The files of a fine-tuning task's examples, by extension (data_pipeline/finetune/).
+FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +195,15 @@ def check_known_keys(
     if unknown[1:]:
         hint += f" (also unknown: {', '.join(f'{prefix}.{k}' for k in unknown[1:])})"
     raise ConfigError(f"unknown config key: {prefix}.{key}; {hint}")
+
+
+def task_config(config_class: type, data_config: Any) -> Any:
+    """A `config_class` from a ConfigDict, a dict or itself; unknown keys fail; lists -> tuples."""
+    if isinstance(data_config, config_class):
+        return data_config
+    values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
+    check_known_keys(values, [f.name for f in dataclasses.fields(config_class)], "config.data")
+    return config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def key_paths(config: Any, prefix: str) -> list[str]:

@@ -31,7 +31,7 @@ from bertjax.tasks.contract import (
     dataset_batch_shapes,
     host_share,
 )
-from data_pipeline.finetune import classification_input
+from data_pipeline.finetune import classification_config, classification_input
 from data_pipeline.progress import Progress
 
 
@@ -93,7 +93,7 @@ def setup(config, workdir: str) -> Setup:
 
 def best_metric(config) -> scores.Metric:
     """The first of the task's metrics (GLUE's for its task, or config.data.metrics)."""
-    data = classification_input.from_config(config.data)
+    data = classification_config.from_config(config.data)
     return scores.get_metric(classification_input.metric_names(data)[0])
 
 
@@ -237,7 +237,7 @@ TASK = Task(
     best_metric=best_metric,
     forward_flops=finetune.forward_flops_pooled,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(classification_input.from_config),
+    check_config=finetune.config_checker(classification_config.from_config),
     without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,

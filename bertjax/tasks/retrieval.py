@@ -38,7 +38,7 @@ from bertjax.tasks.contract import (
     weighted_mean_loss,
 )
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import records, retrieval_input
+from data_pipeline.finetune import records, retrieval_config, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
 TASK_KEYS = ("embedding", "loss")
@@ -68,7 +68,7 @@ def check_options(config) -> None:
 
 
 def check_config(config) -> None:
-    finetune.config_checker(retrieval_input.from_config, TASK_KEYS)(config)
+    finetune.config_checker(retrieval_config.from_config, TASK_KEYS)(config)
     check_options(config)
 
 
@@ -170,7 +170,7 @@ def without_data(config, workdir: str):
     checkpoint is a pretraining config, that run's placeholder (finetune.without_checkpoint):
     it builds and compiles on any host, for `bertjax.tpu.aot` and the benchmarks."""
     config = finetune.without_checkpoint(config, workdir)
-    data = retrieval_input.from_config(config.data)
+    data = retrieval_config.from_config(config.data)
     columns = (data.anchor, data.positive, *data.negatives)
     path = os.path.join(workdir, "placeholder_pairs.jsonl")
     rows = max(config.train_batch_size, config.eval_batch_size)

@@ -24,7 +24,7 @@ from bertjax.model import BertForQuestionAnswering
 from bertjax.tasks import finetune, scores, squad_serving
 from bertjax.tasks.contract import HFClass, Setup, Task, dataset_batch_shapes
 from data_pipeline import files
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config, squad_input
 from data_pipeline.finetune.records import TEXTS_PER_TOKENIZER_CALL
 from data_pipeline.finetune.squad_input import SquadDocument, SquadError, SquadFeatures
 from data_pipeline.progress import Progress
@@ -158,7 +158,7 @@ def _nbest(
     null: _Candidate,
     document: SquadDocument,
     spans: _SpanText,
-    config: squad_input.SquadConfig,
+    config: squad_config.SquadConfig,
 ) -> list[tuple[str, float, float]]:
     """The n best distinct texts of the sorted `candidates` as (text, start_logit,
     end_logit); SQuAD 2.0 adds the null answer when it is not among them. Never empty."""
@@ -192,7 +192,7 @@ def _nbest_entries(nbest: list[tuple[str, float, float]]) -> list[dict]:
 
 
 def _answer_or_null(
-    nbest: list[tuple[str, float, float]], null: _Candidate, config: squad_input.SquadConfig
+    nbest: list[tuple[str, float, float]], null: _Candidate, config: squad_config.SquadConfig
 ) -> tuple[str, float]:
     """SQuAD 2.0: the answer ("" when the null answer beats the best span by more than
     null_score_diff_threshold) and the null odds."""
@@ -403,7 +403,7 @@ def answers_for(
     """The predictions of a restored SQuAD workdir for every question of `data`; `progress`
     counts the batches (its total set here, once the features are made)."""
     restored.require("squad", "answers_for")
-    config = squad_input.from_config(restored.task.data)
+    config = squad_config.from_config(restored.task.data)
     features = squad_input.make_features(data, restored.tokenizer, config)
     starts, ends = [], []
     if progress is not None:
@@ -461,7 +461,7 @@ TASK = Task(
     best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
     forward_flops=finetune.forward_flops_per_token,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(squad_input.from_config),
+    check_config=finetune.config_checker(squad_config.from_config),
     without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,

@@ -26,7 +26,7 @@ import tensorflow_text as tf_text
 
 from bertjax.tasks import finetune
 from bertjax.tasks.contract import Serving
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config
 from data_pipeline.finetune.tagging_input import SPLIT_WHITESPACE
 from data_pipeline.vocab import SENTENCEPIECE_WORD_START, WORDPIECE_PREFIX
 
@@ -35,7 +35,7 @@ _CONTEXT_SPACE = r"[ \t\r\n\x{202F}]+"
 
 
 def serving(restored) -> Serving:
-    config = squad_input.from_config(restored.task.data)
+    config = squad_config.from_config(restored.task.data)
     length = restored.max_seq_length
     check_room(length, config)
     tokenizer = restored.tokenizer

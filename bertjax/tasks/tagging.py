@@ -22,7 +22,7 @@ from bertjax import workdir as workdir_lib
 from bertjax.model import BertForTokenClassification
 from bertjax.tasks import finetune, scores
 from bertjax.tasks.contract import HFClass, Serving, Setup, Task, dataset_batch_shapes
-from data_pipeline.finetune import tagging_input
+from data_pipeline.finetune import tagging_config, tagging_input
 from data_pipeline.finetune.records import read_text_file
 from data_pipeline.progress import Progress
 
@@ -168,7 +168,7 @@ TASK = Task(
     best_metric=lambda config: scores.get_metric(METRIC_NAMES[0]),
     forward_flops=finetune.forward_flops_per_token,
     batch_shapes=dataset_batch_shapes,
-    check_config=finetune.config_checker(tagging_input.from_config),
+    check_config=finetune.config_checker(tagging_config.from_config),
     without_data=finetune.without_checkpoint,
     predict_file=predict_file,
     report=finetune.report,

@@ -8,7 +8,7 @@ Every file but CoLA's train and dev has a header; those two hold four columns
 never quoted: a `"` is part of the text. The test files carry no labels but an
 index column, by which the GLUE server matches predictions to examples. Labels
 are read as the files spell them, which is also how the server wants them back
-(`Layout.label_values`), in the order of classification_input.GLUE_TASKS'
+(`Layout.label_values`), in the order of classification_config.GLUE_TASKS'
 label names; STS-B's score is a float.
 
 `check_data_dir` fails in one line on the first file a set of tasks needs that

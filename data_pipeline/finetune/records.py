@@ -40,14 +40,13 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline import files, packing
-from data_pipeline.config import check_known_keys, fail
+from data_pipeline.config import FILE_FORMATS, fail
 from data_pipeline.errors import UserError
 from data_pipeline.tfrecords import PositionError, check_position
 
 SPLITS = ("train", "eval")
 # A train row's stream_position: the global batches consumed after it.
 POSITION_FIELDS = ("batches",)
-FILE_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 # Options are named as the experiment config spells them.
 OPTION_PREFIX = "config.data."
 # Texts per tokenizer call: the tf-text ops pay a fixed cost per call.
@@ -56,15 +55,6 @@ TEXTS_PER_TOKENIZER_CALL = 1 << 15
 
 class TaskDataError(UserError):
     """A fine-tuning file, row or dataset that cannot be used; the message names it."""
-
-
-def task_config(config_class: type, data_config: Any) -> Any:
-    """A `config_class` from a ConfigDict, a dict or itself; unknown keys fail; lists -> tuples."""
-    if isinstance(data_config, config_class):
-        return data_config
-    values = data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config)
-    check_known_keys(values, [f.name for f in dataclasses.fields(config_class)], "config.data")
-    return config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def task_split(task: Any, split: str) -> Any:

@@ -56,13 +56,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import ml_collections
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
-from data_pipeline import config as config_lib
 from data_pipeline import packing
 from data_pipeline.finetune import records
 from data_pipeline.finetune.records import (
@@ -70,87 +68,21 @@ from data_pipeline.finetune.records import (
     SplitInfo,
     TaskDataError,
     batch_indices,
-    fail,
     label_ids,
     read_text_file,
     sorted_labels,
-    task_config,
     task_split,
     tfds_builder,
     tfds_dataset,
     tokenize_texts,
 )
+from data_pipeline.finetune.tagging_config import TaggingConfig, from_config
 
-SOURCES = ("files", "tfds")
-# How tags spell entities, for entity-level scoring (bertjax/tasks/scores.py reads them).
-TAGGING_SCHEMES = ("iob1", "iob2", "iobes", "bilou")
 DOCSTART = "-DOCSTART-"
 # The per-token columns, moved with their tokens when windows are packed, and their
 # value on padding where it is not 0.
 TOKEN_COLUMNS = ("label_ids", "label_weights", "word_index")
 TOKEN_PADDING = {"word_index": -1}
-
-
-@dataclasses.dataclass(frozen=True)
-class TaggingConfig:
-    # 'files' (CoNLL format) or 'tfds'.
-    source: str = "files"
-    # source='tfds'
-    tfds_name: str = "conll2003"
-    tfds_data_dir: str = ""  # "" is the TFDS default
-    tfds_words_feature: str = "tokens"
-    tfds_tags_feature: str = "ner"
-    train_split: str = "train"
-    eval_split: str = "dev"
-    # source='files'
-    train_file: str = ""
-    eval_file: str = ""
-    tag_column: int = -1  # an index into a line's columns; the word is column 0
-    label_names: tuple[str, ...] = ()  # () reads them from train_file (sorted)
-    # both
-    tagging_scheme: str = "iob2"  # how tags spell entities: one of TAGGING_SCHEMES
-    max_seq_length: int = 128
-    # Several short windows per row of max_seq_length (data_pipeline/packing.py): the
-    # same windows, losses and scores in fewer rows.
-    pack_examples: bool = True
-
-    def __post_init__(self):
-        if self.source not in SOURCES:
-            fail("source", self.source, f"must be one of {', '.join(SOURCES)}")
-        if self.tagging_scheme not in TAGGING_SCHEMES:
-            fail(
-                "tagging_scheme",
-                self.tagging_scheme,
-                f"must be one of {', '.join(TAGGING_SCHEMES)}",
-            )
-        if self.max_seq_length < 3:
-            fail("max_seq_length", self.max_seq_length, "must be at least 3 ([CLS] word [SEP])")
-        if self.source == "tfds":
-            if not self.tfds_name:
-                fail("tfds_name", self.tfds_name, "source='tfds' needs a dataset name")
-            if self.label_names:
-                fail("label_names", self.label_names, "source='tfds' takes the ClassLabel names")
-            return
-        if not self.train_file and not self.eval_file:
-            fail(
-                "train_file", self.train_file, "source='files' needs train_file, eval_file or both"
-            )
-        if self.tag_column == 0:
-            fail("tag_column", self.tag_column, "column 0 holds the word")
-        if not self.train_file and not self.label_names:
-            fail("label_names", self.label_names, "without train_file the label set must be given")
-        if len(set(self.label_names)) != len(self.label_names):
-            fail("label_names", self.label_names, "has duplicates")
-
-
-def default_config() -> ml_collections.ConfigDict:
-    """Every TaggingConfig field at its default: what experiment configs start from."""
-    return config_lib.config_dict(TaggingConfig)
-
-
-def from_config(data_config: Any) -> TaggingConfig:
-    """A TaggingConfig from a ConfigDict, a dict or itself; unknown keys fail."""
-    return task_config(TaggingConfig, data_config)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -9,7 +9,7 @@ The format follows the extension (.tsv, .csv, .jsonl); the first row (or each
 JSON object) names the columns. One text column by default; for sentence pairs
 name the second with --config.data.text_b. The label set is read from the
 training file; every data option is a field of
-data_pipeline.finetune.classification_input.ClassificationConfig, which comments it.
+data_pipeline.finetune.classification_config.ClassificationConfig, which comments it.
 Hardware: any; BERT-Base runs about 1 step/s at batch 32 x 128 on a recent GPU,
 far slower on a CPU (bertjax.bench.throughput measures yours). Expected result: depends
 on your data; results.json holds {"eval": {"accuracy": ...}, "best": ...}.
@@ -17,14 +17,14 @@ on your data; results.json holds {"eval": {"accuracy": ...}, "best": ...}.
 
 import ml_collections
 
-from data_pipeline.finetune import classification_input
+from data_pipeline.finetune import classification_config
 from experiments.finetune import base
 
 
 def get_config() -> ml_collections.ConfigDict:
     config = base.get_config()
     config.task = "classification"
-    config.data = classification_input.default_config()
+    config.data = classification_config.default_config()
     return config
 
 

@@ -24,18 +24,18 @@ Pearson and Spearman for STS-B.
 import ml_collections
 
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import classification_input
+from data_pipeline.finetune import classification_config
 from experiments.finetune import base
 
 
 def get_config(task: str = "mrpc") -> ml_collections.ConfigDict:
-    if task not in classification_input.GLUE_TASKS:
+    if task not in classification_config.GLUE_TASKS:
         raise ConfigError(
-            f"glue.py:{task}: the task must be one of {', '.join(classification_input.GLUE_TASKS)}"
+            f"glue.py:{task}: the task must be one of {', '.join(classification_config.GLUE_TASKS)}"
         )
     config = base.get_config()
     config.task = "classification"
-    config.data = classification_input.default_config()
+    config.data = classification_config.default_config()
     config.data.source = "glue"
     config.data.glue_task = task
     # base.py's lr 2e-5, 3 epochs, batch 32: one of the paper's GLUE settings (§4.1:

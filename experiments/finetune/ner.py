@@ -19,13 +19,13 @@ checkpoint matches the paper's input (docs/reference.md#ner).
 
 import ml_collections
 
-from data_pipeline.finetune import tagging_input
+from data_pipeline.finetune import tagging_config
 from experiments.finetune import base
 
 
 def get_config() -> ml_collections.ConfigDict:
     config = base.get_config()
     config.task = "tagging"
-    config.data = tagging_input.default_config()
+    config.data = tagging_config.default_config()
     config.optimizer.learning_rate = 5e-5
     return config

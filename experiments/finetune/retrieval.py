@@ -9,7 +9,7 @@ kept). Pair files instead: --config.data.train_file=pairs.tsv (columns anchor an
 positive, and --config.data.negatives=neg1,neg2 for hard negatives) and optionally
 --config.data.eval_file. The recipe is sentence-transformers' for
 MultipleNegativesRankingLoss (scale 20, cosine, batch 32, lr 2e-5, warmup 10%).
-Every data option is a field of data_pipeline.finetune.retrieval_input.RetrievalConfig.
+Every data option is a field of data_pipeline.finetune.retrieval_config.RetrievalConfig.
 Hardware: any; on the 2-core CPU MiniLM trains about 10 pairs/s at 32 + 128 tokens
 (python -m bertjax.bench.embedding).
 Expected result: results.json holds {"eval": {"ndcg@10": ..., "mrr@10": ...,
@@ -18,14 +18,14 @@ Expected result: results.json holds {"eval": {"ndcg@10": ..., "mrr@10": ...,
 
 import ml_collections
 
-from data_pipeline.finetune import retrieval_input
+from data_pipeline.finetune import retrieval_config
 from experiments.finetune import base
 
 
 def get_config() -> ml_collections.ConfigDict:
     config = base.get_config()
     config.task = "retrieval"
-    config.data = retrieval_input.default_config()
+    config.data = retrieval_config.default_config()
     config.data.max_seq_length = 128
     config.num_train_epochs = 1.0
     # How a text becomes one vector: 'mean', 'cls' or 'last' pooling of the final

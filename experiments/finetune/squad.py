@@ -20,7 +20,7 @@ with this config's lr and epochs (at batch 12) reports dev F1 88.41.
 import ml_collections
 
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config
 from experiments.finetune import base
 
 VERSIONS = ("v1.1", "v2.0")
@@ -31,8 +31,8 @@ def get_config(version: str = "v1.1") -> ml_collections.ConfigDict:
         raise ConfigError(f"squad.py:{version}: the version must be one of {', '.join(VERSIONS)}")
     config = base.get_config()
     config.task = "squad"
-    # run_squad.py's defaults; data_pipeline.finetune.squad_input.SquadConfig comments every option.
-    config.data = squad_input.default_config()
+    # run_squad.py's defaults; data_pipeline.finetune.squad_config.SquadConfig comments every option.
+    config.data = squad_config.default_config()
     config.data.tfds_name = f"squad/{version}"
     config.data.version_2_with_negative = version == "v2.0"
     # lr 3e-5 and 2 epochs are the original README.md's BERT-Base SQuAD 1.1 command

@@ -28,7 +28,10 @@ from bertjax.tasks import pretraining
 from bertjax.tasks.contract import Description
 from bertjax.workdir import CheckpointError
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import classification_input, tagging_input
+from data_pipeline.finetune import (
+    classification_config,
+    tagging_config,
+)
 from data_pipeline.finetune.records import TaskDataError
 from experiments.pretrain import tiny_cpu
 
@@ -80,7 +83,7 @@ def tokenizer_data() -> dict:
 def workdirs(tmp_path_factory) -> dict:
     """Tiny pretraining, classification and tagging workdirs, each with a checkpoint."""
     root = tmp_path_factory.mktemp("workdirs")
-    data = classification_input.default_config()
+    data = classification_config.default_config()
     data.update(train_file="train.tsv", text_a="sentence", max_seq_length=16)
     made = {
         "pretraining": (BertForPreTraining(MODEL), Description(16, tokenizer_data())),
@@ -103,7 +106,7 @@ def workdirs(tmp_path_factory) -> dict:
                 num_labels=len(TAGS),
                 label_names=TAGS,
                 metrics=("entity_f1",),
-                data={**tagging_input.default_config().to_dict(), "train_file": "eng.train"},
+                data={**tagging_config.default_config().to_dict(), "train_file": "eng.train"},
             ),
         ),
     }

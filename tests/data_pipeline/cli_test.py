@@ -398,6 +398,26 @@ def test_every_program_the_docs_name_answers_help_quickly_and_quietly():
     assert not problems, "\n".join(problems)
 
 
+def test_every_experiment_config_loads_without_tensorflow_or_jax():
+    # A program reads its config file while it parses its flags: whatever the file imports
+    # comes before a wrong key can be named (the fine-tuning configs once imported
+    # TensorFlow through their tasks' input modules: 10 s for a one-line error).
+    script = textwrap.dedent(
+        f"""
+        import glob, sys
+        from data_pipeline import config
+        paths = sorted(set(glob.glob("experiments/*/*.py")) - set(glob.glob("experiments/*/_*")))
+        for path in paths:
+            config.read_config_file(path)
+        print(len(paths), *[m for m in {HEAVY!r} if m in sys.modules])
+        """
+    )
+    result = run_python("-c", script, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    count, *imported = result.stdout.split()
+    assert int(count) >= 20 and imported == []
+
+
 @pytest.mark.integration
 def test_a_bad_config_key_is_named_before_tensorflow_and_jax_start(tmp_path):
     args = ("--config", TINY, "--workdir", str(tmp_path / "w"), "--config.lerning_rate=1")

@@ -18,7 +18,7 @@ from data_pipeline import config as config_lib
 from data_pipeline import packing, schema
 from data_pipeline import pretraining_input as pretraining_data
 from data_pipeline.finetune import classification_input
-from data_pipeline.finetune.classification_input import ClassificationConfig
+from data_pipeline.finetune.classification_config import ClassificationConfig
 
 CLS, SEP, PAD = 101, 102, 0
 PAIRS = [

@@ -12,7 +12,7 @@ from support import REPO, tfrecord_files
 from data_pipeline import config as config_lib
 from data_pipeline import schema, tfrecords
 from data_pipeline.errors import UserError
-from data_pipeline.finetune import classification_input, records
+from data_pipeline.finetune import classification_config, classification_input, records
 from data_pipeline.tfrecords import PositionError
 from data_pipeline.tokenizer import make_tokenizer
 
@@ -206,7 +206,7 @@ def sentences(tmp_path_factory):
     words = ["the", "river", "town", "bridge", "stone", "iron", "people"]
     rows = [f"{' '.join(words[i:] + words[:i])}\t{i % 2}" for i in range(7)]
     path.write_text("text_a\tlabel\n" + "\n".join(rows) + "\n")
-    config = classification_input.ClassificationConfig(
+    config = classification_config.ClassificationConfig(
         train_file=str(path), eval_file=str(path), max_seq_length=12
     )
     return classification_input.load_classification_task(config)

@@ -13,6 +13,7 @@ import support
 import tensorflow as tf
 
 from data_pipeline import pretraining_input, streams
+from data_pipeline.finetune import classification_config
 
 
 @pytest.mark.parametrize(
@@ -138,7 +139,7 @@ def classification(tokenizer):
 
     mrpc = support.TESTDATA / "finetune"
     task = classification_input.load_classification_task(
-        classification_input.ClassificationConfig(
+        classification_config.ClassificationConfig(
             train_file=str(mrpc / "mrpc_train.tsv"),
             eval_file=str(mrpc / "mrpc_dev.tsv"),
             text_a="#1 String",

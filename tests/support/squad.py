@@ -13,15 +13,15 @@ module fixtures: the two files read and their features.
 import numpy as np
 import pytest
 
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config, squad_input
 from support import TESTDATA
 
 V1 = TESTDATA / "finetune" / "squad_v1.1.json"
 V2 = TESTDATA / "finetune" / "squad_v2.0.json"
-V1_CONFIG = squad_input.SquadConfig()
-V2_CONFIG = squad_input.SquadConfig(version_2_with_negative=True)
+V1_CONFIG = squad_config.SquadConfig()
+V2_CONFIG = squad_config.SquadConfig(version_2_with_negative=True)
 # Windows of 28 - 12 - 3 = 13 pieces or more, 10 apart: several per context.
-SMALL = squad_input.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
+SMALL = squad_config.SquadConfig(max_seq_length=28, max_query_length=12, doc_stride=10)
 
 
 def example(data, question_start):

@@ -15,7 +15,7 @@ import os
 from bertjax.suites.glue import submission
 from data_pipeline import files, progress
 from data_pipeline.errors import UserError
-from data_pipeline.finetune import classification_input, glue_files
+from data_pipeline.finetune import classification_config, classification_input, glue_files
 
 RESULTS_FILE = os.path.join("glue", "results.json")
 TEST_DIR = os.path.join("glue", "test")
@@ -56,7 +56,7 @@ def write(workdir: str, data_config: dict, batch_size: int) -> dict:
     restored = inference.restore(workdir)
     task = data_config["glue_task"]
     source = (data_config["glue_dir"], data_config["tfds_data_dir"])
-    metrics = classification_input.GLUE_TASKS[task].metrics
+    metrics = classification_config.GLUE_TASKS[task].metrics
     sets = [(task, split) for split in OTHER_DEV.get(task, ())] + test_sets(task)
     examples = {key: classification_input.read_glue_split(*source, *key) for key in sets}
     predicting = progress.Progress(

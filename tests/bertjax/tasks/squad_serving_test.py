@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from bertjax.tasks import squad, squad_serving
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config, squad_input
 
 QUESTIONS = ["Who built the Great Wall of China, and when?", "", "中文?"]
 CONTEXTS = [
@@ -18,7 +18,7 @@ CONTEXTS = [
 
 
 def test_the_windows_are_the_host_pipelines_rows(tokenizer):
-    config = squad_input.SquadConfig(max_seq_length=24, doc_stride=5, max_query_length=6)
+    config = squad_config.SquadConfig(max_seq_length=24, doc_stride=5, max_query_length=6)
     examples = tuple(
         squad_input.SquadExample(f"q{i}", question, context, answers=(), is_impossible=False)
         for i, (question, context) in enumerate(zip(QUESTIONS, CONTEXTS, strict=True))
@@ -53,7 +53,7 @@ def test_the_windows_are_the_host_pipelines_rows(tokenizer):
 def test_an_empty_batch_and_contexts_without_a_word_answer_nothing(
     tokenizer, version_2, questions, contexts
 ):
-    config = squad_input.SquadConfig(
+    config = squad_config.SquadConfig(
         max_seq_length=24, doc_stride=5, max_query_length=6, version_2_with_negative=version_2
     )
     texts = {
@@ -88,7 +88,7 @@ def test_the_answer_text_is_final_texts(predicted, original, tokenized):
 
 
 def test_a_question_longer_than_its_window_leaves_no_room_is_refused():
-    config = squad_input.SquadConfig(max_seq_length=24, doc_stride=5, max_query_length=6)
+    config = squad_config.SquadConfig(max_seq_length=24, doc_stride=5, max_query_length=6)
     squad_serving.check_room(10, config)  # one piece
     with pytest.raises(ValueError, match="9 tokens leave no room for the context"):
         squad_serving.check_room(9, config)

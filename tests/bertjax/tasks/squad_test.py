@@ -19,7 +19,7 @@ from support.squad import V1_CONFIG, V2_CONFIG, example, rows_of
 from bertjax import losses
 from bertjax.tasks import scores, squad
 from bertjax.tasks.squad import final_text, predict_answers, write_predictions
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config, squad_input
 from data_pipeline.tokenizer import BpeTokenizer, SentencePieceTokenizer
 from data_pipeline.vocab import load_vocab
 
@@ -100,7 +100,7 @@ def test_null_answer_against_the_threshold(v2_data, tokenizer):
     chlorophyll = example(v2_data, "What pigment do chloroplasts contain?")
     data = squad_input.SquadData(v2_data.source, (chlorophyll,))
     for threshold, answer in ((0.0, ""), (1.4, ""), (1.6, "chlorophyll")):
-        config = squad_input.SquadConfig(
+        config = squad_config.SquadConfig(
             version_2_with_negative=True, null_score_diff_threshold=threshold
         )
         features = squad_input.make_features(data, tokenizer, config)

@@ -9,8 +9,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import classification_input
-from data_pipeline.finetune.classification_input import ClassificationConfig
+from data_pipeline.finetune import classification_config, classification_input
+from data_pipeline.finetune.classification_config import ClassificationConfig
 from data_pipeline.finetune.glue_sample import write as write_glue_dir
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 
@@ -175,7 +175,7 @@ def test_jsonl_skips_blank_lines():
 def test_one_text_column_by_default(tmp_path):
     path = tmp_path / "single.csv"
     path.write_text("text_a,label\ngood,pos\nbad,neg\n")
-    data = classification_input.default_config()
+    data = classification_config.default_config()
     data.train_file = str(path)
     task = classification_input.load_classification_task(data)
     assert list(task.train.text_a) == ["good", "bad"]
@@ -300,7 +300,7 @@ def test_glue_mnli_mismatched_and_single_sentence_tasks():
 
 
 def test_glue_table_matches_the_tfds_builder():
-    for name, task in classification_input.GLUE_TASKS.items():
+    for name, task in classification_config.GLUE_TASKS.items():
         features = tfds.builder(f"glue/{name}").info.features
         assert {task.text_a, task.text_b} - {None} == set(features) - {"label", "idx"}, name
         assert tuple(getattr(features["label"], "names", ())) == task.label_names, name
@@ -349,7 +349,7 @@ def test_glue_dir_missing_a_file_is_one_line_and_only_for_source_glue(glue_dir, 
             {"source": "glue", "glue_task": "rte", "glue_dir": str(tmp_path / "nothing")}
         )
     with pytest.raises(ConfigError, match=r"config.data.glue_dir.*is for source='glue'"):
-        classification_input.from_config({"train_file": "a.tsv", "glue_dir": glue_dir})
+        classification_config.from_config({"train_file": "a.tsv", "glue_dir": glue_dir})
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -450,7 +450,7 @@ def test_config_errors():
     with pytest.raises(ConfigError, match=r"config\.data\.train_file='x\.txt': the extension"):
         ClassificationConfig(train_file="x.txt")
     with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.text_column; known"):
-        classification_input.from_config({"text_column": "x"})
+        classification_config.from_config({"text_column": "x"})
     with pytest.raises(ConfigError, match=r"config\.data\.glue_task='mnli_matched'"):
         ClassificationConfig(source="glue", glue_task="mnli_matched")
     with pytest.raises(

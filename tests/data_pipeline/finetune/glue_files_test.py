@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from data_pipeline.finetune import glue_files
-from data_pipeline.finetune.classification_input import GLUE_TASKS
+from data_pipeline.finetune.classification_config import GLUE_TASKS
 from data_pipeline.finetune.glue_sample import SENTENCES
 from data_pipeline.finetune.glue_sample import write as write_glue_dir
 from data_pipeline.finetune.records import TaskDataError

@@ -8,7 +8,12 @@ import pytest
 
 from data_pipeline import config as config_lib
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import classification_input, records, squad_input, tagging_input
+from data_pipeline.finetune import (
+    classification_config,
+    records,
+    squad_config,
+    tagging_config,
+)
 from data_pipeline.finetune.records import TaskDataError
 
 
@@ -22,9 +27,9 @@ def batches(dataset) -> list:
 @pytest.mark.parametrize(
     "module, config_class",
     [
-        (classification_input, classification_input.ClassificationConfig),
-        (tagging_input, tagging_input.TaggingConfig),
-        (squad_input, squad_input.SquadConfig),
+        (classification_config, classification_config.ClassificationConfig),
+        (tagging_config, tagging_config.TaggingConfig),
+        (squad_config, squad_config.SquadConfig),
         (config_lib, config_lib.DataConfig),
     ],
 )

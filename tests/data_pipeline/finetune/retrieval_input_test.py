@@ -7,7 +7,7 @@ import pytest
 from support.beir_files import write_beir
 
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import retrieval_input
+from data_pipeline.finetune import retrieval_config, retrieval_input
 from data_pipeline.finetune.records import TaskDataError
 
 CLS, SEP = 101, 102
@@ -120,7 +120,7 @@ def test_a_bad_pair_file_or_option_is_named(tmp_path):
     with pytest.raises(ConfigError, match="config.data.beir_dir=''"):
         retrieval_input.load_retrieval_task({})
     with pytest.raises(ConfigError, match="each column once"):
-        retrieval_input.from_config({"train_file": str(path), "negatives": ("anchor",)})
+        retrieval_config.from_config({"train_file": str(path), "negatives": ("anchor",)})
 
 
 def pair_rows(tmp_path, rows):

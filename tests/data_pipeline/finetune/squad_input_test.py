@@ -24,7 +24,7 @@ from bertjax.model import BertConfig, BertForQuestionAnswering
 from bertjax.tasks import finetune
 from bertjax.tasks.squad import predict_answers
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import squad_input
+from data_pipeline.finetune import squad_config, squad_input
 from data_pipeline.finetune.records import TaskDataError
 
 # One-sentence contexts: several windows fit a row.
@@ -279,7 +279,7 @@ INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 @pytest.mark.slow
 def test_packed_windows_give_their_unpacked_logits_loss_and_answers(tokenizer):
-    config = squad_input.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
+    config = squad_config.SquadConfig(max_seq_length=64, max_query_length=16, doc_stride=16)
     features = squad_input.make_features(squad_input.read_squad_json(SHORT), tokenizer, config)
     task = squad_input.SquadTask(config, features, features)
     shape = squad_input.packed_shape(task, split="eval", batch_size=8)
@@ -338,7 +338,7 @@ def test_load_squad_task_from_files(tokenizer):
         "doc_stride": 10,
     }
     task = squad_input.load_squad_task(data_config, tokenizer)
-    assert task.config == squad_input.SquadConfig(**data_config)
+    assert task.config == squad_config.SquadConfig(**data_config)
     assert task.train.num_examples == task.eval.num_examples == 7
     assert task.eval.num_features > 30
     dataset, num_batches = squad_input.make_task_dataset(task, split="eval", batch_size=16)
@@ -592,14 +592,14 @@ def test_context_without_tokens(tokenizer):
 )
 def test_config_errors(options, message):
     with pytest.raises(ConfigError, match=message):
-        squad_input.SquadConfig(**options)
+        squad_config.SquadConfig(**options)
 
 
 def test_long_questions_are_cut_to_max_query_length(v1_data, tokenizer):
     e = example(v1_data, "In which city was Marie Curie born?")
     long_question = " ".join(["where"] * 100) + " " + e.question
     data = squad_input.SquadData("x", (dataclasses.replace(e, question=long_question),))
-    config = squad_input.SquadConfig(max_seq_length=32, max_query_length=5, doc_stride=8)
+    config = squad_config.SquadConfig(max_seq_length=32, max_query_length=5, doc_stride=8)
     features = squad_input.make_features(data, tokenizer, config)
     assert (features.doc_offset == 7).all()
     assert tokens(tokenizer, features.input_ids[0, :7]) == ["[CLS]"] + ["where"] * 5 + ["[SEP]"]

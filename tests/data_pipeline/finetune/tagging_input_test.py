@@ -12,7 +12,7 @@ from bertjax import losses
 from bertjax.model import BertConfig, BertForTokenClassification
 from bertjax.tasks import finetune
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import tagging_input
+from data_pipeline.finetune import tagging_config, tagging_input
 from data_pipeline.finetune.records import SplitInfo, TaskDataError
 
 TESTDATA = support.TESTDATA / "finetune"
@@ -315,7 +315,7 @@ def test_tfds_words_and_tags_disagree():
 def test_tagging_schemes_are_the_scored_ones():
     from bertjax.tasks import scores
 
-    assert set(tagging_input.TAGGING_SCHEMES) == set(scores.SCHEMES)
+    assert set(tagging_config.TAGGING_SCHEMES) == set(scores.SCHEMES)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -362,13 +362,13 @@ def test_bad_files(tmp_path):
 
 def test_config_errors():
     with pytest.raises(ConfigError, match=r"config\.data\.tag_column=0: column 0 holds the word"):
-        tagging_input.TaggingConfig(train_file="a.txt", tag_column=0)
+        tagging_config.TaggingConfig(train_file="a.txt", tag_column=0)
     with pytest.raises(ConfigError, match=r"config\.data\.label_names=\(\).*must be given"):
-        tagging_input.TaggingConfig(eval_file="a.txt")
+        tagging_config.TaggingConfig(eval_file="a.txt")
     with pytest.raises(ConfigError, match=r"config\.data\.tagging_scheme='bio': must be one of"):
-        tagging_input.TaggingConfig(train_file="a.txt", tagging_scheme="bio")
+        tagging_config.TaggingConfig(train_file="a.txt", tagging_scheme="bio")
     with pytest.raises(ConfigError, match=r"unknown config key: config\.data\.tags; known keys"):
-        tagging_input.from_config({"tags": 1})
+        tagging_config.from_config({"tags": 1})
     task = tagging_input.load_tagging_task({"eval_file": DEV, "label_names": NER_LABELS})
     assert task.train is None and task.label_names == NER_LABELS
     with pytest.raises(ConfigError, match=r"config\.data\.train_file=''"):

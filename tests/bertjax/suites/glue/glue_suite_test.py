@@ -20,7 +20,11 @@ from bertjax.suites.glue import benchmark, predictions, published, submission
 from bertjax.suites.glue import suite as glue
 from bertjax.sweep import figures
 from data_pipeline.errors import UserError
-from data_pipeline.finetune import classification_input, glue_files, glue_sample
+from data_pipeline.finetune import (
+    classification_config,
+    glue_files,
+    glue_sample,
+)
 
 make_trial = functools.partial(suites.make_trial, glue.GLUE)
 make_suite = functools.partial(suites.make_suite, glue.GLUE)
@@ -302,7 +306,7 @@ def glue_dir(tmp_path_factory):
 
 
 def data_values(glue_dir):
-    data = classification_input.default_config().to_dict()
+    data = classification_config.default_config().to_dict()
     data.update(source="glue", glue_dir=glue_dir, glue_task="rte", tfds_data_dir="")
     return {"data": data}
 

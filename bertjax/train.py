@@ -901,7 +901,10 @@ def _train_stream(run: Run, start_step: int, saved, where: str) -> TrainBatches:
     positions the checkpoint recorded (`saved`, its streams.Positions record; `where`
     names it), whatever the number of hosts that wrote it, or else by replaying the
     streams to that step. Positions that mean something else stop the run here."""
-    meaning = streams.Positions(run.setup.data.position_fields, _stream_config(run.config))
+    data = run.setup.data
+    meaning = streams.Positions(
+        data.position_fields, _stream_config(run.config), streams.files_read(data.train_files)
+    )
     positions = None if saved is None else meaning.read(saved, where)
     hosts, host = jax.process_count(), jax.process_index()
     how = streams.plan(len(positions) if positions else hosts, hosts, host)

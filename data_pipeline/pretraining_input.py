@@ -100,6 +100,17 @@ def position_fields(data_config: Any) -> tuple[str, ...]:
     return tfrecords.PACKED_POSITION_FIELDS if config.pack_examples else tfrecords.POSITION_FIELDS
 
 
+def train_files(data_config: Any) -> tuple[str, ...]:
+    """The files the train split reads, globs resolved: the text source's (its held-out
+    documents among them) or the TFRecord source's; none for the built-in corpus and TFDS."""
+    config = config_lib.from_config(data_config)
+    if config.source == "text":
+        return tuple(corpus.list_files(config))
+    if config.source == "tfrecord":
+        return tuple(tfrecords.split_files(config, "train"))
+    return ()
+
+
 def make_pretraining_dataset(
     data_config: Any,
     *,

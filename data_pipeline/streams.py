@@ -16,17 +16,21 @@ For other counts (3 -> 2) no plan keeps the order: the caller says so and reads
 the streams of M hosts instead. Pure tf.data; never imports jax.
 
 A checkpoint keeps the streams' positions as a `Positions` record: a format
-version, the names of a position's integers and the config the streams are made
-from, beside the positions. A resume reads them only where all three are its
-own; else one line says what differs, before any batch is read:
+version, the names of a position's integers, the config the streams are made
+from and the files they read (their count and a digest of their paths and sizes),
+beside the positions. A resume reads them only where all four are its own; else
+one line says what differs, before any batch is read:
 
     no version          positions an older bertjax saved (bare integers)
     another version     positions a later or earlier format wrote
     other field names   a source whose position changed what it counts
     another config      streams made from other data, seed or batch size
+    other files         the same config's globs now match other files, or a file
+                        changed size (a position is a file's index and an offset)
 """
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +43,7 @@ POSITION = "stream_position"  # a stream's per-row position (its batches' schema
 POSITIONS = "stream_positions"  # a host batch's: [streams it reads, fields], after its batch
 # The format of a Positions record; a resume reads this one alone. Changing what a
 # field means without renaming it needs a new version.
-POSITIONS_VERSION = 1
+POSITIONS_VERSION = 2
 
 
 class PositionError(UserError):
@@ -49,12 +53,14 @@ class PositionError(UserError):
 @dataclasses.dataclass(frozen=True)
 class Positions:
     """What a run's stream positions mean: the names of a position's integers, in order
-    (the source's, e.g. pretraining_input.POSITION_FIELDS), and the config its streams
-    are made from, {config key: value}. `record` makes what a checkpoint keeps of the
-    positions; `read` gives them back from a record that means the same."""
+    (the source's, e.g. pretraining_input.POSITION_FIELDS), the config its streams
+    are made from, {config key: value}, and the files they read (`files_read`).
+    `record` makes what a checkpoint keeps of the positions; `read` gives them back
+    from a record that means the same."""
 
     fields: tuple[str, ...]
     config: dict[str, Any]
+    files: dict[str, Any] = dataclasses.field(default_factory=lambda: files_read(()))
 
     def record(self, positions: list[list[int]]) -> dict:
         """The JSON record of `positions`, a list of len(fields) integers per stream."""
@@ -62,6 +68,7 @@ class Positions:
             "version": POSITIONS_VERSION,
             "fields": list(self.fields),
             "config": self.config,
+            "files": self.files,
             "positions": positions,
         }
 
@@ -97,6 +104,14 @@ class Positions:
                     f"{saved.get(key, '(none)')!r}, this run's with {now.get(key, '(none)')!r}; "
                     "resume it with the config that saved it, or use a new workdir"
                 )
+        if record["files"] != self.files:
+            saved = record["files"]
+            raise PositionError(
+                f"{where}: its stream positions are of streams over {saved['count']} files "
+                f"(digest {saved['digest']}), this run's over {self.files['count']} (digest "
+                f"{self.files['digest']}): the files the config names changed since; resume "
+                "it with the files that saved it, or use a new workdir"
+            )
         positions = record["positions"]
         width = len(self.fields)
         if not positions or any(
@@ -107,6 +122,14 @@ class Positions:
                 f"{where}: its stream positions are not {width} integers for each stream"
             )
         return positions
+
+
+def files_read(paths: Sequence[str]) -> dict[str, Any]:
+    """{'count', 'digest'} of the files a run's train streams read: the first 16 hex
+    digits of the SHA-256 of their paths and sizes, in order (tf.io.gfile: local or
+    gs://)."""
+    lines = "".join(f"{path}\t{tf.io.gfile.stat(path).length}\n" for path in paths)
+    return {"count": len(paths), "digest": hashlib.sha256(lines.encode()).hexdigest()[:16]}
 
 
 NO_POSITIONS = Positions((), {})  # of a stream whose batches carry none

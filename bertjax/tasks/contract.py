@@ -145,6 +145,10 @@ class Data:
     # pretraining_input.POSITION_FIELDS); checkpoints keep the names with the positions,
     # so a resume refuses positions that count something else. Empty: no positions.
     position_fields: tuple[str, ...] = ()
+    # The files `train` reads, globs resolved, in its order: checkpoints keep their count
+    # and a digest of their paths and sizes with the positions (streams.files_read), so a
+    # resume refuses positions into files that changed. Empty: a source of no files.
+    train_files: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

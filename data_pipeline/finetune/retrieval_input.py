@@ -141,6 +141,19 @@ def _collection(pairs: Pairs) -> Collection:
     )  # fmt: skip
 
 
+def train_files(config: RetrievalConfig) -> tuple[str, ...]:
+    """The files the train split is read from: train_file, or the BEIR directory's
+    corpus, queries and train_split's qrels."""
+    if config.train_file or not config.train_split:
+        return (config.train_file,) if config.train_file else ()
+    directory = config.beir_dir
+    return (
+        os.path.join(directory, "corpus.jsonl"),
+        os.path.join(directory, "queries.jsonl"),
+        os.path.join(directory, "qrels", f"{config.train_split}.tsv"),
+    )
+
+
 def _load_beir(config: RetrievalConfig) -> RetrievalTask:
     directory = config.beir_dir
     corpus = _jsonl_texts(os.path.join(directory, "corpus.jsonl"), title=True)

@@ -130,7 +130,7 @@ def test_a_resume_refuses_positions_that_mean_something_else(tmp_path, config, m
     changes = [
         ((pretraining_input, "POSITION_FIELDS", (*fields[:-1], "rows")), config, counts),
         ((pretraining_input, "POSITION_FIELDS", (*fields, "packed_rows")), config, counts),
-        ((streams, "POSITIONS_VERSION", 2), config, "are of format 1, this bertjax reads format 2"),
+        ((streams, "POSITIONS_VERSION", 3), config, "are of format 2, this bertjax reads format 3"),
         (None, edited, "config.data.document_buffer_size=32, this run's with 16"),
     ]
     saved = tmp_path / "config.json"
@@ -150,6 +150,31 @@ def test_a_resume_refuses_positions_that_mean_something_else(tmp_path, config, m
     assert checkpoint.latest_step(workdir) == 2
     assert not (tmp_path / "damaged_checkpoints").exists()
     train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
+    assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 6, 8]
+
+
+def test_a_resume_refuses_positions_into_files_that_changed(tmp_path, config):
+    # A text position is a file's index in the sorted glob and an offset in it: a file
+    # added under the same glob (or one grown) would resume at another place, unsaid.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a", "c"):
+        documents = (
+            f"Document {d} of {name} begins here.\nIt has a second sentence.\n" for d in range(40)
+        )
+        (corpus / f"{name}.txt").write_text("\n".join(documents))
+    config.data.source, config.data.text_files = "text", str(corpus / "*.txt")
+    config.eval_every_steps = 0
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(config, workdir, stop_after=2, devices=ONE_DEVICE)
+    (corpus / "b.txt").write_text("A new document.\nIt sorts between the others.\n")
+    with pytest.raises(streams.PositionError) as refused:
+        train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
+    line = str(refused.value)
+    assert line.startswith(f"{workdir}: checkpoint 2: its stream positions are of streams over ")
+    assert "over 2 files" in line and "this run's over 3" in line and "\n" not in line
+    (corpus / "b.txt").unlink()
+    train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)  # as it was: it resumes
     assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 6, 8]
 
 

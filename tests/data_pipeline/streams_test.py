@@ -193,14 +193,14 @@ def _with(record: dict, **values) -> dict:
         # Bare integers, as a bertjax before the record saved them.
         ([[3, 1], [3, 2]], MEANING, "carry no format version (saved by an older bertjax)"),
         (
-            _with(MEANING.record([[3, 1]]), version=2),
+            _with(MEANING.record([[3, 1]]), version=1),
             MEANING,
-            "are of format 2, this bertjax reads format 1",
+            "are of format 1, this bertjax reads format 2",
         ),
         (
             _with(MEANING.record([[3, 1]]), hosts=2),
             MEANING,
-            "hold config, fields, hosts, positions, version, format 1 holds",
+            "hold config, fields, files, hosts, positions, version, format 2 holds",
         ),
         # A field renamed, or one added: the positions count something else.
         (
@@ -223,6 +223,13 @@ def _with(record: dict, **values) -> dict:
             dataclasses.replace(MEANING, config={"seed": 0}),
             "made with config.data.source='builtin', this run's with '(none)'",
         ),
+        # The config's globs now match another file.
+        (
+            MEANING.record([[3, 1]]),
+            dataclasses.replace(MEANING, files={"count": 3, "digest": "0123456789abcdef"}),
+            "are of streams over 0 files (digest e3b0c44298fc1c14), this run's over 3 (digest "
+            "0123456789abcdef): the files the config names changed since",
+        ),
         (MEANING.record([[3]]), MEANING, "are not 2 integers for each stream"),
         (MEANING.record([]), MEANING, "are not 2 integers for each stream"),
     ],
@@ -233,6 +240,19 @@ def test_positions_that_mean_something_else_are_refused_in_one_line(saved, meani
     assert str(refused.value).startswith(f"{WHERE}: its stream positions ")
     assert message in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_the_files_read_are_told_apart_by_their_paths_sizes_and_order(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("one\n")
+    b.write_text("two\n")
+    both = streams.files_read([str(a), str(b)])
+    assert both["count"] == 2 and len(both["digest"]) == 16
+    assert streams.files_read([str(a), str(b)]) == both
+    assert streams.files_read([str(b), str(a)]) != both
+    assert streams.files_read([str(a)]) != both
+    b.write_text("two and more\n")
+    assert streams.files_read([str(a), str(b)]) != both
 
 
 @pytest.mark.parametrize("packed", [False, True])

@@ -59,9 +59,7 @@ def test_each_pooling_mode_embeds_as_sentence_transformers(
     restored = bertjax.restore(str(tmp_path / "w"))
     assert restored.pooling == Pooling(mode=ours, normalize=False, max_seq_length=256)
     theirs = sentence_transformer(source, test_extras).encode(TEXTS)
-    # One batch of 8 rows: embed pads a batch to batch_size rows (64 by default).
-    ours = bertjax.embed(restored, TEXTS, batch_size=8)
-    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    np.testing.assert_allclose(bertjax.embed(restored, TEXTS), theirs, atol=1e-5)
 
 
 @pytest.mark.slow  # sentence-transformers' import, an import and two encoders: 11 to 21 s of CPU
@@ -81,8 +79,7 @@ def test_a_directory_without_modules_json_embeds_as_sentence_transformers_reads_
 
     theirs = SentenceTransformer(str(source), device="cpu", local_files_only=True)
     texts = [*TEXTS, "word " * 600]  # 602 tokens: cut at 512 on both sides
-    ours = bertjax.embed(restored, texts, batch_size=8)  # one batch of 8 rows of 512
-    np.testing.assert_allclose(ours, theirs.encode(texts), atol=1e-5)
+    np.testing.assert_allclose(bertjax.embed(restored, texts), theirs.encode(texts), atol=1e-5)
 
 
 def write_pipeline(directory, modules, pooling=None, settings=None):

@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -35,6 +36,20 @@ def finished_run(make_small_config, tmp_path_factory) -> str:
     workdir = str(tmp_path_factory.mktemp("finished"))
     train.train_and_evaluate(make_small_config(), workdir, devices=ONE_DEVICE)
     return workdir
+
+
+@pytest.fixture(scope="module")
+def paused_run(make_small_config, tmp_path_factory) -> str:
+    """The workdir of make_small_config's run on one device stopped after step 4, as a
+    preempted one: copy it (copied_to) to resume it."""
+    workdir = str(tmp_path_factory.mktemp("paused"))
+    train.train_and_evaluate(make_small_config(), workdir, stop_after=4, devices=ONE_DEVICE)
+    return workdir
+
+
+def copied_to(folder, workdir: str) -> str:
+    shutil.copytree(workdir, folder, ignore=shutil.ignore_patterns(".lock"), dirs_exist_ok=True)
+    return str(folder)
 
 
 def read_metrics(workdir):
@@ -114,15 +129,14 @@ def test_a_packed_run_resumes_exactly(tmp_path, config):
     assert [m["step"] for m in lines_a] == [2, 4]
 
 
-def test_a_resume_refuses_positions_that_mean_something_else(tmp_path, config, monkeypatch):
+def test_a_resume_refuses_positions_that_mean_something_else(
+    tmp_path, config, monkeypatch, paused_run
+):
     # A checkpoint keeps its stream positions with their format version, the names of
     # their fields and the config the streams were made from: positions that mean
     # something else stop the run in one line, before it trains, never read as they were.
-    # 8 steps, as the other one-device runs here: their compiled train step serves (a step
-    # compiles in its schedule, so another num_train_steps would compile one of its own).
     config.eval_every_steps = 0
-    workdir = str(tmp_path)
-    train.train_and_evaluate(config, workdir, stop_after=2, devices=ONE_DEVICE)
+    workdir = copied_to(tmp_path, paused_run)
     fields = pretraining_input.POSITION_FIELDS
     counts = f"count ({', '.join(fields)}), this run's stream counts"
     edited = copy.deepcopy(config)
@@ -143,11 +157,11 @@ def test_a_resume_refuses_positions_that_mean_something_else(tmp_path, config, m
             with pytest.raises(streams.PositionError) as refused:
                 train.train_and_evaluate(run_config, workdir, devices=ONE_DEVICE)
         line = str(refused.value)
-        assert line.startswith(f"{workdir}: checkpoint 2: its stream positions "), line
+        assert line.startswith(f"{workdir}: checkpoint 4: its stream positions "), line
         assert message in line and "\n" not in line, line
     saved.write_text(original)
     # Nothing trained, nothing moved aside: the run goes on as it would have.
-    assert checkpoint.latest_step(workdir) == 2
+    assert checkpoint.latest_step(workdir) == 4
     assert not (tmp_path / "damaged_checkpoints").exists()
     train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     assert [m["step"] for m in read_metrics(workdir) if m["split"] == "train"] == [2, 4, 6, 8]
@@ -286,9 +300,8 @@ def _changed(config, key: str, value):
     return changed
 
 
-def test_a_resume_must_be_the_same_run(tmp_path, config):
-    workdir = str(tmp_path)
-    train.train_and_evaluate(config, workdir, stop_after=4, devices=ONE_DEVICE)
+def test_a_resume_must_be_the_same_run(tmp_path, config, paused_run):
+    workdir = copied_to(tmp_path, paused_run)
     for key, value, shown in [
         ("seed", 1, "seed 0 -> 1"),
         ("data.max_seq_length", 32, "data.max_seq_length 64 -> 32"),

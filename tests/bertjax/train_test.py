@@ -447,7 +447,9 @@ def test_cached_gradients_of_a_whole_batch_loss_are_the_whole_batchs(block):
 def test_cached_gradients_keep_one_microbatchs_activations_alive():
     # The point of GradCache: compiled for 256 pairs, 8 microbatches need a fraction of
     # the temporaries of one (XLA's own count, on this CPU), the gradient the same.
-    forward, loss_of_outputs, params, batch = embedder_step({}, rows=256, passage_length=32)
+    # One layer, as above: a microbatch's activations against the whole batch's are counted.
+    one_layer = {"num_hidden_layers": 1}
+    forward, loss_of_outputs, params, batch = embedder_step(one_layer, rows=256, passage_length=32)
     key = jax.random.key(1)
     temporaries = {}
     for microbatches in (1, 8):

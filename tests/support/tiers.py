@@ -99,9 +99,10 @@ def pytest_collection_modifyitems(items):
     together, in their order, so that its module fixtures are made once.
 
     `make test-all` hands out whole files (`--dist loadfile`), each to the next worker
-    free; `make test`, whose command tier is one file of long tests, hands out tests by
-    work stealing (`--dist worksteal`). xdist's default hands each worker a block of
-    consecutive tests, so one worker would get every long one."""
+    free; `make test`, whose command tier is one file of long tests, hands out two tests
+    at a time (`--dist load --maxschedchunk 2`). xdist's default hands each worker a block
+    of consecutive tests, so one worker would get every long one; work stealing takes
+    from the end of a worker's block, which leaves it the long ones at its start."""
     order = ("integration", "emulator", "command", "tpu_compile", "slow")
     tests = pathlib.Path(__file__).parents[1]
 

@@ -32,18 +32,24 @@ def config(make_small_config):
 
 @pytest.fixture(scope="module")
 def finished_run(make_small_config, tmp_path_factory) -> str:
-    """The workdir of make_small_config's 8 steps on one device, to the end: read it only."""
+    """The workdir of make_small_config's 8 steps on one device, to the end, without
+    evaluation (its tests read none): read it only."""
+    config = make_small_config()
+    config.eval_every_steps = 0
     workdir = str(tmp_path_factory.mktemp("finished"))
-    train.train_and_evaluate(make_small_config(), workdir, devices=ONE_DEVICE)
+    train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     return workdir
 
 
 @pytest.fixture(scope="module")
 def paused_run(make_small_config, tmp_path_factory) -> str:
     """The workdir of make_small_config's run on one device stopped after step 4, as a
-    preempted one: copy it (copied_to) to resume it."""
+    preempted one, without evaluation (its tests read none): copy it (copied_to) to
+    resume it."""
+    config = make_small_config()
+    config.eval_every_steps = 0
     workdir = str(tmp_path_factory.mktemp("paused"))
-    train.train_and_evaluate(make_small_config(), workdir, stop_after=4, devices=ONE_DEVICE)
+    train.train_and_evaluate(config, workdir, stop_after=4, devices=ONE_DEVICE)
     return workdir
 
 
@@ -274,6 +280,7 @@ def test_workdir_of_another_model_is_refused(config, finished_run):
 
 
 def test_non_finite_loss_stops_without_a_checkpoint(tmp_path, config):
+    config.eval_every_steps = 0  # not read: no check of the eval split before the steps
     config.optimizer.learning_rate = 1e30
     config.optimizer.max_grad_norm = 0.0
     config.num_train_steps = 6
@@ -301,6 +308,7 @@ def _changed(config, key: str, value):
 
 
 def test_a_resume_must_be_the_same_run(tmp_path, config, paused_run):
+    config.eval_every_steps = 0  # as the paused run: no evaluation is read here
     workdir = copied_to(tmp_path, paused_run)
     for key, value, shown in [
         ("seed", 1, "seed 0 -> 1"),
@@ -349,6 +357,7 @@ def test_non_finite_hyperparameters_are_refused(tmp_path, config):
 def test_non_finite_parameters_are_never_saved(tmp_path, config):
     # Finite as a Python float, infinite as the float32 the update is computed in:
     # the loss of step 1 (before the update) is finite, the parameters after it are not.
+    config.eval_every_steps = 0  # not read: no check of the eval split before the step
     config.optimizer.learning_rate = 3.5e38
     config.optimizer.warmup_steps = 0
     config.optimizer.max_grad_norm = 0.0

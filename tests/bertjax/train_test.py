@@ -33,9 +33,10 @@ def config(make_small_config):
 @pytest.fixture(scope="module")
 def finished_run(make_small_config, tmp_path_factory) -> str:
     """The workdir of make_small_config's 8 steps on one device, to the end, without
-    evaluation (its tests read none): read it only."""
+    evaluation (its tests read none) and with the last step's checkpoint alone: read it
+    only."""
     config = make_small_config()
-    config.eval_every_steps = 0
+    config.eval_every_steps = config.checkpoint_every_steps = 0
     workdir = str(tmp_path_factory.mktemp("finished"))
     train.train_and_evaluate(config, workdir, devices=ONE_DEVICE)
     return workdir
@@ -202,6 +203,7 @@ def test_loss_goes_down(tmp_path, config):
     config.num_train_steps = 20  # the loss falls by about 1.9 (by 2.5 in 40 steps)
     config.log_every_steps = 5
     config.eval_every_steps = 0
+    config.checkpoint_every_steps = 0  # the last step's alone (a save takes a second)
     config.optimizer.learning_rate = 3e-3
     config.optimizer.warmup_steps = 5
     train.train_and_evaluate(config, str(tmp_path), devices=ONE_DEVICE)

@@ -45,10 +45,10 @@ def finished_run(make_small_config, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def paused_run(make_small_config, tmp_path_factory) -> str:
     """The workdir of make_small_config's run on one device stopped after step 4, as a
-    preempted one, without evaluation (its tests read none): copy it (copied_to) to
-    resume it."""
+    preempted one (its checkpoint, that step's), without evaluation (its tests read
+    none): copy it (copied_to) to resume it."""
     config = make_small_config()
-    config.eval_every_steps = 0
+    config.eval_every_steps = config.checkpoint_every_steps = 0
     workdir = str(tmp_path_factory.mktemp("paused"))
     train.train_and_evaluate(config, workdir, stop_after=4, devices=ONE_DEVICE)
     return workdir
@@ -310,7 +310,8 @@ def _changed(config, key: str, value):
 
 
 def test_a_resume_must_be_the_same_run(tmp_path, config, paused_run):
-    config.eval_every_steps = 0  # as the paused run: no evaluation is read here
+    # As the paused run: no evaluation is read here, nor a checkpoint before the last.
+    config.eval_every_steps = config.checkpoint_every_steps = 0
     workdir = copied_to(tmp_path, paused_run)
     for key, value, shown in [
         ("seed", 1, "seed 0 -> 1"),

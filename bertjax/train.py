@@ -903,7 +903,7 @@ def _train_stream(run: Run, start_step: int, saved, where: str) -> TrainBatches:
     streams to that step. Positions that mean something else stop the run here."""
     data = run.setup.data
     meaning = streams.Positions(
-        data.position_fields, _stream_config(run.config), streams.files_read(data.train_files)
+        data.position_fields, _stream_config(run.config), streams.files_read(data.train_files())
     )
     positions = None if saved is None else meaning.read(saved, where)
     hosts, host = jax.process_count(), jax.process_index()

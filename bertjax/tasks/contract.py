@@ -45,7 +45,7 @@ results.json and the progress display.
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -147,8 +147,10 @@ class Data:
     position_fields: tuple[str, ...] = ()
     # The files `train` reads, globs resolved, in its order: checkpoints keep their count
     # and a digest of their paths and sizes with the positions (streams.files_read), so a
-    # resume refuses positions into files that changed. Empty: a source of no files.
-    train_files: tuple[str, ...] = ()
+    # resume refuses positions into files that changed. Called as the train streams start,
+    # not by setup: a run compiled ahead of time may name files that do not exist yet.
+    # () for a source of no files.
+    train_files: Callable[[], Sequence[str]] = tuple
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -315,7 +315,7 @@ def make_setup(
             eval=functools.partial(dataset, make_dataset, "eval", 1),
             position_fields=records.POSITION_FIELDS,
             # source='files' (tfds and GLUE's folder: fixed releases)
-            train_files=(config.data.train_file,) if config.data.get("train_file") else (),
+            train_files=lambda: (config.data.train_file,) if config.data.get("train_file") else (),
         ),
         evaluation=Evaluation(
             every_steps=max(1, round(num_train_steps / config.num_train_epochs)),

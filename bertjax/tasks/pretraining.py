@@ -121,7 +121,7 @@ def setup(config, workdir: str) -> Setup:
             train=functools.partial(make_pretraining_dataset, data, split="train"),
             eval=functools.partial(make_pretraining_dataset, data, split="eval"),
             position_fields=pretraining_input.position_fields(data),
-            train_files=pretraining_input.train_files(data),
+            train_files=functools.partial(pretraining_input.train_files, data),
         ),
         evaluation=Evaluation(
             every_steps=config.eval_every_steps,

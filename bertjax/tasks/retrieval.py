@@ -140,7 +140,7 @@ def setup(config, workdir: str) -> Setup:
             ),
             eval=functools.partial(finetune.dataset, make_dataset, "eval", 1),
             position_fields=records.POSITION_FIELDS,
-            train_files=retrieval_input.train_files(data.config),
+            train_files=functools.partial(retrieval_input.train_files, data.config),
         ),
         evaluation=Evaluation(
             every_steps=epoch if data.eval else 0,

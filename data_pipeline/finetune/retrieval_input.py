@@ -144,8 +144,10 @@ def _collection(pairs: Pairs) -> Collection:
 def train_files(config: RetrievalConfig) -> tuple[str, ...]:
     """The files the train split is read from: train_file, or the BEIR directory's
     corpus, queries and train_split's qrels."""
-    if config.train_file or not config.train_split:
-        return (config.train_file,) if config.train_file else ()
+    if config.train_file:
+        return (config.train_file,)
+    if not config.train_split:
+        return ()
     directory = config.beir_dir
     return (
         os.path.join(directory, "corpus.jsonl"),

@@ -18,7 +18,7 @@ from bertjax.tasks.contract import Description, Initialization
 from bertjax.workdir import CheckpointError
 from data_pipeline import config as data_config_lib
 from data_pipeline import schema
-from data_pipeline.errors import ConfigError
+from data_pipeline.errors import ConfigError, UserError
 from data_pipeline.vocab import VocabError, write_placeholder_vocab
 from experiments.pretrain import tiny_cpu
 
@@ -308,6 +308,24 @@ def test_a_workdir_of_another_model_shape_is_refused(tmp_path):
         "this run config.model.hidden_size=128",
     ):
         TASK.setup(TASK.without_data(tiny_config(), str(tmp_path / "aside")), str(run))
+
+
+def test_a_run_on_tfrecords_not_yet_written_builds_and_names_its_files_when_it_reads(tmp_path):
+    # bertjax.tpu.aot compiles a run before its data exists: setup globs nothing. The
+    # files the train streams read (whose digest a checkpoint keeps with the positions)
+    # are listed as the streams start.
+    shards = tmp_path / "shards"
+    config = TASK.without_data(tiny_config(), str(tmp_path / "aside"))
+    config.data.source = "tfrecord"
+    config.data.tfrecord_train_files = str(shards / "train-*.tfrecord")
+    config.data.tfrecord_eval_files = str(shards / "eval-*.tfrecord")
+    setup = TASK.setup(config, str(tmp_path / "run"))
+    with pytest.raises(UserError, match="tfrecord_train_files: glob matches no files"):
+        setup.data.train_files()
+    shards.mkdir()
+    for name in ("train-1.tfrecord", "train-0.tfrecord", "eval-0.tfrecord"):
+        (shards / name).write_bytes(b"")
+    assert list(setup.data.train_files()) == [str(shards / f"train-{i}.tfrecord") for i in (0, 1)]
 
 
 def test_an_init_checkpoint_without_a_model_config_is_named(tmp_path):

@@ -82,12 +82,16 @@ class Restored:
         return Pooling.from_json(self.task.embedding)
 
     def apply(self, features: dict):
-        """The model's outputs for a dict of NumPy input features."""
-        return self.model.apply(
-            {"params": self.params},
-            *(np.asarray(features[name], np.int32) for name in MODEL_INPUTS),
-            deterministic=True,
-        )
+        """The model's outputs for a dict of NumPy input features: one compiled program
+        per shape of the inputs (run op by op, a small model's first call compiled over a
+        hundred programs)."""
+        inputs = (np.asarray(features[name], np.int32) for name in MODEL_INPUTS)
+        return _apply(self.model, self.params, *inputs)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(model, params, *inputs):
+    return model.apply({"params": params}, *inputs, deterministic=True)
 
 
 def restore(path: str, step: int | None = None, mesh: jax.sharding.Mesh | None = None) -> Restored:

@@ -19,8 +19,8 @@
 Everything but the checkpoints is written by process 0 only, atomically
 (data_pipeline.files), so a run killed at any moment leaves each file whole.
 Nothing here imports the trainer: restore() and the converter read workdirs
-through this module alone. Paths go through tf.io.gfile, so a workdir may be
-in Cloud Storage (`gs://...`).
+through this module alone. Paths go through data_pipeline.files, so a workdir may be
+in Cloud Storage (`gs://...`), and reading a local one never waits for TensorFlow.
 """
 
 import contextlib
@@ -33,7 +33,6 @@ import uuid
 
 import jax
 import numpy as np
-import tensorflow as tf
 from absl import logging
 from jax.experimental import multihost_utils
 
@@ -72,13 +71,11 @@ def absolute(path: str) -> str:
 
 def read_json(file: str) -> dict | None:
     """A JSON file's object, or None if there is no such file; malformed JSON names the file."""
-    if not tf.io.gfile.exists(file):
+    if not files.exists(file):
         return None
-    with tf.io.gfile.GFile(file, "r") as f:
-        text = f.read()
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
+        return json.loads(files.read_bytes(file))
+    except ValueError as error:  # not JSON, or not UTF-8
         raise CheckpointError(f"{file}: not valid JSON ({error})") from None
 
 
@@ -99,9 +96,9 @@ def require_model_config(workdir: str, *, what: str) -> BertConfig:
     config = read_model_config(workdir)
     if config is not None:
         return config
-    if not tf.io.gfile.exists(workdir):
+    if not files.exists(workdir):
         raise CheckpointError(f"{what}={workdir!r}: does not exist")
-    if not tf.io.gfile.isdir(workdir):
+    if not files.isdir(workdir):
         raise CheckpointError(
             f"{what}={workdir!r}: a file, not a bertjax workdir (a folder with {MODEL_CONFIG_FILE})"
         )
@@ -124,7 +121,7 @@ def check_same_shapes(saved: BertConfig, current: BertConfig, *, where: str) -> 
 def vocab_file(workdir: str) -> str | None:
     """The vocabulary a run copied into its workdir, if any."""
     candidates = (os.path.join(workdir, name) for name in VOCAB_NAMES)
-    return next(filter(tf.io.gfile.exists, candidates), None)
+    return next(filter(files.exists, candidates), None)
 
 
 def require_vocab_file(workdir: str, *, what: str) -> str:
@@ -211,7 +208,7 @@ def write_run_description(
     if jax.process_index() != 0:
         return vocab
     target = os.path.join(workdir, "vocab" + os.path.splitext(vocab)[1])
-    tf.io.gfile.makedirs(workdir)
+    files.makedirs(workdir)
     files.atomic_write_json(
         os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort())
     )
@@ -302,11 +299,8 @@ class Claim:
         file too, while still locked)."""
         for name in sorted(_names(self.workdir) - self._found):
             path = os.path.join(self.workdir, name)
-            with contextlib.suppress(tf.errors.NotFoundError, OSError):
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                else:
-                    tf.io.gfile.remove(path)
+            with contextlib.suppress(OSError):
+                files.remove(path)
 
     def remove_made_folders(self) -> None:
         """Removes the folders the claim made, deepest first, while they are empty."""
@@ -314,9 +308,9 @@ class Claim:
             try:
                 if "://" not in folder:
                     os.rmdir(folder)
-                elif not tf.io.gfile.listdir(folder):
-                    tf.io.gfile.rmtree(folder)  # a bucket's folder marker
-            except (tf.errors.OpError, OSError):
+                elif not files.listdir(folder):
+                    files.remove(folder)  # a bucket's folder marker
+            except OSError:
                 return  # not empty: something else is there now
 
 
@@ -324,8 +318,8 @@ def _names(folder: str) -> set[str]:
     """The names in `folder` (a bucket's folders without their trailing slash); none if
     there is no such folder."""
     try:
-        return {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
-    except tf.errors.NotFoundError:
+        return set(files.listdir(folder))
+    except FileNotFoundError:
         return set()
 
 
@@ -333,12 +327,12 @@ def _missing_folders(workdir: str) -> list[str]:
     """The folders of `workdir`'s path that do not exist yet, deepest first and absolute
     (a bucket's: the workdir alone); fails if a file stands where a folder should be."""
     missing, path = [], workdir if "://" in workdir else os.path.normpath(workdir)
-    while path and not tf.io.gfile.exists(path):
+    while path and not files.exists(path):
         missing.append(absolute(path))
         if "://" in path or os.path.dirname(path) == path:
             return missing
         path = os.path.dirname(path)
-    if path and not tf.io.gfile.isdir(path):
+    if path and not files.isdir(path):
         where = "" if not missing else f"{path} "
         raise CheckpointError(f"workdir {workdir}: {where}is a file, not a directory")
     return missing
@@ -486,7 +480,7 @@ class _Lease:
 
     def release(self) -> None:
         if (read_json(self.file) or {}).get("id") == self.owner["id"]:
-            tf.io.gfile.remove(self.file)
+            files.remove(self.file)
 
 
 # Config keys a resumed run may change: how often it logs, evaluates and saves,
@@ -525,7 +519,7 @@ def check_same_run(workdir: str, config, *, kind: str) -> None:
     path = os.path.join(workdir, CONFIG_FILE)
     saved = read_json(path)
     if saved is None:
-        steps = tf.io.gfile.glob(os.path.join(workdir, CHECKPOINT_DIR, "[0-9]*"))
+        steps = files.glob(os.path.join(workdir, CHECKPOINT_DIR, "[0-9]*"))
         if steps:
             raise CheckpointError(
                 f"{path}: missing, though {os.path.dirname(steps[0])} holds checkpoints; "

@@ -1,15 +1,19 @@
 """Reading any file, and writing files so that a reader, or a run killed midway,
 never sees half of one.
 
-Paths go through `tf.io.gfile`, so the same call reads or writes a local file
-or a Cloud Storage object. A write that fails (a full disk, no permission) is
-an OSError that names the file: `cannot write PATH: No space left on device`.
+The same call reads or writes a local file or a Cloud Storage object: a URL
+(`gs://...`) goes through `tf.io.gfile`, a local path through the os module, so
+that a program working on local files (a report, a refusal) never waits seconds for
+TensorFlow. A failure is an OSError: a write that fails (a full disk, no
+permission) names the file, `cannot write PATH: No space left on device`.
 """
 
 import contextlib
 import errno
+import glob as glob_lib
 import json
 import os
+import shutil
 import sys
 import uuid
 
@@ -40,19 +44,53 @@ def listdir(path: str) -> list[str]:
     """The names in a local directory or under a Cloud Storage prefix (no trailing `/`)."""
     if "://" not in path:
         return os.listdir(path)
-    return [name.rstrip("/") for name in _tf().io.gfile.listdir(path)]
+    return [name.rstrip("/") for name in _remote(path, lambda gfile: gfile.listdir(path))]
+
+
+def glob(pattern: str) -> list[str]:
+    """The local files or Cloud Storage objects that `pattern` matches, sorted."""
+    if "://" not in pattern:
+        return sorted(glob_lib.glob(pattern))
+    return sorted(_remote(pattern, lambda gfile: gfile.glob(pattern)))
 
 
 def read_bytes(path: str) -> bytes:
-    """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable
-    (TensorFlow's own errors are not OSErrors, and may carry an HTTP body over many lines)."""
+    """A local or Cloud Storage file's bytes; an OSError with a one-line reason if unreadable."""
     if "://" not in path:  # without waking TensorFlow's runtime, and its log lines
         with open(path, "rb") as f:
             return f.read()
+
+    def read(gfile):
+        with gfile.GFile(path, "rb") as f:
+            return f.read()
+
+    return _remote(path, read)
+
+
+def makedirs(path: str) -> None:
+    """Makes a folder and the folders above it that are missing."""
+    if "://" not in path:
+        os.makedirs(path, exist_ok=True)
+    else:
+        _remote(path, lambda gfile: gfile.makedirs(path))
+
+
+def remove(path: str) -> None:
+    """Removes a file, or a folder and everything in it; FileNotFoundError if neither is there."""
+    if "://" in path:
+        _remote(path, lambda gfile: gfile.rmtree(path) if gfile.isdir(path) else gfile.remove(path))
+    elif os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _remote(path: str, call):
+    """`call(tf.io.gfile)` with TensorFlow's errors as OSErrors of one line: they are not
+    OSErrors, and may carry an HTTP body over many lines."""
     tf = _tf()
     try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            return f.read()
+        return call(tf.io.gfile)
     except tf.errors.NotFoundError:
         raise FileNotFoundError(errno.ENOENT, "no such file", path) from None
     except tf.errors.OpError as e:
@@ -97,9 +135,21 @@ def writing(path: str, *, temporary: str = ""):
 def atomic_write(path: str, data: str | bytes) -> None:
     """Writes `data` (text as UTF-8) to a temporary sibling, then renames it onto `path`."""
     data = data.encode("utf-8") if isinstance(data, str) else data
-    gfile = _tf().io.gfile
     directory = os.path.dirname(path)
     temporary = temporary_name(path)
+    if "://" not in path:
+        try:
+            with writing(path, temporary=temporary):
+                if directory:
+                    _local_folder(directory)
+                with open(temporary, "wb") as f:
+                    f.write(data)
+                os.replace(temporary, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.remove(temporary)
+        return
+    gfile = _tf().io.gfile
     try:
         with writing(path, temporary=temporary):
             if directory:
@@ -120,6 +170,16 @@ def atomic_write_json(path: str, value) -> None:
 def atomic_copy(source: str, destination: str) -> None:
     """Copies `source` to a temporary sibling of `destination`, then renames it."""
     temporary = temporary_name(destination)
+    if "://" not in source + destination:
+        try:
+            with open(source, "rb") as f, writing(destination, temporary=temporary):
+                with open(temporary, "wb") as out:
+                    shutil.copyfileobj(f, out)
+                os.replace(temporary, destination)
+        finally:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.remove(temporary)
+        return
     gfile = _tf().io.gfile
     try:
         with writing(destination, temporary=temporary):
@@ -128,3 +188,14 @@ def atomic_copy(source: str, destination: str) -> None:
     finally:
         if gfile.exists(temporary):
             gfile.remove(temporary)
+
+
+def _local_folder(path: str) -> None:
+    """os.makedirs, failing with the file that stands where a folder should be."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        above = path
+        while not os.path.exists(above) and os.path.dirname(above) != above:
+            above = os.path.dirname(above)
+        raise NotADirectoryError(errno.ENOTDIR, f"{above} is a file, not a directory") from None

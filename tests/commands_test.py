@@ -13,93 +13,43 @@ import csv
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from support import REPO, SMALL_VOCAB_SIZE, once, serve_savedmodel
+from support import once, serve_savedmodel
+from support.commands import SMALL_MODEL, run
 
 pytestmark = pytest.mark.command
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
-# make_small_config (tests/conftest.py) as overrides of tiny_cpu.py.
-SMALL_MODEL = {
-    "train_batch_size": 8, "eval_batch_size": 8, "num_eval_steps": 2, "eval_every_steps": 4,
-    "checkpoint_every_steps": 4, "log_every_steps": 2, "optimizer.warmup_steps": 2,
-    "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
-    "data.document_buffer_size": 32, "data.shuffle_buffer_size": 64,
-    "data.vocab_size": SMALL_VOCAB_SIZE, "model.hidden_size": 64,
-    "model.num_attention_heads": 2, "model.intermediate_size": 128,
-    "model.max_position_embeddings": 64,
-}  # fmt: skip
-
-
-def flags(overrides: dict) -> list[str]:
-    return [f"--config.{key}={value}" for key, value in overrides.items()]
-
-
-def run(module: str, *args, cwd=REPO, expect: int = 0) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)],
-        cwd=cwd,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == expect, result.stderr[-3000:] + result.stdout[-3000:]
-    return result
-
-
-@pytest.fixture(scope="session")
-def pretrained(tmp_path_factory, worker_id, small_vocab_file) -> dict:
-    """`python -m bertjax.main` for 4 steps, then the same command at 6: it resumes."""
-
-    def make(folder):
-        small = {**SMALL_MODEL, "data.vocab_file": small_vocab_file}
-        args = ["--config", "experiments/pretrain/tiny_cpu.py", "--workdir", folder / "w"]
-        args += flags(small)
-        first = run("bertjax.main", *args, "--config.num_train_steps=4", "--fill_mask_examples=1")
-        second = run("bertjax.main", *args, "--config.num_train_steps=6")
-        return {
-            "workdir": str(folder / "w"),
-            **{f"first_{k}": getattr(first, k) for k in ("stdout", "stderr")},
-            **{f"second_{k}": getattr(second, k) for k in ("stdout", "stderr")},
-        }
-
-    return once(tmp_path_factory, worker_id, "commands_pretrained", make)
-
-
-def test_pretraining_trains_reports_and_resumes(pretrained):
-    first, second = pretrained["first_stdout"], pretrained["second_stdout"]
+def test_pretraining_trains_reports_and_resumes(command_pretrained):
+    first, second = command_pretrained["first_stdout"], command_pretrained["second_stdout"]
     assert "held-out MLM accuracy" in first
     assert first.count("    answer '") == 1  # --fill_mask_examples=1
     assert re.search(r"^goodput: \d+% of ", first, re.M)
     # The second run starts from checkpoint 4: it logs step 6 alone (every 2nd step).
     assert re.findall(r"^step +(\d+)/6 ", second, re.M) == ["6"], second
-    assert sorted(os.listdir(f"{pretrained['workdir']}/checkpoints")) == ["4", "6"]
+    assert sorted(os.listdir(f"{command_pretrained['workdir']}/checkpoints")) == ["4", "6"]
     # No start-up lines, no warnings.
-    assert pretrained["first_stderr"] == pretrained["second_stderr"] == ""
+    assert command_pretrained["first_stderr"] == command_pretrained["second_stderr"] == ""
 
 
-def test_goodput_counts_both_processes(pretrained):
-    report = run("bertjax.goodput", pretrained["workdir"], "--json")
+def test_goodput_counts_both_processes(command_pretrained):
+    report = run("bertjax.goodput", command_pretrained["workdir"], "--json")
     result = json.loads(report.stdout)
     assert len(result["processes"]) == 2, result
     assert 0 < result["fractions"]["productive"] < 1
 
 
 @pytest.fixture(scope="session")
-def finetuned(pretrained, tmp_path_factory, worker_id) -> dict:
+def finetuned(command_pretrained, tmp_path_factory, worker_id) -> dict:
     """The README's fine-tuning step from the small pretrained workdir, a few steps."""
 
     def make(folder):
         run("data_pipeline.builtin_tasks", "--out_dir", folder / "tasks")
         result = run(
             "bertjax.main", "--config", "experiments/finetune/builtin_topics.py",
-            "--workdir", folder / "w", f"--config.init_checkpoint={pretrained['workdir']}",
+            "--workdir", folder / "w", f"--config.init_checkpoint={command_pretrained['workdir']}",
             f"--config.data.train_file={folder}/tasks/topics_train.tsv",
             f"--config.data.eval_file={folder}/tasks/topics_eval.tsv",
             "--config.num_train_epochs=0.2", "--config.log_every_steps=1",
@@ -126,7 +76,7 @@ def test_finetuning_scores_and_predict_labels_each_row(finetuned, tmp_path):
     assert {row["label"] for row in rows} <= {"debugger", "string-methods"}
 
 
-def test_export_and_import_hugging_face(pretrained, finetuned, tmp_path):
+def test_export_and_import_hugging_face(command_pretrained, finetuned, tmp_path):
     exported = run(
         "bertjax.convert", "export", "--format", "hf", finetuned["workdir"], tmp_path / "topics"
     )
@@ -139,7 +89,7 @@ def test_export_and_import_hugging_face(pretrained, finetuned, tmp_path):
         "export",
         "--format",
         "hf",
-        pretrained["workdir"],
+        command_pretrained["workdir"],
         tmp_path / "pretrained",
     )
     imported = run("bertjax.convert", "import", "--format", "hf", tmp_path / "pretrained",
@@ -188,12 +138,12 @@ def test_a_sweep_of_two_trials_runs_and_reports(tmp_path, small_vocab_file):
         assert [row["status"] for row in csv.DictReader(f)] == ["done", "done"]
 
 
-def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
+def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, command_pretrained):
     sample = tmp_path / "glue_sample"
     run("bertjax.suites", "glue", "sample", sample, "--rows", "8")
     out = tmp_path / "glue"
     result = run(
-        "bertjax.suites", "glue", "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir", sample,
+        "bertjax.suites", "glue", "run", "--init_checkpoint", command_pretrained["workdir"], "--data_dir", sample,
         "--out", out, "--tasks", "rte,stsb", "--learning_rates", "5e-5", "--parallel", "2",
         "--config.data.max_seq_length=32", "--config.train_batch_size=8",
     )  # fmt: skip
@@ -206,14 +156,17 @@ def test_a_glue_suite_of_two_tasks_runs_and_reports(tmp_path, pretrained_run):
 
 
 def test_retrieval_fine_tunes_evaluates_as_trec_eval_and_scores_sts(
-    pretrained, tmp_path, test_extras
+    command_pretrained, tmp_path, test_extras
 ):
     import pytrec_eval
     from support.beir_files import write_beir
 
     beir = write_beir(tmp_path / "beir")
     base = ["--config", "experiments/finetune/retrieval.py", "--workdir", tmp_path / "w"]
-    base += [f"--config.init_checkpoint={pretrained['workdir']}", f"--config.data.beir_dir={beir}"]
+    base += [
+        f"--config.init_checkpoint={command_pretrained['workdir']}",
+        f"--config.data.beir_dir={beir}",
+    ]
     base += ["--config.data.max_query_length=16", "--config.data.max_seq_length=32"]
     one_pair = run("bertjax.main", *base, "--config.train_batch_size=1", expect=2)
     assert one_pair.stderr.startswith("error: config.train_batch_size=1: a batch of one pair")

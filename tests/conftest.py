@@ -178,6 +178,30 @@ def small_vocab_file(bert_tokenizer_json, tmp_path_factory, worker_id) -> str:
 
 
 @pytest.fixture(scope="session")
+def command_pretrained(tmp_path_factory, worker_id, small_vocab_file) -> dict:
+    """The command tier's pretrained workdir: `python -m bertjax.main` on tiny_cpu.py with
+    make_small_config's model (support.commands.SMALL_MODEL) for 4 steps, then the same
+    command at 6, which resumes. Its `workdir`, and each run's stdout and stderr. What the
+    command tier's fine-tuning, export and suite tests start from (pretrained_run, on
+    bert-base's vocabulary over an 8-device mesh, costs 20 s more of CPU to make)."""
+    from support.commands import SMALL_MODEL, flags, run
+
+    def make(folder):
+        small = {**SMALL_MODEL, "data.vocab_file": small_vocab_file}
+        args = ["--config", "experiments/pretrain/tiny_cpu.py", "--workdir", folder / "w"]
+        args += flags(small)
+        first = run("bertjax.main", *args, "--config.num_train_steps=4", "--fill_mask_examples=1")
+        second = run("bertjax.main", *args, "--config.num_train_steps=6")
+        return {
+            "workdir": str(folder / "w"),
+            **{f"first_{k}": getattr(first, k) for k in ("stdout", "stderr")},
+            **{f"second_{k}": getattr(second, k) for k in ("stdout", "stderr")},
+        }
+
+    return once(tmp_path_factory, worker_id, "commands_pretrained", make)
+
+
+@pytest.fixture(scope="session")
 def make_small_config(small_vocab_file):
     """Builds tiny_cpu shrunk for tests: 8 steps, a 2-layer width-64 model, small_vocab_file."""
 

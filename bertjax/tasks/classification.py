@@ -104,11 +104,6 @@ def predicted(
     float32 [N]. One compiled forward pass over batches of `batch_size`, the last
     padded, so a test set of any size compiles once; `progress` counts the batches."""
     restored.require("classification", "predicted")
-    forward = jax.jit(
-        lambda params, *inputs: restored.model.apply(
-            {"params": params}, *inputs, deterministic=True
-        )
-    )
     out = []
     for begin in range(0, len(text_a), batch_size):
         a = list(text_a[begin : begin + batch_size])
@@ -117,8 +112,7 @@ def predicted(
         features = _encode(
             restored, a + [""] * (batch_size - count), b + [""] * (batch_size - count)
         )
-        inputs = (np.asarray(features[name], np.int32) for name in finetune.MODEL_INPUTS)
-        out.append(np.asarray(forward(restored.params, *inputs))[:count])
+        out.append(np.asarray(restored.apply(features))[:count])
         if progress is not None:
             progress.advance()
     logits = np.concatenate(out) if out else np.zeros((0, 1), np.float32)

@@ -147,11 +147,11 @@ def test_a_write_stopped_before_its_rename_leaves_the_old_file_and_no_temporary(
     path.write_text('{"step": 1}\n')
     written = []
 
-    def killed_before_rename(source, destination, overwrite=False):
+    def killed_before_rename(source, destination):
         written.append(pathlib.Path(source).read_bytes())  # the new data is whole in the temporary
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tf.io.gfile, "rename", killed_before_rename)
+    monkeypatch.setattr(files.os, "replace", killed_before_rename)
     with pytest.raises(KeyboardInterrupt):
         files.atomic_write(str(path), '{"step": 2}\n')
     assert written == [b'{"step": 2}\n']
@@ -181,12 +181,33 @@ def test_atomic_copy_copies_onto_the_destination_and_leaves_no_temporary(tmp_pat
     assert source.read_bytes() == INVALID_UTF8
 
 
+@pytest.mark.parametrize("url", [False, True], ids=["local", "through_gfile"])
+def test_folders_listed_globbed_and_removed_alike_local_and_through_gfile(tmp_path, url):
+    root = f"file://{tmp_path}" if url else str(tmp_path)
+    files.makedirs(f"{root}/run/checkpoints/4")
+    files.makedirs(f"{root}/run/checkpoints/4")  # there already: nothing to do
+    files.atomic_write(f"{root}/run/checkpoints/12/manifest.json", "{}")
+    files.atomic_copy(f"{root}/run/checkpoints/12/manifest.json", f"{root}/run/config.json")
+    assert sorted(files.listdir(f"{root}/run")) == ["checkpoints", "config.json"]
+    assert files.glob(f"{root}/run/checkpoints/[0-9]*") == [
+        f"{root}/run/checkpoints/12",
+        f"{root}/run/checkpoints/4",
+    ]
+    files.remove(f"{root}/run/checkpoints")  # a folder and what it holds
+    files.remove(f"{root}/run/config.json")
+    assert files.listdir(f"{root}/run") == []
+    with pytest.raises(FileNotFoundError):
+        files.remove(f"{root}/run/config.json")
+    with pytest.raises(FileNotFoundError):
+        files.listdir(f"{root}/nowhere")
+    assert os.listdir(tmp_path / "run") == []  # no temporary left behind
+
+
 def test_atomic_copy_of_a_missing_source_names_it_and_leaves_the_destination(tmp_path):
     destination = tmp_path / "vocab.txt"
     destination.write_text("old")
     missing = str(tmp_path / "missing.txt")
-    # TensorFlow's own error (read_bytes alone turns them into OSErrors).
-    with pytest.raises(tf.errors.NotFoundError, match=re.escape(missing)):
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
         files.atomic_copy(missing, str(destination))
     assert destination.read_text() == "old"
     assert os.listdir(tmp_path) == ["vocab.txt"]

@@ -84,10 +84,10 @@ squad_cli = functools.partial(suites.suite_cli, "squad")
 
 
 @pytest.mark.command
-def test_both_versions_run_report_their_results_and_resume_as_done(tmp_path, pretrained_run):
+def test_both_versions_run_report_their_results_and_resume_as_done(tmp_path, command_pretrained):
     out = tmp_path / "out"
     args = [
-        "run", "--init_checkpoint", pretrained_run.workdir, "--data_dir",
+        "run", "--init_checkpoint", command_pretrained["workdir"], "--data_dir",
         suites.squad_dir(tmp_path / "squad"), "--out", out, "--parallel", "2",
         "--config.data.max_seq_length=64", "--config.data.max_query_length=16",
         "--config.data.doc_stride=32", "--config.train_batch_size=8",

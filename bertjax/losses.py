@@ -222,3 +222,116 @@ def _cross_entropy(logits, target):
     return (
         jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, target[:, None], -1)[:, 0]
     )
+
+
+# ------------------------------------------------------------------ reranking
+# A cross-encoder scores each (query, candidate) pair with one logit. A batch holds
+# groups: row b is a query and its G candidates, `labels` float32 [B, G] their relevance
+# and `candidate_weight` [B, G] 1 where a candidate is there (0 pads a shorter group).
+# Every loss reads the logit itself, never a sigmoid of it: a saturating activation
+# flattens the listwise losses' differences between candidates.
+RERANKING_LOSSES = ("bce", "listnet", "lambdaloss")
+# LambdaLoss's weighting: NDCG-Loss2++ (Wang et al., 2018, "The LambdaLoss Framework for
+# Ranking Metric Optimization", section 4.3: the strongest of its schemes), its mu.
+LAMBDALOSS_MU = 10.0
+
+
+def reranking_sums(logits, batch, *, loss: str, pos_weight: float = 1.0) -> dict[str, jax.Array]:
+    """The loss sum of [B, G] logits over the batch's groups (its denominator is
+    `reranking_weight`'s), and `correct`: the group's top-scored candidate is relevant
+    (label above 0), or, for groups of one pair, the logit's sign is the label's.
+
+    bce          binary cross-entropy of each pair against its label in [0, 1], the
+                 positives' term times `pos_weight`; a mean over pairs.
+    listnet      each group's cross-entropy between the softmax of its logits and the
+                 softmax of its labels (ListNet's top-one probabilities, Cao et al.,
+                 2007); a mean over groups.
+    lambdaloss   over each pair of a group's candidates whose labels differ, the
+                 log-sigmoid of their logits' difference in the order the labels say,
+                 weighted by what swapping them costs the group's nDCG (NDCG-Loss2++,
+                 mu LAMBDALOSS_MU; logarithms in base 2); a mean over such pairs.
+    """
+    x = logits.astype(jnp.float32)
+    labels = batch["labels"].astype(jnp.float32)
+    valid = batch["candidate_weight"] > 0
+    group_weight = batch["example_weight"].astype(jnp.float32)
+    weights = group_weight[:, None] * valid
+    if loss == "bce":
+        per_pair = pos_weight * labels * jax.nn.softplus(-x) + (1 - labels) * jax.nn.softplus(x)
+        loss_sum = jnp.sum(weights * per_pair)
+    elif loss == "listnet":
+        masked = jnp.where(valid, x, -jnp.inf)
+        target = jax.nn.softmax(jnp.where(valid, labels, -jnp.inf), axis=-1)
+        log_probs = jax.nn.log_softmax(masked, axis=-1)
+        per_group = -jnp.sum(jnp.where(valid, target * log_probs, 0.0), axis=-1)
+        loss_sum = jnp.sum(group_weight * per_group)
+    elif loss == "lambdaloss":
+        loss_sum = jnp.sum(group_weight * _lambdaloss_per_group(x, labels, valid))
+    else:
+        raise ValueError(f"unknown reranking loss {loss!r}: one of {RERANKING_LOSSES}")
+    if x.shape[1] == 1:
+        hit = (x[:, 0] > 0) == (labels[:, 0] > 0.5)
+    else:
+        top = jnp.argmax(jnp.where(valid, x, -jnp.inf), axis=-1)
+        hit = jnp.take_along_axis(labels, top[:, None], axis=-1)[:, 0] > 0
+    return {
+        "loss_sum": loss_sum,
+        "correct": jnp.sum(group_weight * hit),
+        "weight": reranking_weight(batch, loss=loss),
+        "groups": jnp.sum(group_weight),
+    }
+
+
+def reranking_weight(batch, *, loss: str) -> jax.Array:
+    """What the loss sum is divided by: the batch's pairs (bce), groups (listnet), or
+    pairs of candidates with different labels (lambdaloss). From the labels alone, so
+    that microbatches divide by the whole batch's."""
+    valid = batch["candidate_weight"] > 0
+    group_weight = batch["example_weight"].astype(jnp.float32)
+    if loss == "bce":
+        return jnp.sum(group_weight[:, None] * valid)
+    if loss == "listnet":
+        return jnp.sum(group_weight)
+    return jnp.sum(group_weight * jnp.sum(_ordered_pairs(batch["labels"], valid), axis=(1, 2)))
+
+
+def summarize_reranking(sums) -> dict[str, float]:
+    """The mean loss, and the share of groups whose top-scored candidate is relevant."""
+    s = {key: float(np.asarray(sums[key])) for key in ("loss_sum", "correct", "weight", "groups")}
+    return {
+        "loss": s["loss_sum"] / max(s["weight"], 1.0),
+        "accuracy": s["correct"] / max(s["groups"], 1.0),
+    }
+
+
+def _ordered_pairs(labels, valid) -> jax.Array:
+    """[B, G, G]: candidates i and j both there, and i's label above j's."""
+    labels = labels.astype(jnp.float32)
+    both = valid[:, :, None] & valid[:, None, :]
+    return (both & (labels[:, :, None] > labels[:, None, :])).astype(jnp.float32)
+
+
+def _lambdaloss_per_group(x, labels, valid) -> jax.Array:
+    """Each group's LambdaLoss sum over its ordered pairs, computed in the order of the
+    logits (the nDCG weights depend on the ranks the model gives)."""
+    size = x.shape[1]
+    order = jnp.argsort(jnp.where(valid, -x, jnp.inf), axis=-1)  # best first, absent last
+    scores = jnp.take_along_axis(x, order, axis=-1)
+    gains_at = jnp.take_along_axis(jnp.where(valid, labels, 0.0), order, axis=-1)
+    present = jnp.take_along_axis(valid, order, axis=-1)
+    ideal = -jnp.sort(-jnp.where(valid, labels, 0.0), axis=-1)
+    discount = jnp.log2(1.0 + jnp.arange(1, size + 1, dtype=jnp.float32))
+    max_dcg = jnp.maximum(jnp.sum((2.0**ideal - 1) / discount, axis=-1), 1e-10)
+    gain = (2.0**gains_at - 1) / max_dcg[:, None]
+    gain_gap = jnp.abs(gain[:, :, None] - gain[:, None, :])
+    # NDCG-Loss2: |1/D(|i-j|) - 1/D(|i-j| + 1)|, D(k) = log2(1 + k); LambdaRank: |1/D_i - 1/D_j|.
+    rank = jnp.arange(1, size + 1)
+    gap = jnp.abs(rank[:, None] - rank[None, :])
+    at = jnp.log2(1.0 + jnp.maximum(gap, 1).astype(jnp.float32))
+    delta = jnp.where(gap > 0, jnp.abs(1 / at - 1 / jnp.log2(2.0 + gap)), 0.0)
+    lambda_rank = jnp.abs(1 / discount[:, None] - 1 / discount[None, :])
+    pair_weight = (LAMBDALOSS_MU * delta + lambda_rank)[None] * gain_gap
+    pairs = _ordered_pairs(gains_at, present)
+    difference = jnp.clip(scores[:, :, None] - scores[:, None, :], -1e8, 1e8)
+    per_pair = -pair_weight * jax.nn.log_sigmoid(difference) / np.log(2.0)
+    return jnp.sum(jnp.where(pairs > 0, per_pair, 0.0), axis=(1, 2))

@@ -428,3 +428,145 @@ def test_over_8_devices_every_shard_sees_every_negative():
         ]
     )
     assert abs(on_mesh - per_shard) > 0.5, (on_mesh, per_shard)
+
+
+# ---------------------------------------------------------------------- reranking
+
+
+def reranking_batch(labels, weight=None, groups=None) -> dict:
+    labels = np.asarray(labels, np.float32)
+    return {
+        "labels": labels,
+        "candidate_weight": np.ones(labels.shape, np.int32) if weight is None else weight,
+        "example_weight": np.ones(len(labels), np.float32) if groups is None else groups,
+    }
+
+
+def softplus(x) -> np.ndarray:
+    return np.log1p(np.exp(x))
+
+
+def reranking(logits, batch, loss, **options) -> dict[str, float]:
+    step = jax.jit(lambda x, b: losses.reranking_sums(x, b, loss=loss, **options))
+    return as_floats(step(jnp.asarray(logits, jnp.float32), batch))
+
+
+def test_bce_weighs_positives_and_averages_over_the_pairs_there():
+    logits = [[2.0, -1.0, 5.0], [0.5, 0.0, 0.0]]
+    weight = np.array([[1, 1, 0], [1, 1, 1]], np.int32)  # the first group has two candidates
+    batch = reranking_batch([[1, 0, 0], [0, 1, 0]], weight)
+    sums = reranking(logits, batch, "bce", pos_weight=3.0)
+    expected = (
+        3 * softplus(-2.0) + softplus(-1.0) + softplus(0.5) + 3 * softplus(0.0) + softplus(0.0)
+    )
+    assert sums["loss_sum"] == pytest.approx(expected, rel=1e-6)
+    assert sums["weight"] == 5 and sums["groups"] == 2
+    assert sums["correct"] == 1  # the second group's top candidate (0.5) is not relevant
+    assert losses.summarize_reranking(sums) == pytest.approx(
+        {"loss": expected / 5, "accuracy": 0.5}
+    )
+
+
+def test_bce_of_single_pairs_counts_a_logit_of_the_labels_sign_as_correct():
+    sums = reranking([[1.5], [-0.5], [2.0]], reranking_batch([[1], [0], [0]]), "bce")
+    assert sums["correct"] == 2 and sums["weight"] == 3
+
+
+def test_listnet_is_the_cross_entropy_to_the_softmax_of_the_labels():
+    logits = np.array([[1.0, 0.2, -0.3], [0.0, 2.0, 9.0]])
+    labels = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 1.0]])
+    weight = np.array([[1, 1, 1], [1, 1, 0]], np.int32)
+    sums = reranking(logits, reranking_batch(labels, weight), "listnet")
+    expected = 0.0
+    for row, there in zip(range(2), (3, 2), strict=True):
+        target = np.exp(labels[row, :there]) / np.exp(labels[row, :there]).sum()
+        expected -= float(target @ log_softmax(logits[row, :there]))
+    assert sums["loss_sum"] == pytest.approx(expected, rel=1e-6)
+    assert sums["weight"] == 2 and sums["correct"] == 2
+
+
+def test_lambdaloss_counts_pairs_of_different_labels_and_ignores_absent_candidates():
+    logits = np.array([[0.3, 1.0, -0.5, 0.0]])
+    labels = [[1.0, 0.0, 2.0, 0.0]]
+    whole = reranking(logits[:, :3], reranking_batch(np.asarray(labels)[:, :3]), "lambdaloss")
+    # (2 > 1, 2 > 0, 1 > 0): three ordered pairs; the candidates of equal labels none.
+    assert whole["weight"] == 3
+    padded = reranking(
+        logits, reranking_batch(labels, np.array([[1, 1, 1, 0]], np.int32)), "lambdaloss"
+    )
+    assert padded == pytest.approx(whole, rel=1e-6)
+    # The same group in another order: the same loss.
+    order = [2, 0, 1]
+    shuffled = reranking(
+        logits[:, order], reranking_batch(np.asarray(labels)[:, order]), "lambdaloss"
+    )
+    assert shuffled["loss_sum"] == pytest.approx(whole["loss_sum"], rel=1e-6)
+    tied = reranking([[1.0, 2.0]], reranking_batch([[1.0, 1.0]]), "lambdaloss")
+    assert tied["loss_sum"] == 0 and tied["weight"] == 0
+
+
+@pytest.mark.parametrize("loss", losses.RERANKING_LOSSES)
+def test_each_loss_raises_the_positive_and_lowers_the_negatives(loss):
+    batch = reranking_batch([[1, 0, 0, 0]])
+
+    def mean(logits):
+        sums = losses.reranking_sums(logits, batch, loss=loss)
+        return sums["loss_sum"] / sums["weight"]
+
+    grad = np.asarray(jax.grad(mean)(jnp.array([[0.1, 0.4, -0.2, 0.0]])))
+    assert grad[0, 0] < 0 and np.all(grad[0, 1:] > 0), grad
+    # A group padded by weight 0 is not in the sums.
+    padded = reranking_batch([[1, 0, 0, 0], [1, 0, 0, 0]], groups=np.array([1.0, 0.0]))
+    both = reranking([[0.1, 0.4, -0.2, 0.0], [9.0, 1.0, 2.0, 3.0]], padded, loss)
+    alone = reranking([[0.1, 0.4, -0.2, 0.0]], batch, loss)
+    assert both == pytest.approx(alone, rel=1e-6)
+
+
+@pytest.mark.slow  # torch, sentence-transformers and a MiniLM cross-encoder: about 10 s of CPU
+def test_the_reranking_losses_are_sentence_transformers_on_the_same_logits(minilm_dir, test_extras):
+    import torch
+    from sentence_transformers.cross_encoder import CrossEncoder
+    from sentence_transformers.cross_encoder import losses as theirs
+
+    torch.manual_seed(0)  # the new one-logit head
+    model = CrossEncoder(str(minilm_dir), num_labels=1)
+    queries = ["what is a list", "how to open a file", "what does yield do"]
+    docs = [
+        ["Lists are mutable sequences.", "A tuple cannot change.", "Open returns a file.", "x"],
+        ["Use open(path) to read it.", "Lists sort in place.", "Files are closed on exit."],
+        ["yield makes a generator.", "return ends a function.", "A list holds items.", "Hm."],
+    ]
+    labels = [[1, 0, 0, 0], [2, 0, 1], [1, 0, 0, 0]]
+    pairs = [(q, d) for q, group in zip(queries, docs, strict=True) for d in group]
+    flat = model.predict(pairs, activation_fn=torch.nn.Identity(), batch_size=len(pairs))
+    logits = np.zeros((3, 4), np.float32)
+    weight = np.zeros((3, 4), np.int32)
+    padded = np.zeros((3, 4), np.float32)
+    begin = 0
+    for row, group in enumerate(labels):
+        logits[row, : len(group)] = flat[begin : begin + len(group)]
+        weight[row, : len(group)], padded[row, : len(group)] = 1, group
+        begin += len(group)
+    batch = reranking_batch(padded, weight)
+
+    def ours(loss, **options):
+        sums = reranking(logits, batch, loss, **options)
+        return sums["loss_sum"] / sums["weight"]
+
+    binary = [float(label > 0) for group in labels for label in group]
+    bce = theirs.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(3.0))
+    with torch.no_grad():
+        expected = {
+            "bce": bce([[q for q, _ in pairs], [d for _, d in pairs]], torch.tensor(binary)),
+            "listnet": theirs.ListNetLoss(model)(
+                [queries, docs], [torch.tensor(g, dtype=torch.float32) for g in labels]
+            ),
+            "lambdaloss": theirs.LambdaLoss(model)(
+                [queries, docs], [torch.tensor(g, dtype=torch.float32) for g in labels]
+            ),
+        }
+    batch["labels"] = np.minimum(padded, 1.0)  # BCE's labels: relevant or not
+    assert ours("bce", pos_weight=3.0) == pytest.approx(float(expected["bce"]), rel=1e-5)
+    batch["labels"] = padded
+    for loss in ("listnet", "lambdaloss"):
+        assert ours(loss) == pytest.approx(float(expected[loss]), rel=1e-5), loss

@@ -138,16 +138,7 @@ def atomic_write(path: str, data: str | bytes) -> None:
     directory = os.path.dirname(path)
     temporary = temporary_name(path)
     if "://" not in path:
-        try:
-            with writing(path, temporary=temporary):
-                if directory:
-                    _local_folder(directory)
-                with open(temporary, "wb") as f:
-                    f.write(data)
-                os.replace(temporary, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                os.remove(temporary)
+        _write_locally(path, temporary, lambda f: f.write(data))
         return
     gfile = _tf().io.gfile
     try:
@@ -171,14 +162,8 @@ def atomic_copy(source: str, destination: str) -> None:
     """Copies `source` to a temporary sibling of `destination`, then renames it."""
     temporary = temporary_name(destination)
     if "://" not in source + destination:
-        try:
-            with open(source, "rb") as f, writing(destination, temporary=temporary):
-                with open(temporary, "wb") as out:
-                    shutil.copyfileobj(f, out)
-                os.replace(temporary, destination)
-        finally:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                os.remove(temporary)
+        with open(source, "rb") as f:  # a missing source names itself, not the destination
+            _write_locally(destination, temporary, lambda out: shutil.copyfileobj(f, out))
         return
     gfile = _tf().io.gfile
     try:
@@ -188,6 +173,21 @@ def atomic_copy(source: str, destination: str) -> None:
     finally:
         if gfile.exists(temporary):
             gfile.remove(temporary)
+
+
+def _write_locally(path: str, temporary: str, fill) -> None:
+    """`fill(file)` writes the temporary sibling of a local `path`, then it is renamed onto
+    `path` (its folders made first); a failure removes the temporary."""
+    try:
+        with writing(path, temporary=temporary):
+            if os.path.dirname(path):
+                _local_folder(os.path.dirname(path))
+            with open(temporary, "wb") as f:
+                fill(f)
+            os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.remove(temporary)
 
 
 def _local_folder(path: str) -> None:

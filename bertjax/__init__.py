@@ -2,7 +2,7 @@
 
 The notebook API (bertjax/inference.py and the task modules): `restore`, `fill_mask`, `encode`,
 `embed`, `next_sentence`, `attention_maps`, and for fine-tuned workdirs
-`classify`, `tag`, `answer`. They load on first use: `import bertjax` imports
+`classify`, `tag`, `answer`, `rerank`. They load on first use: `import bertjax` imports
 neither jax nor TensorFlow and changes no environment variable.
 
 That first use also keeps TensorFlow's, XLA's and libtpu's start-up lines off
@@ -23,6 +23,7 @@ _API = {
     "classify": "tasks.classification",
     "tag": "tasks.tagging",
     "answer": "tasks.squad",
+    "rerank": "tasks.reranking",
 }
 __all__ = list(_API)
 

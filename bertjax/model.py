@@ -821,6 +821,29 @@ class BertForSequenceClassification(nn.Module):
         return _output_layer(c, self.num_labels, "classifier")(x)
 
 
+class BertForReranking(nn.Module):
+    """A cross-encoder: one score per (query, passage) pair, the logit of
+    BertForSequenceClassification with one label (its parameters, named alike). Takes
+    each row's `group_size` pairs side by side, int [B, G * L], to float32 [B, G]: a
+    group stays on its row's device."""
+
+    config: BertConfig
+    group_size: int = 1
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool):
+        c = self.config
+        rows = input_ids.shape[0]
+        ids, mask, segments = (
+            x.reshape(rows * self.group_size, -1) for x in (input_ids, input_mask, segment_ids)
+        )
+        _, pooled_output = BertModel(c, name="bert")(
+            ids, mask, segments, deterministic=deterministic
+        )
+        x = Dropout(c.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
+        return _output_layer(c, 1, "classifier")(x).reshape(rows, self.group_size)
+
+
 class BertForTokenClassification(nn.Module):
     """`num_labels` logits per token from the sequence output (through the pooler's
     transform with pooler='norm', as ModernBERT's); float32 [B, L, K]."""

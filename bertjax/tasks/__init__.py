@@ -13,7 +13,7 @@ task=...)` directly.
 import dataclasses
 
 from bertjax import import_path
-from bertjax.tasks import classification, pretraining, retrieval, squad, tagging
+from bertjax.tasks import classification, pretraining, reranking, retrieval, squad, tagging
 from bertjax.tasks.contract import Task
 from data_pipeline.errors import ConfigError
 
@@ -31,6 +31,7 @@ def table() -> dict:
             tagging.TASK,
             squad.TASK,
             retrieval.TASK,
+            reranking.TASK,
         )
     }
 

@@ -285,6 +285,17 @@ def dataset_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str,
     }
 
 
+def longest_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
+    """Task.batch_shapes of a task whose input pads to length buckets: the split's batch
+    shapes at the longest lengths, the model's (Model.inputs)."""
+    shapes = dataset_batch_shapes(setup, split, batch_size)
+    longest = setup.model.inputs
+    return {
+        name: ((shape[0], longest[name]) if name in longest else shape, dtype)
+        for name, (shape, dtype) in shapes.items()
+    }
+
+
 # The top-level config keys the training loop reads, in every task's configs.
 LOOP_KEYS = (
     "task",

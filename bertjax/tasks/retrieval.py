@@ -34,7 +34,7 @@ from bertjax.tasks.contract import (
     Objective,
     Setup,
     Task,
-    dataset_batch_shapes,
+    longest_batch_shapes,
     weighted_mean_loss,
 )
 from data_pipeline.errors import ConfigError
@@ -227,16 +227,6 @@ def _passages_per_row(description: Description) -> int:
     return 1 + len(description.data.get("negatives") or ())
 
 
-def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
-    """The split's batch shapes at the longest lengths the input pads to."""
-    shapes = dataset_batch_shapes(setup, split, batch_size)
-    longest = setup.model.inputs
-    return {
-        name: ((shape[0], longest[name]) if name in longest else shape, dtype)
-        for name, (shape, dtype) in shapes.items()
-    }
-
-
 def make_model(model_config, description: Description) -> BertForEmbedding:
     pooling = Pooling.from_json(description.embedding)
     return BertForEmbedding(model_config, pooling, _passages_per_row(description))
@@ -248,7 +238,7 @@ TASK = Task(
     make_model=make_model,
     best_metric=best_metric,
     forward_flops=forward_flops,
-    batch_shapes=batch_shapes,
+    batch_shapes=longest_batch_shapes,
     check_config=check_config,
     without_data=without_data,
     report=finetune.report,

@@ -117,7 +117,9 @@ def _read_pairs(config: RetrievalConfig, path: str, option: str) -> Pairs:
     columns += [("negatives", name) for name in config.negatives]
     queries, passages = [], []
     for line, values in read_records(path, columns, option):
-        texts = [_text(path, line, name, v) for (_, name), v in zip(columns, values, strict=True)]
+        texts = [
+            checked_text(path, line, name, v) for (_, name), v in zip(columns, values, strict=True)
+        ]
         queries.append(texts[0])
         passages.append(texts[1:])
     if not queries:
@@ -158,23 +160,28 @@ def train_files(config: RetrievalConfig) -> tuple[str, ...]:
 
 def _load_beir(config: RetrievalConfig) -> RetrievalTask:
     directory = config.beir_dir
-    corpus = _jsonl_texts(os.path.join(directory, "corpus.jsonl"), title=True)
-    queries = _jsonl_texts(os.path.join(directory, "queries.jsonl"), title=False)
+    corpus, queries = read_beir(directory)
     train = evaluated = None
     if config.train_split:
-        qrels = _qrels(directory, config.train_split, queries, corpus, "train_split")
+        qrels = read_qrels(directory, config.train_split, queries, corpus, "train_split")
         pairs = [(q, d) for q, judged in qrels.items() for d, score in judged.items() if score > 0]
         if not pairs:
             fail("train_split", config.train_split, "its qrels judge no passage relevant")
         train = Pairs(directory, [queries[q] for q, _ in pairs], [[corpus[d]] for _, d in pairs])
     if config.eval_split:
-        qrels = _qrels(directory, config.eval_split, queries, corpus, "eval_split")
+        qrels = read_qrels(directory, config.eval_split, queries, corpus, "eval_split")
         asked = [q for q in queries if q in qrels]
         evaluated = Collection(
             directory, asked, [queries[q] for q in asked], list(corpus), list(corpus.values()),
             qrels,
         )  # fmt: skip
     return RetrievalTask(config, train, evaluated)
+
+
+def read_beir(directory: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A BEIR directory's corpus and queries, each id -> text."""
+    corpus = _jsonl_texts(os.path.join(directory, "corpus.jsonl"), title=True)
+    return corpus, _jsonl_texts(os.path.join(directory, "queries.jsonl"), title=False)
 
 
 def _jsonl_texts(path: str, *, title: bool) -> dict[str, str]:
@@ -193,7 +200,7 @@ def _jsonl_texts(path: str, *, title: bool) -> dict[str, str]:
         if key in texts:
             raise TaskDataError(f"{path}: line {line}: duplicate _id {key!r}")
         parts = [record.get("title") or "", record["text"]] if title else [record["text"]]
-        parts = [_text(path, line, "text", part, empty_ok=True) for part in parts]
+        parts = [checked_text(path, line, "text", part, empty_ok=True) for part in parts]
         text = " ".join(part for part in parts if part)
         if not text.strip():
             raise TaskDataError(f"{path}: line {line}: _id {key!r} has an empty text")
@@ -203,7 +210,9 @@ def _jsonl_texts(path: str, *, title: bool) -> dict[str, str]:
     return texts
 
 
-def _qrels(directory, split, queries, corpus, option) -> dict[str, dict[str, int]]:
+def read_qrels(directory, split, queries, corpus, option) -> dict[str, dict[str, int]]:
+    """qrels/<split>.tsv: query id -> {passage id: score}, every id known (`option` is the
+    config.data option that named the split)."""
     path = os.path.join(directory, "qrels", f"{split}.tsv")
     columns = [(option, "query-id"), (option, "corpus-id"), (option, "score")]
     qrels = {}
@@ -220,7 +229,7 @@ def _qrels(directory, split, queries, corpus, option) -> dict[str, dict[str, int
     return qrels
 
 
-def _text(path, line, column, value, *, empty_ok=False) -> str:
+def checked_text(path, line, column, value, *, empty_ok=False) -> str:
     if not isinstance(value, str):
         raise TaskDataError(
             f"{path}: line {line}: {column!r} is {type(value).__name__} {value!r}, not text"

@@ -1,0 +1,138 @@
+"""The reranking task: the cross-encoder's scores, its options, where its parameters come
+from, and a run whose reranked held-out queries `bertjax.rerank` scores alike."""
+
+import functools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from support import init_workdir
+from support.beir_files import write_beir
+
+from bertjax import flops, inference, retrieval_metrics, train
+from bertjax.model import BertConfig, BertForReranking, BertForSequenceClassification
+from bertjax.tasks import reranking
+from bertjax.tasks.contract import Description
+from data_pipeline.errors import ConfigError
+from experiments.finetune import reranking as reranking_experiment
+
+SMALL = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                   intermediate_size=32, vocab_size=40, max_position_embeddings=64)  # fmt: skip
+
+
+def test_a_groups_scores_are_the_one_label_classifiers_logits_of_each_pair():
+    ids = jax.random.randint(jax.random.key(1), (3, 4 * 8), 5, 40)
+    mask = jnp.ones_like(ids).at[:, 6:8].set(0)
+    segments = jnp.zeros_like(ids).at[:, 4:8].set(1)
+    reranker = BertForReranking(SMALL, group_size=4)
+    params = jax.jit(functools.partial(reranker.init, deterministic=True))(
+        jax.random.key(0), ids, mask, segments
+    )
+    scores = jax.jit(functools.partial(reranker.apply, deterministic=True))(
+        params, ids, mask, segments
+    )
+    classifier = BertForSequenceClassification(SMALL, 1)
+    pairs = (x.reshape(12, 8) for x in (ids, mask, segments))
+    logits = jax.jit(functools.partial(classifier.apply, deterministic=True))(params, *pairs)
+    assert scores.shape == (3, 4)
+    np.testing.assert_allclose(scores.reshape(-1), logits[:, 0], atol=1e-6)
+
+
+def test_flops_count_each_pair_of_a_group():
+    description = Description(
+        32, {}, num_labels=1, data={"train_file": "g.tsv", "negatives": ["n"]}
+    )
+    counted = reranking.TASK.forward_flops(SMALL, {"input_ids": 2 * 16}, description)
+    assert counted == 2 * (flops.encoder_flops(SMALL, 16) + flops.pooler_flops(SMALL) + 2 * 16)
+
+
+def config_for(data, **loss):
+    config = reranking_experiment.get_config()
+    config.data.update(data)
+    config.loss.update(loss)
+    return config
+
+
+@pytest.mark.parametrize(
+    "data,loss,message",
+    [
+        ({"train_file": "p.tsv", "passage": "p"}, {"name": "listnet"}, "use 'bce'"),
+        ({"train_file": "g.tsv"}, {"name": "ranknet"}, "config.loss.name='ranknet': use one"),
+        ({"train_file": "g.tsv"}, {"pos_weight": -1.0}, "config.loss.pos_weight=-1.0"),
+    ],
+)
+def test_a_loss_the_data_cannot_take_is_refused(data, loss, message):
+    with pytest.raises(ConfigError, match=message):
+        reranking.check_options(config_for(data, **loss))
+
+
+def test_the_positive_weight_defaults_to_the_negatives_per_positive():
+    assert (
+        reranking.pos_weight(
+            config_for({"beir_dir": "b", "negatives_file": "n.jsonl", "num_negatives": 5})
+        )
+        == 5.0
+    )
+    assert reranking.pos_weight(config_for({"train_file": "p.tsv", "passage": "p"})) == 1.0
+    assert reranking.pos_weight(config_for({"train_file": "g.tsv"}, pos_weight=2.5)) == 2.5
+
+
+def beir_with_negatives(root: pathlib.Path, splits=("train", "dev")) -> dict:
+    """write_beir's collection and the negatives of its train and dev queries (the next
+    three passages): config.data options."""
+    directory = write_beir(root / "beir")
+    options = {"beir_dir": str(directory), "num_negatives": 3}
+    for split, queries, option in (
+        ("train", range(30), "negatives_file"),
+        ("dev", range(30, 40), "eval_negatives_file"),
+    ):
+        path = root / f"{split}_negatives.jsonl"
+        lines = [{"query_id": f"q{i}", "negatives": [f"d{(i + k) % 40}" for k in (1, 2, 3)]}
+                 for i in queries]  # fmt: skip
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        options[option] = str(path)
+    return options
+
+
+@pytest.mark.parametrize("grown_from,fresh", [("pretraining", ()), ("retrieval", ("bert/pooler",))])
+def test_a_reranker_grown_from_an_embedder_starts_its_pooler_fresh(tmp_path, grown_from, fresh):
+    (tmp_path / "init").mkdir()
+    init = pathlib.Path(init_workdir.write(tmp_path / "init", ["where", "is", "the"]))
+    task = json.loads((init / "task.json").read_text())
+    (init / "task.json").write_text(json.dumps({**task, "kind": grown_from}))
+    config = config_for(beir_with_negatives(tmp_path))
+    config.init_checkpoint = str(init)
+    config.data.max_query_length, config.data.max_seq_length = 16, 32
+    setup = reranking.setup(config, str(tmp_path / "w"))
+    assert setup.init.keys == ("bert",) and setup.init.fresh == fresh
+    assert setup.model.inputs == {"input_ids": 4 * 32, "input_mask": 4 * 32, "segment_ids": 4 * 32}
+
+
+@pytest.mark.integration
+def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(pretrained_workdir, tmp_path):
+    config = config_for(beir_with_negatives(tmp_path), name="lambdaloss")
+    config.init_checkpoint = pretrained_workdir
+    config.data.max_query_length, config.data.max_seq_length = 16, 48
+    config.train_batch_size, config.eval_batch_size, config.num_train_epochs = 8, 4, 2.0
+    workdir = tmp_path / "w"
+    results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
+    assert set(results["eval"]) == {"step", *retrieval_metrics.MEASURES}
+
+    run = retrieval_metrics.read_trec_run(str(workdir / reranking.EVAL_RUN_FILE))
+    assert sorted(run) == [f"q{i}" for i in range(30, 40)]
+    assert all(len(passages) == 4 for passages in run.values())  # judged, and 3 negatives
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(30, 40)}
+    measured = retrieval_metrics.evaluate(qrels, run)
+    assert measured["ndcg@10"] == pytest.approx(results["eval"]["ndcg@10"])
+
+    restored = inference.restore(str(workdir))
+    corpus = dict(
+        (record["_id"], f"{record['title']} {record['text']}")
+        for record in map(json.loads, (tmp_path / "beir" / "corpus.jsonl").read_text().split("\n")[:-1])
+    )  # fmt: skip
+    passages = list(run["q31"])
+    scores = reranking.rerank(restored, "where is zorel 31", [corpus[d] for d in passages])
+    np.testing.assert_allclose(scores, [run["q31"][d] for d in passages], atol=1e-4)

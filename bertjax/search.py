@@ -32,7 +32,7 @@ def top_k(
     devices = mesh.devices.size if mesh is not None else 1
     shard = -(-len(passages) // devices)  # passages a device holds
     padded = np.zeros((shard * devices, passages.shape[1]), np.float32)
-    padded[: len(passages)] = _unit(passages)
+    padded[: len(passages)] = unit(passages)
     valid = np.arange(len(padded)) < len(passages)
     if mesh is not None:
         spread = NamedSharding(mesh, P(mesh.axis_names))
@@ -40,7 +40,7 @@ def top_k(
     scores, indices = [], []
     for begin in range(0, len(queries), query_batch):
         chunk = np.zeros((query_batch, queries.shape[1]), np.float32)
-        rows = _unit(queries[begin : begin + query_batch])
+        rows = unit(queries[begin : begin + query_batch])
         chunk[: len(rows)] = rows
         best, where = _search(chunk, padded, valid, k=k, shards=devices, per_shard=min(k, shard))
         scores.append(np.asarray(best)[: len(rows)])
@@ -61,7 +61,7 @@ def _search(queries, passages, valid, *, k: int, shards: int, per_shard: int):
     return best, jnp.take_along_axis(where.reshape(rows, -1), pick, axis=1).astype(jnp.int32)
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 

@@ -197,3 +197,28 @@ def test_retrieval_fine_tunes_evaluates_as_trec_eval_and_scores_sts(
                    "a dog\ta dog sat\t4\n")  # fmt: skip
     scored = run("bertjax.retrieval", "sts", "--workdir", tmp_path / "w", "--file", sts)
     assert re.fullmatch(r"STS spearman -?[01]\.\d{4} \(3 pairs\)\n", scored.stdout)
+
+
+def test_negatives_are_mined_and_a_reranker_trains_on_them(command_pretrained, tmp_path):
+    from support.beir_files import write_beir
+
+    beir = write_beir(tmp_path / "beir")
+    embedder = command_pretrained["workdir"]
+    negatives = tmp_path / "train.jsonl"
+    mined = run("bertjax.retrieval", "mine", "--workdir", embedder, "--data_dir", beir,
+                "--split", "train", "--out", negatives, "--rank_range=2:20",
+                "--num_negatives=3")  # fmt: skip
+    assert mined.stdout == f"wrote {negatives}: negatives of 30 queries\n"
+    lines = [json.loads(line) for line in negatives.read_text().splitlines()]
+    assert len(lines) == 30 and all(len(line["negatives"]) == 3 for line in lines)
+
+    trained = run(
+        "bertjax.main", "--config", "experiments/finetune/reranking.py", "--workdir",
+        tmp_path / "reranker", f"--config.init_checkpoint={embedder}",
+        f"--config.data.beir_dir={beir}", f"--config.data.negatives_file={negatives}",
+        "--config.data.num_negatives=3",
+        "--config.data.max_query_length=16", "--config.data.max_seq_length=48",
+        "--config.train_batch_size=8",
+    )  # fmt: skip
+    assert re.search(r"^best  \(step 3\): ndcg@10 [01]\.\d+  mrr@10", trained.stdout, re.M)
+    assert trained.stderr == ""

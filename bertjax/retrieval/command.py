@@ -1,7 +1,10 @@
-"""Scores an embedder: retrieval on a BEIR collection, or STS correlation.
+"""Scores an embedder (retrieval on a BEIR collection, or STS correlation), and mines hard
+negatives with it for a reranker.
 
     python -m bertjax.retrieval evaluate --workdir W --data_dir BEIR_DIR --split test --out OUT
     python -m bertjax.retrieval sts --workdir W --file sts.tsv
+    python -m bertjax.retrieval mine --workdir W --data_dir BEIR_DIR --split train \
+        --out negatives.jsonl [--rank_range 3:50] [--num_negatives 7] [--margin M]
 
 W is any workdir (imported, pretrained or fine-tuned); it embeds as bertjax.embed does.
 `evaluate` embeds the split's queries and the whole corpus, searches exactly on the
@@ -9,12 +12,16 @@ devices (the corpus split over all of them), and writes OUT/run.trec (each query
 100, the TREC run format) and OUT/metrics.json (nDCG@10, MRR@10, Recall@100, MAP@100 as
 trec_eval computes them from run.trec, averaged over the judged queries). `sts` prints
 the Spearman correlation between the cosine of each pair's vectors and its score (a TSV,
-CSV or JSONL file with columns sentence1, sentence2 and score).
+CSV or JSONL file with columns sentence1, sentence2 and score). `mine` writes each
+query of the split that has a relevant passage, with negatives from W's ranking of the
+corpus (ranks --rank_range, never a passage judged relevant, none scored within a
+margin of the query's relevant passages), as the reranking task reads them
+(--config.data.negatives_file): bertjax/retrieval/mining.py says how.
 """
 
 from absl import flags
 
-COMMANDS = ("evaluate", "sts")
+COMMANDS = ("evaluate", "sts", "mine")
 # The retrieval input's options (data_pipeline/finetune/retrieval_input.py) that
 # evaluate's flags set, by the flag: its errors name the flag a person typed.
 EVALUATE_OPTIONS = {"--data_dir": "beir_dir", "--split": "eval_split"}
@@ -22,9 +29,21 @@ EVALUATE_OPTIONS = {"--data_dir": "beir_dir", "--split": "eval_split"}
 
 def define_flags() -> None:
     flags.DEFINE_string("workdir", None, "The embedder: any bertjax workdir.", required=True)
-    flags.DEFINE_string("data_dir", "", "evaluate: a BEIR-layout directory.")
-    flags.DEFINE_string("split", "test", "evaluate: the qrels split (qrels/SPLIT.tsv).")
-    flags.DEFINE_string("out", "", "evaluate: where run.trec and metrics.json go.")
+    flags.DEFINE_string("data_dir", "", "evaluate, mine: a BEIR-layout directory.")
+    flags.DEFINE_string("split", "test", "evaluate, mine: the qrels split (qrels/SPLIT.tsv).")
+    flags.DEFINE_string(
+        "out", "", "evaluate: where run.trec and metrics.json go; mine: the file to write."
+    )
     flags.DEFINE_string("file", "", "sts: the scored pairs.")
     flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
     flags.DEFINE_integer("batch_size", 64, "Texts per forward pass.")
+    flags.DEFINE_string("rank_range", "1:50", "mine: the ranks A:B negatives come from (1: best).")
+    flags.DEFINE_integer("num_negatives", 7, "mine: negatives per query, at most.")
+    flags.DEFINE_float("margin", 0.0, "mine: a negative's cosine at most the positive's - this.")
+    flags.DEFINE_float(
+        "relative_margin", 0.0, "mine: a negative's cosine at most the positive's x (1 - this)."
+    )
+    flags.DEFINE_enum("sampling", "top", ["top", "random"], "mine: the best ranked, or at random.")
+    flags.DEFINE_integer("seed", 0, "mine: the seed of --sampling=random.")
+    flags.DEFINE_integer("chunk", 65536, "mine: passages embedded and searched at a time.")
+    flags.DEFINE_string("scorer", "", "mine: a reranking workdir whose scores are written too.")

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from bertjax import inference, retrieval_metrics, search
-from bertjax.retrieval import command
+from bertjax.retrieval import command, mining
 from bertjax.tasks import scores
 from data_pipeline import files, progress
 from data_pipeline.errors import UserError
@@ -17,7 +17,12 @@ RUN_FILE, METRICS_FILE = "run.trec", "metrics.json"
 
 def main(args) -> None:
     if len(args.argv) != 1 or args.argv[0] not in command.COMMANDS:
-        raise UserError(f"expected a command, evaluate or sts; got: {' '.join(args.argv)}")
+        raise UserError(
+            f"expected a command, {', '.join(command.COMMANDS)}; got: {' '.join(args.argv)}"
+        )
+    if args.argv[0] == "mine":
+        _mine(args)
+        return
     if args.argv[0] == "evaluate":
         for flag in ("data_dir", "split", "out"):
             if not getattr(args, flag):
@@ -34,6 +39,29 @@ def main(args) -> None:
     print(f"STS spearman {correlation:.4f} ({pairs} pairs)")
 
 
+def _mine(args) -> None:
+    for flag in ("data_dir", "out"):
+        if not getattr(args, flag):
+            raise UserError(f"mine needs --{flag}")
+    options = mining.Options(
+        rank_range=mining.parse_rank_range(args.rank_range),
+        num_negatives=args.num_negatives,
+        margin=args.margin,
+        relative_margin=args.relative_margin,
+        sampling=args.sampling,
+        seed=args.seed,
+        chunk=args.chunk,
+    )
+    mining.require_kind(args.workdir, "--workdir", reranker=False)
+    collection = _load_collection(args.data_dir, args.split)
+    counts = mining.mine(
+        args.workdir, collection, args.out, options,
+        scorer=args.scorer, step=args.step, batch_size=args.batch_size,
+    )  # fmt: skip
+    short = f"; {counts['short']:,} with fewer than {args.num_negatives}" if counts["short"] else ""
+    print(f"wrote {args.out}: negatives of {counts['queries']:,} queries{short}")
+
+
 def evaluate(
     workdir: str, data_dir: str, split: str, out: str, step=None, batch_size: int = 64
 ) -> dict[str, float]:
@@ -42,6 +70,7 @@ def evaluate(
     if files.exists(out) and not files.isdir(out):
         raise UserError(f"--out={out}: a file, not a directory")
     collection = _load_collection(data_dir, split)
+    mining.require_kind(workdir, "--workdir", reranker=False)
     restored = inference.restore(workdir, step)
     texts = (collection.queries, collection.passages)
     embedding = progress.Progress(
@@ -104,6 +133,7 @@ def sts(workdir: str, path: str, step=None, batch_size: int = 64) -> tuple[float
         second.append(str(b))
     if len(gold) < 2:
         raise UserError(f"{path}: {len(gold)} pairs; a correlation needs at least 2")
+    mining.require_kind(workdir, "--workdir", reranker=False)
     restored = inference.restore(workdir, step)
     a, b = (
         inference.embed(restored, texts, batch_size=batch_size, normalize=True)

@@ -96,7 +96,7 @@ def run_export(workdir, out) -> subprocess.CompletedProcess:
             ).to_dict(),
             "my.module:TASK",
             "{task}: a my.module:TASK workdir; export writes the models of pretraining, "
-            "classification, tagging, squad workdirs",
+            "classification, tagging, squad, reranking workdirs",
         ),
         (
             {"vocab_size": 10},
@@ -145,6 +145,6 @@ def test_a_task_of_ones_own_exports_only_when_it_declares_its_transformers_class
     with pytest.raises(
         import_export.ConversionError,
         match=r"task.json: a my_tasks:TASK workdir; export writes the models of pretraining, "
-        "classification, tagging, squad workdirs$",
+        "classification, tagging, squad, reranking workdirs$",
     ):
         import_export.export_hf(str(workdir), str(tmp_path / "out"))

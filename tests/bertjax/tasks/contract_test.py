@@ -13,7 +13,14 @@ from data_pipeline.errors import ConfigError
 
 def test_the_table_names_every_task_once():
     table = tasks.table()
-    assert list(table) == ["pretraining", "classification", "tagging", "squad", "retrieval"]
+    assert list(table) == [
+        "pretraining",
+        "classification",
+        "tagging",
+        "squad",
+        "retrieval",
+        "reranking",
+    ]
     assert all(task.name == name for name, task in table.items())
 
 

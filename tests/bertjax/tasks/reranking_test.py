@@ -14,9 +14,11 @@ from support.beir_files import write_beir
 
 from bertjax import flops, inference, retrieval_metrics, train
 from bertjax.model import BertConfig, BertForReranking, BertForSequenceClassification
+from bertjax.retrieval import mining
 from bertjax.tasks import reranking
 from bertjax.tasks.contract import Description
 from data_pipeline.errors import ConfigError
+from data_pipeline.finetune import retrieval_input
 from experiments.finetune import reranking as reranking_experiment
 
 SMALL = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
@@ -133,6 +135,20 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(pretrained_wor
         (record["_id"], f"{record['title']} {record['text']}")
         for record in map(json.loads, (tmp_path / "beir" / "corpus.jsonl").read_text().split("\n")[:-1])
     )  # fmt: skip
+    query = "where is talel 31"  # write_beir's query q31
     passages = list(run["q31"])
-    scores = reranking.rerank(restored, "where is zorel 31", [corpus[d] for d in passages])
-    np.testing.assert_allclose(scores, [run["q31"][d] for d in passages], atol=1e-4)
+    scores = reranking.rerank(restored, query, [corpus[d] for d in passages])
+    np.testing.assert_allclose(scores, [run["q31"][d] for d in passages], atol=1e-6)
+
+    # Mined with the reranker as the scorer: its scores of each negative and positive.
+    collection = retrieval_input.load_collection(str(tmp_path / "beir"), "dev")
+    assert collection.queries[1] == query
+    options = mining.Options(rank_range=(1, 5), num_negatives=2)
+    out = tmp_path / "scored.jsonl"
+    mining.mine(pretrained_workdir, collection, str(out), options, scorer=str(workdir))
+    line = json.loads(out.read_text().splitlines()[1])
+    assert line["query_id"] == "q31" and len(line["scorer_scores"]) == 2
+    scored = reranking.rerank(restored, query, [corpus[d] for d in ["d31", *line["negatives"]]])
+    np.testing.assert_allclose(
+        [line["scorer_positives"]["d31"], *line["scorer_scores"]], scored, atol=1e-6
+    )

@@ -1,0 +1,216 @@
+"""Hard negatives from an embedder's own ranking: `python -m bertjax.retrieval mine`.
+
+For each query of the split with a relevant passage, the embedder ranks the whole
+corpus; the negatives are drawn from the ranks in `rank_range` (1 is the best), never
+a passage the qrels judge relevant to the query, and, with a margin, never one scored
+too close to the query's relevant passages (the lowest of their cosines): an
+unlabelled positive is more likely there. `sampling` 'top' keeps the best ranked of
+what is left, 'random' draws them with `seed`. The output is JSON lines, one per query,
+best ranked first:
+
+    {"query_id": "q1", "negatives": ["d7", "d3"], "scores": [0.71, 0.69]}
+
+`scores` are the embedder's cosines. With a reranker (`scorer`), each line also holds
+its scores of the negatives and of the relevant passages ("scorer_scores",
+"scorer_positives"): what a distilled student learns from.
+
+Memory is bounded by a piece of the corpus, not the corpus: it is embedded and
+searched `chunk` passages at a time, each query keeping its best `last rank` passages
+so far (search.top_k's score matrix is never more than a chunk wide).
+"""
+
+import dataclasses
+import json
+
+import numpy as np
+
+from bertjax import inference, search
+from bertjax import workdir as workdir_lib
+from bertjax.tasks import reranking
+from data_pipeline import files, progress
+from data_pipeline.errors import UserError
+from data_pipeline.finetune import retrieval_input
+
+SAMPLINGS = ("top", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    rank_range: tuple[int, int] = (1, 50)  # ranks A to B, both kept, 1 the best
+    num_negatives: int = 7
+    margin: float = 0.0  # absolute: a negative's cosine at most the positive's - margin
+    relative_margin: float = 0.0  # a negative's cosine at most the positive's * (1 - it)
+    sampling: str = "top"
+    seed: int = 0
+    chunk: int = 65536  # passages embedded and searched at a time
+
+    def __post_init__(self):
+        first, last = self.rank_range
+        if not 1 <= first <= last:
+            raise UserError(f"--rank_range={first}:{last}: ranks A:B with 1 <= A <= B")
+        if self.num_negatives < 1:
+            raise UserError(f"--num_negatives={self.num_negatives}: at least 1")
+        if self.margin and self.relative_margin:
+            raise UserError("--margin and --relative_margin: give one of them")
+        if self.margin < 0 or not 0 <= self.relative_margin < 1:
+            raise UserError(
+                f"--margin={self.margin}, --relative_margin={self.relative_margin}: a margin "
+                "is at least 0, a relative one below 1"
+            )
+        if self.sampling not in SAMPLINGS:
+            raise UserError(f"--sampling={self.sampling!r}: one of {', '.join(SAMPLINGS)}")
+        if self.chunk < 1:
+            raise UserError(f"--chunk={self.chunk}: at least 1")
+
+
+def parse_rank_range(text: str) -> tuple[int, int]:
+    try:
+        first, last = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise UserError(f"--rank_range={text!r}: ranks A:B, such as 3:50") from None
+    return first, last
+
+
+def require_kind(workdir: str, flag: str, *, reranker: bool) -> None:
+    """A reranker's workdir where one is wanted, and an embedder's (any other) elsewhere:
+    from task.json, before anything loads."""
+    kind, _ = workdir_lib.read_task(workdir)
+    if reranker and kind != "reranking":
+        raise UserError(f"{flag}={workdir}: a {kind} workdir; this takes a reranking workdir")
+    if not reranker and kind == "reranking":
+        raise UserError(
+            f"{flag}={workdir}: a reranking workdir scores pairs; this takes an embedder "
+            "(any other workdir)"
+        )
+
+
+def mine(
+    workdir: str,
+    collection: retrieval_input.Collection,
+    out: str,
+    options: Options = Options(),
+    *,
+    scorer: str = "",
+    step=None,
+    batch_size: int = 64,
+) -> dict:
+    """Writes OUT (JSON lines, the module docstring's) for the collection's judged queries
+    (retrieval_input.load_collection); returns counts for the summary."""
+    require_kind(workdir, "--workdir", reranker=False)
+    if scorer:
+        require_kind(scorer, "--scorer", reranker=True)
+    if files.isdir(out):
+        raise UserError(f"--out={out}: a directory; give the file to write")
+    relevant = {
+        q: [d for d, score in judged.items() if score > 0] for q, judged in collection.qrels.items()
+    }
+    query_ids = [q for q in collection.query_ids if relevant.get(q)]
+    if not query_ids:
+        raise UserError(f"{collection.source}: no query of the split has a relevant passage")
+    restored = inference.restore(workdir, step)
+    texts = dict(zip(collection.query_ids, collection.queries, strict=True))
+    queries = inference.embed(restored, [texts[q] for q in query_ids], batch_size=batch_size)
+    best, where = _search_in_chunks(
+        restored, collection.passages, queries, options, batch_size=batch_size
+    )
+    passage_index = {d: i for i, d in enumerate(collection.passage_ids)}
+    positive_floor = _positive_floor(
+        restored, collection, queries, [relevant[q] for q in query_ids], passage_index, batch_size
+    )
+    rng = np.random.default_rng(options.seed)
+    lines, short = [], 0
+    for row, query in enumerate(query_ids):
+        kept = _negatives(
+            best[row], where[row], set(passage_index[d] for d in relevant[query]),
+            positive_floor[row], options, rng,
+        )  # fmt: skip
+        short += len(kept) < options.num_negatives
+        line = {
+            "query_id": query,
+            "negatives": [collection.passage_ids[i] for i, _ in kept],
+            "scores": [round(float(s), 6) for _, s in kept],
+        }
+        lines.append(line)
+    if scorer:
+        _add_scorer_scores(scorer, lines, texts, collection, relevant, batch_size)
+    files.atomic_write(out, "".join(json.dumps(line) + "\n" for line in lines))
+    return {"queries": len(lines), "short": short, "passages": len(collection.passages)}
+
+
+def _search_in_chunks(restored, passages, queries, options, *, batch_size):
+    """Each query's best `last rank` passages over the corpus, a chunk at a time: scores
+    float32 and corpus indices int, [Nq, K], best first."""
+    depth = options.rank_range[1]
+    chunks = range(0, len(passages), options.chunk)
+    mining = progress.Progress(
+        f"embedding and searching {len(passages):,} passages", len(chunks), unit="chunks"
+    )
+    best = np.full((len(queries), 0), -np.inf, np.float32)
+    where = np.zeros((len(queries), 0), np.int64)
+    for begin in chunks:
+        vectors = inference.embed(
+            restored, passages[begin : begin + options.chunk], batch_size=batch_size
+        )
+        scores, indices = search.top_k(queries, vectors, depth)
+        best = np.concatenate([best, scores], axis=1)
+        where = np.concatenate([where, indices + begin], axis=1)
+        # Best first; equal scores keep the earlier passage first, as one search would.
+        order = np.lexsort((where, -best), axis=-1)[:, :depth]
+        best = np.take_along_axis(best, order, axis=1)
+        where = np.take_along_axis(where, order, axis=1)
+        mining.advance()
+    mining.finish()
+    return best, where
+
+
+def _positive_floor(restored, collection, queries, positives, passage_index, batch_size):
+    """Each query's lowest cosine to one of its relevant passages, float32 [Nq]."""
+    wanted = sorted({passage_index[d] for judged in positives for d in judged})
+    vectors = inference.embed(
+        restored, [collection.passages[i] for i in wanted], batch_size=batch_size
+    )
+    row_of = {index: row for row, index in enumerate(wanted)}
+    units = search.unit(vectors)
+    query_units = search.unit(queries)
+    return np.asarray(
+        [
+            min(float(query_units[q] @ units[row_of[passage_index[d]]]) for d in judged)
+            for q, judged in enumerate(positives)
+        ],
+        np.float32,
+    )
+
+
+def _negatives(scores, indices, relevant: set, floor: float, options: Options, rng):
+    """(corpus index, cosine) of a query's negatives, best ranked first."""
+    first, last = options.rank_range
+    ceiling = floor - options.margin if options.margin else floor * (1 - options.relative_margin)
+    use_ceiling = bool(options.margin or options.relative_margin)
+    candidates = [
+        (int(i), float(s))
+        for i, s in zip(indices[first - 1 : last], scores[first - 1 : last], strict=True)
+        if int(i) not in relevant and not (use_ceiling and s > ceiling)
+    ]
+    if options.sampling == "random" and len(candidates) > options.num_negatives:
+        picked = sorted(rng.choice(len(candidates), options.num_negatives, replace=False))
+        return [candidates[k] for k in picked]
+    return candidates[: options.num_negatives]
+
+
+def _add_scorer_scores(scorer, lines, texts, collection, relevant, batch_size) -> None:
+    """Each line's reranker scores of its negatives and its query's relevant passages."""
+    restored = inference.restore(scorer)
+    corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
+    scoring = progress.Progress("scoring with the reranker", len(lines), unit="queries")
+    for line in lines:
+        positives = relevant[line["query_id"]]
+        ids = [*positives, *line["negatives"]]
+        scores = reranking.rerank(
+            restored, texts[line["query_id"]], [corpus[d] for d in ids], batch_size=batch_size
+        )
+        line["scorer_positives"] = {
+            d: round(float(s), 6) for d, s in zip(positives, scores, strict=False)
+        }
+        line["scorer_scores"] = [round(float(s), 6) for s in scores[len(positives) :]]
+        scoring.advance()
+    scoring.finish()

@@ -222,3 +222,12 @@ def test_negatives_are_mined_and_a_reranker_trains_on_them(command_pretrained, t
     )  # fmt: skip
     assert re.search(r"^best  \(step 3\): ndcg@10 [01]\.\d+  mrr@10", trained.stdout, re.M)
     assert trained.stderr == ""
+
+    out = tmp_path / "reranked"
+    evaluated = run("bertjax.retrieval", "evaluate", "--workdir", embedder, "--data_dir", beir,
+                    "--split", "test", "--out", out, "--rerank", tmp_path / "reranker",
+                    "--rerank_depth=10")  # fmt: skip
+    first, reranked, wrote = evaluated.stdout.splitlines()
+    assert re.match(r"first stage  ndcg@10 [01]\.\d{4}  mrr@10", first)
+    assert re.match(r"reranked     ndcg@10 [01]\.\d{4}  mrr@10", reranked)
+    assert sorted(os.listdir(out)) == ["first_stage", "metrics.json", "run.trec"]

@@ -1,7 +1,8 @@
 """Scores an embedder (retrieval on a BEIR collection, or STS correlation), and mines hard
 negatives with it for a reranker.
 
-    python -m bertjax.retrieval evaluate --workdir W --data_dir BEIR_DIR --split test --out OUT
+    python -m bertjax.retrieval evaluate --workdir W --data_dir BEIR_DIR --split test --out OUT \
+        [--rerank RERANKER --rerank_depth 100 | --first_stage RUN.trec --rerank RERANKER]
     python -m bertjax.retrieval sts --workdir W --file sts.tsv
     python -m bertjax.retrieval mine --workdir W --data_dir BEIR_DIR --split train \
         --out negatives.jsonl [--rank_range 3:50] [--num_negatives 7] [--margin M]
@@ -10,7 +11,10 @@ W is any workdir (imported, pretrained or fine-tuned); it embeds as bertjax.embe
 `evaluate` embeds the split's queries and the whole corpus, searches exactly on the
 devices (the corpus split over all of them), and writes OUT/run.trec (each query's top
 100, the TREC run format) and OUT/metrics.json (nDCG@10, MRR@10, Recall@100, MAP@100 as
-trec_eval computes them from run.trec, averaged over the judged queries). `sts` prints
+trec_eval computes them from run.trec, averaged over the judged queries). With --rerank,
+each query's first --rerank_depth passages (of W's search, or of --first_stage, any
+system's TREC run file) are scored by the reranker and ranked by it: OUT holds the
+reranked run.trec and metrics.json, OUT/first_stage/ the first stage's. `sts` prints
 the Spearman correlation between the cosine of each pair's vectors and its score (a TSV,
 CSV or JSONL file with columns sentence1, sentence2 and score). `mine` writes each
 query of the split that has a relevant passage, with negatives from W's ranking of the
@@ -28,7 +32,7 @@ EVALUATE_OPTIONS = {"--data_dir": "beir_dir", "--split": "eval_split"}
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("workdir", None, "The embedder: any bertjax workdir.", required=True)
+    flags.DEFINE_string("workdir", "", "The embedder: any bertjax workdir but a reranker's.")
     flags.DEFINE_string("data_dir", "", "evaluate, mine: a BEIR-layout directory.")
     flags.DEFINE_string("split", "test", "evaluate, mine: the qrels split (qrels/SPLIT.tsv).")
     flags.DEFINE_string(
@@ -47,3 +51,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("seed", 0, "mine: the seed of --sampling=random.")
     flags.DEFINE_integer("chunk", 65536, "mine: passages embedded and searched at a time.")
     flags.DEFINE_string("scorer", "", "mine: a reranking workdir whose scores are written too.")
+    flags.DEFINE_string(
+        "rerank", "", "evaluate: a reranking workdir that reorders the first stage."
+    )
+    flags.DEFINE_integer("rerank_depth", 100, "evaluate: the first stage's passages reranked.")
+    flags.DEFINE_string(
+        "first_stage", "", "evaluate --rerank: a TREC run file to rerank instead of --workdir's."
+    )

@@ -8,6 +8,7 @@ import numpy as np
 from bertjax import inference, retrieval_metrics, search
 from bertjax.retrieval import command, mining
 from bertjax.tasks import scores
+from bertjax.tasks.reranking import rerank
 from data_pipeline import files, progress
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import records, retrieval_input
@@ -28,19 +29,32 @@ def main(args) -> None:
             if not getattr(args, flag):
                 raise UserError(f"evaluate needs --{flag}")
         figures = evaluate(
-            args.workdir, args.data_dir, args.split, args.out, args.step, args.batch_size
-        )
-        print("  ".join(f"{name} {figures[name]:.4f}" for name in retrieval_metrics.MEASURES))
+            args.workdir, args.data_dir, args.split, args.out, args.step, args.batch_size,
+            rerank=args.rerank, rerank_depth=args.rerank_depth, first_stage=args.first_stage,
+        )  # fmt: skip
+        if args.rerank:
+            print(f"first stage  {_figures(figures[FIRST_STAGE_DIR])}")
+            print(f"reranked     {_figures(figures)}")
+            print(
+                f"wrote {os.path.join(args.out, RUN_FILE)}, {METRICS_FILE} and {FIRST_STAGE_DIR}/"
+            )
+            return
+        print(_figures(figures))
         print(f"wrote {os.path.join(args.out, RUN_FILE)} and {METRICS_FILE}")
         return
-    if not args.file:
-        raise UserError("sts needs --file")
+    for flag in ("workdir", "file"):
+        if not getattr(args, flag):
+            raise UserError(f"sts needs --{flag}")
     correlation, pairs = sts(args.workdir, args.file, args.step, args.batch_size)
     print(f"STS spearman {correlation:.4f} ({pairs} pairs)")
 
 
+def _figures(figures: dict) -> str:
+    return "  ".join(f"{name} {figures[name]:.4f}" for name in retrieval_metrics.MEASURES)
+
+
 def _mine(args) -> None:
-    for flag in ("data_dir", "out"):
+    for flag in ("workdir", "data_dir", "out"):
         if not getattr(args, flag):
             raise UserError(f"mine needs --{flag}")
     options = mining.Options(
@@ -63,13 +77,62 @@ def _mine(args) -> None:
 
 
 def evaluate(
-    workdir: str, data_dir: str, split: str, out: str, step=None, batch_size: int = 64
+    workdir: str,
+    data_dir: str,
+    split: str,
+    out: str,
+    step=None,
+    batch_size: int = 64,
+    *,
+    rerank: str = "",
+    rerank_depth: int = retrieval_metrics.DEPTH,
+    first_stage: str = "",
 ) -> dict[str, float]:
     """trec_eval's measures of `workdir`'s search of the BEIR collection's `split`, with
-    OUT/run.trec and OUT/metrics.json written."""
+    OUT/run.trec and OUT/metrics.json written. With `rerank` (a reranking workdir), each
+    query's first `rerank_depth` passages of that search, or of the run file
+    `first_stage`, are scored by the reranker and ranked by its scores: OUT holds the
+    reranked run and its measures, OUT/first_stage/ the first stage's."""
     if files.exists(out) and not files.isdir(out):
         raise UserError(f"--out={out}: a file, not a directory")
+    if first_stage and not rerank:
+        raise UserError(f"--first_stage={first_stage}: give --rerank, the reranker to apply")
+    if rerank:
+        mining.require_kind(rerank, "--rerank", reranker=True)
+        if rerank_depth < 1:
+            raise UserError(f"--rerank_depth={rerank_depth}: at least 1")
     collection = _load_collection(data_dir, split)
+    if first_stage:
+        run = read_first_stage(first_stage, collection, rerank_depth)
+        source = {"first_stage": first_stage}
+    else:
+        if not workdir:
+            raise UserError(
+                "evaluate needs --workdir (the embedder), or --first_stage with --rerank"
+            )
+        depth = max(retrieval_metrics.DEPTH, rerank_depth if rerank else 0)
+        run, step = _search(workdir, collection, depth, step, batch_size)
+        source = {"workdir": workdir, "step": step}
+    about = {
+        "data_dir": data_dir,
+        "split": split,
+        "queries": len(collection.queries),
+        "passages": len(collection.passages),
+    }
+    if not rerank:
+        return _write(out, collection, run, {**source, **about})
+    first = _write(os.path.join(out, FIRST_STAGE_DIR), collection, run, {**source, **about})
+    reranked = _reranked(rerank, collection, run, rerank_depth, batch_size)
+    about |= {"reranker": rerank, "rerank_depth": rerank_depth, "first_stage": source}
+    return {**_write(out, collection, reranked, about), FIRST_STAGE_DIR: first}
+
+
+# Where evaluate --rerank writes the first stage's run and measures, under OUT.
+FIRST_STAGE_DIR = "first_stage"
+
+
+def _search(workdir, collection, depth, step, batch_size):
+    """The embedder's run of the collection, each query's `depth` best: (run, step)."""
     mining.require_kind(workdir, "--workdir", reranker=False)
     restored = inference.restore(workdir, step)
     texts = (collection.queries, collection.passages)
@@ -84,28 +147,64 @@ def evaluate(
     embedding.finish()
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("corpus",))
     run = search.ranked(
-        collection.query_ids,
-        collection.passage_ids,
-        queries,
-        passages,
-        retrieval_metrics.DEPTH,
-        mesh=mesh,
+        collection.query_ids, collection.passage_ids, queries, passages, depth, mesh=mesh
     )
+    return run, restored.step
+
+
+def _write(out, collection, run, about) -> dict[str, float]:
+    """OUT/run.trec (each query's passages, best first) and OUT/metrics.json."""
     figures = retrieval_metrics.evaluate(collection.qrels, run)
-    retrieval_metrics.write_trec_run(
-        os.path.join(out, RUN_FILE), run, depth=retrieval_metrics.DEPTH
-    )
-    record = {
-        **figures,
-        "workdir": workdir,
-        "step": restored.step,
-        "data_dir": data_dir,
-        "split": split,
-        "queries": len(collection.queries),
-        "passages": len(collection.passages),
-    }
-    files.atomic_write_json(os.path.join(out, METRICS_FILE), record)
+    depth = max((len(scored) for scored in run.values()), default=1)
+    retrieval_metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=max(depth, 1))
+    files.atomic_write_json(os.path.join(out, METRICS_FILE), {**figures, **about})
     return figures
+
+
+def read_first_stage(path, collection, rerank_depth) -> dict[str, dict[str, float]]:
+    """A TREC run file's run, every query and passage known, deep enough for the depth."""
+    try:
+        run = retrieval_metrics.read_trec_run(path)
+    except OSError as error:
+        raise UserError(f"--first_stage={path}: cannot read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise UserError(f"--first_stage: {error}") from None
+    if not run:
+        raise UserError(f"--first_stage={path}: no lines")
+    queries, passages = set(collection.query_ids), set(collection.passage_ids)
+    for query, scored in run.items():
+        if query not in queries:
+            raise UserError(f"--first_stage={path}: query {query!r} is not in the split's queries")
+        unknown = next((d for d in scored if d not in passages), None)
+        if unknown is not None:
+            raise UserError(
+                f"--first_stage={path}: passage {unknown!r} of query {query!r} is not in the corpus"
+            )
+    deepest = max(len(scored) for scored in run.values())
+    if rerank_depth > deepest:
+        raise UserError(
+            f"--rerank_depth={rerank_depth}: above the first stage's depth, {deepest} passages "
+            f"a query at most ({path})"
+        )
+    return run
+
+
+def _reranked(reranker, collection, run, depth, batch_size) -> dict[str, dict[str, float]]:
+    """Each query's first `depth` passages of `run`, scored by the reranker."""
+    restored = inference.restore(reranker)
+    queries = dict(zip(collection.query_ids, collection.queries, strict=True))
+    corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
+    reranking_progress = progress.Progress(
+        f"reranking {len(run):,} queries' first {depth}", len(run), unit="queries"
+    )
+    reranked = {}
+    for query, scored in run.items():
+        first = retrieval_metrics.ranking(scored)[:depth]
+        values = rerank(restored, queries[query], [corpus[d] for d in first], batch_size=batch_size)
+        reranked[query] = {d: float(v) for d, v in zip(first, values, strict=True)}
+        reranking_progress.advance()
+    reranking_progress.finish()
+    return reranked
 
 
 def _load_collection(data_dir: str, split: str) -> retrieval_input.Collection:

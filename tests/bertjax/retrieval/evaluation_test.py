@@ -11,7 +11,9 @@ import pytest
 from support import REPO
 from support.beir_files import write_beir
 
-pytestmark = pytest.mark.integration
+from bertjax.retrieval import evaluation
+from data_pipeline.errors import UserError
+from data_pipeline.finetune import retrieval_input
 
 
 def evaluate(tmp_path, *flags):
@@ -23,6 +25,7 @@ def evaluate(tmp_path, *flags):
     )  # fmt: skip
 
 
+@pytest.mark.integration
 def test_a_missing_collection_or_split_names_the_flag(tmp_path):
     beir = write_beir(tmp_path / "beir")
     for flags, said in (
@@ -44,6 +47,7 @@ def test_a_missing_collection_or_split_names_the_flag(tmp_path):
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_a_reranker_given_for_an_embedder_is_one_line_before_anything_loads(tmp_path):
     beir = write_beir(tmp_path / "beir")
     (tmp_path / "w").mkdir()
@@ -60,3 +64,35 @@ def test_a_reranker_given_for_an_embedder_is_one_line_before_anything_loads(tmp_
         "embedder (any other workdir)"
     ]
     assert not (tmp_path / "n.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "lines,depth,message",
+    [
+        ("q30 Q0 d30 1 0.9 x\nq30 Q0 d1 2\n", 1, r"run.trec:2: 4 fields, not 6"),
+        (
+            "q30 Q0 d30 1 0.9 x\nq30 Q0 d1 2 0.5 x\n",
+            3,
+            r"--rerank_depth=3: above the first stage's depth, 2",
+        ),
+        ("q30 Q0 nope 1 0.9 x\n", 1, r"passage 'nope' of query 'q30' is not in the corpus"),
+        ("q99 Q0 d1 1 0.9 x\n", 1, r"query 'q99' is not in the split's queries"),
+        ("", 1, r"run.trec: no lines"),
+    ],
+)
+def test_a_bad_first_stage_run_file_is_one_line(tmp_path, lines, depth, message):
+    collection = retrieval_input.load_collection(str(write_beir(tmp_path / "beir")), "dev")
+    (tmp_path / "run.trec").write_text(lines)
+    with pytest.raises(UserError, match=message):
+        evaluation.read_first_stage(str(tmp_path / "run.trec"), collection, depth)
+
+
+def test_rerank_options_are_checked_before_anything_loads(tmp_path):
+    (tmp_path / "embedder").mkdir()
+    (tmp_path / "embedder" / "task.json").write_text(json.dumps({"kind": "retrieval"}))
+    for options, message in (
+        ({"first_stage": "run.trec"}, "--first_stage=run.trec: give --rerank"),
+        ({"rerank": str(tmp_path / "embedder")}, "a retrieval workdir; this takes a reranking"),
+    ):
+        with pytest.raises(UserError, match=message):
+            evaluation.evaluate("", "nowhere", "dev", str(tmp_path / "out"), **options)

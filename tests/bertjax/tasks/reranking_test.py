@@ -14,7 +14,7 @@ from support.beir_files import write_beir
 
 from bertjax import flops, inference, retrieval_metrics, train
 from bertjax.model import BertConfig, BertForReranking, BertForSequenceClassification
-from bertjax.retrieval import mining
+from bertjax.retrieval import evaluation, mining
 from bertjax.tasks import reranking
 from bertjax.tasks.contract import Description
 from data_pipeline.errors import ConfigError
@@ -114,7 +114,9 @@ def test_a_reranker_grown_from_an_embedder_starts_its_pooler_fresh(tmp_path, gro
 
 
 @pytest.mark.integration
-def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(pretrained_workdir, tmp_path):
+def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
+    pretrained_workdir, tmp_path, test_extras
+):
     config = config_for(beir_with_negatives(tmp_path), name="lambdaloss")
     config.init_checkpoint = pretrained_workdir
     config.data.max_query_length, config.data.max_seq_length = 16, 48
@@ -152,3 +154,34 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(pretrained_wor
     np.testing.assert_allclose(
         [line["scorer_positives"]["d31"], *line["scorer_scores"]], scored, atol=1e-6
     )
+
+    # Retrieve, then rerank: both stages' runs as pytrec_eval scores them, and a first
+    # stage read back from its run file reranked alike.
+    import pytrec_eval
+
+    out = tmp_path / "evaluated"
+    beir = str(tmp_path / "beir")
+    figures = evaluation.evaluate(
+        pretrained_workdir, beir, "dev", str(out), rerank=str(workdir), rerank_depth=5
+    )
+    measures = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100", "map_cut_100": "map@100"}
+    for folder, depth in ((out, 5), (out / "first_stage", 40)):
+        with open(folder / "run.trec", encoding="utf-8") as f:
+            trec_run = pytrec_eval.parse_run(f)
+        assert {len(passages) for passages in trec_run.values()} == {depth}
+        theirs = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(trec_run)
+        ours = json.loads((folder / "metrics.json").read_text())
+        for measure, name in measures.items():
+            mean = sum(query[measure] for query in theirs.values()) / len(theirs)
+            assert ours[name] == pytest.approx(mean, abs=1e-9), (folder, name)
+    assert figures["first_stage"]["ndcg@10"] == ours["ndcg@10"]
+    first_stage = retrieval_metrics.read_trec_run(str(out / "first_stage" / "run.trec"))
+    top = retrieval_metrics.ranking(first_stage["q31"])[:5]
+    reranked = retrieval_metrics.read_trec_run(str(out / "run.trec"))["q31"]
+    scores = reranking.rerank(restored, query, [corpus[d] for d in top])
+    np.testing.assert_allclose([reranked[d] for d in top], scores, atol=1e-6)
+    again = evaluation.evaluate(
+        "", beir, "dev", str(tmp_path / "again"), rerank=str(workdir), rerank_depth=5,
+        first_stage=str(out / "first_stage" / "run.trec"),
+    )  # fmt: skip
+    assert again["ndcg@10"] == figures["ndcg@10"]

@@ -14,7 +14,9 @@ config.model.scan_layers. Export --format hf writes the transformers class of th
 workdir's task; --format sentence-transformers writes its encoder and the pooling
 it embeds with, so that SentenceTransformer(OUT_DIR).encode gives bertjax.embed's
 vectors (docs/checkpoints.md, "Export to Hugging Face" and "Export as a
-sentence-transformers model"); --format savedmodel writes a SavedModel with the
+sentence-transformers model"), or, of a reranking workdir, a CrossEncoder whose
+predict gives bertjax.rerank's scores (a CrossEncoder directory imports as a
+reranking workdir); --format savedmodel writes a SavedModel with the
 tokenizer in its graph, served with tensorflow and tensorflow_text alone
 (bertjax/convert/savedmodel.py, docs/serving.md). Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
@@ -94,6 +96,13 @@ def main(argv: list[str]) -> None:
     if command == "export":
         result = import_export.export_sentence_transformers(first, second, FLAGS.step)
         pooling = result["pooling"]
+        if pooling is None:
+            print(
+                f"exported {first} step {result['step']} to {result['out_dir']} as a "
+                f"sentence-transformers CrossEncoder ({result['class']}, one score a pair, "
+                f"pairs cut to {result['max_length']} tokens)"
+            )
+            return
         normalized = ", normalized" if pooling.normalize else ""
         print(
             f"exported {first} step {result['step']} to {result['out_dir']} as a "
@@ -113,6 +122,9 @@ def main(argv: list[str]) -> None:
         f"(do_lower_case={result['do_lower_case']})"
     )
     pooling = result["pooling"]
+    if result["kind"] == "reranking":
+        print("  sentence-transformers CrossEncoder: a reranking workdir (bertjax.rerank scores as")
+        print("  CrossEncoder.predict does with the identity activation: the logits)")
     if pooling:
         normalized = ", normalized" if pooling.normalize else ""
         what = "sentence-transformers embedder" if result["modules"] else "embedder"

@@ -51,6 +51,14 @@ _HF_IGNORED = (
     "use_cache",
     "classifier_dropout",
     "gradient_checkpointing",
+    # A classifier's labels and a sentence-transformers CrossEncoder's activation: the
+    # head's tensors hold its shape.
+    "id2label",
+    "label2id",
+    "problem_type",
+    "num_labels",
+    "sentence_transformers",
+    "sbert_ce_default_activation_function",
 )
 
 

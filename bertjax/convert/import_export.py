@@ -35,8 +35,8 @@ from bertjax.convert import (
 from bertjax.convert.errors import ConversionError
 from bertjax.convert.param_names import FORMATS
 from bertjax.embedding import Pooling
-from bertjax.model import BertConfig, BertForPreTraining
-from bertjax.tasks import pretraining
+from bertjax.model import BertConfig, BertForPreTraining, BertForReranking
+from bertjax.tasks import pretraining, reranking
 from bertjax.tasks.contract import Description, HFClass, Task
 from data_pipeline import config as data_config_lib
 from data_pipeline import files
@@ -90,17 +90,24 @@ def import_checkpoint(
     workdir = workdir_lib.absolute(workdir)
     destination.check_empty(workdir)
     pooling, modules = None, False
-    if format == "hf" and not _isfile(source) and sentence_transformers.is_directory(source):
-        source, pooling = sentence_transformers.read(_source_directory(source))
+    directory = format == "hf" and not _isfile(source) and _source_directory(source)
+    cross_encoder = bool(directory) and sentence_transformers.is_cross_encoder(directory)
+    if directory and not cross_encoder and sentence_transformers.is_directory(directory):
+        source, pooling = sentence_transformers.read(directory)
         modules = True
     src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
-    if format == "hf" and pooling is None:
+    if format == "hf" and pooling is None and not cross_encoder:
         # bertjax.embed then embeds as SentenceTransformer(source) does.
         pooling = sentence_transformers.without_modules(os.path.dirname(src.config_file))
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
+    if cross_encoder:
+        _check_one_label(src.config_file)
+    task = reranking.TASK if cross_encoder else pretraining.TASK
+    hf_class = reranking.HF_CLASSES[config_json.hf_family(config)] if cross_encoder else None
     params, initialized = params_from_tensors(
-        src.tensors, config, format, where=src.weights_file, config_file=src.config_file, seed=seed
-    )
+        src.tensors, config, format, where=src.weights_file, config_file=src.config_file,
+        seed=seed, hf_class=hf_class,
+    )  # fmt: skip
     vocab = _vocab_of(src, config, format)
     vocab_file = os.path.join(workdir, "vocab" + os.path.splitext(src.vocab_file)[1])
     run_config = ml_collections.ConfigDict(
@@ -116,19 +123,24 @@ def import_checkpoint(
                 "ignored": src.ignored,
                 **src.record,
                 "sentence_transformers": pooling.to_json() if modules else None,
+                "cross_encoder": cross_encoder,
             },
         }
     )
     description = pretraining.describe(run_config.data)
     if pooling:
         description = dataclasses.replace(description, embedding=pooling.to_json())
+    if cross_encoder:
+        description = reranking.imported(
+            description.tokenizer_data, sentence_transformers.cross_encoder_max_length(directory)
+        )
     with destination.staging(workdir) as staging:
         workdir_lib.write_run_description(
             staging,
             run_config,
             config,
             src.vocab_file,
-            kind=pretraining.TASK.name,
+            kind=task.name,
             description=description.to_json(),
         )
         # Closing the manager waits for the asynchronous save.
@@ -146,7 +158,19 @@ def import_checkpoint(
         # Whether the pooling is a sentence-transformers pipeline's (modules.json), or
         # what sentence-transformers makes of a directory without one.
         "modules": modules,
+        "kind": task.name,
     }
+
+
+def _check_one_label(config_file: str) -> None:
+    """A CrossEncoder bertjax imports scores a pair with one logit."""
+    values = _read_json(config_file)
+    labels = values.get("num_labels", len(values.get("id2label") or {0: ""}))
+    if labels != 1:
+        raise ConversionError(
+            f"{config_file}: a CrossEncoder of {labels} labels; bertjax imports rerankers of "
+            "one (a relevance score)"
+        )
 
 
 def _vocab_of(src, config, format: str):
@@ -172,19 +196,23 @@ def params_from_tensors(
     where: str = "the checkpoint",
     config_file: str = "the config",
     seed: int = 0,
+    hf_class: HFClass | None = None,
 ) -> tuple[dict, list[str]]:
-    """Our BertForPreTraining parameters from a checkpoint's tensors, by the rename table.
+    """Our BertForPreTraining parameters from a checkpoint's tensors, by the rename table;
+    with `hf_class` (hf only), those of a reranker (model.BertForReranking) from the
+    tensors of that sequence-classification class.
 
     Returns (params, initialized): numpy parameters in config.scan_layers's layout, and
     the optional groups that were missing and so got our initialization from `seed`.
     """
     tensors = dict(tensors)
-    table = _table(format, config, config.num_hidden_layers)
+    table = _table(format, config, config.num_hidden_layers, hf_class)
     family = config_json.hf_family(config)
     if format == "hf":
         _untie(tensors, where, family)
     per_layer = dataclasses.replace(config, scan_layers=False)
-    shapes = _flat(jax.eval_shape(functools.partial(_init_params, per_layer), jax.random.key(0)))
+    init = functools.partial(_init_params, reranker=hf_class is not None)
+    shapes = _flat(jax.eval_shape(functools.partial(init, per_layer), jax.random.key(0)))
     known = {name for name, _ in table.values()}
     ignored = param_names.IGNORED[format]
     unknown = sorted(n for n in tensors if n not in known and not ignored.fullmatch(n))
@@ -226,7 +254,7 @@ def params_from_tensors(
         # Heads and pooler take their rngs from their own paths, so a one-layer model
         # initializes them as the full one would, and compiles in a fraction of the time.
         one_layer = dataclasses.replace(config, num_hidden_layers=1, scan_layers=False)
-        fresh = _flat(jax.jit(functools.partial(_init_params, one_layer))(jax.random.key(seed)))
+        fresh = _flat(jax.jit(functools.partial(init, one_layer))(jax.random.key(seed)))
         for path in table:
             if param_names.group_of(path) in initialized:
                 flat[path] = np.asarray(fresh[path])
@@ -542,6 +570,8 @@ def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = 
     unexpected (a BERT pretrained without a pooler: with add_pooling_layer=False).
     """
     source = _export_source(workdir, out_dir, step, hf_task=False)
+    if source.task.name == reranking.TASK.name:
+        return _export_cross_encoder(source, step)
     try:
         pooling = Pooling.from_json(source.description.embedding)
     except (TypeError, ValueError) as e:
@@ -578,6 +608,27 @@ def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = 
         "config": source.config,
         "class": hf_class.name,
         "pooling": dataclasses.replace(pooling, max_seq_length=max_length),
+    }
+
+
+def _export_cross_encoder(source, step: int | None) -> dict:
+    """A reranking workdir as a sentence-transformers CrossEncoder: its transformers
+    sequence classifier of one label, and the module files (activation the identity:
+    `predict` gives bertjax.rerank's scores). Pairs are cut where the workdir cuts them."""
+    hf_class = source.task.hf_class(source.family, source.description)
+    restored = inference.restore(source.workdir, step)
+    tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)
+    max_length = min(source.description.max_seq_length, source.config.max_position_embeddings)
+    with destination.staging(source.out_dir) as staging:
+        _write_hf(staging, source, hf_class, tensors, max_length)
+        sentence_transformers.write_cross_encoder(staging)
+    return {
+        "out_dir": source.out_dir,
+        "step": restored.step,
+        "config": source.config,
+        "class": hf_class.name,
+        "pooling": None,
+        "max_length": max_length,
     }
 
 
@@ -779,8 +830,11 @@ def _checkpoint_step(workdir: str, step: int | None) -> int:
 # ----------------------------------------------------------------------------- shared
 
 
-def _init_params(config: BertConfig, rng):
+def _init_params(config: BertConfig, rng, reranker: bool = False):
     ids = jnp.zeros((1, 2), jnp.int32)
+    if reranker:
+        variables = BertForReranking(config).init(rng, ids, ids, ids, deterministic=True)
+        return nn.meta.unbox(variables["params"])
     # ModernBERT pretrains with masked LM alone: no pooler, no NSP head.
     model = BertForPreTraining(config, next_sentence=config_json.hf_family(config) != "modernbert")
     variables = model.init(rng, ids, ids, ids, ids[:, :1], deterministic=True)

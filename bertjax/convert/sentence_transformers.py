@@ -23,6 +23,7 @@ import os
 
 from bertjax.convert.errors import ConversionError
 from bertjax.embedding import Pooling
+from bertjax.tasks import reranking
 from data_pipeline import files
 
 MODULES_FILE = "modules.json"
@@ -55,6 +56,53 @@ _LEGACY_MODES = {
 def is_directory(directory: str) -> bool:
     """Whether `directory` is a sentence-transformers model (it has modules.json)."""
     return files.exists(os.path.join(directory, MODULES_FILE))
+
+
+def is_cross_encoder(directory: str) -> bool:
+    """Whether `directory` is a sentence-transformers CrossEncoder (a reranker): from 6 on its
+    config_sentence_transformers.json says so; 4 and 5 keep its activation in config.json
+    ("sentence_transformers"), earlier versions as "sbert_ce_default_activation_function"."""
+    settings = os.path.join(directory, MODEL_CONFIG_FILE)
+    if files.exists(settings) and _json(settings).get("model_type") == "CrossEncoder":
+        return True
+    config_file = os.path.join(directory, "config.json")
+    if not files.exists(config_file):
+        return False
+    values = _json(config_file)
+    legacy = values.get("sentence_transformers")
+    return (
+        isinstance(legacy, dict) and "activation_fn" in legacy
+    ) or "sbert_ce_default_activation_function" in values
+
+
+def cross_encoder_max_length(directory: str) -> int:
+    """Where a CrossEncoder cuts a pair, [CLS] and both [SEP]s included: its tokenizer's
+    model_max_length, at most the model's positions."""
+    return _max_seq_length(directory)
+
+
+def write_cross_encoder(out_dir: str) -> None:
+    """The module files of a CrossEncoder beside the Hugging Face sequence-classification
+    model already in `out_dir`, as sentence-transformers 6.2's `CrossEncoder.save` writes
+    them; its activation is the identity, so `predict` gives the logits, bertjax.rerank's
+    scores."""
+    written = {
+        MODEL_CONFIG_FILE: {
+            "__version__": {"sentence_transformers": WRITTEN_AS},
+            "activation_fn": reranking.IDENTITY_ACTIVATION,
+            "default_prompt_name": None,
+            "model_type": "CrossEncoder",
+            "prompts": {},
+        },
+        MODULES_FILE: [{"idx": 0, "name": "0", "path": "", "type": MODULE_TYPES["Transformer"]}],
+        TRANSFORMER_CONFIG_FILE: {
+            "transformer_task": "sequence-classification",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+            "module_output_name": "scores",
+        },
+    }
+    for path, values in written.items():
+        files.atomic_write_json(os.path.join(out_dir, path), values)
 
 
 def read(directory: str) -> tuple[str, Pooling]:

@@ -197,7 +197,25 @@ def best_metric(config) -> scores.Metric:
 
 
 def group_size(description: Description) -> int:
-    return reranking_config.from_config(description.data or {}).group_size
+    """The pairs of a training row; 1 for an imported reranker's workdir (no data)."""
+    data = description.data or {}
+    if not any(data.get(source) for source in ("beir_dir", "train_file", "eval_file")):
+        return 1
+    return reranking_config.from_config(data).group_size
+
+
+def imported(tokenizer_data: dict, max_seq_length: int) -> Description:
+    """task.json of a reranker imported from elsewhere (a sentence-transformers CrossEncoder):
+    pairs cut to `max_seq_length` tokens, the query first only when it leaves the passage
+    nothing (so that a pair is cut as transformers' longest-first truncation cuts it,
+    the longer side first)."""
+    return Description(
+        max_seq_length=max_seq_length,
+        tokenizer_data=tokenizer_data,
+        num_labels=1,
+        metrics=retrieval_metrics.MEASURES,
+        data={"max_query_length": max_seq_length - 4, "max_seq_length": max_seq_length},
+    )
 
 
 def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
@@ -252,14 +270,16 @@ def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 6
         raise TypeError("pass a list of passages, not one string")
     if not passages:
         return np.zeros(0, np.float32)
-    data = reranking_config.from_config(restored.task.data or {})
+    max_query_length = (restored.task.data or {}).get(
+        "max_query_length", reranking_config.RerankingConfig.max_query_length
+    )
     features = {
         name: value.numpy()
         for name, value in reranking_input.encode_pairs(
             restored.tokenizer,
             tf.constant([query] * len(passages)),
             tf.constant(list(passages)),
-            max_query_length=data.max_query_length,
+            max_query_length=max_query_length,
             max_seq_length=restored.max_seq_length,
         ).items()
     }
@@ -278,9 +298,23 @@ def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 6
     return out
 
 
+# A reranker in each model family as transformers holds it: a sequence classifier of one
+# label (what a sentence-transformers CrossEncoder loads).
+HF_CLASSES = {
+    "bert": HFClass("BertForSequenceClassification", {"classifier": "classifier"}),
+    "modernbert": HFClass("ModernBertForSequenceClassification", {"classifier": "classifier"}),
+}
+
+
 def hf_config(description: Description) -> dict:
-    """config.json's head: one label, the relevance logit (as CrossEncoder reads it)."""
-    return finetune.hf_labels(dataclasses.replace(description, label_names=()))
+    """config.json's head: one label, the relevance logit, and the activation a
+    sentence-transformers CrossEncoder (4 and 5) then applies to it: none."""
+    labels = finetune.hf_labels(dataclasses.replace(description, label_names=()))
+    return {**labels, "sentence_transformers": {"activation_fn": IDENTITY_ACTIVATION}}
+
+
+# sentence-transformers' name of the identity, which a CrossEncoder applies to the logit.
+IDENTITY_ACTIVATION = "torch.nn.modules.linear.Identity"
 
 
 TASK = Task(
@@ -293,13 +327,5 @@ TASK = Task(
     check_config=check_config,
     without_data=without_data,
     report=finetune.report,
-    hf_class=finetune.hf_classes(
-        {
-            "bert": HFClass("BertForSequenceClassification", {"classifier": "classifier"}),
-            "modernbert": HFClass(
-                "ModernBertForSequenceClassification", {"classifier": "classifier"}
-            ),
-        },
-        config=hf_config,
-    ),
+    hf_class=finetune.hf_classes(HF_CLASSES, config=hf_config),
 )

@@ -36,6 +36,7 @@ from bertjax.tasks.contract import (
     Initialization,
     Model,
     Objective,
+    Serving,
     Setup,
     Task,
     longest_batch_shapes,
@@ -270,17 +271,10 @@ def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 6
         raise TypeError("pass a list of passages, not one string")
     if not passages:
         return np.zeros(0, np.float32)
-    max_query_length = (restored.task.data or {}).get(
-        "max_query_length", reranking_config.RerankingConfig.max_query_length
-    )
     features = {
         name: value.numpy()
-        for name, value in reranking_input.encode_pairs(
-            restored.tokenizer,
-            tf.constant([query] * len(passages)),
-            tf.constant(list(passages)),
-            max_query_length=max_query_length,
-            max_seq_length=restored.max_seq_length,
+        for name, value in _encode(
+            restored, tf.constant([query] * len(passages)), tf.constant(list(passages))
         ).items()
     }
     tokens = features["input_mask"].sum(axis=1)
@@ -296,6 +290,39 @@ def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 6
             batch[name][: len(rows)] = value[rows, :width]
         out[rows] = np.asarray(restored.apply(batch))[: len(rows), 0]
     return out
+
+
+def _encode(restored, queries: tf.Tensor, passages: tf.Tensor) -> dict[str, tf.Tensor]:
+    """reranking_input.encode_pairs with the restored reranker's tokenizer and lengths."""
+    max_query_length = (restored.task.data or {}).get(
+        "max_query_length", reranking_config.RerankingConfig.max_query_length
+    )
+    return reranking_input.encode_pairs(
+        restored.tokenizer, queries, passages, max_query_length=max_query_length,
+        max_seq_length=restored.max_seq_length,
+    )  # fmt: skip
+
+
+def serving(restored) -> Serving:
+    """The SavedModel's: `query` and `passage` (tf.string [B]) in, `score` float32 [B] out,
+    bertjax.rerank's: the pair laid out and cut in the graph as the task trains."""
+
+    def preprocess(texts: dict) -> dict:
+        features = _encode(restored, texts["query"], texts["passage"])
+        return {name: tf.cast(features[name], tf.int32) for name in MODEL_INPUTS}
+
+    def forward(params, inputs: dict):
+        model_inputs = (inputs[name] for name in MODEL_INPUTS)
+        return restored.model.apply({"params": params}, *model_inputs, deterministic=True)
+
+    return Serving(
+        texts=("query", "passage"),
+        preprocess=preprocess,
+        inputs=dict.fromkeys(MODEL_INPUTS, "(b, l)"),
+        length=restored.max_seq_length,
+        forward=forward,
+        postprocess=lambda scores, features: {"score": scores[:, 0]},
+    )
 
 
 # A reranker in each model family as transformers holds it: a sequence classifier of one
@@ -327,5 +354,6 @@ TASK = Task(
     check_config=check_config,
     without_data=without_data,
     report=finetune.report,
+    serving=serving,
     hf_class=finetune.hf_classes(HF_CLASSES, config=hf_config),
 )

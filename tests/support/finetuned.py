@@ -33,6 +33,8 @@ HEADS = {
         "AutoModelForTokenClassification",
     ),
     "squad": (BertForQuestionAnswering, (), "AutoModelForQuestionAnswering"),
+    # A reranker's parameters are a one-label classifier's (model.BertForReranking).
+    "reranking": (BertForSequenceClassification, (), "AutoModelForSequenceClassification"),
 }
 
 
@@ -41,6 +43,7 @@ HEADS = {
 DATA = {
     "classification": {"text_a": "sentence1", "text_b": "sentence2"},
     "squad": {"max_seq_length": 128, "doc_stride": 32},
+    "reranking": {"max_query_length": 16, "max_seq_length": 128},
 }
 
 
@@ -49,7 +52,7 @@ def finetuned_workdir(minilm_workdir, root, case: str) -> str:
     description; its tokenizer keeps words up to 200 characters, as bertjax's own runs do."""
     head, labels, _ = HEADS[case]
     kind = "classification" if case == "regression" else case
-    num_labels = 1 if case == "regression" else len(labels)
+    num_labels = 1 if case in ("regression", "reranking") else len(labels)
     pretrained = bertjax.restore(str(minilm_workdir))
     tokenizer_data = {**pretrained.task.tokenizer_data, "max_chars_per_word": 200}
     workdir = os.path.join(root, case)

@@ -117,6 +117,27 @@ def test_a_classifier_of_pairs_answers_as_classify_from_text_and_from_ids(minilm
     np.testing.assert_allclose(short["logits"], by_text["logits"][:2], atol=1e-5)
 
 
+def test_a_reranker_scores_each_pair_as_rerank_does(minilm_workdir, tmp_path):
+    workdir = finetuned_workdir(minilm_workdir, tmp_path, "reranking")
+    out = tmp_path / "served"
+    exported = savedmodel.export_savedmodel(workdir, str(out))
+    assert (list(exported["texts"]), exported["outputs"]) == (["query", "passage"], ["score"])
+    restored = bertjax.restore(workdir)
+    # Each text as the query of the next, past the query's 16 tokens and the pair's 128.
+    queries = TEXTS[1:] + TEXTS[:1]
+    by_text, no_text = serve(
+        out,
+        [
+            {"signature": "serving_default", "inputs": {"query": queries, "passage": TEXTS}},
+            {"signature": "serving_default", "inputs": {"query": [], "passage": []}},
+        ],
+        tmp_path,
+    )
+    assert_empty(no_text, {"score": (0,)})
+    ours = [bertjax.rerank(restored, q, [p])[0] for q, p in zip(queries, TEXTS, strict=True)]
+    np.testing.assert_allclose(by_text["score"], ours, atol=1e-5)
+
+
 def savedmodel_inputs() -> tuple[str, ...]:
     return ("input_ids", "input_mask", "segment_ids")
 

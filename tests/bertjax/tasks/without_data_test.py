@@ -11,10 +11,10 @@ from support import REPO
 
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
-from bertjax.tasks import classification, finetune, retrieval
+from bertjax.tasks import classification, finetune, reranking, retrieval
 from data_pipeline import config as data_config_lib
 from data_pipeline.errors import ConfigError
-from experiments.finetune import retrieval_pod
+from experiments.finetune import reranking_pod, retrieval_pod
 from experiments.pretrain import modernbert_base_phase2
 
 
@@ -77,3 +77,24 @@ def test_retrieval_builds_on_placeholder_pairs_of_every_column(tmp_path):
         "query_ids": 64, "query_mask": 64, "passage_ids": 2 * 256, "passage_mask": 2 * 256
     }  # fmt: skip
     data_config_lib.read_config_file(os.path.join(REPO, "experiments/finetune/retrieval_pod.py"))
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_reranking_builds_on_placeholder_groups_of_its_size(tmp_path, pairs):
+    config = reranking_pod.get_config("bert_base")
+    config.init_checkpoint = os.path.join(REPO, "experiments/pretrain/tiny_cpu.py")
+    config.data.num_negatives = 3
+    config.train_batch_size, config.eval_batch_size = 16, 24
+    if pairs:
+        config.data.passage = "passage"
+    built = reranking.without_data(config, str(tmp_path))
+    assert built.data.beir_dir == "" and built.data.train_file == built.data.eval_file
+    rows = list(map(json.loads, pathlib.Path(built.data.train_file).read_text().splitlines()))
+    assert len(rows) == 24
+    setup = reranking.TASK.setup(built, str(tmp_path / "run"))
+    assert setup.objective.num_train_steps == 1
+    size = 1 if pairs else 4
+    assert setup.model.inputs == dict.fromkeys(
+        ("input_ids", "input_mask", "segment_ids"), size * 256
+    )
+    data_config_lib.read_config_file(os.path.join(REPO, "experiments/finetune/reranking_pod.py"))

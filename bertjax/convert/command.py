@@ -122,7 +122,7 @@ def main(argv: list[str]) -> None:
         f"(do_lower_case={result['do_lower_case']})"
     )
     pooling = result["pooling"]
-    if result["kind"] == "reranking":
+    if result["cross_encoder"]:
         print("  sentence-transformers CrossEncoder: a reranking workdir (bertjax.rerank scores as")
         print("  CrossEncoder.predict does with the identity activation: the logits)")
     if pooling:

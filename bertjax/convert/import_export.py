@@ -89,19 +89,8 @@ def import_checkpoint(
         raise ConversionError(f"--format={format!r}: must be one of {', '.join(FORMATS)}")
     workdir = workdir_lib.absolute(workdir)
     destination.check_empty(workdir)
-    pooling, modules = None, False
-    directory = format == "hf" and not _isfile(source) and _source_directory(source)
-    cross_encoder = bool(directory) and sentence_transformers.is_cross_encoder(directory)
-    if directory and not cross_encoder and sentence_transformers.is_directory(directory):
-        source, pooling = sentence_transformers.read(directory)
-        modules = True
-    src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
-    if format == "hf" and pooling is None and not cross_encoder:
-        # bertjax.embed then embeds as SentenceTransformer(source) does.
-        pooling = sentence_transformers.without_modules(os.path.dirname(src.config_file))
+    src, pooling, modules, cross_encoder = _read_source(format, source, do_lower_case)
     config = dataclasses.replace(src.config, scan_layers=scan_layers)
-    if cross_encoder:
-        _check_one_label(src.config_file)
     task = reranking.TASK if cross_encoder else pretraining.TASK
     hf_class = reranking.HF_CLASSES[config_json.hf_family(config)] if cross_encoder else None
     params, initialized = params_from_tensors(
@@ -123,7 +112,7 @@ def import_checkpoint(
                 "ignored": src.ignored,
                 **src.record,
                 "sentence_transformers": pooling.to_json() if modules else None,
-                "cross_encoder": cross_encoder,
+                "cross_encoder": bool(cross_encoder),
             },
         }
     )
@@ -131,9 +120,7 @@ def import_checkpoint(
     if pooling:
         description = dataclasses.replace(description, embedding=pooling.to_json())
     if cross_encoder:
-        description = reranking.imported(
-            description.tokenizer_data, sentence_transformers.cross_encoder_max_length(directory)
-        )
+        description = reranking.imported(description.tokenizer_data, cross_encoder)
     with destination.staging(workdir) as staging:
         workdir_lib.write_run_description(
             staging,
@@ -158,8 +145,27 @@ def import_checkpoint(
         # Whether the pooling is a sentence-transformers pipeline's (modules.json), or
         # what sentence-transformers makes of a directory without one.
         "modules": modules,
-        "kind": task.name,
+        "cross_encoder": bool(cross_encoder),
     }
+
+
+def _read_source(format: str, source: str, do_lower_case: bool | None):
+    """(the checkpoint, how it embeds or None, whether that is a sentence-transformers
+    pipeline's, and for a CrossEncoder where it cuts a pair, else 0)."""
+    pooling, modules, cross_encoder = None, False, 0
+    directory = format == "hf" and not _isfile(source) and _source_directory(source)
+    if directory and sentence_transformers.is_cross_encoder(directory):
+        cross_encoder = sentence_transformers.cross_encoder_max_length(directory)
+    elif directory and sentence_transformers.is_directory(directory):
+        source, pooling = sentence_transformers.read(directory)
+        modules = True
+    src = _read_tf(source, do_lower_case) if format == "tf" else _read_hf(source, do_lower_case)
+    if cross_encoder:
+        _check_one_label(src.config_file)
+    elif format == "hf" and pooling is None:
+        # bertjax.embed then embeds as SentenceTransformer(source) does.
+        pooling = sentence_transformers.without_modules(os.path.dirname(src.config_file))
+    return src, pooling, modules, cross_encoder
 
 
 def _check_one_label(config_file: str) -> None:

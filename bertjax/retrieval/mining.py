@@ -24,7 +24,7 @@ import json
 
 import numpy as np
 
-from bertjax import inference, search
+from bertjax import inference, search, tasks
 from bertjax import workdir as workdir_lib
 from bertjax.tasks import reranking
 from data_pipeline import files, progress
@@ -75,9 +75,10 @@ def require_kind(workdir: str, flag: str, *, reranker: bool) -> None:
     """A reranker's workdir where one is wanted, and an embedder's (any other) elsewhere:
     from task.json, before anything loads."""
     kind, _ = workdir_lib.read_task(workdir)
-    if reranker and kind != "reranking":
+    reranks = tasks.get(kind, where=f"{flag}={workdir}: task").reranks
+    if reranker and not reranks:
         raise UserError(f"{flag}={workdir}: a {kind} workdir; this takes a reranking workdir")
-    if not reranker and kind == "reranking":
+    if not reranker and reranks:
         raise UserError(
             f"{flag}={workdir}: a reranking workdir scores pairs; this takes an embedder "
             "(any other workdir)"

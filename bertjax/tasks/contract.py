@@ -272,6 +272,9 @@ class Task:
     hf_class: Callable[[str, Description], HFClass] | None = None
     # (restored) -> Serving: what its SavedModel serves; None: no SavedModel export
     serving: Callable[[Any], Serving] | None = None
+    # Its workdirs score (query, passage) pairs, a reranker's (bertjax.rerank): what
+    # `retrieval evaluate --rerank` and `mine --scorer` take, and no embedder.
+    reranks: bool = False
 
 
 def dataset_batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:

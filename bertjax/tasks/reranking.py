@@ -356,4 +356,5 @@ TASK = Task(
     report=finetune.report,
     serving=serving,
     hf_class=finetune.hf_classes(HF_CLASSES, config=hf_config),
+    reranks=True,
 )

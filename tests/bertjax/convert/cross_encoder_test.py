@@ -45,7 +45,7 @@ def predicted(directory) -> np.ndarray:
 def test_a_cross_encoder_imports_as_a_reranker_and_exports_back(cross_encoder_dir, tmp_path):
     theirs = predicted(cross_encoder_dir)
     result = import_export.import_checkpoint("hf", str(cross_encoder_dir), str(tmp_path / "w"))
-    assert result["kind"] == "reranking" and result["pooling"] is None
+    assert result["cross_encoder"] and result["pooling"] is None
     restored = bertjax.restore(str(tmp_path / "w"))
     assert restored.kind == "reranking" and restored.max_seq_length == 512
     ours = bertjax.rerank(restored, QUERY, PASSAGES, batch_size=2)

@@ -143,15 +143,19 @@ def _search_in_chunks(restored, passages, queries, options, *, batch_size):
     float32 and corpus indices int, [Nq, K], best first."""
     depth = options.rank_range[1]
     chunks = range(0, len(passages), options.chunk)
+    batches = sum(
+        -(-len(passages[begin : begin + options.chunk]) // batch_size) for begin in chunks
+    )
     mining = progress.Progress(
-        f"embedding and searching {len(passages):,} passages", len(chunks), unit="chunks"
+        f"embedding and searching {len(passages):,} passages", batches, unit="batches"
     )
     best = np.full((len(queries), 0), -np.inf, np.float32)
     where = np.zeros((len(queries), 0), np.int64)
     for begin in chunks:
         vectors = inference.embed(
-            restored, passages[begin : begin + options.chunk], batch_size=batch_size
-        )
+            restored, passages[begin : begin + options.chunk], batch_size=batch_size,
+            progress=mining,
+        )  # fmt: skip
         scores, indices = search.top_k(queries, vectors, depth)
         best = np.concatenate([best, scores], axis=1)
         where = np.concatenate([where, indices + begin], axis=1)
@@ -159,7 +163,6 @@ def _search_in_chunks(restored, passages, queries, options, *, batch_size):
         order = np.lexsort((where, -best), axis=-1)[:, :depth]
         best = np.take_along_axis(best, order, axis=1)
         where = np.take_along_axis(where, order, axis=1)
-        mining.advance()
     mining.finish()
     return best, where
 

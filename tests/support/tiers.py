@@ -96,6 +96,7 @@ LONGEST_FILES = (
     # make test's longest after commands_test.py (1.5 to 2.5 minutes each)
     "bertjax/suites/suites_squad_test.py",
     "bertjax/bench/embedding_bench_test.py",
+    "bertjax/bench/reranking_bench_test.py",
     "bertjax/bench/serving_bench_test.py",
 )
 

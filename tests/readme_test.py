@@ -38,6 +38,13 @@ NOT_AS_WRITTEN = {
         "tests/bertjax/tasks/finetune_learning_test.py, on the same collection's pairs, "
         "its dev queries searched among their own passages"
     ),
+    "python -m bertjax.retrieval mine": (
+        "tests/commands_test.py, on a small BEIR directory with the command tier's model"
+    ),
+    "python -m bertjax.main --config experiments/finetune/builtin_reranking.py": (
+        "tests/commands_test.py, on negatives mined from a small BEIR directory: as "
+        "written, MiniLM trains on 8,872 pairs"
+    ),
     "python -m bertjax.convert export --format sentence-transformers": (
         "tests/bertjax/tasks/finetune_learning_test.py, on its fine-tuned embedder"
     ),

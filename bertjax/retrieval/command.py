@@ -1,4 +1,4 @@
-"""Scores an embedder (retrieval on a BEIR collection, or STS correlation), and mines hard
+r"""Scores an embedder (retrieval on a BEIR collection, or STS correlation), and mines hard
 negatives with it for a reranker.
 
     python -m bertjax.retrieval evaluate --workdir W --data_dir BEIR_DIR --split test --out OUT \
@@ -7,7 +7,8 @@ negatives with it for a reranker.
     python -m bertjax.retrieval mine --workdir W --data_dir BEIR_DIR --split train \
         --out negatives.jsonl [--rank_range 3:50] [--num_negatives 7] [--margin M]
 
-W is any workdir (imported, pretrained or fine-tuned); it embeds as bertjax.embed does.
+W is any workdir but a reranker's (imported, pretrained or fine-tuned); it embeds as
+bertjax.embed does.
 `evaluate` embeds the split's queries and the whole corpus, searches exactly on the
 devices (the corpus split over all of them), and writes OUT/run.trec (each query's top
 100, the TREC run format) and OUT/metrics.json (nDCG@10, MRR@10, Recall@100, MAP@100 as

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from data_pipeline.config import fail
 from data_pipeline.finetune import records
 from data_pipeline.finetune.classification_input import lay_out
 from data_pipeline.finetune.records import (
@@ -170,6 +171,14 @@ def _load_beir(config: RerankingConfig) -> RerankingTask:
                 queries, corpus,
             )  # fmt: skip
         pools = {q: [*judged, *negatives.get(q, ())] for q, judged in qrels.items()}
+        if all(score > 0 for q in pools for score in qrels[q].values()) and not negatives:
+            fail(
+                "eval_split",
+                config.eval_split,
+                "its queries' only candidates would be their relevant passages (nDCG@10 1 "
+                "whatever the model): give eval_negatives_file (python -m bertjax.retrieval "
+                f"mine --split {config.eval_split}), or eval_split=''",
+            )
         eval_ = _candidates(directory, pools, qrels, queries, corpus)
     return RerankingTask(config, train, eval_)
 

@@ -9,8 +9,8 @@ negatives.jsonl gives each training query's passages that are not relevant, best
 ranked first ({"query_id": ..., "negatives": [...]}, as `python -m bertjax.retrieval
 mine` writes them). Each relevant passage makes a group with the first
 config.data.num_negatives of them. The dev queries are reranked among their judged
-passages (and config.data.eval_negatives_file's) after every epoch; the best
-checkpoint by nDCG@10 is kept. Rows instead: --config.data.train_file=groups.tsv
+passages and config.data.eval_negatives_file's (mined the same way with --split dev)
+after every epoch; the best checkpoint by nDCG@10 is kept. Rows instead: --config.data.train_file=groups.tsv
 (columns query and positive, --config.data.negatives=neg1,neg2), or
 --config.data.passage=passage for (query, passage, label) rows.
 Every data option is a field of data_pipeline.finetune.reranking_config.RerankingConfig.

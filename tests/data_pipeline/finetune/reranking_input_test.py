@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from support.beir_files import write_beir
 
+from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import reranking_input
 from data_pipeline.finetune.records import TaskDataError
 
@@ -168,3 +169,15 @@ def test_a_label_outside_zero_to_one_names_its_line(tmp_path):
     path.write_text("query,passage,label\na,b,1\na,c,2\n")
     with pytest.raises(TaskDataError, match="pairs.csv: line 3: 'label' is '2'"):
         reranking_input.load_reranking_task({"train_file": str(path), "passage": "passage"})
+
+
+def test_held_out_queries_with_no_candidate_but_their_relevant_passages_are_refused(tmp_path):
+    directory = write_beir(tmp_path / "beir")
+    negatives = [{"query_id": f"q{i}", "negatives": ["d35"]} for i in range(30)]
+    config = {
+        "beir_dir": str(directory),
+        "negatives_file": write_negatives(tmp_path / "n.jsonl", negatives),
+    }
+    with pytest.raises(ConfigError, match="config.data.eval_split='dev': its queries' only"):
+        reranking_input.load_reranking_task(config)
+    assert reranking_input.load_reranking_task({**config, "eval_split": ""}).eval is None

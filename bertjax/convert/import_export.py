@@ -576,7 +576,7 @@ def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = 
     unexpected (a BERT pretrained without a pooler: with add_pooling_layer=False).
     """
     source = _export_source(workdir, out_dir, step, hf_task=False)
-    if source.task.name == reranking.TASK.name:
+    if source.task.reranks:
         return _export_cross_encoder(source, step)
     try:
         pooling = Pooling.from_json(source.description.embedding)
@@ -620,7 +620,9 @@ def export_sentence_transformers(workdir: str, out_dir: str, step: int | None = 
 def _export_cross_encoder(source, step: int | None) -> dict:
     """A reranking workdir as a sentence-transformers CrossEncoder: its transformers
     sequence classifier of one label, and the module files (activation the identity:
-    `predict` gives bertjax.rerank's scores). Pairs are cut where the workdir cuts them."""
+    `predict` gives bertjax.rerank's scores). A pair is cut at the workdir's length;
+    transformers cuts the longer side first and does not cut the query at
+    max_query_length first, so a longer query is read further there."""
     hf_class = source.task.hf_class(source.family, source.description)
     restored = inference.restore(source.workdir, step)
     tensors = tensors_from_params(restored.params, source.config, "hf", hf_class)

@@ -35,7 +35,9 @@ EVALUATE_OPTIONS = {"--data_dir": "beir_dir", "--split": "eval_split"}
 def define_flags() -> None:
     flags.DEFINE_string("workdir", "", "The embedder: any bertjax workdir but a reranker's.")
     flags.DEFINE_string("data_dir", "", "evaluate, mine: a BEIR-layout directory.")
-    flags.DEFINE_string("split", "test", "evaluate, mine: the qrels split (qrels/SPLIT.tsv).")
+    flags.DEFINE_string(
+        "split", None, "evaluate (default test), mine (required): the qrels split, qrels/SPLIT.tsv."
+    )
     flags.DEFINE_string(
         "out", "", "evaluate: where run.trec and metrics.json go; mine: the file to write."
     )
@@ -44,9 +46,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("batch_size", 64, "Texts per forward pass.")
     flags.DEFINE_string("rank_range", "1:50", "mine: the ranks A:B negatives come from (1: best).")
     flags.DEFINE_integer("num_negatives", 7, "mine: negatives per query, at most.")
-    flags.DEFINE_float("margin", 0.0, "mine: a negative's cosine at most the positive's - this.")
     flags.DEFINE_float(
-        "relative_margin", 0.0, "mine: a negative's cosine at most the positive's x (1 - this)."
+        "margin", None, "mine: a negative's cosine at most the positive's - this; unset: any."
+    )
+    flags.DEFINE_float(
+        "relative_margin", None, "mine: a negative's cosine at most the positive's x (1 - this)."
     )
     flags.DEFINE_enum("sampling", "top", ["top", "random"], "mine: the best ranked, or at random.")
     flags.DEFINE_integer("seed", 0, "mine: the seed of --sampling=random.")
@@ -55,7 +59,9 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "rerank", "", "evaluate: a reranking workdir that reorders the first stage."
     )
-    flags.DEFINE_integer("rerank_depth", 100, "evaluate: the first stage's passages reranked.")
+    flags.DEFINE_integer(
+        "rerank_depth", None, "evaluate --rerank: the first stage's passages reranked; default 100."
+    )
     flags.DEFINE_string(
         "first_stage", "", "evaluate --rerank: a TREC run file to rerank instead of --workdir's."
     )

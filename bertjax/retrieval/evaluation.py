@@ -25,12 +25,21 @@ def main(args) -> None:
         _mine(args)
         return
     if args.argv[0] == "evaluate":
-        for flag in ("data_dir", "split", "out"):
-            if not getattr(args, flag):
+        split = "test" if args.split is None else args.split
+        for flag, value in (("data_dir", args.data_dir), ("split", split), ("out", args.out)):
+            if not value:
                 raise UserError(f"evaluate needs --{flag}")
+        if args.rerank_depth is not None and not args.rerank:
+            raise UserError(f"--rerank_depth={args.rerank_depth}: give --rerank, the reranker")
+        if args.first_stage and args.workdir:
+            raise UserError(
+                f"--first_stage={args.first_stage} and --workdir={args.workdir}: one first "
+                "stage, a run file or an embedder"
+            )
+        depth = retrieval_metrics.DEPTH if args.rerank_depth is None else args.rerank_depth
         figures = evaluate(
-            args.workdir, args.data_dir, args.split, args.out, args.step, args.batch_size,
-            rerank=args.rerank, rerank_depth=args.rerank_depth, first_stage=args.first_stage,
+            args.workdir, args.data_dir, split, args.out, args.step, args.batch_size,
+            rerank=args.rerank, rerank_depth=depth, first_stage=args.first_stage,
         )  # fmt: skip
         if args.rerank:
             print(f"first stage  {_figures(figures[FIRST_STAGE_DIR])}")
@@ -54,9 +63,16 @@ def _figures(figures: dict) -> str:
 
 
 def _mine(args) -> None:
-    for flag in ("workdir", "data_dir", "out"):
+    for flag in ("workdir", "data_dir", "split", "out"):
         if not getattr(args, flag):
-            raise UserError(f"mine needs --{flag}")
+            raise UserError(
+                f"mine needs --{flag}"
+                + (
+                    " (qrels/SPLIT.tsv: whose queries get negatives, train)"
+                    if flag == "split"
+                    else ""
+                )
+            )
     options = mining.Options(
         rank_range=mining.parse_rank_range(args.rank_range),
         num_negatives=args.num_negatives,
@@ -153,11 +169,14 @@ def _search(workdir, collection, depth, step, batch_size):
 
 
 def _write(out, collection, run, about) -> dict[str, float]:
-    """OUT/run.trec (each query's passages, best first) and OUT/metrics.json."""
+    """OUT/run.trec (each query's passages, best first) and OUT/metrics.json, with the
+    number of queries its means are over: those of the run with judgments."""
     figures = retrieval_metrics.evaluate(collection.qrels, run)
     depth = max((len(scored) for scored in run.values()), default=1)
-    retrieval_metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=max(depth, 1))
-    files.atomic_write_json(os.path.join(out, METRICS_FILE), {**figures, **about})
+    retrieval_metrics.write_trec_run(os.path.join(out, RUN_FILE), run, depth=depth)
+    scored = len(retrieval_metrics.per_query(collection.qrels, run))
+    record = {**figures, **about, "queries_scored": scored}
+    files.atomic_write_json(os.path.join(out, METRICS_FILE), record)
     return figures
 
 
@@ -190,7 +209,8 @@ def read_first_stage(path, collection, rerank_depth) -> dict[str, dict[str, floa
 
 
 def _reranked(reranker, collection, run, depth, batch_size) -> dict[str, dict[str, float]]:
-    """Each query's first `depth` passages of `run`, scored by the reranker."""
+    """Each query's first `depth` passages of `run`, scored by the reranker and ranked by
+    it, then the rest of the run's passages in their order, scored below them."""
     restored = inference.restore(reranker)
     queries = dict(zip(collection.query_ids, collection.queries, strict=True))
     corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
@@ -199,9 +219,15 @@ def _reranked(reranker, collection, run, depth, batch_size) -> dict[str, dict[st
     )
     reranked = {}
     for query, scored in run.items():
-        first = retrieval_metrics.ranking(scored)[:depth]
+        ranked = retrieval_metrics.ranking(scored)
+        first = ranked[:depth]
         values = rerank(restored, queries[query], [corpus[d] for d in first], batch_size=batch_size)
         reranked[query] = {d: float(v) for d, v in zip(first, values, strict=True)}
+        # The rest of the first stage's ranking below, in its order: Recall@100 and
+        # MAP@100 then compare with the first stage's at any depth.
+        lowest = float(np.min(values))
+        for below, d in enumerate(ranked[depth:], 1):
+            reranked[query][d] = lowest - below
         reranking_progress.advance()
     reranking_progress.finish()
     return reranked

@@ -3,8 +3,9 @@
 For each query of the split with a relevant passage, the embedder ranks the whole
 corpus; the negatives are drawn from the ranks in `rank_range` (1 is the best), never
 a passage the qrels judge relevant to the query, and, with a margin, never one scored
-too close to the query's relevant passages (the lowest of their cosines): an
-unlabelled positive is more likely there. `sampling` 'top' keeps the best ranked of
+too close to the query's relevant passages (above the lowest of their cosines less
+`margin`, or times 1 - `relative_margin`; a margin of 0 drops those scored above it):
+an unlabelled positive is more likely there. `sampling` 'top' keeps the best ranked of
 what is left, 'random' draws them with `seed`. The output is JSON lines, one per query,
 best ranked first:
 
@@ -38,8 +39,10 @@ SAMPLINGS = ("top", "random")
 class Options:
     rank_range: tuple[int, int] = (1, 50)  # ranks A to B, both kept, 1 the best
     num_negatives: int = 7
-    margin: float = 0.0  # absolute: a negative's cosine at most the positive's - margin
-    relative_margin: float = 0.0  # a negative's cosine at most the positive's * (1 - it)
+    # A negative's cosine at most the positive's - margin, or the positive's * (1 -
+    # relative_margin); None: no bound (0 bounds it by the positive's own).
+    margin: float | None = None
+    relative_margin: float | None = None
     sampling: str = "top"
     seed: int = 0
     chunk: int = 65536  # passages embedded and searched at a time
@@ -50,13 +53,12 @@ class Options:
             raise UserError(f"--rank_range={first}:{last}: ranks A:B with 1 <= A <= B")
         if self.num_negatives < 1:
             raise UserError(f"--num_negatives={self.num_negatives}: at least 1")
-        if self.margin and self.relative_margin:
+        if self.margin is not None and self.relative_margin is not None:
             raise UserError("--margin and --relative_margin: give one of them")
-        if self.margin < 0 or not 0 <= self.relative_margin < 1:
-            raise UserError(
-                f"--margin={self.margin}, --relative_margin={self.relative_margin}: a margin "
-                "is at least 0, a relative one below 1"
-            )
+        if self.margin is not None and self.margin < 0:
+            raise UserError(f"--margin={self.margin}: at least 0")
+        if self.relative_margin is not None and not 0 <= self.relative_margin < 1:
+            raise UserError(f"--relative_margin={self.relative_margin}: from 0, below 1")
         if self.sampling not in SAMPLINGS:
             raise UserError(f"--sampling={self.sampling!r}: one of {', '.join(SAMPLINGS)}")
         if self.chunk < 1:
@@ -188,12 +190,15 @@ def _positive_floor(restored, collection, queries, positives, passage_index, bat
 def _negatives(scores, indices, relevant: set, floor: float, options: Options, rng):
     """(corpus index, cosine) of a query's negatives, best ranked first."""
     first, last = options.rank_range
-    ceiling = floor - options.margin if options.margin else floor * (1 - options.relative_margin)
-    use_ceiling = bool(options.margin or options.relative_margin)
+    ceiling = np.inf
+    if options.margin is not None:
+        ceiling = floor - options.margin
+    elif options.relative_margin is not None:
+        ceiling = floor * (1 - options.relative_margin)
     candidates = [
         (int(i), float(s))
         for i, s in zip(indices[first - 1 : last], scores[first - 1 : last], strict=True)
-        if int(i) not in relevant and not (use_ceiling and s > ceiling)
+        if int(i) not in relevant and s <= ceiling
     ]
     if options.sampling == "random" and len(candidates) > options.num_negatives:
         picked = sorted(rng.choice(len(candidates), options.num_negatives, replace=False))

@@ -37,6 +37,8 @@ reads `config.task` or compares a task's name.
                                            (python -m bertjax.convert export)
     task.serving(restored) -> Serving      what a SavedModel of the workdir takes
                                            and returns (--format savedmodel)
+    task.reranks                           its workdirs score (query, passage) pairs
+                                           (a reranker: bertjax.rerank)
 
 The training loop (train.py) owns everything else, once for every task:
 resume, the checkpoint and evaluation cadence, the finite check, metrics,

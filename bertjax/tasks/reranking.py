@@ -2,8 +2,9 @@ r"""Reranking: a cross-encoder reads a query and a passage together and scores t
 one logit; a first stage's candidates are reordered by it.
 
     python -m bertjax.main --config experiments/finetune/reranking.py --workdir DIR \
-        --config.init_checkpoint=PRETRAINED_CONVERTED_OR_EMBEDDER_WORKDIR \
-        --config.data.beir_dir=BEIR_DIR --config.data.negatives_file=NEGATIVES.jsonl
+        --config.init_checkpoint=PRETRAINED_CONVERTED_EMBEDDER_OR_RERANKER_WORKDIR \
+        --config.data.beir_dir=BEIR_DIR --config.data.negatives_file=NEGATIVES.jsonl \
+        --config.data.eval_negatives_file=DEV_NEGATIVES.jsonl
 
 The input is data_pipeline/finetune/reranking_input.py (groups of a query, its relevant
 passage and hard negatives; or pairs with a label); the model, model.py's
@@ -110,6 +111,8 @@ def setup(config, workdir: str) -> Setup:
     epoch = max(1, round(num_train_steps / config.num_train_epochs))
     grown_from = workdir_lib.read_task(config.init_checkpoint)[0]
     fresh = pretrained.without_pooler or grown_from in WITHOUT_POOLER
+    # A reranker trains on with its own head; from any other workdir the head is new.
+    keys = ("bert", "classifier") if grown_from == TASK.name else ("bert",)
     return Setup(
         model=Model(
             pretrained.model_config,
@@ -153,7 +156,7 @@ def setup(config, workdir: str) -> Setup:
         ),
         init=Initialization(
             checkpoint=config.init_checkpoint,
-            keys=() if config.random_init else ("bert",),
+            keys=() if config.random_init else keys,
             scan_layers=pretrained.scan_layers,
             fresh=("bert/pooler",) if fresh else (),
         ),
@@ -189,7 +192,7 @@ def ranked_run(candidates, scores_, query_index, passage_index) -> dict[str, dic
 
 
 def _write_run(run, workdir: str) -> None:
-    retrieval_metrics.write_trec_run(os.path.join(workdir, EVAL_RUN_FILE), run, tag="rerank")
+    retrieval_metrics.write_trec_run(os.path.join(workdir, EVAL_RUN_FILE), run)
 
 
 def best_metric(config) -> scores.Metric:

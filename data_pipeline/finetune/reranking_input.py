@@ -171,16 +171,32 @@ def _load_beir(config: RerankingConfig) -> RerankingTask:
                 queries, corpus,
             )  # fmt: skip
         pools = {q: [*judged, *negatives.get(q, ())] for q, judged in qrels.items()}
-        if all(score > 0 for q in pools for score in qrels[q].values()) and not negatives:
-            fail(
-                "eval_split",
-                config.eval_split,
-                "its queries' only candidates would be their relevant passages (nDCG@10 1 "
-                "whatever the model): give eval_negatives_file (python -m bertjax.retrieval "
-                f"mine --split {config.eval_split}), or eval_split=''",
-            )
         eval_ = _candidates(directory, pools, qrels, queries, corpus)
+        _check_rerankable(
+            eval_, "eval_split", config.eval_split,
+            f"give eval_negatives_file (python -m bertjax.retrieval mine --split "
+            f"{config.eval_split}), or eval_split=''",
+        )  # fmt: skip
     return RerankingTask(config, train, eval_)
+
+
+def _check_rerankable(candidates: "Candidates", option: str, value, remedy: str) -> None:
+    """Every held-out query has a candidate that is not relevant: one that has only its
+    relevant passages scores nDCG@10 1 whatever the model."""
+    mixed = {
+        candidates.query_ids[q]
+        for q, d in candidates.pairs
+        if candidates.qrels[candidates.query_ids[q]].get(candidates.passage_ids[d], 0) <= 0
+    }
+    alone = [q for q in candidates.query_ids if q not in mixed]
+    if alone:
+        fail(
+            option,
+            value,
+            f"{len(alone)} of its {len(candidates.query_ids)} queries (the first {alone[0]!r}) "
+            f"have no candidate but their relevant passages (nDCG@10 1 whatever the model): "
+            f"{remedy}",
+        )
 
 
 def _negatives(path, option, qrels, split, queries, corpus) -> dict[str, list[str]]:
@@ -314,7 +330,27 @@ def _label(path, line, column, value) -> float:
     return label
 
 
+def _check_labels(config: RerankingConfig, rows: _Rows) -> None:
+    """No passage is relevant to a query in one row and not in another (or a negative of
+    its own row's query)."""
+    seen: dict[tuple[str, str], tuple[bool, int]] = {}
+    for i, (query, passages) in enumerate(zip(rows.queries, rows.passages, strict=True)):
+        relevant = (
+            [rows.labels[i] >= RELEVANT] if config.pairs else [True] + [False] * (len(passages) - 1)
+        )
+        for passage, is_relevant in zip(passages, relevant, strict=True):
+            before = seen.setdefault((query, passage), (is_relevant, rows.lines[i]))
+            if before[0] != is_relevant:
+                raise TaskDataError(
+                    f"{rows.path}: line {rows.lines[i]}: the passage {passage[:40]!r} is "
+                    f"{'relevant' if is_relevant else 'not relevant'} to the query "
+                    f"{query[:40]!r} here and {'relevant' if before[0] else 'not'} at line "
+                    f"{before[1]}"
+                )
+
+
 def _groups_of_rows(config: RerankingConfig, rows: _Rows) -> Groups:
+    _check_labels(config, rows)
     query_index, passage_index = _Index(), _Index()
     width = config.group_size
     labels = (
@@ -341,7 +377,9 @@ def _texts_of(rows: _Rows, query_index: _Index, passage_index: _Index):
 
 def _candidates_of_rows(config: RerankingConfig, rows: _Rows) -> Candidates:
     """Each distinct query among the passages its rows give it: a row's positive (or a
-    pair labelled at least RELEVANT) relevant (1), the others judged not (0)."""
+    pair labelled at least RELEVANT) relevant (1), the others judged not (0). Its ids are
+    q0, q1, ... and d0, d1, ... in the order the texts first appear (eval_run.trec's)."""
+    _check_labels(config, rows)
     query_index, passage_index = _Index(), _Index()
     queries, passages = _texts_of(rows, query_index, passage_index)
     qrels: dict[str, dict[str, int]] = {}
@@ -356,10 +394,12 @@ def _candidates_of_rows(config: RerankingConfig, rows: _Rows) -> Candidates:
     pools = {qid: list(judged) for qid, judged in qrels.items()}
     query_ids = [f"q{i}" for i in range(len(queries))]
     passage_ids = [f"d{i}" for i in range(len(passages))]
-    return _candidates(
+    candidates = _candidates(
         rows.path, pools, qrels, dict(zip(query_ids, queries, strict=True)),
         dict(zip(passage_ids, passages, strict=True)),
     )  # fmt: skip
+    _check_rerankable(candidates, "eval_file", rows.path, "give each query a passage that is not")
+    return candidates
 
 
 # ----------------------------------------------------------------------------- batches

@@ -2,20 +2,22 @@
 
     python -m bertjax.main --config experiments/finetune/reranking.py --workdir runs/reranker \
         --config.init_checkpoint=runs/minilm --config.data.beir_dir=BEIR_DIR \
-        --config.data.negatives_file=negatives.jsonl
+        --config.data.negatives_file=negatives.jsonl \
+        --config.data.eval_negatives_file=dev_negatives.jsonl
 
-BEIR_DIR holds corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/dev.tsv;
+BEIR_DIR holds corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/dev.tsv.
 negatives.jsonl gives each training query's passages that are not relevant, best
 ranked first ({"query_id": ..., "negatives": [...]}, as `python -m bertjax.retrieval
-mine` writes them). Each relevant passage makes a group with the first
-config.data.num_negatives of them. The dev queries are reranked among their judged
-passages and config.data.eval_negatives_file's (mined the same way with --split dev)
-after every epoch; the best checkpoint by nDCG@10 is kept. Rows instead: --config.data.train_file=groups.tsv
-(columns query and positive, --config.data.negatives=neg1,neg2), or
---config.data.passage=passage for (query, passage, label) rows.
+mine --split train` writes them); each relevant passage makes a group with the first
+config.data.num_negatives of them. dev_negatives.jsonl (mine --split dev) gives the dev
+queries' candidates: after every epoch each dev query is reranked among them and its
+judged passages, and the best checkpoint by nDCG@10 is kept. Rows instead:
+--config.data.train_file=groups.tsv (columns query and positive,
+--config.data.negatives=neg1,neg2), or --config.data.passage=passage for (query,
+passage, label) rows.
 Every data option is a field of data_pipeline.finetune.reranking_config.RerankingConfig.
-The init checkpoint may be a pretraining, converted or retrieval workdir; the head
-is new. The recipe is sentence-transformers' for training a CrossEncoder with
+The init checkpoint may be a pretraining, converted or retrieval workdir (the head is
+new), or a reranker's (imported or trained: its head trains on). The recipe is sentence-transformers' for training a CrossEncoder with
 BinaryCrossEntropyLoss on hard negatives (the positive weighted by the negatives per
 positive, lr 2e-5, warmup 10%, one epoch).
 Hardware: any. Expected result: results.json holds {"eval": {"ndcg@10": ..., "mrr@10":

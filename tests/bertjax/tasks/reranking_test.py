@@ -165,10 +165,10 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
         pretrained_workdir, beir, "dev", str(out), rerank=str(workdir), rerank_depth=5
     )
     measures = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100", "map_cut_100": "map@100"}
-    for folder, depth in ((out, 5), (out / "first_stage", 40)):
+    for folder in (out, out / "first_stage"):
         with open(folder / "run.trec", encoding="utf-8") as f:
             trec_run = pytrec_eval.parse_run(f)
-        assert {len(passages) for passages in trec_run.values()} == {depth}
+        assert {len(passages) for passages in trec_run.values()} == {40}  # the corpus
         theirs = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(trec_run)
         ours = json.loads((folder / "metrics.json").read_text())
         for measure, name in measures.items():
@@ -180,6 +180,10 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
     reranked = retrieval_metrics.read_trec_run(str(out / "run.trec"))["q31"]
     scores = reranking.rerank(restored, query, [corpus[d] for d in top])
     np.testing.assert_allclose([reranked[d] for d in top], scores, atol=1e-6)
+    # The first 5 reordered by the reranker, then the rest in the first stage's order.
+    order = retrieval_metrics.ranking(reranked)
+    assert sorted(order[:5]) == sorted(top)
+    assert order[5:] == retrieval_metrics.ranking(first_stage["q31"])[5:]
     again = evaluation.evaluate(
         "", beir, "dev", str(tmp_path / "again"), rerank=str(workdir), rerank_depth=5,
         first_stage=str(out / "first_stage" / "run.trec"),

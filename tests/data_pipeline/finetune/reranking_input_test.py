@@ -73,13 +73,13 @@ def test_rows_of_groups_and_rows_of_pairs(tmp_path):
     assert task.eval.qrels == {"q0": {"d0": 1, "d1": 0, "d2": 0}, "q1": {"d1": 1, "d0": 0, "d3": 0}}
 
     pairs = tmp_path / "pairs.jsonl"
-    rows = [("a", "one", 1), ("a", "two", 0.25), ("b", "two", 0.75)]
+    rows = [("a", "one", 1), ("a", "two", 0.25), ("b", "two", 0.75), ("b", "one", 0)]
     pairs.write_text("".join(json.dumps({"q": q, "p": p, "y": y}) + "\n" for q, p, y in rows))
     config = {"train_file": str(pairs), "eval_file": str(pairs), "query": "q"}
     task = reranking_input.load_reranking_task({**config, "passage": "p", "label": "y"})
-    assert task.train.candidates.shape == (3, 1)
-    assert task.train.labels[:, 0].tolist() == [1.0, 0.25, 0.75]
-    assert task.eval.qrels == {"q0": {"d0": 1, "d1": 0}, "q1": {"d1": 1}}
+    assert task.train.candidates.shape == (4, 1)
+    assert task.train.labels[:, 0].tolist() == [1.0, 0.25, 0.75, 0.0]
+    assert task.eval.qrels == {"q0": {"d0": 1, "d1": 0}, "q1": {"d1": 1, "d0": 0}}
 
 
 def test_a_training_batch_lays_each_groups_pairs_side_by_side(tmp_path, tokenizer):
@@ -178,6 +178,19 @@ def test_held_out_queries_with_no_candidate_but_their_relevant_passages_are_refu
         "beir_dir": str(directory),
         "negatives_file": write_negatives(tmp_path / "n.jsonl", negatives),
     }
-    with pytest.raises(ConfigError, match="config.data.eval_split='dev': its queries' only"):
+    message = r"config.data.eval_split='dev': 10 of its 10 queries \(the first 'q30'\) have no"
+    with pytest.raises(ConfigError, match=message):
         reranking_input.load_reranking_task(config)
     assert reranking_input.load_reranking_task({**config, "eval_split": ""}).eval is None
+    # One query without negatives is enough to be refused.
+    dev = [{"query_id": f"q{i}", "negatives": ["d1"] if i != 34 else []} for i in range(30, 40)]
+    config["eval_negatives_file"] = write_negatives(tmp_path / "dev.jsonl", dev)
+    with pytest.raises(ConfigError, match=r"1 of its 10 queries \(the first 'q34'\)"):
+        reranking_input.load_reranking_task(config)
+
+
+def test_a_passage_relevant_in_one_row_and_not_in_another_names_both_lines(tmp_path):
+    path = tmp_path / "groups.tsv"
+    path.write_text("query\tpositive\tneg\na\tone\ttwo\na\ttwo\tthree\n")
+    with pytest.raises(TaskDataError, match=r"groups.tsv: line 3: the passage 'two' is relevant"):
+        reranking_input.load_reranking_task({"train_file": str(path), "negatives": ("neg",)})

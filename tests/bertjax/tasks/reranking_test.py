@@ -99,8 +99,17 @@ def beir_with_negatives(root: pathlib.Path, splits=("train", "dev")) -> dict:
     return options
 
 
-@pytest.mark.parametrize("grown_from,fresh", [("pretraining", ()), ("retrieval", ("bert/pooler",))])
-def test_a_reranker_grown_from_an_embedder_starts_its_pooler_fresh(tmp_path, grown_from, fresh):
+@pytest.mark.parametrize(
+    "grown_from,keys,fresh",
+    [
+        ("pretraining", ("bert",), ()),
+        ("retrieval", ("bert",), ("bert/pooler",)),
+        ("reranking", ("bert", "classifier"), ()),
+    ],
+)
+def test_a_reranker_grown_from_an_embedder_starts_its_pooler_fresh(
+    tmp_path, grown_from, keys, fresh
+):
     (tmp_path / "init").mkdir()
     init = pathlib.Path(init_workdir.write(tmp_path / "init", ["where", "is", "the"]))
     task = json.loads((init / "task.json").read_text())
@@ -109,7 +118,8 @@ def test_a_reranker_grown_from_an_embedder_starts_its_pooler_fresh(tmp_path, gro
     config.init_checkpoint = str(init)
     config.data.max_query_length, config.data.max_seq_length = 16, 32
     setup = reranking.setup(config, str(tmp_path / "w"))
-    assert setup.init.keys == ("bert",) and setup.init.fresh == fresh
+    # From a reranker its head trains on; from anything else it is new.
+    assert setup.init.keys == keys and setup.init.fresh == fresh
     assert setup.model.inputs == {"input_ids": 4 * 32, "input_mask": 4 * 32, "segment_ids": 4 * 32}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from bertjax import inference, retrieval_metrics, search
 from bertjax.retrieval import command, mining
 from bertjax.tasks import scores
-from bertjax.tasks.reranking import rerank
+from bertjax.tasks.reranking import score_pairs
 from data_pipeline import files, progress
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import records, retrieval_input
@@ -210,26 +210,32 @@ def read_first_stage(path, collection, rerank_depth) -> dict[str, dict[str, floa
 
 def _reranked(reranker, collection, run, depth, batch_size) -> dict[str, dict[str, float]]:
     """Each query's first `depth` passages of `run`, scored by the reranker and ranked by
-    it, then the rest of the run's passages in their order, scored below them."""
+    it, then the rest of the run's passages in their order, scored below them. The pairs
+    of every query are scored together, batched by length."""
     restored = inference.restore(reranker)
     queries = dict(zip(collection.query_ids, collection.queries, strict=True))
     corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
+    ranked = {query: retrieval_metrics.ranking(scored) for query, scored in run.items()}
+    pairs = [(query, d) for query, order in ranked.items() for d in order[:depth]]
     reranking_progress = progress.Progress(
-        f"reranking {len(run):,} queries' first {depth}", len(run), unit="queries"
+        f"reranking {len(run):,} queries' first {depth} ({len(pairs):,} pairs)",
+        -(-len(pairs) // batch_size),
+        unit="batches",
     )
-    reranked = {}
-    for query, scored in run.items():
-        ranked = retrieval_metrics.ranking(scored)
-        first = ranked[:depth]
-        values = rerank(restored, queries[query], [corpus[d] for d in first], batch_size=batch_size)
-        reranked[query] = {d: float(v) for d, v in zip(first, values, strict=True)}
+    values = score_pairs(
+        restored, [queries[q] for q, _ in pairs], [corpus[d] for _, d in pairs],
+        batch_size=batch_size, progress=reranking_progress,
+    )  # fmt: skip
+    reranking_progress.finish()
+    reranked: dict[str, dict[str, float]] = {}
+    for (query, d), value in zip(pairs, values, strict=True):
+        reranked.setdefault(query, {})[d] = float(value)
+    for query, order in ranked.items():
         # The rest of the first stage's ranking below, in its order: Recall@100 and
         # MAP@100 then compare with the first stage's at any depth.
-        lowest = float(np.min(values))
-        for below, d in enumerate(ranked[depth:], 1):
+        lowest = min(reranked[query].values())
+        for below, d in enumerate(order[depth:], 1):
             reranked[query][d] = lowest - below
-        reranking_progress.advance()
-    reranking_progress.finish()
     return reranked
 
 

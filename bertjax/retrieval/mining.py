@@ -207,19 +207,29 @@ def _negatives(scores, indices, relevant: set, floor: float, options: Options, r
 
 
 def _add_scorer_scores(scorer, lines, texts, collection, relevant, batch_size) -> None:
-    """Each line's reranker scores of its negatives and its query's relevant passages."""
+    """Each line's reranker scores of its negatives and its query's relevant passages, the
+    pairs of every line scored together, batched by length."""
     restored = inference.restore(scorer)
     corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
-    scoring = progress.Progress("scoring with the reranker", len(lines), unit="queries")
+    pairs = [
+        (line["query_id"], d)
+        for line in lines
+        for d in [*relevant[line["query_id"]], *line["negatives"]]
+    ]
+    scoring = progress.Progress(
+        f"scoring {len(pairs):,} pairs with the reranker", -(-len(pairs) // batch_size),
+        unit="batches",
+    )  # fmt: skip
+    scores = reranking.score_pairs(
+        restored, [texts[q] for q, _ in pairs], [corpus[d] for _, d in pairs],
+        batch_size=batch_size, progress=scoring,
+    )  # fmt: skip
+    scoring.finish()
+    at = 0
     for line in lines:
         positives = relevant[line["query_id"]]
-        ids = [*positives, *line["negatives"]]
-        scores = reranking.rerank(
-            restored, texts[line["query_id"]], [corpus[d] for d in ids], batch_size=batch_size
-        )
-        line["scorer_positives"] = {
-            d: round(float(s), 6) for d, s in zip(positives, scores, strict=False)
-        }
-        line["scorer_scores"] = [round(float(s), 6) for s in scores[len(positives) :]]
-        scoring.advance()
-    scoring.finish()
+        count = len(positives) + len(line["negatives"])
+        values = [round(float(s), 6) for s in scores[at : at + count]]
+        at += count
+        line["scorer_positives"] = dict(zip(positives, values, strict=False))
+        line["scorer_scores"] = values[len(positives) :]

@@ -46,6 +46,7 @@ from bertjax.tasks.contract import (
 from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import records, reranking_config, reranking_input
 from data_pipeline.finetune.reranking_input import MODEL_INPUTS
+from data_pipeline.progress import Progress
 
 # The keys of a reranking config besides a fine-tuning config's.
 TASK_KEYS = ("loss",)
@@ -266,18 +267,33 @@ def without_data(config, workdir: str):
 
 def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
     """The reranker's score of (query, passage) for each passage, float32 [N]: its logit,
-    higher is more relevant. Pairs are laid out and cut as the task trained; pairs of
-    similar length are batched together and padded to a few widths (and a batch of fewer
-    pairs to a power of two rows), so any number of passages compiles a handful of times."""
-    restored.require("reranking", "rerank")
+    higher is more relevant (score_pairs of the query with each passage)."""
     if isinstance(passages, str):
         raise TypeError("pass a list of passages, not one string")
+    return score_pairs(restored, [query] * len(passages), passages, batch_size=batch_size)
+
+
+def score_pairs(
+    restored,
+    queries: Sequence[str],
+    passages: Sequence[str],
+    *,
+    batch_size: int = 64,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """The reranker's score of each (queries[i], passages[i]), float32 [N]. Pairs are laid
+    out and cut as the task trained; pairs of similar length are batched together and
+    padded to a few widths (and a batch of fewer pairs to a power of two rows), so any
+    number of pairs compiles a handful of times. `progress` counts the batches."""
+    restored.require("reranking", "rerank")
+    if len(queries) != len(passages):
+        raise ValueError(f"{len(queries)} queries and {len(passages)} passages: one each a pair")
     if not passages:
         return np.zeros(0, np.float32)
     features = {
         name: value.numpy()
         for name, value in _encode(
-            restored, tf.constant([query] * len(passages)), tf.constant(list(passages))
+            restored, tf.constant(list(queries)), tf.constant(list(passages))
         ).items()
     }
     tokens = features["input_mask"].sum(axis=1)
@@ -292,6 +308,8 @@ def rerank(restored, query: str, passages: Sequence[str], *, batch_size: int = 6
             batch[name] = np.zeros((padded, width), np.int32)
             batch[name][: len(rows)] = value[rows, :width]
         out[rows] = np.asarray(restored.apply(batch))[: len(rows), 0]
+        if progress is not None:
+            progress.advance()
     return out
 
 

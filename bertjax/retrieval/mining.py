@@ -112,14 +112,28 @@ def mine(
         raise UserError(f"{collection.source}: no query of the split has a relevant passage")
     restored = inference.restore(workdir, step)
     texts = dict(zip(collection.query_ids, collection.queries, strict=True))
-    queries = inference.embed(restored, [texts[q] for q in query_ids], batch_size=batch_size)
-    best, where = _search_in_chunks(
-        restored, collection.passages, queries, options, batch_size=batch_size
+    passages = collection.passages
+    chunks = range(0, len(passages), options.chunk)
+    mining = progress.Progress(
+        f"embedding {len(query_ids):,} queries, then embedding and searching "
+        f"{len(passages):,} passages",
+        -(-len(query_ids) // batch_size)
+        + sum(-(-len(passages[begin : begin + options.chunk]) // batch_size) for begin in chunks),
+        unit="batches",
     )
+    queries = inference.embed(
+        restored, [texts[q] for q in query_ids], batch_size=batch_size, progress=mining
+    )
+    best, where = _search_in_chunks(restored, passages, queries, options, mining, batch_size)
+    mining.finish()
     passage_index = {d: i for i, d in enumerate(collection.passage_ids)}
-    positive_floor = _positive_floor(
-        restored, collection, queries, [relevant[q] for q in query_ids], passage_index, batch_size
-    )
+    # The relevant passages' cosines bound the negatives only with a margin.
+    positive_floor = np.zeros(len(query_ids), np.float32)
+    if options.margin is not None or options.relative_margin is not None:
+        positive_floor = _positive_floor(
+            restored, collection, queries, [relevant[q] for q in query_ids], passage_index,
+            batch_size,
+        )  # fmt: skip
     rng = np.random.default_rng(options.seed)
     lines, short = [], 0
     for row, query in enumerate(query_ids):
@@ -140,20 +154,13 @@ def mine(
     return {"queries": len(lines), "short": short, "passages": len(collection.passages)}
 
 
-def _search_in_chunks(restored, passages, queries, options, *, batch_size):
+def _search_in_chunks(restored, passages, queries, options, mining, batch_size):
     """Each query's best `last rank` passages over the corpus, a chunk at a time: scores
-    float32 and corpus indices int, [Nq, K], best first."""
+    float32 and corpus indices int, [Nq, K], best first. `mining` counts the batches."""
     depth = options.rank_range[1]
-    chunks = range(0, len(passages), options.chunk)
-    batches = sum(
-        -(-len(passages[begin : begin + options.chunk]) // batch_size) for begin in chunks
-    )
-    mining = progress.Progress(
-        f"embedding and searching {len(passages):,} passages", batches, unit="batches"
-    )
     best = np.full((len(queries), 0), -np.inf, np.float32)
     where = np.zeros((len(queries), 0), np.int64)
-    for begin in chunks:
+    for begin in range(0, len(passages), options.chunk):
         vectors = inference.embed(
             restored, passages[begin : begin + options.chunk], batch_size=batch_size,
             progress=mining,
@@ -165,7 +172,6 @@ def _search_in_chunks(restored, passages, queries, options, *, batch_size):
         order = np.lexsort((where, -best), axis=-1)[:, :depth]
         best = np.take_along_axis(best, order, axis=1)
         where = np.take_along_axis(where, order, axis=1)
-    mining.finish()
     return best, where
 
 

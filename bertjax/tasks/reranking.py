@@ -244,7 +244,7 @@ def without_data(config, workdir: str):
     config = finetune.without_checkpoint(config, workdir)
     data = reranking_config.from_config(config.data)
     path = os.path.join(workdir, "placeholder_groups.jsonl")
-    if data.pairs:
+    if data.pairs:  # two pairs a query, one relevant, so that it reranks
         columns = {data.query: "query", data.passage: "passage"}
     else:
         columns = {data.query: "query", data.positive: "positive"}
@@ -253,7 +253,10 @@ def without_data(config, workdir: str):
     with open(path, "w", encoding="utf-8") as f:
         for row in range(rows):
             texts = {column: f"{what} {row}" for column, what in columns.items()}
-            f.write(json.dumps({**texts, **({data.label: 1} if data.pairs else {})}) + "\n")
+            if data.pairs:
+                texts[data.query] = f"query {row // 2}"
+                texts[data.label] = 1 - row % 2
+            f.write(json.dumps(texts) + "\n")
     with config.unlocked():
         config.data.beir_dir = config.data.negatives_file = config.data.eval_negatives_file = ""
         config.data.train_file = config.data.eval_file = path

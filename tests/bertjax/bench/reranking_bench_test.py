@@ -15,10 +15,16 @@ from data_pipeline.errors import UserError
 
 
 @pytest.mark.command
-def test_a_short_run_prints_a_row_per_framework(minilm_workdir, minilm_dir):
+def test_a_short_run_prints_a_row_per_framework(command_pretrained, tmp_path):
+    # The command tier's small model both ways (MiniLM's import and compile cost a minute
+    # more): its workdir, and the same model exported for sentence-transformers.
+    from bertjax.convert import import_export
+
+    workdir = command_pretrained["workdir"]
+    import_export.export_sentence_transformers(workdir, str(tmp_path / "st"))
     result = subprocess.run(
-        [sys.executable, "-m", "bertjax.bench.reranking", f"--workdir={minilm_workdir}",
-         f"--st_dir={minilm_dir}", "--groups=2", "--num_negatives=1", "--length=16",
+        [sys.executable, "-m", "bertjax.bench.reranking", f"--workdir={workdir}",
+         f"--st_dir={tmp_path / 'st'}", "--groups=2", "--num_negatives=1", "--length=16",
          "--warmup=1", "--steps=1", "--score_pairs=4", "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

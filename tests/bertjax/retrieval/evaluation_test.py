@@ -10,6 +10,7 @@ import sys
 import pytest
 from support import REPO
 from support.beir_files import write_beir
+from support.finetuned import finetuned_workdir
 
 from bertjax.retrieval import evaluation
 from data_pipeline.errors import UserError
@@ -96,3 +97,29 @@ def test_rerank_options_are_checked_before_anything_loads(tmp_path):
     ):
         with pytest.raises(UserError, match=message):
             evaluation.evaluate("", "nowhere", "dev", str(tmp_path / "out"), **options)
+
+
+@pytest.mark.integration
+def test_retrieve_then_rerank_prints_both_stages_and_writes_both_runs(minilm_workdir, tmp_path):
+    beir = write_beir(tmp_path / "beir")
+    reranker = finetuned_workdir(minilm_workdir, tmp_path, "reranking")  # a random head
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "bertjax.retrieval", "evaluate", f"--workdir={minilm_workdir}",
+         f"--data_dir={beir}", "--split=test", f"--out={out}", f"--rerank={reranker}",
+         "--rerank_depth=5"],
+        cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, reranked, wrote = result.stdout.splitlines()
+    assert first.startswith("first stage  ndcg@10 ") and reranked.startswith(
+        "reranked     ndcg@10 "
+    )
+    assert wrote == f"wrote {out / 'run.trec'}, metrics.json and first_stage/"
+    assert sorted(os.listdir(out)) == ["first_stage", "metrics.json", "run.trec"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["rerank_depth"], metrics["queries_scored"]) == (5, 10)
+    # The rest of the first stage below the five reranked: Recall@100 is the same.
+    first_stage = json.loads((out / "first_stage" / "metrics.json").read_text())
+    assert metrics["recall@100"] == first_stage["recall@100"]

@@ -1,6 +1,7 @@
 """The reranking task: the cross-encoder's scores, its options, where its parameters come
 from, and a run whose reranked held-out queries `bertjax.rerank` scores alike."""
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -25,18 +26,26 @@ SMALL = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
                    intermediate_size=32, vocab_size=40, max_position_embeddings=64)  # fmt: skip
 
 
-def test_a_groups_scores_are_the_one_label_classifiers_logits_of_each_pair():
+MODERN = dataclasses.replace(
+    SMALL, norm_placement="pre", use_bias=False, feed_forward="geglu",
+    position_embedding="rotary", type_vocab_size=0, pooler="norm", global_attention_every=2,
+    local_attention_window=4, num_hidden_layers=2,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("config", [SMALL, MODERN], ids=["bert", "modernbert"])
+def test_a_groups_scores_are_the_one_label_classifiers_logits_of_each_pair(config):
     ids = jax.random.randint(jax.random.key(1), (3, 4 * 8), 5, 40)
     mask = jnp.ones_like(ids).at[:, 6:8].set(0)
-    segments = jnp.zeros_like(ids).at[:, 4:8].set(1)
-    reranker = BertForReranking(SMALL, group_size=4)
+    segments = jnp.zeros_like(ids).at[:, 4:8].set(1) * config.type_vocab_size // 2
+    reranker = BertForReranking(config, group_size=4)
     params = jax.jit(functools.partial(reranker.init, deterministic=True))(
         jax.random.key(0), ids, mask, segments
     )
     scores = jax.jit(functools.partial(reranker.apply, deterministic=True))(
         params, ids, mask, segments
     )
-    classifier = BertForSequenceClassification(SMALL, 1)
+    classifier = BertForSequenceClassification(config, 1)
     pairs = (x.reshape(12, 8) for x in (ids, mask, segments))
     logits = jax.jit(functools.partial(classifier.apply, deterministic=True))(params, *pairs)
     assert scores.shape == (3, 4)

@@ -45,14 +45,13 @@ candidate_weight and example_weight (0 on rows past it).
 import dataclasses
 import functools
 import json
-import os
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from data_pipeline.config import fail
-from data_pipeline.finetune import records
+from data_pipeline.finetune import records, retrieval_input
 from data_pipeline.finetune.classification_input import lay_out
 from data_pipeline.finetune.records import (
     OPTION_PREFIX,
@@ -121,18 +120,10 @@ def load_reranking_task(data_config: Any) -> RerankingTask:
 
 
 def train_files(config: RerankingConfig) -> tuple[str, ...]:
-    """The files the train split is read from, in order."""
-    if config.train_file:
-        return (config.train_file,)
-    if not config.train_split:
-        return ()
-    directory = config.beir_dir
-    return (
-        os.path.join(directory, "corpus.jsonl"),
-        os.path.join(directory, "queries.jsonl"),
-        os.path.join(directory, "qrels", f"{config.train_split}.tsv"),
-        config.negatives_file,
-    )
+    """The files the train split is read from, in order: the retrieval task's (a train
+    file, or the BEIR directory's corpus, queries and qrels), then the negatives file."""
+    files = retrieval_input.train_files(config)
+    return files + (config.negatives_file,) if config.beir_dir and files else files
 
 
 # ----------------------------------------------------------------------------- reading

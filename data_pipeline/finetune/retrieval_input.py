@@ -143,9 +143,10 @@ def _collection(pairs: Pairs) -> Collection:
     )  # fmt: skip
 
 
-def train_files(config: RetrievalConfig) -> tuple[str, ...]:
+def train_files(config) -> tuple[str, ...]:
     """The files the train split is read from: train_file, or the BEIR directory's
-    corpus, queries and train_split's qrels."""
+    corpus, queries and train_split's qrels (of a RetrievalConfig, or any config with
+    train_file, train_split and beir_dir: the reranking task's)."""
     if config.train_file:
         return (config.train_file,)
     if not config.train_split:

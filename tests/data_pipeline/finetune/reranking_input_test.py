@@ -194,3 +194,13 @@ def test_a_passage_relevant_in_one_row_and_not_in_another_names_both_lines(tmp_p
     path.write_text("query\tpositive\tneg\na\tone\ttwo\na\ttwo\tthree\n")
     with pytest.raises(TaskDataError, match=r"groups.tsv: line 3: the passage 'two' is relevant"):
         reranking_input.load_reranking_task({"train_file": str(path), "negatives": ("neg",)})
+
+
+def test_a_runs_stream_positions_cover_its_negatives_file():
+    config = reranking_input.from_config({"beir_dir": "b", "negatives_file": "n.jsonl"})
+    assert reranking_input.train_files(config) == (
+        "b/corpus.jsonl", "b/queries.jsonl", "b/qrels/train.tsv", "n.jsonl"
+    )  # fmt: skip
+    assert reranking_input.train_files(reranking_input.from_config({"train_file": "g.tsv"})) == (
+        "g.tsv",
+    )

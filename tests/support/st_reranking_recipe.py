@@ -24,20 +24,12 @@ import torch
 import transformers
 from sentence_transformers import CrossEncoder
 from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+from st_retrieval_recipe import beir_texts  # beside this script
 
 
 def training_groups(data_dir: str, negatives_file: str, num_negatives: int):
     """(query, [positive, negatives...]) for each relevant judgment of qrels/train.tsv."""
-
-    def texts(name):
-        with open(os.path.join(data_dir, name), encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        return {
-            row["_id"]: " ".join(p for p in (row.get("title") or "", row["text"]) if p)
-            for row in rows
-        }
-
-    corpus, queries = texts("corpus.jsonl"), texts("queries.jsonl")
+    corpus, queries = (beir_texts(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl"))
     with open(negatives_file, encoding="utf-8") as f:
         negatives = {row["query_id"]: row["negatives"] for row in map(json.loads, f)}
     with open(os.path.join(data_dir, "qrels", "train.tsv"), encoding="utf-8") as f:

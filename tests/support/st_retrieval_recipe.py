@@ -23,16 +23,17 @@ import transformers
 from sentence_transformers import SentenceTransformer, losses
 
 
-def training_pairs(data_dir: str) -> list[tuple[str, str]]:
-    def texts(name):
-        with open(os.path.join(data_dir, name), encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        return {
-            row["_id"]: " ".join(p for p in (row.get("title") or "", row["text"]) if p)
-            for row in rows
-        }
+def beir_texts(data_dir: str, name: str) -> dict[str, str]:
+    """id -> text of a BEIR directory's corpus.jsonl or queries.jsonl (title and text)."""
+    with open(os.path.join(data_dir, name), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {
+        row["_id"]: " ".join(p for p in (row.get("title") or "", row["text"]) if p) for row in rows
+    }
 
-    corpus, queries = texts("corpus.jsonl"), texts("queries.jsonl")
+
+def training_pairs(data_dir: str) -> list[tuple[str, str]]:
+    corpus, queries = (beir_texts(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl"))
     with open(os.path.join(data_dir, "qrels", "train.tsv"), encoding="utf-8") as f:
         judged = [row for row in csv.DictReader(f, delimiter="\t") if int(row["score"]) > 0]
     return [(queries[row["query-id"]], corpus[row["corpus-id"]]) for row in judged]

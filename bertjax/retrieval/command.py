@@ -2,7 +2,7 @@ r"""Scores an embedder (retrieval on a BEIR collection, or STS correlation), and
 negatives with it for a reranker.
 
     python -m bertjax.retrieval evaluate --workdir W --data_dir BEIR_DIR --split test --out OUT \
-        [--rerank RERANKER --rerank_depth 100 | --first_stage RUN.trec --rerank RERANKER]
+        [--rerank RERANKER [--rerank_depth 100] [--rerank_step N] [--first_stage RUN.trec]]
     python -m bertjax.retrieval sts --workdir W --file sts.tsv
     python -m bertjax.retrieval mine --workdir W --data_dir BEIR_DIR --split train \
         --out negatives.jsonl [--rank_range 3:50] [--num_negatives 7] [--margin M]
@@ -14,8 +14,9 @@ devices (the corpus split over all of them), and writes OUT/run.trec (each query
 100, the TREC run format) and OUT/metrics.json (nDCG@10, MRR@10, Recall@100, MAP@100 as
 trec_eval computes them from run.trec, averaged over the judged queries). With --rerank,
 each query's first --rerank_depth passages (of W's search, or of --first_stage, any
-system's TREC run file) are scored by the reranker and ranked by it: OUT holds the
-reranked run.trec and metrics.json, OUT/first_stage/ the first stage's. `sts` prints
+system's TREC run file, in place of --workdir) are scored by the reranker (its latest
+checkpoint, or --rerank_step's) and ranked by it: OUT holds the reranked run.trec and
+metrics.json, OUT/first_stage/ the first stage's. `sts` prints
 the Spearman correlation between the cosine of each pair's vectors and its score (a TSV,
 CSV or JSONL file with columns sentence1, sentence2 and score). `mine` writes each
 query of the split that has a relevant passage, with negatives from W's ranking of the
@@ -61,6 +62,11 @@ def define_flags() -> None:
     )
     flags.DEFINE_integer(
         "rerank_depth", None, "evaluate --rerank: the first stage's passages reranked; default 100."
+    )
+    flags.DEFINE_integer(
+        "rerank_step",
+        None,
+        "evaluate --rerank: the reranker's checkpoint step; default its latest.",
     )
     flags.DEFINE_string(
         "first_stage", "", "evaluate --rerank: a TREC run file to rerank instead of --workdir's."

@@ -29,8 +29,9 @@ def main(args) -> None:
         for flag, value in (("data_dir", args.data_dir), ("split", split), ("out", args.out)):
             if not value:
                 raise UserError(f"evaluate needs --{flag}")
-        if args.rerank_depth is not None and not args.rerank:
-            raise UserError(f"--rerank_depth={args.rerank_depth}: give --rerank, the reranker")
+        for flag in ("rerank_depth", "rerank_step"):
+            if getattr(args, flag) is not None and not args.rerank:
+                raise UserError(f"--{flag}={getattr(args, flag)}: give --rerank, the reranker")
         if args.first_stage and args.workdir:
             raise UserError(
                 f"--first_stage={args.first_stage} and --workdir={args.workdir}: one first "
@@ -40,6 +41,7 @@ def main(args) -> None:
         figures = evaluate(
             args.workdir, args.data_dir, split, args.out, args.step, args.batch_size,
             rerank=args.rerank, rerank_depth=depth, first_stage=args.first_stage,
+            rerank_step=args.rerank_step,
         )  # fmt: skip
         if args.rerank:
             print(f"first stage  {_figures(figures[FIRST_STAGE_DIR])}")
@@ -103,12 +105,14 @@ def evaluate(
     rerank: str = "",
     rerank_depth: int = retrieval_metrics.DEPTH,
     first_stage: str = "",
+    rerank_step: int | None = None,
 ) -> dict[str, float]:
     """trec_eval's measures of `workdir`'s search of the BEIR collection's `split`, with
     OUT/run.trec and OUT/metrics.json written. With `rerank` (a reranking workdir), each
     query's first `rerank_depth` passages of that search, or of the run file
     `first_stage`, are scored by the reranker and ranked by its scores: OUT holds the
-    reranked run and its measures, OUT/first_stage/ the first stage's."""
+    reranked run and its measures, OUT/first_stage/ the first stage's. `rerank_step` is the
+    reranker's checkpoint (default its latest)."""
     if files.exists(out) and not files.isdir(out):
         raise UserError(f"--out={out}: a file, not a directory")
     if first_stage and not rerank:
@@ -138,8 +142,14 @@ def evaluate(
     if not rerank:
         return _write(out, collection, run, {**source, **about})
     first = _write(os.path.join(out, FIRST_STAGE_DIR), collection, run, {**source, **about})
-    reranked = _reranked(rerank, collection, run, rerank_depth, batch_size)
-    about |= {"reranker": rerank, "rerank_depth": rerank_depth, "first_stage": source}
+    reranker = inference.restore(rerank, rerank_step)
+    reranked = _reranked(reranker, collection, run, rerank_depth, batch_size)
+    about |= {
+        "reranker": rerank,
+        "reranker_step": reranker.step,
+        "rerank_depth": rerank_depth,
+        "first_stage": source,
+    }
     return {**_write(out, collection, reranked, about), FIRST_STAGE_DIR: first}
 
 
@@ -208,11 +218,10 @@ def read_first_stage(path, collection, rerank_depth) -> dict[str, dict[str, floa
     return run
 
 
-def _reranked(reranker, collection, run, depth, batch_size) -> dict[str, dict[str, float]]:
-    """Each query's first `depth` passages of `run`, scored by the reranker and ranked by
-    it, then the rest of the run's passages in their order, scored below them. The pairs
-    of every query are scored together, batched by length."""
-    restored = inference.restore(reranker)
+def _reranked(restored, collection, run, depth, batch_size) -> dict[str, dict[str, float]]:
+    """Each query's first `depth` passages of `run`, scored by the restored reranker and
+    ranked by it, then the rest of the run's passages in their order, scored below them.
+    The pairs of every query are scored together, batched by length."""
     queries = dict(zip(collection.query_ids, collection.queries, strict=True))
     corpus = dict(zip(collection.passage_ids, collection.passages, strict=True))
     ranked = {query: retrieval_metrics.ranking(scored) for query, scored in run.items()}

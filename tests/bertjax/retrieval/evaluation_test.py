@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 from support import REPO
@@ -97,6 +98,17 @@ def test_rerank_options_are_checked_before_anything_loads(tmp_path):
     ):
         with pytest.raises(UserError, match=message):
             evaluation.evaluate("", "nowhere", "dev", str(tmp_path / "out"), **options)
+
+
+@pytest.mark.parametrize("flag", ["rerank_depth", "rerank_step"])
+def test_a_reranking_flag_without_a_reranker_is_one_line(flag, tmp_path):
+    args = types.SimpleNamespace(
+        argv=["evaluate"], data_dir=str(tmp_path), split=None, out=str(tmp_path / "out"),
+        workdir=str(tmp_path), first_stage="", rerank="", rerank_depth=None, rerank_step=None,
+    )  # fmt: skip
+    setattr(args, flag, 3)
+    with pytest.raises(UserError, match=f"^--{flag}=3: give --rerank, the reranker$"):
+        evaluation.main(args)
 
 
 @pytest.mark.integration

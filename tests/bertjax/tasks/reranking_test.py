@@ -4,6 +4,7 @@ from, and a run whose reranked held-out queries `bertjax.rerank` scores alike.""
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 
 import jax
@@ -140,6 +141,7 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
     config.init_checkpoint = pretrained_workdir
     config.data.max_query_length, config.data.max_seq_length = 16, 48
     config.train_batch_size, config.eval_batch_size, config.num_train_epochs = 8, 4, 2.0
+    config.checkpoints_to_keep, config.optimizer.learning_rate = 2, 1e-3
     workdir = tmp_path / "w"
     results = train.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
     assert set(results["eval"]) == {"step", *retrieval_metrics.MEASURES}
@@ -208,3 +210,19 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
         first_stage=str(out / "first_stage" / "run.trec"),
     )  # fmt: skip
     assert again["ndcg@10"] == figures["ndcg@10"]
+    # An earlier checkpoint of the reranker: its scores, and its step in metrics.json.
+    first_epoch = min(int(name) for name in os.listdir(workdir / "checkpoints") if name.isdigit())
+    assert first_epoch < restored.step
+    evaluation.evaluate(
+        "", beir, "dev", str(tmp_path / "early"), rerank=str(workdir), rerank_depth=5,
+        first_stage=str(out / "first_stage" / "run.trec"), rerank_step=first_epoch,
+    )  # fmt: skip
+    assert json.loads((tmp_path / "early" / "metrics.json").read_text())["reranker_step"] == (
+        first_epoch
+    )
+    early = retrieval_metrics.read_trec_run(str(tmp_path / "early" / "run.trec"))["q31"]
+    scores = reranking.rerank(
+        inference.restore(str(workdir), first_epoch), query, [corpus[d] for d in top]
+    )
+    np.testing.assert_allclose([early[d] for d in top], scores, atol=1e-6)
+    assert np.abs(scores - [reranked[d] for d in top]).max() > 1e-4

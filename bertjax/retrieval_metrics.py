@@ -60,6 +60,29 @@ def evaluate(
     return {m: sum(values[m] for values in scored.values()) / len(scored) for m in MEASURES}
 
 
+def random_order_ndcg(
+    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], depth: int
+) -> float:
+    """The expected nDCG@10 of `run` with each query's first `depth` docs shuffled, every
+    order alike, and the rest left below them: what reranking those docs scores by chance.
+    A doc of the first `depth` is at each of their ranks with probability 1 / depth.
+    Averaged over the queries `evaluate` averages over."""
+    scored = [qid for qid in run if qrels.get(qid)]
+    if not scored:
+        raise ValueError(f"none of the run's {len(run)} queries has judgments in the qrels")
+    # A doc's mean discount over the ranks it may take (none counts below rank 10).
+    shuffled = sum(1 / math.log2(rank + 1) for rank in range(1, min(depth, 10) + 1)) / depth
+    total = 0.0
+    for qid in scored:
+        judged = qrels[qid]
+        gains = [max(judged.get(doc, 0), 0) for doc in ranking(run[qid])[: max(depth, 10)]]
+        below = _dcg(gains[:10]) - _dcg(gains[: min(depth, 10)])  # ranks depth+1 to 10
+        ideal = _dcg(sorted((rel for rel in judged.values() if rel > 0), reverse=True)[:10])
+        if ideal:
+            total += (sum(gains[:depth]) * shuffled + below) / ideal
+    return total / len(scored)
+
+
 def _measures(judged: Mapping[str, int], ranked: Sequence[str]) -> dict[str, float]:
     positive = sorted((rel for rel in judged.values() if rel > 0), reverse=True)
     if not positive:

@@ -47,6 +47,10 @@ def main(args) -> None:
             print(f"first stage  {_figures(figures[FIRST_STAGE_DIR])}")
             print(f"reranked     {_figures(figures)}")
             print(
+                f"by chance    ndcg@10 {figures[RANDOM_ORDER]:.4f} (the first "
+                f"{depth} in a random order)"
+            )
+            print(
                 f"wrote {os.path.join(args.out, RUN_FILE)}, {METRICS_FILE} and {FIRST_STAGE_DIR}/"
             )
             return
@@ -144,17 +148,23 @@ def evaluate(
     first = _write(os.path.join(out, FIRST_STAGE_DIR), collection, run, {**source, **about})
     reranker = inference.restore(rerank, rerank_step)
     reranked = _reranked(reranker, collection, run, rerank_depth, batch_size)
+    chance = retrieval_metrics.random_order_ndcg(collection.qrels, run, rerank_depth)
     about |= {
         "reranker": rerank,
         "reranker_step": reranker.step,
         "rerank_depth": rerank_depth,
         "first_stage": source,
+        RANDOM_ORDER: chance,
     }
-    return {**_write(out, collection, reranked, about), FIRST_STAGE_DIR: first}
+    figures = _write(out, collection, reranked, about)
+    return {**figures, RANDOM_ORDER: chance, FIRST_STAGE_DIR: first}
 
 
 # Where evaluate --rerank writes the first stage's run and measures, under OUT.
 FIRST_STAGE_DIR = "first_stage"
+# evaluate --rerank's bar: the expected nDCG@10 of the first stage's top rerank_depth in a
+# random order (retrieval_metrics.random_order_ndcg), in OUT/metrics.json.
+RANDOM_ORDER = "ndcg@10_random_order"
 
 
 def _search(workdir, collection, depth, step, batch_size):

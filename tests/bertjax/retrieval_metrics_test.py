@@ -1,6 +1,7 @@
 """Retrieval measures against values worked out by hand, then against pytrec_eval (trec_eval)
 on random runs."""
 
+import itertools
 import math
 import subprocess
 import sys
@@ -250,3 +251,33 @@ def test_bad_run_files_fail(tmp_path):
     (tmp_path / "run.trec").write_text("q Q0 d 1 0.5\n")
     with pytest.raises(ValueError, match=r"run.trec:1: 5 fields, not 6"):
         retrieval_metrics.read_trec_run(path)
+
+
+def test_the_random_order_figure_is_the_mean_over_every_order_of_the_reranked_docs():
+    rng = np.random.default_rng(0)
+    docs = [f"d{i}" for i in range(12)]
+    run = {
+        "q1": dict(zip(docs, -np.arange(12.0), strict=True)),
+        "q2": dict(zip(docs, -np.arange(12.0), strict=True)),
+        "q3": {"d0": 1.0},  # unjudged: left out, as evaluate leaves it out
+    }
+    qrels = {"q1": {"d1": 2, "d3": 1, "d6": 1, "d11": 3}, "q2": {"d9": 1, "x": 1}}
+    for depth in (1, 4, 7):
+        orders = list(itertools.permutations(range(depth)))
+        mean = 0.0
+        for order in orders:
+            shuffled = {}
+            for qid in ("q1", "q2"):
+                ranked = docs[:depth]
+                placed = [ranked[i] for i in order] + docs[depth:]
+                shuffled[qid] = {doc: -rank for rank, doc in enumerate(placed)}
+            mean += retrieval_metrics.evaluate(qrels, shuffled)["ndcg@10"] / len(orders)
+        assert retrieval_metrics.random_order_ndcg(qrels, run, depth) == pytest.approx(mean)
+    # Deeper than 10: a doc then counts only at ranks 1 to 10.
+    samples = []
+    for _ in range(4000):
+        placed = [docs[i] for i in rng.permutation(12)]
+        shuffled = {qid: {doc: -r for r, doc in enumerate(placed)} for qid in ("q1", "q2")}
+        samples.append(retrieval_metrics.evaluate(qrels, shuffled)["ndcg@10"])
+    expected = retrieval_metrics.random_order_ndcg(qrels, run, 12)
+    assert expected == pytest.approx(np.mean(samples), abs=4 * np.std(samples) / 4000**0.5)

@@ -13,6 +13,7 @@ from support import REPO
 from support.beir_files import write_beir
 from support.finetuned import finetuned_workdir
 
+from bertjax import retrieval_metrics
 from bertjax.retrieval import evaluation
 from data_pipeline.errors import UserError
 from data_pipeline.finetune import retrieval_input
@@ -124,7 +125,7 @@ def test_retrieve_then_rerank_prints_both_stages_and_writes_both_runs(minilm_wor
         text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    first, reranked, wrote = result.stdout.splitlines()
+    first, reranked, chance, wrote = result.stdout.splitlines()
     assert first.startswith("first stage  ndcg@10 ") and reranked.startswith(
         "reranked     ndcg@10 "
     )
@@ -135,3 +136,9 @@ def test_retrieve_then_rerank_prints_both_stages_and_writes_both_runs(minilm_wor
     # The rest of the first stage below the five reranked: Recall@100 is the same.
     first_stage = json.loads((out / "first_stage" / "metrics.json").read_text())
     assert metrics["recall@100"] == first_stage["recall@100"]
+    # The bar a reranker must clear: the first stage's top 5 in a random order.
+    collection = retrieval_input.load_collection(str(beir), "test")
+    first_run = retrieval_metrics.read_trec_run(str(out / "first_stage" / "run.trec"))
+    by_chance = retrieval_metrics.random_order_ndcg(collection.qrels, first_run, 5)
+    assert metrics["ndcg@10_random_order"] == by_chance
+    assert chance == f"by chance    ndcg@10 {by_chance:.4f} (the first 5 in a random order)"

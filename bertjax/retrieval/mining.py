@@ -124,23 +124,25 @@ def mine(
     queries = inference.embed(
         restored, [texts[q] for q in query_ids], batch_size=batch_size, progress=mining
     )
-    best, where = _search_in_chunks(restored, passages, queries, options, mining, batch_size)
-    mining.finish()
     passage_index = {d: i for i, d in enumerate(collection.passage_ids)}
-    # The relevant passages' cosines bound the negatives only with a margin.
+    positives = [[passage_index[d] for d in relevant[q]] for q in query_ids]
+    # The relevant passages' cosines bound the negatives only with a margin: their vectors
+    # are kept as their chunks go by.
+    bounded = options.margin is not None or options.relative_margin is not None
+    best, where, kept_vectors = _search_in_chunks(
+        restored, passages, queries, options, mining, batch_size,
+        keep=np.unique([i for judged in positives for i in judged]) if bounded else np.zeros(0),
+    )  # fmt: skip
+    mining.finish()
     positive_floor = np.zeros(len(query_ids), np.float32)
-    if options.margin is not None or options.relative_margin is not None:
-        positive_floor = _positive_floor(
-            restored, collection, queries, [relevant[q] for q in query_ids], passage_index,
-            batch_size,
-        )  # fmt: skip
+    if bounded:
+        positive_floor = _positive_floor(queries, positives, kept_vectors)
     rng = np.random.default_rng(options.seed)
     lines, short = [], 0
     for row, query in enumerate(query_ids):
         kept = _negatives(
-            best[row], where[row], set(passage_index[d] for d in relevant[query]),
-            positive_floor[row], options, rng,
-        )  # fmt: skip
+            best[row], where[row], set(positives[row]), positive_floor[row], options, rng
+        )
         short += len(kept) < options.num_negatives
         line = {
             "query_id": query,
@@ -154,17 +156,21 @@ def mine(
     return {"queries": len(lines), "short": short, "passages": len(collection.passages)}
 
 
-def _search_in_chunks(restored, passages, queries, options, mining, batch_size):
+def _search_in_chunks(restored, passages, queries, options, mining, batch_size, keep):
     """Each query's best `last rank` passages over the corpus, a chunk at a time: scores
-    float32 and corpus indices int, [Nq, K], best first. `mining` counts the batches."""
+    float32 and corpus indices int, [Nq, K], best first, and {corpus index: vector} of
+    the passages in `keep` (sorted corpus indices). `mining` counts the batches."""
     depth = options.rank_range[1]
     best = np.full((len(queries), 0), -np.inf, np.float32)
     where = np.zeros((len(queries), 0), np.int64)
+    kept = {}
     for begin in range(0, len(passages), options.chunk):
         vectors = inference.embed(
             restored, passages[begin : begin + options.chunk], batch_size=batch_size,
             progress=mining,
         )  # fmt: skip
+        here = keep[(keep >= begin) & (keep < begin + len(vectors))]
+        kept |= {int(i): vectors[i - begin] for i in here}
         scores, indices = search.top_k(queries, vectors, depth)
         best = np.concatenate([best, scores], axis=1)
         where = np.concatenate([where, indices + begin], axis=1)
@@ -172,21 +178,16 @@ def _search_in_chunks(restored, passages, queries, options, mining, batch_size):
         order = np.lexsort((where, -best), axis=-1)[:, :depth]
         best = np.take_along_axis(best, order, axis=1)
         where = np.take_along_axis(where, order, axis=1)
-    return best, where
+    return best, where, kept
 
 
-def _positive_floor(restored, collection, queries, positives, passage_index, batch_size):
-    """Each query's lowest cosine to one of its relevant passages, float32 [Nq]."""
-    wanted = sorted({passage_index[d] for judged in positives for d in judged})
-    vectors = inference.embed(
-        restored, [collection.passages[i] for i in wanted], batch_size=batch_size
-    )
-    row_of = {index: row for row, index in enumerate(wanted)}
-    units = search.unit(vectors)
+def _positive_floor(queries, positives, vectors) -> np.ndarray:
+    """Each query's lowest cosine to one of its relevant passages (`positives`, corpus
+    indices), from their `vectors` {corpus index: vector}: float32 [Nq]."""
     query_units = search.unit(queries)
     return np.asarray(
         [
-            min(float(query_units[q] @ units[row_of[passage_index[d]]]) for d in judged)
+            min(float(query_units[q] @ search.unit(vectors[i])) for i in judged)
             for q, judged in enumerate(positives)
         ],
         np.float32,

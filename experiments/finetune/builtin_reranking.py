@@ -16,8 +16,9 @@ from rank 2 on that is not relevant: a passage ranked first is more often one th
 answers the query without being judged so): 2,218 groups, an
 epoch of 138 steps of 16 groups, pairs cut to 128 tokens, at lr 1e-4. There is no
 evaluation during training (eval_split ''): the test split's retrieve-then-rerank above
-is the figure. A cross-encoder grown from an embedder needs more data than this: here
-it ranks below the first stage (docs/reranking.md has the figures and what it takes).
+is the figure. Here the reranker ranks below the first stage, and below a random order
+of its 10: negatives the embedder scores above the positive taught it to invert the
+embedder's order (docs/reranking.md has the figures, and the settings tried).
 Hardware: a 2-core CPU, about 9 minutes of training.
 """
 

@@ -149,12 +149,14 @@ def evaluate(
     reranker = inference.restore(rerank, rerank_step)
     reranked = _reranked(reranker, collection, run, rerank_depth, batch_size)
     chance = retrieval_metrics.random_order_ndcg(collection.qrels, run, rerank_depth)
+    agreement = _agreement(run, reranked, rerank_depth)
     about |= {
         "reranker": rerank,
         "reranker_step": reranker.step,
         "rerank_depth": rerank_depth,
         "first_stage": source,
         RANDOM_ORDER: chance,
+        AGREEMENT: agreement,
     }
     figures = _write(out, collection, reranked, about)
     return {**figures, RANDOM_ORDER: chance, FIRST_STAGE_DIR: first}
@@ -165,6 +167,24 @@ FIRST_STAGE_DIR = "first_stage"
 # evaluate --rerank's bar: the expected nDCG@10 of the first stage's top rerank_depth in a
 # random order (retrieval_metrics.random_order_ndcg), in OUT/metrics.json.
 RANDOM_ORDER = "ndcg@10_random_order"
+# The mean over queries of the Spearman correlation between the first stage's scores and
+# the reranker's, over the passages reranked: below 0, the reranker inverts the first
+# stage (docs/reranking.md: a sign of negatives scored above their positives).
+AGREEMENT = "spearman_with_first_stage"
+
+
+def _agreement(first, reranked, depth) -> float | None:
+    """AGREEMENT of two runs over each query's first `depth` passages of `first`; None
+    where no query has two passages with distinct scores in both."""
+    from scipy import stats
+
+    values = []
+    for query, scored in first.items():
+        top = retrieval_metrics.ranking(scored)[:depth]
+        ours, theirs = [scored[d] for d in top], [reranked[query][d] for d in top]
+        if len(set(ours)) > 1 and len(set(theirs)) > 1:
+            values.append(stats.spearmanr(ours, theirs).statistic)
+    return float(np.mean(values)) if values else None
 
 
 def _search(workdir, collection, depth, step, batch_size):

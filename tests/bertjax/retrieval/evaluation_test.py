@@ -8,7 +8,9 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
+import scipy.stats
 from support import REPO
 from support.beir_files import write_beir
 from support.finetuned import finetuned_workdir
@@ -101,6 +103,18 @@ def test_rerank_options_are_checked_before_anything_loads(tmp_path):
             evaluation.evaluate("", "nowhere", "dev", str(tmp_path / "out"), **options)
 
 
+def test_agreement_with_the_first_stage_is_the_mean_spearman_over_the_reranked_passages():
+    first = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.0}, "q2": {"a": 2.0, "b": 1.0}}
+    inverted = {"q1": {"a": 0.1, "b": 0.2, "c": 0.3, "d": 9.0}, "q2": {"a": 0.0, "b": 1.0}}
+    assert evaluation._agreement(first, inverted, 3) == pytest.approx(-1.0)  # d: below 3
+    kept = {"q1": {"a": 5.0, "b": 1.0, "c": 2.0, "d": 0.0}, "q2": {"a": 1.0, "b": 0.0}}
+    assert evaluation._agreement(first, kept, 3) == pytest.approx((0.5 + 1.0) / 2)
+    # A query whose reranked scores are all equal has no correlation: left out.
+    flat = {"q1": dict.fromkeys("abcd", 1.0), "q2": {"a": 1.0, "b": 0.0}}
+    assert evaluation._agreement(first, flat, 3) == pytest.approx(1.0)
+    assert evaluation._agreement(first, flat, 1) is None
+
+
 @pytest.mark.parametrize("flag", ["rerank_depth", "rerank_step"])
 def test_a_reranking_flag_without_a_reranker_is_one_line(flag, tmp_path):
     args = types.SimpleNamespace(
@@ -141,4 +155,13 @@ def test_retrieve_then_rerank_prints_both_stages_and_writes_both_runs(minilm_wor
     first_run = retrieval_metrics.read_trec_run(str(out / "first_stage" / "run.trec"))
     by_chance = retrieval_metrics.random_order_ndcg(collection.qrels, first_run, 5)
     assert metrics["ndcg@10_random_order"] == by_chance
+    reranked_run = retrieval_metrics.read_trec_run(str(out / "run.trec"))
+    rhos = [
+        scipy.stats.spearmanr(
+            [first_run[q][d] for d in top], [reranked_run[q][d] for d in top]
+        ).statistic
+        for q in first_run
+        for top in [retrieval_metrics.ranking(first_run[q])[:5]]
+    ]
+    assert metrics["spearman_with_first_stage"] == pytest.approx(np.mean(rhos), abs=1e-6)
     assert chance == f"by chance    ndcg@10 {by_chance:.4f} (the first 5 in a random order)"

@@ -42,8 +42,8 @@ NOT_AS_WRITTEN = {
         "tests/commands_test.py, on a small BEIR directory with the command tier's model"
     ),
     "python -m bertjax.main --config experiments/finetune/builtin_reranking.py": (
-        "tests/bertjax/tasks/reranking_test.py, the reranking task's run on a small BEIR "
-        "directory: as written, MiniLM trains on 4,436 pairs for 8 minutes"
+        "tests/bertjax/tasks/finetune_learning_test.py, on part of the same collection, "
+        "pairs cut to 64 tokens: as written, MiniLM trains on 4,436 pairs for 8 minutes"
     ),
     "python -m bertjax.convert export --format sentence-transformers": (
         "tests/bertjax/tasks/finetune_learning_test.py, on its fine-tuned embedder"

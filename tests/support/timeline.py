@@ -2,9 +2,12 @@
 its worker, start, end and CPU time (`os.times()` around it: its own process's, and the
 child programs it waited for) as a line of JSON; and a summary of such a file.
 
-    PYTHONPATH=tests PYTEST_ADDOPTS="-p support.timeline" TIMELINE_OUT=/tmp/timeline.jsonl \
+    PYTHONPATH=tests/support PYTEST_ADDOPTS="-p timeline" TIMELINE_OUT=/tmp/timeline.jsonl \
         make test-all
     cd tests && python -m support.timeline /tmp/timeline.jsonl
+
+(PYTHONPATH=tests would put tests/bertjax before the package in the programs the tests
+start: the two-process runs then fail with `No module named 'bertjax.tasks.contract'`.)
 
 The summary gives each worker's last minute (workers that end far apart share the tests
 out badly), the CPU-minutes in pytest's workers and in the programs the tests start, and

@@ -159,7 +159,7 @@ def evaluate(
         AGREEMENT: agreement,
     }
     figures = _write(out, collection, reranked, about)
-    return {**figures, RANDOM_ORDER: chance, FIRST_STAGE_DIR: first}
+    return {**figures, RANDOM_ORDER: chance, AGREEMENT: agreement, FIRST_STAGE_DIR: first}
 
 
 # Where evaluate --rerank writes the first stage's run and measures, under OUT.
@@ -169,7 +169,8 @@ FIRST_STAGE_DIR = "first_stage"
 RANDOM_ORDER = "ndcg@10_random_order"
 # The mean over queries of the Spearman correlation between the first stage's scores and
 # the reranker's, over the passages reranked: below 0, the reranker inverts the first
-# stage (docs/reranking.md: a sign of negatives scored above their positives).
+# stage (docs/reranking.md says when: negatives the embedder scores above their
+# positives, learned by a model whose pooled [CLS] never judged a pair).
 AGREEMENT = "spearman_with_first_stage"
 
 

@@ -196,6 +196,9 @@ def test_a_run_reranks_its_held_out_queries_as_rerank_scores_them(
             mean = sum(query[measure] for query in theirs.values()) / len(theirs)
             assert ours[name] == pytest.approx(mean, abs=1e-9), (folder, name)
     assert figures["first_stage"]["ndcg@10"] == ours["ndcg@10"]
+    written = json.loads((out / "metrics.json").read_text())
+    for name in (evaluation.RANDOM_ORDER, evaluation.AGREEMENT):
+        assert figures[name] == written[name] is not None
     first_stage = retrieval_metrics.read_trec_run(str(out / "first_stage" / "run.trec"))
     top = retrieval_metrics.ranking(first_stage["q31"])[:5]
     reranked = retrieval_metrics.read_trec_run(str(out / "run.trec"))["q31"]

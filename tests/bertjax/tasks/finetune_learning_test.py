@@ -331,7 +331,7 @@ def test_a_reranker_from_minilm_reorders_the_first_stage_better_than_chance(
     run([
         "python", "-m", "bertjax.main", f"--config={config}", f"--workdir={reranker}",
         f"--config.init_checkpoint={minilm_workdir}", f"--config.data.beir_dir={beir}",
-        f"--config.data.negatives_file={negatives}", "--config.loss.name=listnet",
+        f"--config.data.negatives_file={negatives}",
         "--config.data.max_query_length=32", "--config.data.max_seq_length=64",
         "--config.optimizer.learning_rate=3e-4",
     ])  # fmt: skip

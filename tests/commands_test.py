@@ -98,6 +98,16 @@ def test_export_and_import_hugging_face(command_pretrained, finetuned, tmp_path)
     assert (tmp_path / "imported" / "checkpoints" / "0").is_dir()
 
 
+def test_shrink_keeps_the_layers_asked_for(command_pretrained, tmp_path):
+    source = command_pretrained["workdir"]
+    shrunk = run("bertjax.convert", "shrink", source, tmp_path / "one", "--layers", "1")
+    assert shrunk.stdout.startswith(
+        f"shrunk {source} step 6 to {tmp_path / 'one'}: layers 1 of 2, a pretraining workdir of "
+    ), shrunk.stdout
+    config = json.loads((tmp_path / "one" / "model_config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and (tmp_path / "one" / "checkpoints" / "0").is_dir()
+
+
 def test_export_a_savedmodel_that_takes_text(finetuned, tmp_path):
     exported = run("bertjax.convert", "export", "--format", "savedmodel", finetuned["workdir"],
                    tmp_path / "served")  # fmt: skip

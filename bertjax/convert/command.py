@@ -1,10 +1,12 @@
-r"""Imports released BERT checkpoints into a bertjax workdir, and exports a workdir to Hugging Face,
-as a sentence-transformers model or as a TensorFlow SavedModel that takes text.
+r"""Imports released BERT checkpoints into a bertjax workdir, exports a workdir to Hugging Face,
+as a sentence-transformers model or as a TensorFlow SavedModel that takes text, and
+shrinks a workdir to some of its layers (a distilled student's start).
 
     python -m bertjax.convert import --format {tf,hf} SOURCE WORKDIR \
         [--do_lower_case | --no_do_lower_case] [--scan_layers]
     python -m bertjax.convert export --format {hf,sentence-transformers,savedmodel} \
         WORKDIR OUT_DIR [--step N]
+    python -m bertjax.convert shrink SRC OUT --layers 0,2,4 [--step N]
 
 docs/checkpoints.md, "Import Google and Hugging Face checkpoints", describes the two
 formats. SOURCE may also be a TF checkpoint prefix. The result is an ordinary
@@ -20,7 +22,7 @@ reranking workdir); --format savedmodel writes a SavedModel with the
 tokenizer in its graph, served with tensorflow and tensorflow_text alone
 (bertjax/convert/savedmodel.py, docs/serving.md). Every check runs before anything is written; the
 output is assembled in a temporary folder next to WORKDIR (or OUT_DIR) and
-renamed into place at the end; the next conversion to the same path removes one that a
+renamed into place at the end (shrink too: bertjax/convert/shrink.py); the next conversion to the same path removes one that a
 killed conversion left (destination.py). Any path may be in Cloud Storage (`gs://...`),
 where that rename copies each object and so is not atomic.
 """
@@ -35,11 +37,17 @@ EXPORT_FORMATS = ("hf", "sentence-transformers", "savedmodel")
 COMMANDS = {
     "import": "import --format {tf,hf} SOURCE WORKDIR",
     "export": "export --format {hf,sentence-transformers,savedmodel} WORKDIR OUT_DIR",
+    "shrink": "shrink SRC OUT --layers 0,2,4",
 }
-# The flags each command takes besides --format.
-_COMMAND_FLAGS = {
-    "import": ("do_lower_case", "no_do_lower_case", "scan_layers"),
-    "export": ("step", "max_seq_length"),
+# The commands that take each flag.
+_FLAG_COMMANDS = {
+    "format": ("import", "export"),
+    "do_lower_case": ("import",),
+    "no_do_lower_case": ("import",),
+    "scan_layers": ("import",),
+    "step": ("export", "shrink"),
+    "max_seq_length": ("export",),
+    "layers": ("shrink",),
 }
 
 
@@ -51,7 +59,6 @@ def define_flags() -> None:
         "import: the checkpoint's format (tf or hf); export: hf (the transformers class of "
         "the workdir's task), sentence-transformers (its encoder and how it embeds) or "
         "savedmodel (TensorFlow, text in, the tokenizer in the graph).",
-        required=True,
     )
     flags.DEFINE_bool(
         "do_lower_case", None, "import: an uncased model (only when the checkpoint does not say)."
@@ -61,7 +68,12 @@ def define_flags() -> None:
     )
     flags.mark_bool_flags_as_mutual_exclusive(["do_lower_case", "no_do_lower_case"])
     flags.DEFINE_bool("scan_layers", False, "import: write the scan_layers parameter layout.")
-    flags.DEFINE_integer("step", None, "export: the checkpoint to export; default the latest.")
+    flags.DEFINE_integer(
+        "step", None, "export, shrink: the checkpoint to read; default the latest."
+    )
+    flags.DEFINE_string(
+        "layers", None, "shrink: the encoder layers to keep, counted from 0, e.g. 0,2,4."
+    )
     flags.DEFINE_integer(
         "max_seq_length",
         None,
@@ -73,6 +85,9 @@ def main(argv: list[str]) -> None:
     command, first, second = _command_line(argv[1:])
     # Imported here, not at the top: `--help` and a usage error answer in a fraction of a
     # second instead of after seconds of TensorFlow and JAX imports.
+    if command == "shrink":
+        _shrink(first, second)
+        return
     from bertjax.convert import import_export
 
     if command == "export" and FLAGS.format == "hf":
@@ -141,17 +156,44 @@ def main(argv: list[str]) -> None:
         print(f"  ignored (not parameters): {', '.join(result['ignored'])}")
 
 
+def _shrink(src: str, out: str) -> None:
+    from bertjax.convert import shrink
+
+    result = shrink.shrink(src, out, FLAGS.layers, FLAGS.step)
+    kept, (before, after) = result["layers"], result["parameters"]
+    print(
+        f"shrunk {src} step {result['step']} to {out}: layers "
+        f"{', '.join(map(str, kept))} of {result['source_layers']}, a {result['kind']} "
+        f"workdir of {after:,} parameters ({before:,} in {src})"
+    )
+    if result["attention"]:
+        print(
+            "  attention: "
+            + ", ".join(
+                f"layer {j} (was {layer}) {'global' if whole else 'local'}"
+                for j, layer, whole in result["attention"]
+            )
+        )
+
+
 def _command_line(args: list[str]) -> tuple[str, str, str]:
     """The command and its two paths, from the arguments that are not flags."""
     if not args or args[0] not in COMMANDS:
-        raise app.UsageError(f"expected a command, import or export; got: {' '.join(args)}")
+        raise app.UsageError(f"expected a command, import, export or shrink; got: {' '.join(args)}")
     command, paths = args[0], args[1:]
     if len(paths) != 2:
         raise app.UsageError(f"usage: python -m bertjax.convert {COMMANDS[command]}")
-    for other, names in _COMMAND_FLAGS.items():
-        for name in names:
-            if other != command and FLAGS[name].present:
-                raise app.UsageError(f"--{name} is an option of {other}, not of {command}")
+    for name, commands in _FLAG_COMMANDS.items():
+        if command not in commands and FLAGS[name].present:
+            raise app.UsageError(
+                f"--{name} is an option of {' and '.join(commands)}, not of {command}"
+            )
+    if command == "shrink":
+        if FLAGS.layers is None:
+            raise app.UsageError("shrink needs --layers, e.g. --layers 0,2,4")
+        return command, *paths
+    if FLAGS.format is None:
+        raise app.UsageError(f"{command} needs --format")
     if command == "import" and FLAGS.format not in FORMATS:
         raise app.UsageError(f"import reads --format {' or '.join(FORMATS)}")
     if command == "export" and FLAGS.format not in EXPORT_FORMATS:

@@ -703,13 +703,31 @@ def test_a_destination_below_a_file_is_one_line_before_anything_loads(
             "import reads --format tf or hf",
         ),
         (["import", "--format", "hf", "a", "b", "--step", "3"], "--step is an option of export"),
-        (["convert", "--format", "hf", "a", "b"], "expected a command, import or export"),
+        (["convert", "--format", "hf", "a", "b"], "expected a command, import, export or shrink"),
         (
             ["export", "--format", "hf", "a", "b", "--max_seq_length", "64"],
             "--max_seq_length is an option of export --format savedmodel",
         ),
+        (["export", "a", "b"], "export needs --format"),
+        (["shrink", "a", "b"], "shrink needs --layers, e.g. --layers 0,2,4"),
+        (["shrink", "--format", "hf", "a", "b", "--layers", "0"], "--format is an option of"),
+        (
+            ["export", "--format", "hf", "a", "b", "--layers", "0"],
+            "--layers is an option of shrink",
+        ),
     ],
-    ids=["one-path", "export-tf", "import-st", "step-on-import", "no-command", "length-on-hf"],
+    ids=[
+        "one-path",
+        "export-tf",
+        "import-st",
+        "step-on-import",
+        "no-command",
+        "length-on-hf",
+        "no-format",
+        "no-layers",
+        "format-on-shrink",
+        "layers-on-export",
+    ],  # fmt: skip
 )
 def test_cli_usage_errors(args, message):
     result = run_cli(*args)

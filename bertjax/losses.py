@@ -185,15 +185,7 @@ def in_batch_negatives_sums(
     weights = batch["example_weight"].astype(jnp.float32)
     candidates = passages.reshape(rows * width, -1)
     keys, query_key = batch["passage_keys"], batch["query_key"]
-    owner = jnp.arange(rows * width) // width  # the row each candidate comes from
-    target = jnp.arange(rows) * width
-    is_positive = jnp.arange(rows * width) % width == 0
-    # Not a negative of query i: a copy of its positive's text, another positive of its
-    # text, a padding row's passage. Its own positive stays the target.
-    same = (keys.reshape(-1)[None, :] == keys[:, 0][:, None]) | (
-        is_positive[None, :] & (query_key[owner][None, :] == query_key[:, None])
-    )
-    hidden = (same | (weights[owner] == 0)[None, :]) & (jnp.arange(rows * width) != target[:, None])
+    hidden, target = _hidden_candidates(batch, rows, width)
     # The other way: positive i's other matches, the same query text or positive text.
     back_same = (query_key[None, :] == query_key[:, None]) | (keys[None, :, 0] == keys[:, None, 0])
     back_hidden = (back_same | (weights == 0)[None, :]) & ~jnp.eye(rows, dtype=bool)
@@ -211,6 +203,105 @@ def in_batch_negatives_sums(
         "loss_sum": jnp.sum(weights * loss),
         "correct": jnp.sum(weights * hit),
         "weight": jnp.sum(weights),
+    }
+
+
+def _hidden_candidates(batch, rows: int, width: int):
+    """(bool [B, B * P]: which of the batch's passages are not candidates of each query,
+    int [B]: where its positive is among them). Not a negative of query i: a copy of its
+    positive's text, another positive of its text, a padding row's passage. Its own
+    positive stays the target."""
+    keys, query_key = batch["passage_keys"], batch["query_key"]
+    weights = batch["example_weight"]
+    owner = jnp.arange(rows * width) // width  # the row each candidate comes from
+    target = jnp.arange(rows) * width
+    is_positive = jnp.arange(rows * width) % width == 0
+    same = (keys.reshape(-1)[None, :] == keys[:, 0][:, None]) | (
+        is_positive[None, :] & (query_key[owner][None, :] == query_key[:, None])
+    )
+    hidden = (same | (weights[owner] == 0)[None, :]) & (jnp.arange(rows * width) != target[:, None])
+    return hidden, target
+
+
+# ------------------------------------------------------------- embedding distillation
+
+# config.loss.name of the retrieval task: in-batch negatives alone, or a teacher's
+# outputs learned (with the in-batch negatives' loss beside, weighted).
+EMBEDDING_LOSSES = ("in_batch", "mse", "kl")
+
+
+def embedding_distillation_sums(
+    outputs,
+    batch,
+    *,
+    loss: str,
+    scale: float,
+    distill_weight: float = 1.0,
+    in_batch_weight: float = 0.0,
+    symmetric: bool = False,
+    dims: tuple[int, ...] = (),
+) -> dict[str, jax.Array]:
+    """A student embedder's loss against its teacher's vectors, `batch["teacher"]` (its
+    queries [B, H'] and passages [B, P, H']), plus `in_batch_weight` times the in-batch
+    negatives' loss (in_batch_negatives_sums, whose accuracy is reported):
+
+        mse  each text's mean squared difference between the student's vector and the
+             teacher's (sentence-transformers' MSELoss), averaged over a row's texts;
+        kl   each query's KL divergence from the teacher's distribution over the batch's
+             candidates (softmax of `scale` times the cosines, the in-batch negatives'
+             candidates) to the student's: the teacher's ranking, widths free to differ.
+    """
+    sums = in_batch_negatives_sums(outputs, batch, scale=scale, symmetric=symmetric, dims=dims)
+    weights = batch["example_weight"].astype(jnp.float32)
+    student = tuple(x.astype(jnp.float32) for x in outputs)
+    teacher = tuple(x.astype(jnp.float32) for x in batch["teacher"])
+    if loss == "mse":
+        rows = _mse_rows(student, teacher)
+    else:
+        rows = _kl_rows(student, teacher, batch, scale)
+    distill = jnp.sum(weights * rows)
+    return {
+        **sums,
+        "loss_sum": distill_weight * distill + in_batch_weight * sums["loss_sum"],
+        "distill_sum": distill,
+        "in_batch_sum": sums["loss_sum"],
+    }
+
+
+def _mse_rows(student, teacher):
+    (queries, passages), (teacher_queries, teacher_passages) = student, teacher
+    per_text = jnp.concatenate(
+        [
+            jnp.mean(jnp.square(queries - teacher_queries), axis=-1)[:, None],
+            jnp.mean(jnp.square(passages - teacher_passages), axis=-1),
+        ],
+        axis=1,
+    )
+    return jnp.mean(per_text, axis=1)
+
+
+def _kl_rows(student, teacher, batch, scale: float):
+    rows, width, _ = student[1].shape
+    hidden, _ = _hidden_candidates(batch, rows, width)
+
+    def log_probs(queries, passages):
+        candidates = _unit(passages.reshape(rows * width, -1))
+        # A finite floor, not -inf: the hidden terms' (-inf) - (-inf) would make their
+        # gradient NaN even where they are masked out.
+        logits = jnp.where(hidden, -1e9, scale * _unit(queries) @ candidates.T)
+        return jax.nn.log_softmax(logits, axis=-1)
+
+    ours, theirs = log_probs(*student), log_probs(*teacher)
+    return jnp.sum(jnp.where(hidden, 0.0, jnp.exp(theirs) * (theirs - ours)), axis=-1)
+
+
+def summarize_embedding_distillation(sums) -> dict[str, float]:
+    """summarize_finetune's loss and accuracy, and the two losses it sums, unweighted."""
+    weight = max(float(np.asarray(sums["weight"])), 1.0)
+    return {
+        **summarize_finetune(sums),
+        "distill_loss": float(np.asarray(sums["distill_sum"])) / weight,
+        "in_batch_loss": float(np.asarray(sums["in_batch_sum"])) / weight,
     }
 
 

@@ -62,6 +62,13 @@ class TrainState:
     step: jax.Array
     params: Any
     opt_state: Any
+    # A distillation's teacher parameters (Setup.teacher), or None: restored from the
+    # teacher's workdir at every start, never updated and never checkpointed.
+    teacher: Any = None
+
+
+# The batch column that holds the teacher's outputs.
+TEACHER = "teacher"
 
 
 def train_step(
@@ -77,6 +84,8 @@ def train_step(
     """
     step_rng = jax.random.fold_in(rng, state.step)
     model, objective = setup.model, setup.objective
+    if setup.teacher is not None and TEACHER not in batch:
+        batch = {**batch, TEACHER: teacher_outputs(setup, state.teacher, batch, num_microbatches)}
     denominators = objective.denominators(batch)
 
     def forward(params, microbatch, dropout_rng):
@@ -107,6 +116,25 @@ def train_step(
         finite = all_finite(grads)
         sums = jax.tree.map(lambda s: jnp.where(finite, s, jnp.zeros_like(s)), sums)
     return apply_gradients(state, grads, tx), sums
+
+
+def teacher_outputs(setup: Setup, params, batch, num_microbatches: int):
+    """The teacher's outputs for a global batch, without a gradient, a microbatch at a
+    time (its activations are never kept for a backward pass)."""
+    inputs = {name: batch[name] for name in setup.model.inputs}
+
+    def forward(piece):
+        return apply_model(
+            setup.teacher.module, params, piece, setup.model.inputs, deterministic=True
+        )
+
+    if num_microbatches == 1:
+        outputs = forward(inputs)
+    else:
+        outputs = join_microbatches(
+            jax.lax.map(forward, split_microbatches(inputs, num_microbatches))
+        )
+    return jax.lax.stop_gradient(outputs)
 
 
 def all_finite(tree) -> jax.Array:
@@ -285,20 +313,34 @@ def build_run(
     tx = optim.make_optimizer(optimizer, setup.objective.num_train_steps)
     state_shardings, abstract_state = sharded_abstract_state(
         functools.partial(_init_state, setup=setup, tx=tx),
-        functools.partial(_init_params, setup=setup),
+        functools.partial(_init_params, module=setup.model.module, inputs=setup.model.inputs),
         mesh,
     )
+    if setup.teacher is not None:
+        boxed = jax.eval_shape(
+            functools.partial(_init_params, module=setup.teacher.module, inputs=setup.model.inputs),
+            jax.random.key(0),
+        )
+        teacher_shardings = sharding.logical_shardings(boxed, mesh)
+        state_shardings = state_shardings.replace(teacher=teacher_shardings)
+        abstract_state = abstract_state.replace(
+            teacher=jax.tree.map(
+                lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
+                nn.meta.unbox(boxed),
+                teacher_shardings,
+            )
+        )
     return Run(config, task, setup, optimizer, tx, mesh, state_shardings, abstract_state)
 
 
-def _init_params(rng, *, setup: Setup):
-    """Parameters boxed with their logical axis names."""
-    inputs = [jnp.zeros((1, length), jnp.int32) for length in setup.model.inputs.values()]
-    return setup.model.module.init(rng, *inputs, deterministic=True)["params"]
+def _init_params(rng, *, module: nn.Module, inputs: dict[str, int]):
+    """A model's parameters boxed with their logical axis names, for `inputs` (Model.inputs)."""
+    zeros = [jnp.zeros((1, length), jnp.int32) for length in inputs.values()]
+    return module.init(rng, *zeros, deterministic=True)["params"]
 
 
 def _init_state(rng, *, setup: Setup, tx):
-    params = nn.meta.unbox(_init_params(rng, setup=setup))
+    params = nn.meta.unbox(_init_params(rng, module=setup.model.module, inputs=setup.model.inputs))
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
@@ -351,20 +393,31 @@ def state_shardings(abstract_state, boxed_params, mesh):
 
 
 def create_state(run: Run):
-    """The initial state, with the init checkpoint's parameters where the task takes them."""
+    """The initial state, with the init checkpoint's parameters where the task takes them,
+    and the teacher's."""
     init = jax.jit(
         functools.partial(_init_state, setup=run.setup, tx=run.tx),
-        out_shardings=run.state_shardings,
+        out_shardings=run.state_shardings.replace(teacher=None),
     )
     state = init(jax.random.key(run.config.seed))
     if not run.setup.init.keys:
-        return state
+        return with_teacher(run, state)
     params = {**state.params, **_init_checkpoint_params(run)}
     for path in run.setup.init.fresh:
         key, module = path.split("/")
         params[key] = {**params[key], module: state.params[key][module]}
     state = state.replace(params=params, opt_state=run.tx.init(params))
-    return jax.device_put(state, run.state_shardings)
+    return with_teacher(run, jax.device_put(state, run.state_shardings.replace(teacher=None)))
+
+
+def with_teacher(run: Run, state):
+    """`state` with the teacher's parameters from its workdir (Setup.teacher), if any."""
+    if run.setup.teacher is None:
+        return state
+    params, _ = checkpoint.restore_params(
+        run.setup.teacher.workdir, run.abstract_state.teacher, what="config.distill.teacher"
+    )
+    return state.replace(teacher=params)
 
 
 def _init_checkpoint_params(run: Run) -> dict:
@@ -497,7 +550,7 @@ def _train(
     num_steps = setup.objective.num_train_steps
     last_step = num_steps if stop_after is None else min(stop_after, num_steps)
     try:
-        state = create_state(run) if restored is None else restored[1]
+        state = create_state(run) if restored is None else with_teacher(run, restored[1])
         held = (state, batches, manager, claim, stop, event_log, hook_factories)
         results = _loop(Session(run, workdir, start_step, last_step, *held))
     except BaseException as error:
@@ -531,7 +584,9 @@ def _restore_newest_good(run: Run, workdir: str, start_step: int) -> tuple:
     if not start_step:
         return None, restore_time
     with checkpoint.make_manager(workdir, max_to_keep=None) as reader:
-        restored = checkpoint.restore_newest_good(reader, run.abstract_state, logging.warning)
+        restored = checkpoint.restore_newest_good(
+            reader, run.abstract_state.replace(teacher=None), logging.warning
+        )
     restore_time.stop()
     logging.info("resuming from %s at step %d", workdir, restored[0])
     return restored, restore_time
@@ -771,7 +826,8 @@ class Saver:
 
     def save(self, step: int, state) -> None:
         """Saves `state` and every host's stream position, unless a value went non-finite
-        (the parameters, or the loss of the steps not yet logged)."""
+        (the parameters, or the loss of the steps not yet logged). A teacher is not saved."""
+        state = state.replace(teacher=None)
         nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
         window, batches = self.log.window, self.session.batches
         with self.log.times.span("checkpoint", step, bytes=nbytes):

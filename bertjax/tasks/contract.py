@@ -181,6 +181,19 @@ class Initialization:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Teacher:
+    """A model whose outputs the loss reads beside the student's (distillation,
+    docs/distillation.md): its workdir's checkpoint, restored once and sharded by its
+    logical axis names like the student's parameters, and applied to the same inputs
+    (Model.inputs) in the same jitted step, deterministically and without a gradient. Its
+    outputs reach `Objective.sums` as the batch's "teacher" column; a batch that already
+    has one (outputs computed earlier and stored with the data) is not given another."""
+
+    module: nn.Module  # in its checkpoint's layer layout
+    workdir: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Setup:
     """One run of a task: its model, objective, data and evaluation, checked and ready to
     compile, and what its workdir's task.json says."""
@@ -191,6 +204,7 @@ class Setup:
     evaluation: Evaluation
     description: Description
     init: Initialization = Initialization()
+    teacher: Teacher | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,10 @@ BertForEmbedding (the encoder and a pooling, no head); the loss, in-batch negati
 over the whole global batch (losses.in_batch_negatives_sums). After every epoch the
 held-out collection is embedded and searched exactly (bertjax/search.py), and
 scored as trec_eval scores (bertjax/retrieval_metrics.py); the best checkpoint is kept
-by nDCG@10 (results.json's "best" names its step). A fine-tuned workdir embeds with
+by nDCG@10 (results.json's "best" names its step). With `config.distill.teacher` and
+`config.loss.name` 'mse' or 'kl', the student learns a teacher embedder's vectors or
+rankings instead (losses.embedding_distillation_sums; docs/distillation.md), the teacher
+applied to each batch in the same step. A fine-tuned workdir embeds with
 `bertjax.embed(restore(workdir), texts)` as it trained, and `python -m bertjax.retrieval
 evaluate` scores it on any collection.
 """
@@ -24,7 +27,7 @@ import numpy as np
 
 from bertjax import flops, losses, retrieval_metrics, search
 from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
-from bertjax.tasks import embedding_serving, finetune, scores
+from bertjax.tasks import distillation, embedding_serving, finetune, reranking, scores
 from bertjax.tasks.contract import (
     Data,
     Description,
@@ -41,7 +44,7 @@ from data_pipeline.errors import ConfigError
 from data_pipeline.finetune import records, retrieval_config, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
-TASK_KEYS = ("embedding", "loss")
+TASK_KEYS = ("embedding", "loss", "distill")
 MODEL_INPUTS = ("query_ids", "query_mask", "passage_ids", "passage_mask")
 
 
@@ -54,6 +57,7 @@ def check_options(config) -> None:
         )
     if not config.loss.scale > 0:
         raise ConfigError(f"config.loss.scale={config.loss.scale}: must be above 0")
+    _check_distillation(config)
     dims = tuple(config.loss.matryoshka_dims)
     if any(d < 1 for d in dims) or list(dims) != sorted(set(dims), reverse=True):
         raise ConfigError(
@@ -64,6 +68,29 @@ def check_options(config) -> None:
         raise ConfigError(
             f"config.train_batch_size={config.train_batch_size}: a batch of one pair has no "
             "in-batch negatives; use at least 2"
+        )
+
+
+def _check_distillation(config) -> None:
+    """A loss that learns from a teacher, and a teacher only with one."""
+    distillation.check_config(config)
+    name, teacher = config.loss.name, config.distill.teacher
+    if name not in losses.EMBEDDING_LOSSES:
+        raise ConfigError(
+            f"config.loss.name={name!r}: use one of {', '.join(losses.EMBEDDING_LOSSES)}"
+        )
+    for key in ("distill_weight", "in_batch_weight"):
+        if not config.loss[key] >= 0:
+            raise ConfigError(f"config.loss.{key}={config.loss[key]}: must be at least 0")
+    if name != "in_batch" and not teacher:
+        raise ConfigError(
+            f"config.loss.name={name!r}: learns from a teacher; give its workdir, "
+            "config.distill.teacher=WORKDIR"
+        )
+    if name == "in_batch" and teacher:
+        raise ConfigError(
+            f"config.distill.teacher={teacher!r}: config.loss.name='in_batch' reads no "
+            "teacher; use 'mse' or 'kl'"
         )
 
 
@@ -102,9 +129,11 @@ def setup(config, workdir: str) -> Setup:
         )
         return dataset, info.num_batches
 
+    teacher = _teacher(config, pretrained, width)
     num_train_steps = finetune.train_steps(config, make_dataset)
     epoch = max(1, round(num_train_steps / config.num_train_epochs))
     return Setup(
+        teacher=teacher,
         model=Model(
             pretrained.model_config,
             BertForEmbedding(pretrained.model_config, pooling, width),
@@ -121,16 +150,15 @@ def setup(config, workdir: str) -> Setup:
             num_train_steps=num_train_steps,
             optimizer=finetune.optimizer_values(config, num_train_steps),
             features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight"),
-            sums=functools.partial(
-                losses.in_batch_negatives_sums,
-                scale=config.loss.scale,
-                symmetric=config.loss.symmetric,
-                dims=tuple(config.loss.matryoshka_dims),
-            ),
+            sums=_sums(config),
             denominators=finetune.example_weight,
             loss=weighted_mean_loss,
-            summarize=losses.summarize_finetune,
-            console=(("accuracy", "acc"),),
+            summarize=(
+                losses.summarize_finetune
+                if teacher is None
+                else losses.summarize_embedding_distillation
+            ),
+            console=(("accuracy", "acc"),) if teacher is None else _DISTILL_CONSOLE,
             whole_batch=True,  # microbatches encode; the loss sees every negative
         ),
         data=Data(
@@ -163,6 +191,51 @@ def setup(config, workdir: str) -> Setup:
             scan_layers=pretrained.scan_layers,
         ),
     )
+
+
+# A distillation's train lines: the teacher's loss and the in-batch one, unweighted.
+_DISTILL_CONSOLE = (("accuracy", "acc"), ("distill_loss", "distill"), ("in_batch_loss", "in-batch"))
+
+
+def _sums(config):
+    """The loss of config.loss: in-batch negatives, or a teacher's outputs learned."""
+    options = dict(
+        scale=config.loss.scale,
+        symmetric=config.loss.symmetric,
+        dims=tuple(config.loss.matryoshka_dims),
+    )
+    if config.loss.name == "in_batch":
+        return functools.partial(losses.in_batch_negatives_sums, **options)
+    return functools.partial(
+        losses.embedding_distillation_sums,
+        loss=config.loss.name,
+        distill_weight=config.loss.distill_weight,
+        in_batch_weight=config.loss.in_batch_weight,
+        **options,
+    )
+
+
+def _teacher(config, pretrained, width: int):
+    """The teacher embedder of config.distill.teacher, if any: its own pooling, on the
+    student's batches."""
+    read = distillation.read(config, pretrained.vocab_file, pretrained.tokenizer_data)
+    if read is None:
+        return None
+    where = f"{distillation.OPTION}={read.workdir!r}"
+    if read.kind == reranking.TASK.name:
+        raise ConfigError(f"{where}: a reranking workdir scores pairs; the teacher embeds texts")
+    student_width = pretrained.model_config.hidden_size
+    if config.loss.name == "mse" and read.model_config.hidden_size != student_width:
+        raise ConfigError(
+            f"{where}: its vectors have {read.model_config.hidden_size} dimensions, the "
+            f"student's {student_width}; 'mse' compares them one to one (use 'kl', which "
+            "compares rankings)"
+        )
+
+    def make_module(model_config, read):
+        return BertForEmbedding(model_config, Pooling.from_json(read.description.embedding), width)
+
+    return distillation.teacher(read, pretrained.model_config, make_module)
 
 
 def without_data(config, workdir: str):

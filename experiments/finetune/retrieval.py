@@ -35,8 +35,20 @@ def get_config() -> ml_collections.ConfigDict:
     # In-batch negatives over the global batch (bertjax/losses.py): the cosine times
     # `scale`; `symmetric` adds the positives' loss over the queries; matryoshka_dims
     # sums the loss over those prefixes of the vector, largest first (() the whole).
+    # name: 'in_batch' (the above alone), or, learning from config.distill.teacher, 'mse'
+    # (its vectors) or 'kl' (its ranking of the batch's candidates), weighted by
+    # distill_weight, plus in_batch_weight times the in-batch loss (docs/distillation.md).
     config.loss = ml_collections.ConfigDict(
-        {"scale": 20.0, "symmetric": False, "matryoshka_dims": ()}
+        {
+            "scale": 20.0,
+            "symmetric": False,
+            "matryoshka_dims": (),
+            "name": "in_batch",
+            "distill_weight": 1.0,
+            "in_batch_weight": 0.0,
+        }
     )
+    # A teacher embedder's workdir, for the losses that learn from one ("": none).
+    config.distill = ml_collections.ConfigDict({"teacher": ""})
     config.model.hidden_dropout_prob = 0.1
     return config

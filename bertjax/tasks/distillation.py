@@ -72,8 +72,6 @@ def read(config, student_vocab_file: str, student_tokenizer_data: dict) -> Read 
             f"({differs[0]}); a teacher reads the student's inputs, so it needs the same "
             "tokenizer"
         )
-    if checkpoint.latest_step(workdir) is None:
-        raise ConfigError(f"{OPTION}={workdir!r}: no checkpoint there")
     description = Description.from_json(values, where=f"{workdir}/{workdir_lib.TASK_FILE}")
     return Read(workdir, model_config, kind, description)
 
@@ -83,6 +81,8 @@ def teacher(
 ) -> Teacher:
     """The Teacher of a checked teacher workdir: `make_module(its model config, read)`
     with the student's dtype and attention kernel, in the checkpoint's layer layout."""
+    if checkpoint.latest_step(read.workdir) is None:
+        raise ConfigError(f"{OPTION}={read.workdir!r}: no checkpoint there")
     model_config = dataclasses.replace(
         read.model_config,
         dtype=student.dtype,

@@ -1,0 +1,187 @@
+"""Embedding distillation: the losses against their definitions, the teacher in the step
+against its outputs given with the batch, a teacher that never changes, and the
+refusals of a teacher that cannot teach."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from support import init_workdir
+from support.beir_files import write_beir
+
+from bertjax import losses, train
+from bertjax import workdir as workdir_lib
+from bertjax.convert import shrink
+from bertjax.tasks import retrieval
+from data_pipeline.errors import ConfigError
+from experiments.distill import minilm_l3
+
+
+def batch_of(rows: int, width: int, *, padding: int = 0) -> dict:
+    """Distinct texts, the last `padding` rows padding."""
+    weights = np.ones(rows, np.float32)
+    weights[rows - padding :] = 0
+    return {
+        "query_key": jnp.arange(rows),
+        "passage_keys": jnp.arange(rows * width).reshape(rows, width) + 100,
+        "example_weight": jnp.asarray(weights),
+    }
+
+
+def vectors(seed: int, rows: int, width: int, dim: int):
+    rng = np.random.default_rng(seed)
+    return (
+        jnp.asarray(rng.normal(size=(rows, dim)), jnp.float32),
+        jnp.asarray(rng.normal(size=(rows, width, dim)), jnp.float32),
+    )
+
+
+def test_mse_is_the_mean_squared_difference_over_every_text():
+    student, teacher = vectors(0, 4, 2, 8), vectors(1, 4, 2, 8)
+    batch = {**batch_of(4, 2), "teacher": teacher}
+    sums = losses.embedding_distillation_sums(student, batch, loss="mse", scale=20.0)
+    texts = [np.concatenate([s[0][:, None], s[1]], axis=1) for s in (student, teacher)]
+    # sentence-transformers' MSELoss: torch's MSELoss over the batch's vectors.
+    want = np.mean(np.square(texts[0] - texts[1]))
+    np.testing.assert_allclose(sums["distill_sum"] / 4, want, rtol=1e-6)
+    np.testing.assert_allclose(sums["loss_sum"], sums["distill_sum"])  # in_batch_weight 0
+
+
+def test_kl_is_the_divergence_of_the_students_ranking_of_the_batch_from_the_teachers():
+    rows, width, scale = 4, 2, 20.0
+    student, teacher = vectors(0, rows, width, 8), vectors(1, rows, width, 6)
+    batch = {**batch_of(rows, width, padding=1), "teacher": teacher}
+    sums = losses.embedding_distillation_sums(
+        student, batch, loss="kl", scale=scale, distill_weight=2.0, in_batch_weight=0.5
+    )
+
+    def probs(queries, passages, query):
+        q = np.asarray(queries[query]) / np.linalg.norm(queries[query])
+        c = np.asarray(passages).reshape(rows * width, -1)[: (rows - 1) * width]  # no padding
+        c = c / np.linalg.norm(c, axis=-1, keepdims=True)
+        e = np.exp(scale * c @ q - np.max(scale * c @ q))
+        return e / e.sum()
+
+    want = 0.0
+    for query in range(rows - 1):
+        p, s = probs(*teacher, query), probs(*student, query)
+        want += np.sum(p * np.log(p / s))
+    np.testing.assert_allclose(sums["distill_sum"], want, rtol=1e-4)
+    in_batch = losses.in_batch_negatives_sums(student, batch, scale=scale)
+    np.testing.assert_allclose(sums["loss_sum"], 2.0 * want + 0.5 * in_batch["loss_sum"], rtol=1e-4)
+    assert sums["correct"] == in_batch["correct"]
+
+
+@pytest.mark.parametrize("loss", ["mse", "kl"])
+def test_a_student_equal_to_its_teacher_has_nothing_to_learn_and_finite_gradients(loss):
+    student = vectors(0, 4, 2, 8)
+    batch = {**batch_of(4, 2, padding=1), "teacher": student}
+
+    def distill(outputs):
+        sums = losses.embedding_distillation_sums(outputs, batch, loss=loss, scale=20.0)
+        return sums["loss_sum"]
+
+    assert float(distill(student)) == pytest.approx(0.0, abs=1e-6)
+    grads = jax.grad(distill)(vectors(2, 4, 2, 8))
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
+    assert float(distill(vectors(2, 4, 2, 8))) > 0.01
+
+
+def distill_config(tmp_path, student: str, teacher: str, loss: str = "kl"):
+    config = minilm_l3.get_config()
+    config.init_checkpoint, config.distill.teacher = student, teacher
+    config.data.beir_dir = str(write_beir(tmp_path / "beir"))
+    config.data.max_query_length, config.data.max_seq_length = 16, 32
+    config.train_batch_size = config.eval_batch_size = 8
+    config.loss.name = loss
+    return config
+
+
+@pytest.mark.slow  # a student shrunk, two train steps compiled: 15 s of CPU
+@pytest.mark.parametrize("loss", ["mse", "kl"])
+def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
+    pretrained_workdir, tmp_path, loss
+):
+    student = str(tmp_path / "student")
+    shrink.shrink(pretrained_workdir, student, "1")
+    config = distill_config(tmp_path, student, pretrained_workdir, loss)
+    run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
+    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
+    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+    step, _ = train.jit_steps(run)
+    rng = jax.random.key(0)
+
+    state = train.create_state(run)
+    start = jax.device_get(state)
+    # The teacher's parameters are its workdir's, in its own (scan) layout.
+    assert "layer" in start.teacher["bert"]["encoder"]
+    given = jax.device_get(
+        train.teacher_outputs(run.setup, state.teacher, batch, num_microbatches=1)
+    )
+    in_step, sums = step(state, batch, rng)
+    from_batch, given_sums = step(train.create_state(run), {**batch, "teacher": given}, rng)
+
+    for name in ("loss_sum", "distill_sum", "in_batch_sum"):
+        np.testing.assert_allclose(sums[name], given_sums[name], rtol=1e-5)
+    assert float(sums["distill_sum"]) > 0
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+        jax.device_get(in_step.params),
+        jax.device_get(from_batch.params),
+    )
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(in_step.teacher), start.teacher)
+    moved = jax.tree.map(
+        lambda a, b: bool(np.any(a != b)), jax.device_get(in_step.params), start.params
+    )
+    assert any(jax.tree.leaves(moved))
+
+
+def test_a_distillation_loss_needs_a_teacher_and_in_batch_takes_none(pretrained_workdir, tmp_path):
+    config = distill_config(tmp_path, pretrained_workdir, "")
+    with pytest.raises(ConfigError, match="config.loss.name='kl': learns from a teacher"):
+        retrieval.check_config(config)
+    config.loss.name, config.distill.teacher = "in_batch", pretrained_workdir
+    with pytest.raises(ConfigError, match="'in_batch' reads no teacher; use 'mse' or 'kl'"):
+        retrieval.check_config(config)
+    config.loss.name = "kd"
+    with pytest.raises(ConfigError, match="config.loss.name='kd': use one of in_batch, mse, kl"):
+        retrieval.check_config(config)
+
+
+def test_a_teacher_of_another_tokenizer_is_refused(pretrained_workdir, tmp_path):
+    (tmp_path / "other").mkdir()
+    teacher = init_workdir.write(tmp_path / "other", ["alpha", "beta"])
+    config = distill_config(tmp_path, pretrained_workdir, teacher)
+    with pytest.raises(ConfigError, match="tokenizes otherwise than config.init_checkpoint"):
+        retrieval.setup(config, str(tmp_path / "w"))
+
+
+def test_mse_refuses_a_teacher_of_another_width_and_a_reranker_teaches_no_embedder(
+    pretrained_workdir, tmp_path
+):
+    saved = workdir_lib.read_model_config(pretrained_workdir)
+    teacher = tmp_path / "wide"
+    description = workdir_lib.read_json(f"{pretrained_workdir}/task.json")
+    workdir_lib.write_run_description(
+        str(teacher),
+        distill_config(tmp_path, pretrained_workdir, "").copy_and_resolve_references(),
+        dataclasses.replace(saved, hidden_size=32, intermediate_size=64),
+        workdir_lib.vocab_file(pretrained_workdir),
+        kind="pretraining",
+        description={k: v for k, v in description.items() if k != "kind"},
+    )
+    config = distill_config(tmp_path, pretrained_workdir, str(teacher), loss="mse")
+    with pytest.raises(ConfigError, match="its vectors have 32 dimensions, the student's 64"):
+        retrieval.setup(config, str(tmp_path / "w"))
+    workdir_lib.write_run_description(
+        str(teacher),
+        config,
+        saved,
+        workdir_lib.vocab_file(pretrained_workdir),
+        kind="reranking",
+        description={k: v for k, v in description.items() if k != "kind"},
+    )
+    with pytest.raises(ConfigError, match="a reranking workdir scores pairs"):
+        retrieval.setup(config, str(tmp_path / "w"))

@@ -98,10 +98,14 @@ def encoder_flops(c, length: int, last_layer_queries: int | None = None) -> floa
 def flops_per_step(task, setup, batch_size: int, inputs: dict[str, int] | None = None) -> float:
     """Model FLOPs of one train step of `batch_size` rows of a task's Setup: 3x the
     forward pass its Task counts (tasks/contract.py), at the lengths of `inputs` (default:
-    the model's, the longest its batches have)."""
+    the model's, the longest its batches have), plus a distillation teacher's forward
+    pass (Setup.teacher), which the step computes too, with no backward."""
     model = setup.model
     inputs = model.inputs if inputs is None else inputs
-    return 3.0 * batch_size * task.forward_flops(model.config, inputs, setup.description)
+    row = 3.0 * task.forward_flops(model.config, inputs, setup.description)
+    if setup.teacher is not None:
+        row += task.forward_flops(setup.teacher.module.config, inputs, setup.description)
+    return batch_size * row
 
 
 # ------------------------------------------------------------------------------- peaks

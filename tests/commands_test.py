@@ -98,14 +98,30 @@ def test_export_and_import_hugging_face(command_pretrained, finetuned, tmp_path)
     assert (tmp_path / "imported" / "checkpoints" / "0").is_dir()
 
 
-def test_shrink_keeps_the_layers_asked_for(command_pretrained, tmp_path):
-    source = command_pretrained["workdir"]
-    shrunk = run("bertjax.convert", "shrink", source, tmp_path / "one", "--layers", "1")
+def test_a_shrunk_student_is_distilled_from_its_teacher(command_pretrained, tmp_path):
+    from support.beir_files import write_beir
+
+    teacher = command_pretrained["workdir"]
+    shrunk = run("bertjax.convert", "shrink", teacher, tmp_path / "one", "--layers", "1")
     assert shrunk.stdout.startswith(
-        f"shrunk {source} step 6 to {tmp_path / 'one'}: layers 1 of 2, a pretraining workdir of "
+        f"shrunk {teacher} step 6 to {tmp_path / 'one'}: layers 1 of 2, a pretraining workdir of "
     ), shrunk.stdout
     config = json.loads((tmp_path / "one" / "model_config.json").read_text())
-    assert config["num_hidden_layers"] == 1 and (tmp_path / "one" / "checkpoints" / "0").is_dir()
+    assert config["num_hidden_layers"] == 1
+
+    distilled = run("bertjax.main", "--config", "experiments/distill/minilm_l3.py",
+                    "--workdir", tmp_path / "student",
+                    f"--config.init_checkpoint={tmp_path / 'one'}",
+                    f"--config.distill.teacher={teacher}",
+                    f"--config.data.beir_dir={write_beir(tmp_path / 'beir')}",
+                    "--config.data.max_query_length=16", "--config.data.max_seq_length=32",
+                    "--config.train_batch_size=8", "--config.log_every_steps=2")  # fmt: skip
+    train_lines = [line for line in distilled.stdout.splitlines() if line.startswith("step ")]
+    assert train_lines and all(" distill " in line and " in-batch " in line for line in train_lines)
+    assert re.search(r"^best  \(step \d+\): ndcg@10 [01]\.\d+", distilled.stdout, re.M)
+    [step] = [name for name in os.listdir(tmp_path / "student/checkpoints") if name.isdigit()]
+    manifest = json.loads((tmp_path / f"student/checkpoints/{step}/manifest.json").read_text())
+    assert not any(name.startswith("teacher") for name in manifest["arrays"])  # never saved
 
 
 def test_export_a_savedmodel_that_takes_text(finetuned, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from support import init_workdir
 from support.beir_files import write_beir
 
-from bertjax import losses, train
+from bertjax import flops, losses, train
 from bertjax import workdir as workdir_lib
 from bertjax.convert import shrink
 from bertjax.tasks import retrieval
@@ -132,6 +132,12 @@ def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
         jax.device_get(from_batch.params),
     )
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(in_step.teacher), start.teacher)
+    # The step's FLOPs count the teacher's forward pass (the MFU's work), not its backward.
+    task, inputs, description = retrieval.TASK, run.setup.model.inputs, run.setup.description
+    student_row = task.forward_flops(run.setup.model.config, inputs, description)
+    teacher_row = task.forward_flops(run.setup.teacher.module.config, inputs, description)
+    assert teacher_row > student_row  # two layers against one
+    assert flops.flops_per_step(task, run.setup, 8) == 8 * (3 * student_row + teacher_row)
     moved = jax.tree.map(
         lambda a, b: bool(np.any(a != b)), jax.device_get(in_step.params), start.params
     )

@@ -85,6 +85,37 @@ def summarize(sums) -> dict[str, float]:
     return means
 
 
+def mlm_distillation_sums(student_logits, teacher_logits, *, weights, temperature: float):
+    """Knowledge distillation of the masked-LM head (Hinton et al., 2015, arXiv:1503.02531;
+    DistilBERT's soft-target loss): at each masked position, the KL divergence of the
+    student's softened distribution, softmax(logits / temperature), from the teacher's,
+    times temperature squared (so that its gradients keep their scale as the temperature
+    changes), summed over the positions' `weights`."""
+    t = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / temperature, axis=-1)
+    s = jax.nn.log_softmax(student_logits.astype(jnp.float32) / temperature, axis=-1)
+    kl = jnp.sum(jnp.exp(t) * (t - s), axis=-1)
+    return {"distill_loss_sum": temperature**2 * jnp.sum(weights * kl)}
+
+
+def distilled_total_loss(sums, *, mlm_weight, nsp_count, distill_weight: float, hard_weight: float):
+    """total_loss with the MLM mean weighted by `hard_weight` and `distill_weight` times the
+    mean distillation loss over the masked positions added."""
+    mlm = sums["mlm_loss_sum"] / jnp.maximum(mlm_weight, 1.0)
+    distill = sums["distill_loss_sum"] / jnp.maximum(mlm_weight, 1.0)
+    total = hard_weight * mlm + distill_weight * distill
+    return total if nsp_count is None else total + sums["nsp_loss_sum"] / nsp_count
+
+
+def summarize_distilled(sums, *, distill_weight: float, hard_weight: float) -> dict[str, float]:
+    """summarize's means, the distillation loss's mean over the masked positions, and the
+    loss as distilled_total_loss weighs it."""
+    means = summarize(sums)
+    weight = max(float(np.asarray(sums["mlm_weight"])), 1.0)
+    distill = float(np.asarray(sums["distill_loss_sum"])) / weight
+    loss = hard_weight * means["mlm_loss"] + distill_weight * distill + means.get("nsp_loss", 0.0)
+    return {**means, "loss": loss, "distill_loss": distill}
+
+
 # ------------------------------------------------------------------ fine-tuning
 # Every fine-tuning loss is a weighted sum over examples (or tokens) with its
 # weight total: `example_weight` is 0 on the rows that pad an eval batch.

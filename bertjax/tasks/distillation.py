@@ -34,8 +34,12 @@ def default_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({"teacher": ""})
 
 
-def check_config(config) -> None:
-    check_known_keys(config.distill.keys(), KEYS, "config.distill")
+def check_config(config, keys: tuple[str, ...] = KEYS) -> None:
+    """config.distill holds `keys` (a task's), and no other."""
+    check_known_keys(config.distill.keys(), keys, "config.distill")
+    missing = sorted(set(keys) - set(config.distill.keys()))
+    if missing:
+        raise ConfigError(f"missing config key: config.distill.{missing[0]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +52,11 @@ class Read:
     description: Description
 
 
-def read(config, student_vocab_file: str, student_tokenizer_data: dict) -> Read | None:
-    """The teacher `config.distill.teacher` names, if any: a workdir with a checkpoint
-    whose tokenizer is the student's."""
+def read(
+    config, student_vocab_file: str, student_tokenizer_data: dict, *, student: str
+) -> Read | None:
+    """The teacher `config.distill.teacher` names, if any: a workdir whose tokenizer is the
+    student's (whose settings `student` names in errors)."""
     workdir = config.distill.teacher
     if not workdir:
         return None
@@ -68,7 +74,7 @@ def read(config, student_vocab_file: str, student_tokenizer_data: dict) -> Read 
         differs.insert(0, f"its vocabulary {vocab_file} ({len(theirs):,} entries) is another")
     if differs:
         raise ConfigError(
-            f"{OPTION}={workdir!r}: tokenizes otherwise than config.init_checkpoint "
+            f"{OPTION}={workdir!r}: tokenizes otherwise than {student} "
             f"({differs[0]}); a teacher reads the student's inputs, so it needs the same "
             "tokenizer"
         )

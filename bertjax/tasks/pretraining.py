@@ -12,6 +12,11 @@ False it is masked LM alone (RoBERTa; ModernBERT, Warner et al. 2024, section
 2.2): single-segment sequences, a model without the pooler and NSP head, the
 MLM loss alone and no NSP metrics. `config.init_checkpoint` starts from
 another pretraining run's parameters (phase 2 at length 512 from phase 1).
+With `config.distill.teacher` (a pretraining workdir of the same tokenizer, of any
+width or depth), the student also learns the teacher's masked-LM distributions,
+softened by `config.distill.temperature` (losses.mlm_distillation_sums), weighted by
+`config.distill.weight`, beside the MLM loss on the true tokens weighted by
+`config.distill.mlm_weight` (docs/distillation.md).
 """
 
 import dataclasses
@@ -24,7 +29,7 @@ from bertjax import flops, losses, optim
 from bertjax import model as model_lib
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertForPreTraining
-from bertjax.tasks import embedding_serving, pretraining_report, scores
+from bertjax.tasks import distillation, embedding_serving, pretraining_report, scores
 from bertjax.tasks.contract import (
     Data,
     Description,
@@ -45,12 +50,29 @@ from data_pipeline.vocab_learning import resolve_vocab_file
 
 # The keys of a pretraining config besides the loop's (task.LOOP_KEYS).
 CONFIG_KEYS = ("num_train_steps", "num_eval_steps", "eval_every_steps")
+# config.distill of a pretraining config, which may have none: its teacher, the
+# temperature of the soft targets, the weights of their loss and of the true tokens' loss.
+DISTILL_KEYS = ("teacher", "temperature", "weight", "mlm_weight")
 # Evaluation is scored by the same sums as training; the best evaluation is the lowest loss.
 BEST_METRIC = scores.Metric("loss", None, higher_is_better=False)
 
 
 def check_config(config) -> None:
-    check_keys(config, CONFIG_KEYS, optional=("task",), positive=("num_train_steps",))
+    check_keys(
+        config,
+        (*CONFIG_KEYS, "distill"),
+        optional=("task", "distill"),
+        positive=("num_train_steps",),
+    )
+    if "distill" in config:
+        distillation.check_config(config, DISTILL_KEYS)
+        if not config.distill.temperature > 0:
+            raise ConfigError(
+                f"config.distill.temperature={config.distill.temperature}: must be above 0"
+            )
+        for key in ("weight", "mlm_weight"):
+            if not config.distill[key] >= 0:
+                raise ConfigError(f"config.distill.{key}={config.distill[key]}: must be >= 0")
     data = data_config_lib.from_config(config.data)
     model_config = model_lib.from_config(config.model)
     data_config_lib.check_max_positions(data, model_config.max_position_embeddings)
@@ -102,7 +124,15 @@ def setup(config, workdir: str) -> Setup:
         **({"cls_positions": data.max_sequences_per_row} if "cls_positions" in features else {}),
     }
     console = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"))
+    teacher = _teacher(config, vocab_file, dataclasses.asdict(data), model_config)
+    loss, summarize = _loss, losses.summarize
+    if teacher is not None:
+        weights = dict(distill_weight=config.distill.weight, hard_weight=config.distill.mlm_weight)
+        loss = functools.partial(_distilled_loss, **weights)
+        summarize = functools.partial(losses.summarize_distilled, **weights)
+        console = (*console, ("distill_loss", "distill"))
     return Setup(
+        teacher=teacher,
         model=Model(
             model_config, BertForPreTraining(model_config, next_sentence=next_sentence), inputs
         ),
@@ -110,11 +140,13 @@ def setup(config, workdir: str) -> Setup:
             num_train_steps=config.num_train_steps,
             optimizer=config.optimizer,
             features=features,
-            sums=_sums,
+            sums=functools.partial(
+                _sums, temperature=config.distill.temperature if teacher else 1.0
+            ),
             denominators=functools.partial(_denominators, next_sentence=next_sentence),
-            loss=_loss,
-            summarize=losses.summarize,
-            console=console if next_sentence else console[:1],
+            loss=loss,
+            summarize=summarize,
+            console=console if next_sentence else tuple(c for c in console if c[0][:3] != "nsp"),
         ),
         data=Data(
             vocab_file=vocab_file,
@@ -217,9 +249,40 @@ def without_data(config, workdir: str):
     return config
 
 
-def _sums(outputs, batch):
+def _sums(outputs, batch, temperature: float = 1.0):
+    """The MLM and NSP sums; with the teacher's outputs in the batch, the distillation
+    loss's too."""
     mlm_logits, nsp_logits = outputs  # nsp_logits None: masked LM alone
-    return losses.pretraining_sums(mlm_logits, nsp_logits, batch)
+    sums = losses.pretraining_sums(mlm_logits, nsp_logits, batch)
+    if "teacher" not in batch:
+        return sums
+    weights = batch["masked_lm_weights"].astype(jnp.float32)
+    teacher_logits, _ = batch["teacher"]
+    distilled = losses.mlm_distillation_sums(
+        mlm_logits, teacher_logits, weights=weights, temperature=temperature
+    )
+    return {**sums, **distilled}
+
+
+def _teacher(config, vocab_file: str, tokenizer_data: dict, student):
+    """The teacher of config.distill.teacher, if any: a pretraining model (its heads)."""
+    if "distill" not in config:
+        return None
+    read = distillation.read(config, vocab_file, tokenizer_data, student="config.data")
+    if read is None:
+        return None
+    if read.kind != TASK_NAME:
+        raise ConfigError(
+            f"{distillation.OPTION}={read.workdir!r}: a {read.kind} workdir; a pretraining "
+            "student learns the masked-LM head of a pretraining workdir"
+        )
+
+    def make_module(model_config, read):
+        return BertForPreTraining(
+            model_config, next_sentence=next_sentence_prediction(read.description)
+        )
+
+    return distillation.teacher(read, student, make_module)
 
 
 def _denominators(batch, *, next_sentence: bool):
@@ -234,6 +297,11 @@ def _denominators(batch, *, next_sentence: bool):
 def _loss(sums, denominators):
     mlm_weight, nsp_count = denominators
     return losses.total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count)
+
+
+def _distilled_loss(sums, denominators, **weights):
+    mlm_weight, nsp_count = denominators
+    return losses.distilled_total_loss(sums, mlm_weight=mlm_weight, nsp_count=nsp_count, **weights)
 
 
 def _report(restored, config, results: dict, *, out, fill_mask_examples: int = 0) -> None:
@@ -260,8 +328,9 @@ def hf_class(family: str, description: Description) -> HFClass:
     return HFClass("ModernBertForMaskedLM")
 
 
+TASK_NAME = "pretraining"
 TASK = Task(
-    name="pretraining",
+    name=TASK_NAME,
     setup=setup,
     make_model=lambda model_config, description: BertForPreTraining(
         model_config, next_sentence=next_sentence_prediction(description)

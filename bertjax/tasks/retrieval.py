@@ -218,7 +218,9 @@ def _sums(config):
 def _teacher(config, pretrained, width: int):
     """The teacher embedder of config.distill.teacher, if any: its own pooling, on the
     student's batches."""
-    read = distillation.read(config, pretrained.vocab_file, pretrained.tokenizer_data)
+    read = distillation.read(
+        config, pretrained.vocab_file, pretrained.tokenizer_data, student="config.init_checkpoint"
+    )
     if read is None:
         return None
     where = f"{distillation.OPTION}={read.workdir!r}"

@@ -191,3 +191,48 @@ def test_mse_refuses_a_teacher_of_another_width_and_a_reranker_teaches_no_embedd
     )
     with pytest.raises(ConfigError, match="a reranking workdir scores pairs"):
         retrieval.setup(config, str(tmp_path / "w"))
+
+
+# ---------------------------------------------------------------- pretraining
+
+
+def test_mlm_distillation_is_the_temperature_scaled_kl_at_the_masked_positions():
+    rng = np.random.default_rng(0)
+    student, teacher = (jnp.asarray(rng.normal(size=(2, 3, 7)), jnp.float32) for _ in "st")
+    weights = jnp.asarray([[1, 1, 0], [1, 0, 0]], jnp.float32)
+    sums = losses.mlm_distillation_sums(student, teacher, weights=weights, temperature=2.0)
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    p, q = softmax(np.asarray(teacher) / 2), softmax(np.asarray(student) / 2)
+    kl = np.sum(p * np.log(p / q), axis=-1)
+    np.testing.assert_allclose(
+        sums["distill_loss_sum"], 4 * np.sum(np.asarray(weights) * kl), rtol=1e-5
+    )
+    same = losses.mlm_distillation_sums(teacher, teacher, weights=weights, temperature=2.0)
+    assert float(same["distill_loss_sum"]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_pretraining_teacher_must_share_the_vocabulary_and_be_a_pretraining_workdir(
+    make_small_config, pretrained_workdir, tmp_path
+):
+    import ml_collections
+
+    from bertjax.tasks import pretraining
+
+    config = make_small_config()
+    config.distill = ml_collections.ConfigDict(
+        {"teacher": pretrained_workdir, "temperature": 2.0, "weight": 1.0, "mlm_weight": 1.0}
+    )
+    # The small vocabulary against the teacher's bert-base one.
+    with pytest.raises(ConfigError, match="tokenizes otherwise than config.data"):
+        pretraining.setup(config, str(tmp_path / "w"))
+    config.distill.temperature = 0.0
+    with pytest.raises(ConfigError, match="config.distill.temperature=0.0: must be above 0"):
+        pretraining.check_config(config)
+    config.distill.temperature = 1.0
+    del config.distill["mlm_weight"]
+    with pytest.raises(ConfigError, match="missing config key: config.distill.mlm_weight"):
+        pretraining.check_config(config)

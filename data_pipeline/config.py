@@ -130,9 +130,12 @@ def read_config_file(spec: str) -> ml_collections.ConfigDict:
     if not path.endswith(".py") or not os.path.isfile(path):
         raise ConfigError(f"{spec}: no such experiment config (a .py file, FILE.py[:ARG])")
     values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, flag_values=values)
+    argv = ["", f"--config={spec}"]
+    # sys_argv: the overrides are these, not the program's (whose --config.KEY=VALUE
+    # flags are of its own config, and may name keys this one has not).
+    config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
     try:
-        values(["", f"--config={spec}"])
+        values(argv)
     except (flags.IllegalFlagValueError, SyntaxError) as error:
         cause = str(error).strip().splitlines()[-1]
         raise ConfigError(f"{spec}: not an experiment config ({cause})") from None

@@ -11,14 +11,15 @@ with the student's and never updated (train.py).
 """
 
 import dataclasses
+import os
 from collections.abc import Callable
 
 import ml_collections
 from flax import linen as nn
 
-from bertjax import checkpoint
 from bertjax import workdir as workdir_lib
 from bertjax.model import BertConfig
+from bertjax.tasks import finetune
 from bertjax.tasks.contract import Description, Teacher
 from data_pipeline.config import check_known_keys
 from data_pipeline.errors import ConfigError
@@ -86,9 +87,9 @@ def teacher(
     read: Read, student: BertConfig, make_module: Callable[[BertConfig, Read], nn.Module]
 ) -> Teacher:
     """The Teacher of a checked teacher workdir: `make_module(its model config, read)`
-    with the student's dtype and attention kernel, in the checkpoint's layer layout."""
-    if checkpoint.latest_step(read.workdir) is None:
-        raise ConfigError(f"{OPTION}={read.workdir!r}: no checkpoint there")
+    with the student's dtype and attention kernel, in the checkpoint's layer layout. Its
+    parameters are read as the run starts (train.with_teacher); a placeholder's
+    (without_teacher_checkpoint) never are."""
     model_config = dataclasses.replace(
         read.model_config,
         dtype=student.dtype,
@@ -98,3 +99,16 @@ def teacher(
         remat_policy="none",
     )
     return Teacher(make_module(model_config, read), read.workdir)
+
+
+def without_teacher_checkpoint(config, workdir: str):
+    """Task.without_data's part for a teacher: `config.distill.teacher=FILE.py[:ARG]`, a
+    pretraining config, stands for the workdir that run will write, a placeholder of it
+    in WORKDIR/teacher (finetune.placeholder_of): the teacher's model compiles beside the
+    student's ahead of time (bertjax.tpu.aot), with no parameters to train with."""
+    if "distill" not in config or not finetune.names_pretraining_config(config.distill.teacher):
+        return config
+    folder = finetune.placeholder_of(config.distill.teacher, os.path.join(workdir, "teacher"))
+    with config.unlocked():
+        config.distill.teacher = folder
+    return config

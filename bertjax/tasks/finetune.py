@@ -168,9 +168,18 @@ def without_checkpoint(config, workdir: str):
     config = config.copy_and_resolve_references()
     if not names_pretraining_config(config.init_checkpoint):
         return config
-    pretraining = data_config_lib.read_config_file(config.init_checkpoint)
+    folder = placeholder_of(config.init_checkpoint, os.path.join(workdir, "pretrained"))
+    with config.unlocked():
+        config.init_checkpoint = folder
+    return config
+
+
+def placeholder_of(pretraining_config: str, folder: str) -> str:
+    """Writes in `folder` what a workdir of the run of `pretraining_config` (FILE.py[:ARG])
+    would hold but its parameters: its model config, task.json and a WordPiece
+    vocabulary of its size. Returns `folder`."""
+    pretraining = data_config_lib.read_config_file(pretraining_config)
     model_config = model_lib.from_config(pretraining.model)
-    folder = os.path.join(workdir, "pretrained")
     vocab = os.path.join(folder, "vocab.txt")
     tokenizer_data = {**pretraining.data.to_dict(), "tokenizer": "wordpiece", "vocab_file": vocab}
     description = {"max_seq_length": pretraining.data.max_seq_length}
@@ -182,9 +191,7 @@ def without_checkpoint(config, workdir: str):
         {"kind": "pretraining", **description, "tokenizer_data": tokenizer_data},
     )
     write_placeholder_vocab(vocab, model_config.vocab_size)
-    with config.unlocked():
-        config.init_checkpoint = folder
-    return config
+    return folder
 
 
 def _check_same_vocab(workdir: str, vocab_file: str) -> None:

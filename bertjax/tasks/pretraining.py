@@ -238,7 +238,9 @@ def batch_shapes(setup: Setup, split: str, batch_size: int) -> dict[str, tuple]:
 
 def without_data(config, workdir: str):
     """The config with a placeholder vocabulary of the model's size in `workdir` and no
-    init checkpoint: it builds on any host, with no corpus or learned vocabulary."""
+    init checkpoint: it builds on any host, with no corpus or learned vocabulary; a
+    teacher named by its pretraining config stands for that run
+    (distillation.without_teacher_checkpoint)."""
     config = config.copy_and_resolve_references()
     vocab_size = model_lib.from_config(config.model).vocab_size
     with config.unlocked():
@@ -246,7 +248,7 @@ def without_data(config, workdir: str):
             os.path.join(workdir, "vocab.txt"), vocab_size
         )
         config.init_checkpoint = ""
-    return config
+    return distillation.without_teacher_checkpoint(config, workdir)
 
 
 def _sums(outputs, batch, temperature: float = 1.0):

@@ -246,6 +246,7 @@ def without_data(config, workdir: str):
     checkpoint is a pretraining config, that run's placeholder (finetune.without_checkpoint):
     it builds and compiles on any host, for `bertjax.tpu.aot` and the benchmarks."""
     config = finetune.without_checkpoint(config, workdir)
+    config = distillation.without_teacher_checkpoint(config, workdir)
     data = retrieval_config.from_config(config.data)
     columns = (data.anchor, data.positive, *data.negatives)
     path = os.path.join(workdir, "placeholder_pairs.jsonl")

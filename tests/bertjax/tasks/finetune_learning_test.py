@@ -311,8 +311,23 @@ def part_of_the_collection(beir_dir, out) -> pathlib.Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def part(task_dir, minilm_workdir, tmp_path_factory, worker_id) -> pathlib.Path:
+    """part_of_the_collection, and the imported MiniLM's search of its test queries
+    (`minilm/run.trec` and `metrics.json`), once a run: the first stage the reranker
+    reorders and the teacher the 3-layer student is measured against."""
+
+    def make(folder):
+        beir = part_of_the_collection(task_dir / "retrieval", folder / "beir")
+        run(["python", "-m", "bertjax.retrieval", "evaluate", f"--workdir={minilm_workdir}",
+             f"--data_dir={beir}", "--split=test", f"--out={folder / 'minilm'}"])  # fmt: skip
+        return str(folder)
+
+    return pathlib.Path(once(tmp_path_factory, worker_id, "part_of_the_collection", make))
+
+
 def test_a_reranker_from_minilm_reorders_the_first_stage_better_than_chance(
-    task_dir, minilm_workdir, tmp_path
+    part, minilm_workdir, tmp_path
 ):
     # docs/reranking.md's learning curve at a smaller size: negatives mined by the imported
     # MiniLM with the margin, MiniLM trained on them with ListNet for one epoch (34 steps of
@@ -320,7 +335,7 @@ def test_a_reranker_from_minilm_reorders_the_first_stage_better_than_chance(
     # each held-out query's first 10 reranked. Last run: first stage 0.4168, reranked
     # 0.3394 (0.3015 at the config's rate), a random order of the 10 0.2691, Spearman
     # correlation with the first stage's order +0.16.
-    beir = part_of_the_collection(task_dir / "retrieval", tmp_path / "beir")
+    beir = part / "beir"
     collection = [f"--data_dir={beir}"]
     negatives, reranker, out = (tmp_path / name for name in ("negatives.jsonl", "r", "out"))
     run(["python", "-m", "bertjax.retrieval", "mine", f"--workdir={minilm_workdir}", *collection,
@@ -335,9 +350,9 @@ def test_a_reranker_from_minilm_reorders_the_first_stage_better_than_chance(
         "--config.data.max_query_length=32", "--config.data.max_seq_length=64",
         "--config.optimizer.learning_rate=3e-4",
     ])  # fmt: skip
-    run(["python", "-m", "bertjax.retrieval", "evaluate", f"--workdir={minilm_workdir}",
-         *collection, "--split=test", f"--out={out}", f"--rerank={reranker}",
-         "--rerank_depth=10"])  # fmt: skip
+    run(["python", "-m", "bertjax.retrieval", "evaluate", *collection, "--split=test",
+         f"--first_stage={part / 'minilm' / 'run.trec'}", f"--out={out}",
+         f"--rerank={reranker}", "--rerank_depth=10"])  # fmt: skip
     reranked = json.loads((out / "metrics.json").read_text())
     first_stage = json.loads((out / "first_stage" / "metrics.json").read_text())
     print(
@@ -350,9 +365,7 @@ def test_a_reranker_from_minilm_reorders_the_first_stage_better_than_chance(
     assert reranked["spearman_with_first_stage"] > 0
 
 
-def test_a_three_layer_student_of_minilm_keeps_most_of_its_ranking(
-    task_dir, minilm_workdir, tmp_path
-):
+def test_a_three_layer_student_of_minilm_keeps_most_of_its_ranking(part, minilm_workdir, tmp_path):
     # docs/distillation.md's recipe at a smaller size: all-MiniLM-L6-v2's layers 0, 2 and 4,
     # distilled with experiments/distill/minilm_l3.py (kl over the batch's candidates and
     # the in-batch loss) for one epoch of the part of the collection (17 steps of 32
@@ -361,7 +374,7 @@ def test_a_three_layer_student_of_minilm_keeps_most_of_its_ranking(
     # config's rate).
     from bertjax.convert import shrink
 
-    beir = part_of_the_collection(task_dir / "retrieval", tmp_path / "beir")
+    beir = part / "beir"
     student, trained = tmp_path / "l3", tmp_path / "student"
     shrink.shrink(str(minilm_workdir), str(student), "0,2,4")
     config = REPO / "experiments" / "distill" / "minilm_l3.py"
@@ -371,8 +384,8 @@ def test_a_three_layer_student_of_minilm_keeps_most_of_its_ranking(
         f"--config.data.beir_dir={beir}", "--config.data.eval_split=",
         "--config.optimizer.learning_rate=3e-4",
     ])  # fmt: skip
-    figures = {}
-    for name, workdir in (("teacher", minilm_workdir), ("before", student), ("after", trained)):
+    figures = {"teacher": json.loads((part / "minilm" / "metrics.json").read_text())["ndcg@10"]}
+    for name, workdir in (("before", student), ("after", trained)):
         run(["python", "-m", "bertjax.retrieval", "evaluate", f"--workdir={workdir}",
              f"--data_dir={beir}", "--split=test", f"--out={tmp_path / name}"])  # fmt: skip
         figures[name] = json.loads((tmp_path / name / "metrics.json").read_text())["ndcg@10"]

@@ -166,3 +166,17 @@ def test_an_embedder_compiles_before_its_pretraining_exists_and_without_its_pair
     assert r["counts_cover_one_loop"] and r["roofline_step_s"] > 0
     # Every forward pass runs twice: at most 3/4 of the step's FLOPs are the model's.
     assert r["roofline_mfu"] <= 0.75 + 1e-9
+
+
+def test_a_student_compiles_with_its_teacher_in_the_step():
+    # The teacher named by its pretraining config (a placeholder of that run): a one-layer
+    # BERT-Tiny learning from tiny_cpu's two layers, on a v5e-8.
+    config = tiny_cpu.get_config()
+    config.model.num_hidden_layers = 1
+    config.distill = tiny_cpu.ml_collections.ConfigDict(
+        {"teacher": TINY, "temperature": 2.0, "weight": 1.0, "mlm_weight": 1.0}
+    )
+    r = compile_report.compile_report(config, slices.parse("v5e-8"), with_eval=False)
+    assert r["fits"]
+    # The analytic count has the teacher's forward pass, and so has the compiled step.
+    assert 0.9 < r["xla_flops_per_step"] / r["analytic_flops_per_step"] < 1.3

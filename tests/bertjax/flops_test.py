@@ -52,6 +52,7 @@ def step_flops(kind: str, c, inputs: dict, batch_size: int, num_labels: int = 0)
         description=Description(
             inputs["input_ids"], {"next_sentence_prediction": True}, num_labels=num_labels
         ),
+        teacher=None,
     )
     return flops.flops_per_step(tasks.get(kind), setup, batch_size)
 

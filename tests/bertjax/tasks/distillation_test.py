@@ -3,6 +3,7 @@ against its outputs given with the batch, a teacher that never changes, and the
 refusals of a teacher that cannot teach."""
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -236,3 +237,21 @@ def test_a_pretraining_teacher_must_share_the_vocabulary_and_be_a_pretraining_wo
     del config.distill["mlm_weight"]
     with pytest.raises(ConfigError, match="missing config key: config.distill.mlm_weight"):
         pretraining.check_config(config)
+
+
+@pytest.mark.integration  # two starts of a run, each restoring the teacher
+def test_a_distillation_resumes_with_its_teacher_restored_again(pretrained_workdir, tmp_path):
+    student = str(tmp_path / "student")
+    shrink.shrink(pretrained_workdir, student, "1")
+    config = distill_config(tmp_path, student, pretrained_workdir)
+    config.train_batch_size, config.num_train_epochs = 4, 1.0  # 7 steps
+    config.checkpoint_every_steps = 2
+    workdir = str(tmp_path / "w")
+    devices = jax.devices()[:2]
+    train.train_and_evaluate(config, workdir, stop_after=4, devices=devices)
+    resumed = train.train_and_evaluate(config, workdir, devices=devices)
+    assert resumed["eval"]["step"] == 7
+    lines = [json.loads(line) for line in (tmp_path / "w/metrics.jsonl").read_text().splitlines()]
+    train_lines = [line for line in lines if line["split"] == "train"]
+    assert [line["step"] for line in train_lines][-1] == 7
+    assert all(line["distill_loss"] > 0 for line in train_lines)

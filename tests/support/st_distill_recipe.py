@@ -16,13 +16,11 @@ score exactly as bertjax's own student is scored.
 """
 
 import argparse
-import random
 
 import torch
-import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.losses import MSELoss
-from st_retrieval_recipe import training_pairs  # beside this script
+from st_retrieval_recipe import fit, training_pairs  # beside this script
 
 
 def main() -> None:
@@ -52,31 +50,12 @@ def main() -> None:
     texts = [text for row in rows for text in row]
     targets = dict(zip(texts, teacher.encode(texts, convert_to_tensor=True), strict=True))
     loss = MSELoss(student)
-    steps = int(len(rows) / args.batch_size * args.epochs)  # as bertjax counts them
-    optimizer = torch.optim.AdamW(
-        student.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=1e-6
-    )
-    schedule = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(steps * args.warmup_proportion), steps
-    )
-    rng, order = random.Random(args.seed), []
-    student.train()
-    for step in range(steps):
-        if len(order) < args.batch_size:
-            epoch = list(range(len(rows)))
-            rng.shuffle(epoch)
-            order += epoch
-        batch = [text for i in order[: args.batch_size] for text in rows[i]]
-        del order[: args.batch_size]
-        features = student.tokenize(batch)
-        value = loss([features], torch.stack([targets[text] for text in batch]))
-        value.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        if (step + 1) % 10 == 0 or step + 1 == steps:
-            print(f"step {step + 1}/{steps}  loss {value.item():.6f}", flush=True)
+
+    def batch_loss(batch):
+        texts = [text for row in batch for text in row]
+        return loss([student.tokenize(texts)], torch.stack([targets[t] for t in texts]))
+
+    steps = fit(student, rows, batch_loss, args)
     student.save(args.out)
     print(f"saved {args.out} after {steps} steps of {args.batch_size} rows")
 

@@ -18,13 +18,11 @@ import argparse
 import csv
 import json
 import os
-import random
 
 import torch
-import transformers
 from sentence_transformers import CrossEncoder
 from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-from st_retrieval_recipe import beir_texts  # beside this script
+from st_retrieval_recipe import beir_texts, fit  # beside this script
 
 
 def training_groups(data_dir: str, negatives_file: str, num_negatives: int):
@@ -63,36 +61,16 @@ def main() -> None:
         activation_fn=torch.nn.Identity(),
     )  # fmt: skip
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(float(args.num_negatives)))
-    groups = training_groups(args.data_dir, args.negatives, args.num_negatives)
-    steps = int(len(groups) / args.batch_size * args.epochs)  # as bertjax counts them
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=1e-6
-    )
-    schedule = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(steps * args.warmup_proportion), steps
-    )
-    rng = random.Random(args.seed)
-    order = []
-    model.train()
-    for step in range(steps):
-        if len(order) < args.batch_size:
-            epoch = list(range(len(groups)))
-            rng.shuffle(epoch)
-            order += epoch
-        batch = [groups[i] for i in order[: args.batch_size]]
-        del order[: args.batch_size]
+
+    def batch_loss(batch):
         pairs = [(query, passage) for query, passages in batch for passage in passages]
         labels = torch.tensor(
             [float(k == 0) for _, passages in batch for k in range(len(passages))]
         )
-        value = loss([[q for q, _ in pairs], [p for _, p in pairs]], labels)
-        value.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        if (step + 1) % 10 == 0 or step + 1 == steps:
-            print(f"step {step + 1}/{steps}  loss {value.item():.4f}", flush=True)
+        return loss([[q for q, _ in pairs], [p for _, p in pairs]], labels)
+
+    groups = training_groups(args.data_dir, args.negatives, args.num_negatives)
+    steps = fit(model, groups, batch_loss, args)
     model.save(args.out)
     print(f"saved {args.out} after {steps} steps of {args.batch_size} groups")
 

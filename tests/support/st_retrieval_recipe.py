@@ -56,39 +56,51 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = SentenceTransformer(args.st_dir, device="cpu")
     loss = losses.MultipleNegativesRankingLoss(model, scale=20.0)
-    pairs = training_pairs(args.data_dir)
-    steps = int(len(pairs) / args.batch_size * args.epochs)  # as bertjax counts them
+
+    def batch_loss(batch):
+        features = []
+        for side, length in ((0, args.max_query_length), (1, args.max_seq_length)):
+            model.max_seq_length = length
+            features.append(model.tokenize([pair[side] for pair in batch]))
+        return loss(features, None)
+
+    steps = fit(model, training_pairs(args.data_dir), batch_loss, args)
+    model.max_seq_length = args.max_seq_length
+    model.save(args.out)
+    print(f"saved {args.out} after {steps} steps of {args.batch_size} pairs")
+
+
+def fit(model, rows: list, batch_loss, args) -> int:
+    """bertjax's fine-tuning recipe in PyTorch, shared by the recipes beside this one:
+    `rows` in a new order each epoch (args.seed), args.batch_size a step for as many
+    steps as bertjax counts in args.epochs, AdamW (args.learning_rate,
+    args.weight_decay, eps 1e-6) under a linear schedule warming up over
+    args.warmup_proportion of them, gradients clipped to norm 1. `batch_loss(rows)` is
+    one batch's loss. Returns the steps taken."""
+    steps = int(len(rows) / args.batch_size * args.epochs)  # as bertjax counts them
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay, eps=1e-6
     )
     schedule = transformers.get_linear_schedule_with_warmup(
         optimizer, int(steps * args.warmup_proportion), steps
     )
-    rng = random.Random(args.seed)
-    order = []
+    rng, order = random.Random(args.seed), []
     model.train()
     for step in range(steps):
         if len(order) < args.batch_size:
-            epoch = list(range(len(pairs)))
+            epoch = list(range(len(rows)))
             rng.shuffle(epoch)
             order += epoch
-        batch = [pairs[i] for i in order[: args.batch_size]]
+        value = batch_loss([rows[i] for i in order[: args.batch_size]])
         del order[: args.batch_size]
-        features = []
-        for side, length in ((0, args.max_query_length), (1, args.max_seq_length)):
-            model.max_seq_length = length
-            features.append(model.tokenize([pair[side] for pair in batch]))
-        value = loss(features, None)
         value.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
         if (step + 1) % 10 == 0 or step + 1 == steps:
-            print(f"step {step + 1}/{steps}  loss {value.item():.4f}", flush=True)
-    model.max_seq_length = args.max_seq_length
-    model.save(args.out)
-    print(f"saved {args.out} after {steps} steps of {args.batch_size} pairs")
+            print(f"step {step + 1}/{steps}  loss {value.item():.6f}", flush=True)
+    return steps
 
 
 if __name__ == "__main__":

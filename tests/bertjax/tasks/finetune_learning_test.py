@@ -384,11 +384,10 @@ def test_a_three_layer_student_of_minilm_keeps_most_of_its_ranking(part, minilm_
         f"--config.data.beir_dir={beir}", "--config.data.eval_split=",
         "--config.optimizer.learning_rate=3e-4",
     ])  # fmt: skip
-    figures = {"teacher": json.loads((part / "minilm" / "metrics.json").read_text())["ndcg@10"]}
-    for name, workdir in (("before", student), ("after", trained)):
-        run(["python", "-m", "bertjax.retrieval", "evaluate", f"--workdir={workdir}",
-             f"--data_dir={beir}", "--split=test", f"--out={tmp_path / name}"])  # fmt: skip
-        figures[name] = json.loads((tmp_path / name / "metrics.json").read_text())["ndcg@10"]
-    print(f"\nheld-out nDCG@10: {figures}")
-    assert figures["after"] >= 0.8 * figures["teacher"]
-    assert figures["after"] >= figures["before"] + 0.02
+    # (The shrunk student is not evaluated before: 80% of the teacher is 0.06 above it.)
+    teacher = json.loads((part / "minilm" / "metrics.json").read_text())["ndcg@10"]
+    run(["python", "-m", "bertjax.retrieval", "evaluate", f"--workdir={trained}",
+         f"--data_dir={beir}", "--split=test", f"--out={tmp_path / 'after'}"])  # fmt: skip
+    after = json.loads((tmp_path / "after" / "metrics.json").read_text())["ndcg@10"]
+    print(f"\nheld-out nDCG@10: teacher {teacher:.4f}, the 3-layer student {after:.4f}")
+    assert after >= 0.8 * teacher

@@ -322,14 +322,10 @@ def build_run(
             jax.random.key(0),
         )
         teacher_shardings = sharding.logical_shardings(boxed, mesh)
+        teacher = nn.meta.unbox(boxed)
+        sharding.check_divisible(teacher, teacher_shardings)
         state_shardings = state_shardings.replace(teacher=teacher_shardings)
-        abstract_state = abstract_state.replace(
-            teacher=jax.tree.map(
-                lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
-                nn.meta.unbox(boxed),
-                teacher_shardings,
-            )
-        )
+        abstract_state = abstract_state.replace(teacher=_placed(teacher, teacher_shardings))
     return Run(config, task, setup, optimizer, tx, mesh, state_shardings, abstract_state)
 
 
@@ -354,12 +350,16 @@ def sharded_abstract_state(init_state_fn, init_params_fn, mesh):
     boxed_params = jax.eval_shape(init_params_fn, jax.random.key(0))
     shardings = state_shardings(abstract, boxed_params, mesh)
     sharding.check_divisible(abstract.params, shardings.params)
-    abstract_state = jax.tree.map(
+    return shardings, _placed(abstract, shardings)
+
+
+def _placed(abstract, shardings):
+    """Abstract arrays (shapes and dtypes) with their shardings."""
+    return jax.tree.map(
         lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
         abstract,
         shardings,
     )
-    return shardings, abstract_state
 
 
 def state_shardings(abstract_state, boxed_params, mesh):

@@ -30,6 +30,7 @@ import os
 import statistics
 import tempfile
 import time
+import types
 
 from absl import flags
 
@@ -85,7 +86,8 @@ def check_args(args) -> None:
 def _models(args, scratch: str) -> tuple[str, str]:
     teacher = args.teacher
     if teacher is None:
-        _, teacher = embedding.prepared_models(_Defaults(), scratch)
+        defaults = types.SimpleNamespace(st_dir=None, workdir=None)  # all-MiniLM-L6-v2's zip
+        _, teacher = embedding.prepared_models(defaults, scratch)
     student = args.student
     if student is None:
         from bertjax.convert import shrink
@@ -93,13 +95,6 @@ def _models(args, scratch: str) -> tuple[str, str]:
         student = os.path.join(scratch, "student")
         shrink.shrink(teacher, student, "0,2,4")
     return teacher, student
-
-
-class _Defaults:
-    """embedding.prepared_models' arguments for all-MiniLM-L6-v2 from its zip."""
-
-    st_dir = None
-    workdir = None
 
 
 def _train_steps(args, teacher: str, student: str, pairs, scratch: str) -> dict:
@@ -110,6 +105,7 @@ def _train_steps(args, teacher: str, student: str, pairs, scratch: str) -> dict:
     from ml_collections import config_flags
 
     from bertjax import sharding, train
+    from bertjax.bench import hf_flax
     from bertjax.tasks.contract import host_share
 
     logging.set_verbosity(logging.ERROR)
@@ -143,36 +139,18 @@ def _train_steps(args, teacher: str, student: str, pairs, scratch: str) -> dict:
         features = {name: host_batch[name] for name in distilled.setup.objective.features}
         batch = sharding.make_global_batch(features, distilled.mesh)
         rng = jax.random.key(0)
-        teacher_params = train.create_state(distilled).teacher
-        given = train.teacher_outputs(distilled.setup, teacher_params, batch, 1)
+        states = [train.create_state(run) for run in (plain, distilled, distilled)]
+        given = train.teacher_outputs(distilled.setup, states[2].teacher, batch, 1)
         ways = ((plain, batch), (distilled, {**batch, "teacher": given}), (distilled, batch))
         timed = []
-        for run, way_batch in ways:
-            state = train.create_state(run)
+        for (run, way_batch), state in zip(ways, states, strict=True):
             step = train.jit_steps(run)[0].lower(state, way_batch, rng).compile()
             for _ in range(args.warmup - 1):
                 state, sums = step(state, way_batch, rng)
                 jax.block_until_ready(sums)
             timed.append((step, state, way_batch))
-        times = _median_times(timed, args.steps)
+        times = hf_flax.median_step_times(timed, None, rng, args.steps)
     return {"step_s": dict(zip(WAYS, times, strict=True))}
-
-
-def _median_times(runs, steps: int) -> list[float]:
-    """Median seconds of one step of each (step, state, batch), over `steps` steps taken in
-    turns (load from other processes falls on each alike), the first untimed."""
-    import jax
-
-    states = [state for _, state, _ in runs]
-    times = [[] for _ in runs]
-    for i in range(steps + 1):
-        for j, (step, _, batch) in enumerate(runs):
-            start = time.perf_counter()
-            states[j], sums = step(states[j], batch, jax.random.key(0))
-            jax.block_until_ready(sums)
-            if i > 0:
-                times[j].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
 
 
 def _embedding(args, teacher: str, student: str) -> dict:

@@ -22,19 +22,21 @@ class HFFlaxUnavailableError(UserError):
 
 
 def median_step_times(runs, batch, rng, steps: int) -> list[float]:
-    """Median seconds of one step for each (step, state) of `runs`, over `steps` timed steps.
+    """Median seconds of one step for each (step, state) of `runs`, over `steps` timed steps;
+    a run given as (step, state, its own batch) steps on that batch instead of `batch`.
 
     The runs take turns, step by step, so load from other processes on a shared
     machine falls on each alike. Each run's first step is not timed.
     """
     import jax
 
-    states = [state for _, state in runs]
+    states = [run[1] for run in runs]
+    batches = [run[2] if len(run) > 2 else batch for run in runs]
     times = [[] for _ in runs]
     for i in range(steps + 1):
-        for j, (step, _) in enumerate(runs):
+        for j, (step, *_) in enumerate(runs):
             start = time.perf_counter()
-            states[j], sums = step(states[j], batch, rng)
+            states[j], sums = step(states[j], batches[j], rng)
             jax.block_until_ready(sums)
             if i > 0:
                 times[j].append(time.perf_counter() - start)

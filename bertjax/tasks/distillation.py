@@ -14,7 +14,6 @@ import dataclasses
 import os
 from collections.abc import Callable
 
-import ml_collections
 from flax import linen as nn
 
 from bertjax import workdir as workdir_lib
@@ -29,10 +28,6 @@ KEYS = ("teacher",)
 # The tokenizer_data fields that decide how a text becomes ids, besides the vocabulary.
 _TOKENIZER_FIELDS = ("tokenizer", "do_lower_case", "max_chars_per_word")
 OPTION = "config.distill.teacher"
-
-
-def default_config() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({"teacher": ""})
 
 
 def check_config(config, keys: tuple[str, ...] = KEYS) -> None:

@@ -101,13 +101,13 @@ def distill_config(tmp_path, student: str, teacher: str, loss: str = "kl"):
 
 
 @pytest.mark.slow  # a student shrunk, two train steps compiled: 15 s of CPU
-@pytest.mark.parametrize("loss", ["mse", "kl"])
 def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
-    pretrained_workdir, tmp_path, loss
+    pretrained_workdir, tmp_path
 ):
+    # kl: the teacher's vectors reach the loss as mse's do (the losses' own tests above).
     student = str(tmp_path / "student")
     shrink.shrink(pretrained_workdir, student, "1")
-    config = distill_config(tmp_path, student, pretrained_workdir, loss)
+    config = distill_config(tmp_path, student, pretrained_workdir, "kl")
     run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
     batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
     batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))

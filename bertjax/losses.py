@@ -258,7 +258,7 @@ def _hidden_candidates(batch, rows: int, width: int):
 
 # config.loss.name of the retrieval task: in-batch negatives alone, or a teacher's
 # outputs learned (with the in-batch negatives' loss beside, weighted).
-EMBEDDING_LOSSES = ("in_batch", "mse", "kl")
+EMBEDDING_LOSSES = ("in_batch", "mse", "kl", "margin_mse")
 
 
 def embedding_distillation_sums(
@@ -269,26 +269,39 @@ def embedding_distillation_sums(
     scale: float,
     distill_weight: float = 1.0,
     in_batch_weight: float = 0.0,
+    margin_scale: float = 1.0,
     symmetric: bool = False,
     dims: tuple[int, ...] = (),
 ) -> dict[str, jax.Array]:
-    """A student embedder's loss against its teacher's vectors, `batch["teacher"]` (its
-    queries [B, H'] and passages [B, P, H']), plus `in_batch_weight` times the in-batch
-    negatives' loss (in_batch_negatives_sums, whose accuracy is reported):
+    """A student embedder's loss against its teacher, plus `in_batch_weight` times the
+    in-batch negatives' loss (in_batch_negatives_sums, whose accuracy is reported). The
+    teacher's vectors are `batch["teacher"]` (queries [B, H'], passages [B, P, H']):
 
-        mse  each text's mean squared difference between the student's vector and the
-             teacher's (sentence-transformers' MSELoss), averaged over a row's texts;
-        kl   each query's KL divergence from the teacher's distribution over the batch's
-             candidates (softmax of `scale` times the cosines, the in-batch negatives'
-             candidates) to the student's: the teacher's ranking, widths free to differ.
+        mse         each text's mean squared difference between the student's vector
+                    and the teacher's (sentence-transformers' MSELoss), averaged over a
+                    row's texts;
+        kl          each query's KL divergence from the teacher's distribution over the
+                    batch's candidates (softmax of `scale` times the cosines, the
+                    in-batch negatives' candidates) to the student's: the teacher's
+                    ranking, widths free to differ;
+        margin_mse  Margin-MSE (Hofstaetter et al., 2020): the squared difference between
+                    the student's margin of a row's positive over each of its hard
+                    negatives and the teacher's, `batch["teacher_margins"]` [B, P - 1],
+                    averaged over the negatives. The student's score of a passage is
+                    `margin_scale` times its cosine, the order it is searched by (1:
+                    sentence-transformers' dot product of normalized vectors); the
+                    scale brings its margins to the size of the teacher's.
     """
     sums = in_batch_negatives_sums(outputs, batch, scale=scale, symmetric=symmetric, dims=dims)
     weights = batch["example_weight"].astype(jnp.float32)
     student = tuple(x.astype(jnp.float32) for x in outputs)
-    teacher = tuple(x.astype(jnp.float32) for x in batch["teacher"])
-    if loss == "mse":
-        rows = _mse_rows(student, teacher)
+    if loss == "margin_mse":
+        margins = batch["teacher_margins"].astype(jnp.float32)
+        rows = _margin_mse_rows(student, margins, margin_scale)
+    elif loss == "mse":
+        rows = _mse_rows(student, tuple(x.astype(jnp.float32) for x in batch["teacher"]))
     else:
+        teacher = tuple(x.astype(jnp.float32) for x in batch["teacher"])
         rows = _kl_rows(student, teacher, batch, scale)
     distill = jnp.sum(weights * rows)
     return {
@@ -324,6 +337,13 @@ def _kl_rows(student, teacher, batch, scale: float):
 
     ours, theirs = log_probs(*student), log_probs(*teacher)
     return jnp.sum(jnp.where(hidden, 0.0, jnp.exp(theirs) * (theirs - ours)), axis=-1)
+
+
+def _margin_mse_rows(student, teacher_margins, scale: float):
+    queries, passages = student
+    scores = scale * jnp.einsum("bh,bph->bp", _unit(queries), _unit(passages))
+    margins = scores[:, :1] - scores[:, 1:]
+    return jnp.mean(jnp.square(margins - teacher_margins), axis=-1)
 
 
 def summarize_embedding_distillation(sums) -> dict[str, float]:

@@ -44,7 +44,7 @@ from bertjax.tasks.contract import (
     weighted_mean_loss,
 )
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import records, reranking_config, reranking_input
+from data_pipeline.finetune import records, reranking_config, reranking_input, retrieval_input
 from data_pipeline.finetune.reranking_input import MODEL_INPUTS
 from data_pipeline.progress import Progress
 
@@ -137,7 +137,7 @@ def setup(config, workdir: str) -> Setup:
             ),
             eval=functools.partial(finetune.dataset, make_dataset, "eval", 1),
             position_fields=records.POSITION_FIELDS,
-            train_files=functools.partial(reranking_input.train_files, data.config),
+            train_files=functools.partial(retrieval_input.train_files, data.config),
         ),
         evaluation=Evaluation(
             every_steps=epoch if data.eval else 0,

@@ -45,6 +45,10 @@ from data_pipeline.finetune import records, retrieval_config, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
 TASK_KEYS = ("embedding", "loss", "distill")
+# The losses that read a teacher embedder in the step (config.distill.teacher); Margin-MSE
+# reads its teacher's margins with the data instead (retrieval_input.py).
+TEACHER_LOSSES = ("mse", "kl")
+MARGIN_MSE = "margin_mse"
 MODEL_INPUTS = ("query_ids", "query_mask", "passage_ids", "passage_mask")
 
 
@@ -55,8 +59,9 @@ def check_options(config) -> None:
             f"config.embedding.pooling={config.embedding.pooling!r}: use one of "
             f"{', '.join(POOLINGS)}"
         )
-    if not config.loss.scale > 0:
-        raise ConfigError(f"config.loss.scale={config.loss.scale}: must be above 0")
+    for key in ("scale", "margin_scale"):
+        if not config.loss[key] > 0:
+            raise ConfigError(f"config.loss.{key}={config.loss[key]}: must be above 0")
     _check_distillation(config)
     dims = tuple(config.loss.matryoshka_dims)
     if any(d < 1 for d in dims) or list(dims) != sorted(set(dims), reverse=True):
@@ -82,15 +87,21 @@ def _check_distillation(config) -> None:
     for key in ("distill_weight", "in_batch_weight"):
         if not config.loss[key] >= 0:
             raise ConfigError(f"config.loss.{key}={config.loss[key]}: must be at least 0")
-    if name != "in_batch" and not teacher:
+    if name in TEACHER_LOSSES and not teacher:
         raise ConfigError(
             f"config.loss.name={name!r}: learns from a teacher; give its workdir, "
             "config.distill.teacher=WORKDIR"
         )
-    if name == "in_batch" and teacher:
+    if name not in TEACHER_LOSSES and teacher:
+        reads = "its teacher's margins with the data" if name == MARGIN_MSE else "no teacher"
         raise ConfigError(
-            f"config.distill.teacher={teacher!r}: config.loss.name='in_batch' reads no "
-            "teacher; use 'mse' or 'kl'"
+            f"config.distill.teacher={teacher!r}: config.loss.name={name!r} reads {reads}; "
+            "use 'mse' or 'kl' with a teacher"
+        )
+    if config.data.get("margins") and name != MARGIN_MSE:
+        raise ConfigError(
+            f"config.data.margins={tuple(config.data.margins)}: only "
+            f"config.loss.name={MARGIN_MSE!r} reads them"
         )
 
 
@@ -101,7 +112,7 @@ def check_config(config) -> None:
 
 def _load_data(config, pretrained) -> retrieval_input.RetrievalTask:
     """The run's pairs and held-out collection, checked against the checkpoint."""
-    data = retrieval_input.load_retrieval_task(config.data)
+    data = retrieval_input.load_retrieval_task(config.data, margins=config.loss.name == MARGIN_MSE)
     limit = pretrained.model_config.max_position_embeddings
     if data.config.max_query_length > limit:
         raise ConfigError(
@@ -118,7 +129,7 @@ def setup(config, workdir: str) -> Setup:
     check_config(config)
     data = _load_data(config, pretrained)
     lengths = data.config.max_query_length, data.config.max_seq_length
-    width = 1 + len(data.config.negatives)
+    width = data.config.passages_per_row
     pooling = Pooling(
         config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length
     )
@@ -149,16 +160,22 @@ def setup(config, workdir: str) -> Setup:
         objective=Objective(
             num_train_steps=num_train_steps,
             optimizer=finetune.optimizer_values(config, num_train_steps),
-            features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight"),
+            features=(
+                *MODEL_INPUTS,
+                "query_key",
+                "passage_keys",
+                "example_weight",
+                *(("teacher_margins",) if config.loss.name == MARGIN_MSE else ()),
+            ),  # fmt: skip
             sums=_sums(config),
             denominators=finetune.example_weight,
             loss=weighted_mean_loss,
             summarize=(
                 losses.summarize_finetune
-                if teacher is None
+                if config.loss.name == "in_batch"
                 else losses.summarize_embedding_distillation
             ),
-            console=(("accuracy", "acc"),) if teacher is None else _DISTILL_CONSOLE,
+            console=(("accuracy", "acc"),) if config.loss.name == "in_batch" else _DISTILL_CONSOLE,
             whole_batch=True,  # microbatches encode; the loss sees every negative
         ),
         data=Data(
@@ -211,6 +228,7 @@ def _sums(config):
         loss=config.loss.name,
         distill_weight=config.loss.distill_weight,
         in_batch_weight=config.loss.in_batch_weight,
+        margin_scale=config.loss.margin_scale,
         **options,
     )
 
@@ -248,15 +266,20 @@ def without_data(config, workdir: str):
     config = finetune.without_checkpoint(config, workdir)
     config = distillation.without_teacher_checkpoint(config, workdir)
     data = retrieval_config.from_config(config.data)
-    columns = (data.anchor, data.positive, *data.negatives)
+    negatives = tuple(f"negative_{k}" for k in range(data.passages_per_row - 1))
+    margins = tuple(f"margin_{k}" for k in range(len(negatives) * (config.loss.name == MARGIN_MSE)))
     path = os.path.join(workdir, "placeholder_pairs.jsonl")
     rows = max(config.train_batch_size, config.eval_batch_size)
     with open(path, "w", encoding="utf-8") as f:
         for row in range(rows):
-            f.write(json.dumps({column: f"{column} {row}" for column in columns}) + "\n")
+            texts = {column: f"{column} {row}" for column in ("anchor", "positive", *negatives)}
+            f.write(json.dumps(texts | dict.fromkeys(margins, 1.0)) + "\n")
     with config.unlocked():
-        config.data.beir_dir = ""
+        config.data.beir_dir = config.data.negatives_file = ""
         config.data.train_file = config.data.eval_file = path
+        config.data.anchor, config.data.positive = "anchor", "positive"
+        config.data.negatives = negatives
+        config.data.margins = margins
     return config
 
 
@@ -300,7 +323,7 @@ def forward_flops(c, inputs: dict[str, int], description: Description) -> float:
 
 def _passages_per_row(description: Description) -> int:
     """The positive and each hard negative."""
-    return 1 + len(description.data.get("negatives") or ())
+    return retrieval_config.passages_per_row(description.data)
 
 
 def make_model(model_config, description: Description) -> BertForEmbedding:

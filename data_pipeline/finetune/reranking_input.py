@@ -5,7 +5,8 @@ The sources are reranking_config.py's:
 
     beir_dir        groups from train_split's judgments above 0, one each: the query,
     negatives_file  that relevant passage, then the first num_negatives passages of
-                    the query's line in negatives_file ({"query_id", "negatives"}).
+                    the query's line in negatives_file ({"query_id", "negatives"}: the
+                    mining tool's file, mined.py).
                     The held-out queries are eval_split's, each reranked among its
                     judged passages and the passages of its line in
                     eval_negatives_file (all of them).
@@ -14,9 +15,8 @@ The sources are reranking_config.py's:
                     out: each distinct query among the passages its rows give it, a
                     positive (or a label of at least 0.5) relevant.
 
-Every problem names its file and line: a negatives file naming a query or passage the
-collection lacks, a query whose line lists a passage judged relevant to it, a training
-query with no relevant passage or with no line, a label outside [0, 1].
+Every problem names its file and line: a negatives file's (mined.py), a label outside
+[0, 1].
 
 A pair is read as `[CLS] query [SEP] passage [SEP]`, segments 0 then 1: the query cut to
 max_query_length word pieces first, then the pair to max_seq_length tokens
@@ -44,14 +44,13 @@ candidate_weight and example_weight (0 on rows past it).
 
 import dataclasses
 import functools
-import json
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from data_pipeline.config import fail
-from data_pipeline.finetune import records, retrieval_input
+from data_pipeline.finetune import mined, records
 from data_pipeline.finetune.classification_input import lay_out
 from data_pipeline.finetune.records import (
     OPTION_PREFIX,
@@ -59,7 +58,6 @@ from data_pipeline.finetune.records import (
     batch_indices,
     bucket_lengths,
     read_records,
-    read_text_file,
     tokenize_texts,
 )
 from data_pipeline.finetune.reranking_config import RerankingConfig, from_config
@@ -117,13 +115,6 @@ def load_reranking_task(data_config: Any) -> RerankingTask:
     if config.eval_file:
         eval_ = _candidates_of_rows(config, _read_rows(config, config.eval_file, "eval_file"))
     return RerankingTask(config, train, eval_)
-
-
-def train_files(config: RerankingConfig) -> tuple[str, ...]:
-    """The files the train split is read from, in order: the retrieval task's (a train
-    file, or the BEIR directory's corpus, queries and qrels), then the negatives file."""
-    files = retrieval_input.train_files(config)
-    return files + (config.negatives_file,) if config.beir_dir and files else files
 
 
 # ----------------------------------------------------------------------------- reading
@@ -191,57 +182,9 @@ def _check_rerankable(candidates: "Candidates", option: str, value, remedy: str)
 
 
 def _negatives(path, option, qrels, split, queries, corpus) -> dict[str, list[str]]:
-    """query id -> its negatives' passage ids, from a JSON-lines file; every query of the
-    split's qrels has a line, with a relevant passage, and no negative judged relevant."""
-    negatives, lines = {}, {}
-    where = f"qrels/{split}.tsv"
-    for line, raw in enumerate(read_text_file(path, option).split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise TaskDataError(f"{path}: line {line} is not valid JSON ({e.msg})") from None
-        if (
-            not isinstance(record, dict)
-            or not isinstance(record.get("query_id"), str)
-            or not isinstance(record.get("negatives"), list)
-        ):
-            raise TaskDataError(
-                f'{path}: line {line}: expected {{"query_id": "...", "negatives": [passage ids]}}'
-            )
-        query = record["query_id"]
-        if query not in queries:
-            raise TaskDataError(f"{path}: line {line}: query {query!r} is not in queries.jsonl")
-        if query in lines:
-            raise TaskDataError(
-                f"{path}: line {line}: query {query!r} again (first at line {lines[query]})"
-            )
-        if not any(score > 0 for score in qrels.get(query, {}).values()):
-            raise TaskDataError(
-                f"{path}: line {line}: query {query!r} has no relevant passage in {where}"
-            )
-        for passage in record["negatives"]:
-            if not isinstance(passage, str) or passage not in corpus:
-                raise TaskDataError(
-                    f"{path}: line {line}: passage {passage!r} is not in corpus.jsonl"
-                )
-            if qrels[query].get(passage, 0) > 0:
-                raise TaskDataError(
-                    f"{path}: line {line}: passage {passage!r} is judged relevant to query "
-                    f"{query!r} in {where}, not a negative"
-                )
-        if len(set(record["negatives"])) != len(record["negatives"]):
-            raise TaskDataError(f"{path}: line {line}: a passage is listed twice")
-        lines[query] = line
-        negatives[query] = record["negatives"]
-    missing = [q for q, judged in qrels.items() if q not in negatives and max(judged.values()) > 0]
-    if missing:
-        raise TaskDataError(
-            f"{path} ({OPTION_PREFIX}{option}): query {missing[0]!r} of {where} has no line "
-            f"({len(missing)} queries lack one)"
-        )
-    return negatives
+    """query id -> its negatives' passage ids, from the mining tool's file (mined.read)."""
+    lines = mined.read(path, option, qrels, split, queries, corpus)
+    return {query: line.negatives for query, line in lines.items()}
 
 
 def _beir_groups(config, qrels, negatives, queries, corpus) -> Groups:

@@ -19,12 +19,19 @@ class RetrievalConfig:
     beir_dir: str = ""
     train_split: str = "train"  # qrels/<train_split>.tsv; "" trains nothing
     eval_split: str = "dev"  # qrels/<eval_split>.tsv; "" evaluates nothing
+    # Hard negatives of train_split's queries: `python -m bertjax.retrieval mine`'s file
+    # (mined.py), num_negatives of each query's line beside each of its pairs.
+    negatives_file: str = ""
+    num_negatives: int = 1
     train_file: str = ""
     eval_file: str = ""
     # The files' columns: the query, its relevant passage, and hard negatives.
     anchor: str = "anchor"
     positive: str = "positive"
     negatives: tuple[str, ...] = ()
+    # A teacher's margin for each negatives column (its score of the positive less its
+    # score of that negative), which the Margin-MSE loss reads.
+    margins: tuple[str, ...] = ()
     max_query_length: int = 64
     max_seq_length: int = 256  # of passages
     # How many lengths a batch's texts are padded to (bucket_lengths); 1: always the maximum.
@@ -39,16 +46,47 @@ class RetrievalConfig:
                 fail(option, path, f"the extension must be one of {', '.join(FILE_FORMATS)}")
         if self.beir_dir and not (self.train_split or self.eval_split):
             fail("train_split", "", "beir_dir needs train_split, eval_split or both")
-        columns = [self.anchor, self.positive, *self.negatives]
+        if self.negatives_file:
+            if not (self.beir_dir and self.train_split):
+                fail(
+                    "negatives_file", self.negatives_file,
+                    "negatives by passage id need beir_dir's collection and its train_split",
+                )  # fmt: skip
+            if os.path.splitext(self.negatives_file)[1].lower() != ".jsonl":
+                fail("negatives_file", self.negatives_file, "the mining tool's JSON lines (.jsonl)")
+        if self.num_negatives < 1:
+            fail("num_negatives", self.num_negatives, "must be at least 1")
+        columns = [self.anchor, self.positive, *self.negatives, *self.margins]
         if not all(columns):
             fail("negatives" if all(columns[:2]) else "anchor", columns, "must name columns")
         if len(set(columns)) != len(columns):
-            fail("negatives", self.negatives, "each column once: anchor, positive, negatives")
+            fail(
+                "negatives", self.negatives,
+                "each column once: anchor, positive, negatives, margins",
+            )  # fmt: skip
+        if self.margins and len(self.margins) != len(self.negatives):
+            fail(
+                "margins", self.margins,
+                f"one column per negatives column ({len(self.negatives)}): the teacher's "
+                "margin of the positive over that negative",
+            )  # fmt: skip
         for option in ("max_query_length", "max_seq_length"):
             if getattr(self, option) < 3:
                 fail(option, getattr(self, option), "must be at least 3 ([CLS] text [SEP])")
         if self.length_buckets < 1:
             fail("length_buckets", self.length_buckets, "must be at least 1")
+
+    @property
+    def passages_per_row(self) -> int:
+        return passages_per_row(dataclasses.asdict(self))
+
+
+def passages_per_row(data: dict) -> int:
+    """A training row's passages, of a config.data as a dict (a workdir's task.json
+    holds one): its positive, then its hard negatives."""
+    if data.get("negatives_file"):
+        return 1 + data.get("num_negatives", 1)
+    return 1 + len(data.get("negatives") or ())
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -7,11 +7,18 @@ Two sources:
                  passage is its title and text joined by a space, as BEIR embeds it),
                  queries.jsonl ({"_id", "text"}), qrels/<split>.tsv (query-id,
                  corpus-id, score with a header). Training pairs are train_split's
-                 judgments above 0; evaluation is eval_split's.
+                 judgments above 0, each with the first num_negatives negatives of
+                 its query's line in negatives_file, if given (the mining tool's,
+                 mined.py); evaluation is eval_split's.
     train_file   TSV, CSV or JSONL rows of named columns: `anchor`, `positive` and the
     eval_file    `negatives` columns, each a text. Evaluated as a collection: the
                  anchors are the queries, the distinct positive and negative texts
                  the corpus, each anchor's positives its relevant passages.
+
+For Margin-MSE (`margins=True`), each training row also carries its teacher's margins,
+the teacher's score of the positive less its score of each negative: the `margins`
+columns of a train_file, or a negatives_file mined with a scorer (its
+"scorer_positives" less its "scorer_scores").
 
 A text is read as `[CLS] text [SEP]`, cut to max_query_length (queries) or
 max_seq_length (passages) tokens. A batch pads its queries to the shortest of a few
@@ -29,6 +36,7 @@ Training batches (records.batch_indices draws them, so they resume mid-epoch):
     query_key                      int32 [B]: equal for the same query text
     passage_keys                   int32 [B, P]: equal for the same passage text
     example_weight                 float32 [B], 1
+    teacher_margins                float32 [B, P - 1], with margins
     stream_position                int64 [B, 1]
 
 The keys let the loss see that another row's positive is this row's positive too,
@@ -48,7 +56,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_pipeline.config import fail
-from data_pipeline.finetune import records
+from data_pipeline.finetune import mined, records
 from data_pipeline.finetune.classification_input import lay_out
 from data_pipeline.finetune.records import (
     OPTION_PREFIX,
@@ -67,6 +75,7 @@ class Pairs:
     source: str
     queries: list[str]
     passages: list[list[str]]  # [N][P]: the positive, then the hard negatives
+    margins: np.ndarray | None = None  # float32 [N, P - 1]: the teacher's, for Margin-MSE
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -89,13 +98,22 @@ class RetrievalTask:
     eval: Collection | None
 
 
-def load_retrieval_task(data_config: Any) -> RetrievalTask:
-    """Reads and checks the configured splits; a problem names its file and line."""
+def load_retrieval_task(data_config: Any, *, margins: bool = False) -> RetrievalTask:
+    """Reads and checks the configured splits; a problem names its file and line. With
+    `margins`, the training rows carry their teacher's margins (the module docstring)."""
     config = from_config(data_config)
+    if margins and config.train_file and not config.margins:
+        fail("margins", (), "Margin-MSE reads a teacher's margin per negatives column: name them")
+    if margins and config.beir_dir and not config.negatives_file:
+        fail(
+            "negatives_file", "",
+            "Margin-MSE reads a teacher's margins: python -m bertjax.retrieval mine "
+            "--scorer RERANKER writes them",
+        )  # fmt: skip
     if config.beir_dir:
-        return _load_beir(config)
+        return _load_beir(config, margins)
     rows = {
-        split: _read_pairs(config, path, f"{split}_file")
+        split: _read_pairs(config, path, f"{split}_file", margins=margins and split == "train")
         for split, path in (("train", config.train_file), ("eval", config.eval_file))
         if path
     }
@@ -106,25 +124,38 @@ def load_retrieval_task(data_config: Any) -> RetrievalTask:
 def load_collection(beir_dir: str, split: str) -> Collection:
     """A BEIR directory's collection for `split` (qrels/<split>.tsv), checked as a run's."""
     config = RetrievalConfig(beir_dir=beir_dir, train_split="", eval_split=split)
-    return _load_beir(config).eval
+    return _load_beir(config, margins=False).eval
 
 
 # ----------------------------------------------------------------------------- reading
 
 
-def _read_pairs(config: RetrievalConfig, path: str, option: str) -> Pairs:
+def _read_pairs(config: RetrievalConfig, path: str, option: str, *, margins: bool) -> Pairs:
     columns = [("anchor", config.anchor), ("positive", config.positive)]
     columns += [("negatives", name) for name in config.negatives]
-    queries, passages = [], []
+    texts_end = len(columns)
+    if margins:
+        columns += [("margins", name) for name in config.margins]
+    queries, passages, margins_read = [], [], []
     for line, values in read_records(path, columns, option):
-        texts = [
-            checked_text(path, line, name, v) for (_, name), v in zip(columns, values, strict=True)
-        ]
+        named = [(name, v) for (_, name), v in zip(columns, values, strict=True)]
+        texts = [checked_text(path, line, name, v) for name, v in named[:texts_end]]
         queries.append(texts[0])
         passages.append(texts[1:])
+        margins_read.append([_margin(path, line, name, v) for name, v in named[texts_end:]])
     if not queries:
         raise TaskDataError(f"{path} ({OPTION_PREFIX}{option}): no pairs")
-    return Pairs(path, queries, passages)
+    return Pairs(path, queries, passages, np.asarray(margins_read, np.float32) if margins else None)
+
+
+def _margin(path, line, column, value) -> float:
+    try:
+        margin = float(value)
+    except (TypeError, ValueError):
+        margin = float("nan")
+    if isinstance(value, bool) or not np.isfinite(margin):
+        raise TaskDataError(f"{path}: line {line}: {column!r} is {value!r}, not a finite number")
+    return margin
 
 
 def _collection(pairs: Pairs) -> Collection:
@@ -144,9 +175,9 @@ def _collection(pairs: Pairs) -> Collection:
 
 
 def train_files(config) -> tuple[str, ...]:
-    """The files the train split is read from: train_file, or the BEIR directory's
-    corpus, queries and train_split's qrels (of a RetrievalConfig, or any config with
-    train_file, train_split and beir_dir: the reranking task's)."""
+    """The files the train split is read from, in order: train_file, or the BEIR
+    directory's corpus, queries and train_split's qrels, then negatives_file if given
+    (of a RetrievalConfig, or any config with those options: the reranking task's)."""
     if config.train_file:
         return (config.train_file,)
     if not config.train_split:
@@ -156,19 +187,17 @@ def train_files(config) -> tuple[str, ...]:
         os.path.join(directory, "corpus.jsonl"),
         os.path.join(directory, "queries.jsonl"),
         os.path.join(directory, "qrels", f"{config.train_split}.tsv"),
+        *((config.negatives_file,) if config.negatives_file else ()),
     )
 
 
-def _load_beir(config: RetrievalConfig) -> RetrievalTask:
+def _load_beir(config: RetrievalConfig, margins: bool) -> RetrievalTask:
     directory = config.beir_dir
     corpus, queries = read_beir(directory)
     train = evaluated = None
     if config.train_split:
         qrels = read_qrels(directory, config.train_split, queries, corpus, "train_split")
-        pairs = [(q, d) for q, judged in qrels.items() for d, score in judged.items() if score > 0]
-        if not pairs:
-            fail("train_split", config.train_split, "its qrels judge no passage relevant")
-        train = Pairs(directory, [queries[q] for q, _ in pairs], [[corpus[d]] for _, d in pairs])
+        train = _beir_pairs(config, qrels, queries, corpus, margins)
     if config.eval_split:
         qrels = read_qrels(directory, config.eval_split, queries, corpus, "eval_split")
         asked = [q for q in queries if q in qrels]
@@ -177,6 +206,48 @@ def _load_beir(config: RetrievalConfig) -> RetrievalTask:
             qrels,
         )  # fmt: skip
     return RetrievalTask(config, train, evaluated)
+
+
+def _beir_pairs(config: RetrievalConfig, qrels, queries, corpus, margins: bool) -> Pairs:
+    """A row per relevant judgment of the train split: its query and passage, then the
+    first num_negatives negatives of the query's line in negatives_file, if any."""
+    pairs = [(q, d) for q, judged in qrels.items() for d, score in judged.items() if score > 0]
+    if not pairs:
+        fail("train_split", config.train_split, "its qrels judge no passage relevant")
+    path, lines = config.negatives_file, {}
+    if path:
+        lines = mined.read(path, "negatives_file", qrels, config.train_split, queries, corpus)
+    count = config.num_negatives if path else 0
+    passages, margins_read = [], []
+    for q, d in pairs:
+        line = lines.get(q, mined.Line([]))
+        if len(line.negatives) < count:
+            raise TaskDataError(
+                f"{path} ({OPTION_PREFIX}negatives_file): query {q!r} has "
+                f"{len(line.negatives)} negatives, fewer than num_negatives={count} (mine "
+                "more, or lower num_negatives)"
+            )
+        passages.append([corpus[p] for p in [d, *line.negatives[:count]]])
+        if margins:
+            margins_read.append(_mined_margins(path, q, d, line, count))
+    margins_array = np.asarray(margins_read, np.float32).reshape(-1, count) if margins else None
+    return Pairs(config.beir_dir, [queries[q] for q, _ in pairs], passages, margins_array)
+
+
+def _mined_margins(path: str, query: str, positive: str, line, count: int) -> list[float]:
+    """The scorer's score of `positive` less its score of each of the first negatives."""
+    if line.scorer_scores is None:
+        raise TaskDataError(
+            f"{path} ({OPTION_PREFIX}negatives_file): query {query!r} has no scorer scores; "
+            "Margin-MSE reads them: mine with --scorer RERANKER"
+        )
+    if positive not in line.scorer_positives:
+        raise TaskDataError(
+            f'{path} ({OPTION_PREFIX}negatives_file): query {query!r}: "scorer_positives" '
+            f"lacks its relevant passage {positive!r}"
+        )
+    top = line.scorer_positives[positive]
+    return [top - score for score in line.scorer_scores[:count]]
 
 
 def read_beir(directory: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -255,7 +326,7 @@ def make_retrieval_dataset(
         width = len(texts.passages[0])
     else:
         queries, passages = texts.queries, texts.passages
-        width = 1 + len(config.negatives)
+        width = config.passages_per_row
     query_side = _Side(tokenizer, queries, config.max_query_length, config.length_buckets)
     passage_side = _Side(tokenizer, passages, config.max_seq_length, config.length_buckets)
     layout = functools.partial(_features, query_side, passage_side, width, tokenizer.vocab)
@@ -263,6 +334,7 @@ def make_retrieval_dataset(
     if split == "train":
         count = len(queries)
         query_keys, passage_keys = tf.constant(_keys(queries)), tf.constant(_keys(passages))
+        margins = None if texts.margins is None else tf.constant(texts.margins)
         buckets = (query_side.bucket, passage_side.bucket.reshape(count, width).max(axis=1))
         indices, info = batch_indices(count, training=True, buckets=buckets, **batching)
 
@@ -273,6 +345,8 @@ def make_retrieval_dataset(
             batch["query_key"] = tf.gather(query_keys, index)
             batch["passage_keys"] = tf.gather(passage_keys, slots)
             batch["example_weight"] = weight
+            if margins is not None:
+                batch["teacher_margins"] = tf.gather(margins, index)
             return records.finish_batch(batch, (position,), batch_size=rows, rows=rows)
 
     else:

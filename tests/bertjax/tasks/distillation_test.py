@@ -90,6 +90,35 @@ def test_a_student_equal_to_its_teacher_has_nothing_to_learn_and_finite_gradient
     assert float(distill(vectors(2, 4, 2, 8))) > 0.01
 
 
+def test_margin_mse_is_the_squared_error_of_the_students_margins_against_the_teachers():
+    rows, width, scale = 3, 3, 20.0
+    student = vectors(0, rows, width, 8)
+    margins = jnp.asarray(np.random.default_rng(1).normal(size=(rows, width - 1)), jnp.float32)
+    batch = {**batch_of(rows, width, padding=1), "teacher_margins": margins}
+    sums = losses.embedding_distillation_sums(
+        student, batch, loss="margin_mse", scale=1.0, margin_scale=scale
+    )
+    q, p = (np.asarray(x) for x in student)
+    cos = np.einsum("bh,bph->bp", q, p) / (
+        np.linalg.norm(q, axis=-1)[:, None] * np.linalg.norm(p, axis=-1)
+    )
+    # sentence-transformers' MarginMSELoss: the MSE of (pos - neg) against the labels,
+    # here of margin_scale x cosine, over the rows that are not padding.
+    ours = scale * (cos[:, :1] - cos[:, 1:])
+    want = np.mean(np.square(ours - np.asarray(margins))[: rows - 1], axis=1).sum()
+    np.testing.assert_allclose(sums["distill_sum"], want, rtol=1e-5)
+    # Margins equal to the student's own: nothing to learn, finite gradients.
+    batch["teacher_margins"] = jnp.asarray(ours, jnp.float32)
+
+    def distill(outputs):
+        return losses.embedding_distillation_sums(outputs, batch, loss="margin_mse", scale=scale)[
+            "loss_sum"
+        ]
+
+    assert float(distill(student)) == pytest.approx(0.0, abs=1e-4)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.grad(distill)(student))
+
+
 def distill_config(tmp_path, student: str, teacher: str, loss: str = "kl"):
     config = minilm_l3.get_config()
     config.init_checkpoint, config.distill.teacher = student, teacher
@@ -145,6 +174,38 @@ def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
     assert any(jax.tree.leaves(moved))
 
 
+@pytest.mark.slow  # a train step compiled: 10 s of CPU
+def test_margin_mse_reads_the_mined_margins_and_the_student_learns_them(
+    pretrained_workdir, tmp_path
+):
+    config = distill_config(tmp_path, pretrained_workdir, "", "margin_mse")
+    # Each training query's two next passages as negatives, the positive 0.5 and 0.25
+    # above them by the scorer: margins a student of cosines can reach.
+    lines = [
+        {"query_id": f"q{i}", "negatives": [f"d{i + 1}", f"d{i + 2}"],
+         "scorer_scores": [0.0, 0.25], "scorer_positives": {f"d{i}": 0.5}}
+        for i in range(30)
+    ]  # fmt: skip
+    mined_file = tmp_path / "mined.jsonl"
+    mined_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config.data.negatives_file, config.data.num_negatives = str(mined_file), 2
+    config.loss.in_batch_weight, config.optimizer.learning_rate = 0.0, 1e-3
+    config.num_train_epochs = 8  # 32 steps: the rate still high at the eighth
+    run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
+    assert run.setup.teacher is None  # the margins come with the data
+    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
+    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+    np.testing.assert_array_equal(batch["teacher_margins"], [[0.5, 0.25]] * 8)
+    assert run.setup.model.inputs["passage_ids"] == 3 * 32  # the positive and 2 negatives
+    step, _ = train.jit_steps(run)
+    state, rng = train.create_state(run), jax.random.key(0)
+    distilled = []
+    for _ in range(8):
+        state, sums = step(state, batch, rng)
+        distilled.append(float(sums["distill_sum"]))
+    assert distilled[-1] < 0.5 * distilled[0], distilled
+
+
 def test_a_distillation_loss_needs_a_teacher_and_in_batch_takes_none(pretrained_workdir, tmp_path):
     config = distill_config(tmp_path, pretrained_workdir, "")
     with pytest.raises(ConfigError, match="config.loss.name='kl': learns from a teacher"):
@@ -154,6 +215,13 @@ def test_a_distillation_loss_needs_a_teacher_and_in_batch_takes_none(pretrained_
         retrieval.check_config(config)
     config.loss.name = "kd"
     with pytest.raises(ConfigError, match="config.loss.name='kd': use one of in_batch, mse, kl"):
+        retrieval.check_config(config)
+    config.loss.name = "margin_mse"
+    with pytest.raises(ConfigError, match="'margin_mse' reads its teacher's margins with the data"):
+        retrieval.check_config(config)
+    config.loss.name, config.distill.teacher = "in_batch", ""
+    config.data.negatives, config.data.margins = ("n",), ("m",)
+    with pytest.raises(ConfigError, match="only config.loss.name='margin_mse' reads them"):
         retrieval.check_config(config)
 
 

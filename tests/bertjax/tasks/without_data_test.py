@@ -62,19 +62,28 @@ def test_a_pretraining_config_that_cannot_be_read_is_one_line(tmp_path, spec, me
     assert "\n" not in str(raised.value)
 
 
-def test_retrieval_builds_on_placeholder_pairs_of_every_column(tmp_path):
+@pytest.mark.parametrize("margins", [False, True])
+def test_retrieval_builds_on_placeholder_pairs_of_every_column(tmp_path, margins):
     config = retrieval_pod.get_config("bert_base")
     config.init_checkpoint = os.path.join(REPO, "experiments/pretrain/tiny_cpu.py")
     config.data.negatives = ("hard",)
+    if margins:  # hard negatives mined by passage id, and the scorer's margins
+        config.data.beir_dir, config.data.train_file, config.data.eval_file = "beir", "", ""
+        config.data.negatives, config.data.negatives_file = (), "mined.jsonl"
+        config.data.num_negatives, config.loss.name = 3, "margin_mse"
     config.train_batch_size, config.eval_batch_size = 16, 24
     built = retrieval.without_data(config, str(tmp_path))
     assert built.data.beir_dir == "" and built.data.train_file == built.data.eval_file
     rows = list(map(json.loads, pathlib.Path(built.data.train_file).read_text().splitlines()))
-    assert len(rows) == 24 and set(rows[0]) == {"anchor", "positive", "hard"}
+    negatives = 3 if margins else 1
+    columns = {"anchor", "positive", *(f"negative_{k}" for k in range(negatives))}
+    assert len(rows) == 24 and set(rows[0]) == columns | {f"margin_{k}" for k in range(3 * margins)}
     setup = retrieval.TASK.setup(built, str(tmp_path / "run"))
     assert setup.objective.num_train_steps == 1
+    assert ("teacher_margins" in setup.objective.features) == margins
+    width = 1 + negatives
     assert setup.model.inputs == {
-        "query_ids": 64, "query_mask": 64, "passage_ids": 2 * 256, "passage_mask": 2 * 256
+        "query_ids": 64, "query_mask": 64, "passage_ids": width * 256, "passage_mask": width * 256
     }  # fmt: skip
     data_config_lib.read_config_file(os.path.join(REPO, "experiments/finetune/retrieval_pod.py"))
 

@@ -8,7 +8,7 @@ import pytest
 from support.beir_files import write_beir
 
 from data_pipeline.errors import ConfigError
-from data_pipeline.finetune import reranking_input
+from data_pipeline.finetune import reranking_input, retrieval_input
 from data_pipeline.finetune.records import TaskDataError
 
 CLS, SEP = 101, 102
@@ -144,26 +144,6 @@ def test_evaluation_batches_hold_every_pair_once(tmp_path, tokenizer):
     assert info.num_batches == 2  # 30 pairs, 4 to a row (the group's size), 4 rows a batch
 
 
-@pytest.mark.parametrize(
-    "line,message",
-    [
-        ({"query_id": "q99", "negatives": ["d1"]}, "line 1: query 'q99' is not in queries.jsonl"),
-        ({"query_id": "q0", "negatives": ["nope"]}, "line 1: passage 'nope' is not in corpus"),
-        ({"query_id": "q35", "negatives": ["d1"]}, "line 1: query 'q35' has no relevant passage"),
-        ({"query_id": "q0", "negatives": ["d0"]}, "passage 'd0' is judged relevant to query 'q0'"),
-        ({"query_id": "q0", "negatives": ["d1", "d1"]}, "line 1: a passage is listed twice"),
-        ({"query": "q0"}, 'line 1: expected {"query_id"'),
-        ({"query_id": "q0", "negatives": ["d1"]}, r"query 'q1' of qrels/train.tsv has no line"),
-    ],
-)
-def test_a_bad_negatives_file_names_its_line(tmp_path, line, message):
-    directory = write_beir(tmp_path / "beir")
-    negatives = write_negatives(tmp_path / "negatives.jsonl", [line])
-    config = {"beir_dir": str(directory), "negatives_file": negatives, "eval_split": ""}
-    with pytest.raises(TaskDataError, match=message):
-        reranking_input.load_reranking_task(config)
-
-
 def test_a_label_outside_zero_to_one_names_its_line(tmp_path):
     path = tmp_path / "pairs.csv"
     path.write_text("query,passage,label\na,b,1\na,c,2\n")
@@ -198,9 +178,9 @@ def test_a_passage_relevant_in_one_row_and_not_in_another_names_both_lines(tmp_p
 
 def test_a_runs_stream_positions_cover_its_negatives_file():
     config = reranking_input.from_config({"beir_dir": "b", "negatives_file": "n.jsonl"})
-    assert reranking_input.train_files(config) == (
+    assert retrieval_input.train_files(config) == (
         "b/corpus.jsonl", "b/queries.jsonl", "b/qrels/train.tsv", "n.jsonl"
     )  # fmt: skip
-    assert reranking_input.train_files(reranking_input.from_config({"train_file": "g.tsv"})) == (
+    assert retrieval_input.train_files(reranking_input.from_config({"train_file": "g.tsv"})) == (
         "g.tsv",
     )

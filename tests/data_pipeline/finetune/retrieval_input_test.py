@@ -185,3 +185,77 @@ def test_evaluation_rows_hold_as_many_passages_as_training_rows(tmp_path, tokeni
     assert query_index.tolist() == [0, 1, 2, 3, 4, -1, -1, -1]
     assert passage_index.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]] + [[-1, -1]] * 3
     assert batches[0]["passage_ids"].shape == (4, 2 * 8)
+
+
+def mined_file(path, scored: bool = True, count: int = 2):
+    """Each train query i of write_beir's collection with the next `count` passages as
+    negatives; scored: the scorer gives its positive 10 i and the negatives 0, 1, ..."""
+    lines = []
+    for i in range(30):
+        line = {"query_id": f"q{i}", "negatives": [f"d{i + 1 + k}" for k in range(count)]}
+        if scored:
+            line |= {"scorer_scores": list(range(count)), "scorer_positives": {f"d{i}": 10.0 * i}}
+        lines.append(line)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_a_negatives_file_gives_each_pair_its_querys_negatives_and_scorer_margins(
+    tmp_path, tokenizer
+):
+    directory = write_beir(tmp_path / "beir")
+    config = {
+        "beir_dir": str(directory), "negatives_file": mined_file(tmp_path / "n.jsonl"),
+        "num_negatives": 2, "eval_split": "", "max_query_length": 8, "max_seq_length": 16,
+    }  # fmt: skip
+    task = retrieval_input.load_retrieval_task(config, margins=True)
+    corpus, queries = retrieval_input.read_beir(str(directory))
+    assert task.train.queries[4] == queries["q4"]
+    assert task.train.passages[4] == [corpus["d4"], corpus["d5"], corpus["d6"]]
+    np.testing.assert_array_equal(task.train.margins[4], [40.0, 39.0])
+    dataset, _ = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="train", batch_size=30, seed=0, num_epochs=1
+    )
+    (batch,) = list(dataset.as_numpy_iterator())
+    assert batch["passage_ids"].shape == (30, 3 * 16)
+    # Each row's margins are its query's: query_key numbers the distinct texts in order.
+    by_text = sorted((queries[f"q{i}"], i) for i in range(30))
+    query = [by_text[key][1] for key in batch["query_key"]]
+    np.testing.assert_array_equal(batch["teacher_margins"][:, 0], [10.0 * i for i in query])
+    # Without margins asked for, the batch has none.
+    plain = retrieval_input.load_retrieval_task(config)
+    assert plain.train.margins is None and len(plain.train.passages[0]) == 3
+
+
+def test_margins_of_a_pair_file_are_its_columns_read_as_numbers(tmp_path):
+    path = write(
+        tmp_path / "p.jsonl",
+        json.dumps({"anchor": "q", "positive": "p", "neg": "n", "m": 2.5}) + "\n",
+    )
+    config = {"train_file": str(path), "negatives": ("neg",), "margins": ("m",)}
+    task = retrieval_input.load_retrieval_task(config, margins=True)
+    np.testing.assert_array_equal(task.train.margins, [[2.5]])
+    path.write_text(json.dumps({"anchor": "q", "positive": "p", "neg": "n", "m": "high"}) + "\n")
+    with pytest.raises(TaskDataError, match="p.jsonl: line 1: 'm' is 'high', not a finite number"):
+        retrieval_input.load_retrieval_task(config, margins=True)
+
+
+def test_margin_options_that_cannot_be_read_are_refused(tmp_path):
+    directory = str(write_beir(tmp_path / "beir"))
+    unscored = mined_file(tmp_path / "unscored.jsonl", scored=False)
+    cases = [
+        ({"beir_dir": directory}, True, ConfigError, "negatives_file='': Margin-MSE reads"),
+        ({"beir_dir": directory, "negatives_file": unscored}, True, TaskDataError,
+         "query 'q0' has no scorer scores; Margin-MSE reads them: mine with --scorer"),
+        ({"beir_dir": directory, "negatives_file": unscored, "num_negatives": 3}, False,
+         TaskDataError, "query 'q0' has 2 negatives, fewer than num_negatives=3"),
+        ({"train_file": "p.tsv", "negatives": ("n",)}, True, ConfigError,
+         "margins=\\(\\): Margin-MSE reads a teacher's margin per negatives column"),
+        ({"train_file": "p.tsv", "negatives": ("n",), "margins": ("a", "b")}, False, ConfigError,
+         "one column per negatives column"),
+        ({"train_file": "p.tsv", "negatives_file": unscored}, False, ConfigError,
+         "negatives by passage id need beir_dir's collection"),
+    ]  # fmt: skip
+    for options, margins, error, message in cases:
+        with pytest.raises(error, match=message):
+            retrieval_input.load_retrieval_task(options, margins=margins)

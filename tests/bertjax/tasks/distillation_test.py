@@ -111,9 +111,10 @@ def test_margin_mse_is_the_squared_error_of_the_students_margins_against_the_tea
     batch["teacher_margins"] = jnp.asarray(ours, jnp.float32)
 
     def distill(outputs):
-        return losses.embedding_distillation_sums(outputs, batch, loss="margin_mse", scale=scale)[
-            "loss_sum"
-        ]
+        sums = losses.embedding_distillation_sums(
+            outputs, batch, loss="margin_mse", scale=1.0, margin_scale=scale
+        )
+        return sums["loss_sum"]
 
     assert float(distill(student)) == pytest.approx(0.0, abs=1e-4)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.grad(distill)(student))

@@ -159,27 +159,7 @@ def setup(config, workdir: str) -> Setup:
             ),
             token_inputs=("query_ids", "passage_ids"),
         ),
-        objective=Objective(
-            num_train_steps=num_train_steps,
-            optimizer=finetune.optimizer_values(config, num_train_steps),
-            features=(
-                *MODEL_INPUTS,
-                "query_key",
-                "passage_keys",
-                "example_weight",
-                *(("teacher_margins",) if config.loss.name == MARGIN_MSE else ()),
-            ),  # fmt: skip
-            sums=_sums(config),
-            denominators=finetune.example_weight,
-            loss=weighted_mean_loss,
-            summarize=(
-                losses.summarize_finetune
-                if config.loss.name == "in_batch"
-                else losses.summarize_embedding_distillation
-            ),
-            console=(("accuracy", "acc"),) if config.loss.name == "in_batch" else _DISTILL_CONSOLE,
-            whole_batch=True,  # microbatches encode; the loss sees every negative
-        ),
+        objective=_objective(config, num_train_steps),
         data=Data(
             vocab_file=pretrained.vocab_file,
             train=functools.partial(
@@ -209,6 +189,24 @@ def setup(config, workdir: str) -> Setup:
             keys=() if config.random_init else ("bert",),
             scan_layers=pretrained.scan_layers,
         ),
+    )
+
+
+def _objective(config, num_train_steps: int) -> Objective:
+    """config.loss over whole global batches (microbatches encode; the loss sees every
+    negative), with a distillation's losses on the train lines."""
+    alone = config.loss.name == "in_batch"
+    margins = ("teacher_margins",) if config.loss.name == MARGIN_MSE else ()
+    return Objective(
+        num_train_steps=num_train_steps,
+        optimizer=finetune.optimizer_values(config, num_train_steps),
+        features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight", *margins),
+        sums=_sums(config),
+        denominators=finetune.example_weight,
+        loss=weighted_mean_loss,
+        summarize=losses.summarize_finetune if alone else losses.summarize_embedding_distillation,
+        console=(("accuracy", "acc"),) if alone else _DISTILL_CONSOLE,
+        whole_batch=True,
     )
 
 

@@ -8,6 +8,7 @@ encoder's layers must be the source's.
 """
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -81,7 +82,8 @@ def write_source(folder, config: BertConfig, seed: int = 0) -> str:
     )
     ids = jnp.zeros((1, 4), jnp.int32)
     model = BertForPreTraining(config, next_sentence=config.type_vocab_size > 0)
-    params = model.init(jax.random.key(seed), ids, ids, ids, ids[:, :1], deterministic=True)
+    init = jax.jit(functools.partial(model.init, deterministic=True))
+    params = init(jax.random.key(seed), ids, ids, ids, ids[:, :1])
     with checkpoint.make_manager(workdir, max_to_keep=1) as manager:
         checkpoint.save(manager, 0, {"params": nn.meta.unbox(params["params"])}, data={})
     return workdir

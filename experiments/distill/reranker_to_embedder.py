@@ -18,8 +18,9 @@ with the in-batch negatives' loss beside. No teacher runs in the step: the margi
 with the data. The collection, lengths, batch and epoch are
 experiments/finetune/builtin_retrieval.py's; every option is the retrieval task's
 (experiments/finetune/retrieval.py).
-Expected result: docs/distillation.md has the test nDCG@10 against the student before
-and the same student trained on the in-batch negatives alone.
+Expected result: test nDCG@10 0.2490 from runs/minilm_l3's 0.2026 with the reranker of
+docs/distillation.md, which has the figures beside the student trained on the margins
+alone and on the in-batch negatives alone.
 Hardware: a 2-core CPU, about ten minutes an epoch (three passages a row).
 """
 

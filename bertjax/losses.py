@@ -298,11 +298,13 @@ def embedding_distillation_sums(
     if loss == "margin_mse":
         margins = batch["teacher_margins"].astype(jnp.float32)
         rows = _margin_mse_rows(student, margins, margin_scale)
-    elif loss == "mse":
-        rows = _mse_rows(student, tuple(x.astype(jnp.float32) for x in batch["teacher"]))
     else:
         teacher = tuple(x.astype(jnp.float32) for x in batch["teacher"])
-        rows = _kl_rows(student, teacher, batch, scale)
+        rows = (
+            _mse_rows(student, teacher)
+            if loss == "mse"
+            else _kl_rows(student, teacher, batch, scale)
+        )
     distill = jnp.sum(weights * rows)
     return {
         **sums,

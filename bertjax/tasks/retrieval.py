@@ -267,7 +267,9 @@ def without_data(config, workdir: str):
     config = distillation.without_teacher_checkpoint(config, workdir)
     data = retrieval_config.from_config(config.data)
     negatives = tuple(f"negative_{k}" for k in range(data.passages_per_row - 1))
-    margins = tuple(f"margin_{k}" for k in range(len(negatives) * (config.loss.name == MARGIN_MSE)))
+    margins = ()
+    if config.loss.name == MARGIN_MSE:  # the teacher's margin over each negative
+        margins = tuple(f"margin_{k}" for k in range(len(negatives)))
     path = os.path.join(workdir, "placeholder_pairs.jsonl")
     rows = max(config.train_batch_size, config.eval_batch_size)
     with open(path, "w", encoding="utf-8") as f:

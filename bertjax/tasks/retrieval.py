@@ -100,10 +100,27 @@ def _check_distillation(config) -> None:
             f"config.distill.teacher={teacher!r}: config.loss.name={name!r} reads {reads}; "
             "use 'mse' or 'kl' with a teacher"
         )
+    _check_texts(config)
     if config.data.get("margins") and name != MARGIN_MSE:
         raise ConfigError(
             f"config.data.margins={tuple(config.data.margins)}: only "
             f"config.loss.name={MARGIN_MSE!r} reads them"
+        )
+
+
+def _check_texts(config) -> None:
+    """Texts without pairs (config.data.texts) teach the vectors of 'mse' alone."""
+    texts = config.data.get("texts")
+    if not texts:
+        return
+    where = f"config.data.texts={texts!r}"
+    if config.loss.name != "mse":
+        raise ConfigError(
+            f"{where}: texts without pairs teach a teacher's vectors; use config.loss.name='mse'"
+        )
+    if config.loss.in_batch_weight:
+        raise ConfigError(
+            f"{where}: texts have no pairs for the in-batch loss; set config.loss.in_batch_weight=0"
         )
 
 
@@ -130,7 +147,9 @@ def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir, TASK_KEYS)
     check_config(config)
     data = _load_data(config, pretrained)
-    lengths = data.config.max_query_length, data.config.max_seq_length
+    # Texts (config.data.texts) fill the query's slot too, cut as passages are.
+    query_length = data.config.max_seq_length if data.config.texts else None
+    lengths = query_length or data.config.max_query_length, data.config.max_seq_length
     width = data.config.passages_per_row
     pooling = Pooling(
         config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length
@@ -205,13 +224,19 @@ def _objective(config, num_train_steps: int) -> Objective:
         denominators=finetune.example_weight,
         loss=weighted_mean_loss,
         summarize=losses.summarize_finetune if alone else losses.summarize_embedding_distillation,
-        console=(("accuracy", "acc"),) if alone else _DISTILL_CONSOLE,
+        console=_console(config),
         whole_batch=True,
     )
 
 
-# A distillation's train lines: the teacher's loss and the in-batch one, unweighted.
-_DISTILL_CONSOLE = (("accuracy", "acc"), ("distill_loss", "distill"), ("in_batch_loss", "in-batch"))
+def _console(config) -> tuple:
+    """The train lines' metrics: a distillation's teacher loss and in-batch loss,
+    unweighted; texts without pairs, the teacher's loss alone."""
+    if config.loss.name == "in_batch":
+        return (("accuracy", "acc"),)
+    if config.data.get("texts"):
+        return (("distill_loss", "distill"),)
+    return (("accuracy", "acc"), ("distill_loss", "distill"), ("in_batch_loss", "in-batch"))
 
 
 def _sums(config):
@@ -252,6 +277,14 @@ def _teacher(config, pretrained, width: int):
             "compares rankings)"
         )
 
+    normalized = Pooling.from_json(read.description.embedding).normalize
+    if config.loss.name == "mse" and normalized != config.embedding.normalize:
+        raise ConfigError(
+            f"{where}: its vectors are {'' if normalized else 'not '}normalized, the "
+            f"student's are{'' if config.embedding.normalize else ' not'}; 'mse' compares "
+            f"them one to one (set config.embedding.normalize={normalized})"
+        )
+
     def make_module(model_config, read):
         return BertForEmbedding(model_config, Pooling.from_json(read.description.embedding), width)
 
@@ -276,9 +309,16 @@ def without_data(config, workdir: str):
         for row in range(rows):
             texts = {column: f"{column} {row}" for column in ("anchor", "positive", *negatives)}
             f.write(json.dumps(texts | dict.fromkeys(margins, 1.0)) + "\n")
+    texts_path = ""
+    if data.texts:  # two to a row
+        texts_path = os.path.join(workdir, "placeholder_texts.txt")
+        with open(texts_path, "w", encoding="utf-8") as f:
+            f.writelines(f"text {k}\n" for k in range(2 * rows))
     with config.unlocked():
         config.data.beir_dir = config.data.negatives_file = ""
-        config.data.train_file = config.data.eval_file = path
+        config.data.texts = texts_path
+        config.data.train_file = "" if texts_path else path
+        config.data.eval_file = path
         config.data.anchor, config.data.positive = "anchor", "positive"
         config.data.negatives = negatives
         config.data.margins = margins

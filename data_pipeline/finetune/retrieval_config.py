@@ -12,6 +12,11 @@ import ml_collections
 from data_pipeline import config as config_lib
 from data_pipeline.config import FILE_FORMATS, fail, task_config
 
+# config.data.texts: the collection's own texts, not a file.
+COLLECTION = "collection"
+# A texts file: a text per line, or a "text" column of a TSV, CSV or JSONL file.
+TEXTS_FORMATS = (".txt", *FILE_FORMATS)
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig:
@@ -32,14 +37,20 @@ class RetrievalConfig:
     # A teacher's margin for each negatives column (its score of the positive less its
     # score of that negative), which the Margin-MSE loss reads.
     margins: tuple[str, ...] = ()
+    # Texts without pairs, which only the distillation loss 'mse' reads: "collection"
+    # (beir_dir's passages and train_split's queries) or a file of texts (TEXTS_FORMATS).
+    # They replace the training pairs, two to a row, each cut to max_seq_length.
+    texts: str = ""
     max_query_length: int = 64
     max_seq_length: int = 256  # of passages
     # How many lengths a batch's texts are padded to (bucket_lengths); 1: always the maximum.
     length_buckets: int = 3
 
     def __post_init__(self):
-        if bool(self.beir_dir) == bool(self.train_file or self.eval_file):
+        files = self.train_file or self.eval_file
+        if (self.beir_dir and files) or not (self.beir_dir or files or self.texts):
             fail("beir_dir", self.beir_dir, "give beir_dir, or train_file and/or eval_file")
+        self._check_texts()
         for option in ("train_file", "eval_file"):
             path = getattr(self, option)
             if path and os.path.splitext(path)[1].lower() not in FILE_FORMATS:
@@ -75,6 +86,25 @@ class RetrievalConfig:
                 fail(option, getattr(self, option), "must be at least 3 ([CLS] text [SEP])")
         if self.length_buckets < 1:
             fail("length_buckets", self.length_buckets, "must be at least 1")
+
+    def _check_texts(self):
+        if not self.texts:
+            return
+        if self.texts == COLLECTION and not (self.beir_dir and self.train_split):
+            fail("texts", self.texts, "the collection's texts need beir_dir and its train_split")
+        extension = os.path.splitext(self.texts)[1].lower()
+        if self.texts != COLLECTION and extension not in TEXTS_FORMATS:
+            fail(
+                "texts", self.texts,
+                f"'{COLLECTION}' or a file of texts: {', '.join(TEXTS_FORMATS)}",
+            )  # fmt: skip
+        pairs = ("train_file", "negatives_file", "negatives", "margins")
+        for option in pairs:
+            if getattr(self, option):
+                fail(
+                    option, getattr(self, option),
+                    f"texts ({self.texts!r}) replace the training pairs: drop {option}",
+                )  # fmt: skip
 
     @property
     def passages_per_row(self) -> int:

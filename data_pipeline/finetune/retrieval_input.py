@@ -15,6 +15,12 @@ Two sources:
                  anchors are the queries, the distinct positive and negative texts
                  the corpus, each anchor's positives its relevant passages.
 
+Texts without pairs (`texts`, for the distillation loss 'mse') replace the training
+pairs: "collection", beir_dir's passages and the queries its train_split judges; or a
+file of texts, a line each (.txt, blank lines skipped) or a "text" column (TSV, CSV,
+JSONL). They are laid out two to a row, in the query's slot and the passage's, each cut
+to max_seq_length; an odd count's last row repeats the first text.
+
 For Margin-MSE (`margins=True`), each training row also carries its teacher's margins,
 the teacher's score of the positive less its score of each negative: the `margins`
 columns of a train_file, or a negatives_file mined with a scorer (its
@@ -67,7 +73,7 @@ from data_pipeline.finetune.records import (
     read_text_file,
     tokenize_texts,
 )
-from data_pipeline.finetune.retrieval_config import RetrievalConfig, from_config
+from data_pipeline.finetune.retrieval_config import COLLECTION, RetrievalConfig, from_config
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -117,6 +123,8 @@ def load_retrieval_task(data_config: Any, *, margins: bool = False) -> Retrieval
         for split, path in (("train", config.train_file), ("eval", config.eval_file))
         if path
     }
+    if config.texts:
+        rows["train"] = _text_rows(config.texts, read_texts(config.texts))
     evaluated = rows.get("eval")
     return RetrievalTask(config, rows.get("train"), evaluated and _collection(evaluated))
 
@@ -148,6 +156,30 @@ def _read_pairs(config: RetrievalConfig, path: str, option: str, *, margins: boo
     return Pairs(path, queries, passages, np.asarray(margins_read, np.float32) if margins else None)
 
 
+def read_texts(path: str) -> list[str]:
+    """A texts file's texts: a .txt file's lines, blank ones skipped, or the "text" column
+    of a TSV, CSV or JSONL file."""
+    if path.lower().endswith(".txt"):
+        lines = read_text_file(path, "texts").split("\n")
+        texts = [line.removesuffix("\r") for line in lines if line.strip()]
+    else:
+        texts = [
+            checked_text(path, line, "text", value)
+            for line, (value,) in read_records(path, [("texts", "text")], "texts")
+        ]
+    if not texts:
+        raise TaskDataError(f"{path} ({OPTION_PREFIX}texts): no texts")
+    return texts
+
+
+def _text_rows(source: str, texts: list[str]) -> Pairs:
+    """Texts two to a row, the query's slot and the passage's; an odd count's last row
+    repeats the first text."""
+    if len(texts) % 2:
+        texts = [*texts, texts[0]]
+    return Pairs(source, texts[0::2], [[text] for text in texts[1::2]])
+
+
 def _margin(path, line, column, value) -> float:
     try:
         margin = float(value)
@@ -176,8 +208,12 @@ def _collection(pairs: Pairs) -> Collection:
 
 def train_files(config) -> tuple[str, ...]:
     """The files the train split is read from, in order: train_file, or the BEIR
-    directory's corpus, queries and train_split's qrels, then negatives_file if given
-    (of a RetrievalConfig, or any config with those options: the reranking task's)."""
+    directory's corpus, queries and train_split's qrels, then negatives_file if given; or
+    a texts file (of a RetrievalConfig, or any config with those options: the reranking
+    task's)."""
+    texts = getattr(config, "texts", "")
+    if texts and texts != COLLECTION:
+        return (texts,)
     if config.train_file:
         return (config.train_file,)
     if not config.train_split:
@@ -195,9 +231,15 @@ def _load_beir(config: RetrievalConfig, margins: bool) -> RetrievalTask:
     directory = config.beir_dir
     corpus, queries = read_beir(directory)
     train = evaluated = None
-    if config.train_split:
+    if config.texts and config.texts != COLLECTION:
+        train = _text_rows(config.texts, read_texts(config.texts))
+    elif config.train_split:
         qrels = read_qrels(directory, config.train_split, queries, corpus, "train_split")
-        train = _beir_pairs(config, qrels, queries, corpus, margins)
+        train = (
+            _text_rows(directory, [queries[q] for q in qrels] + list(corpus.values()))
+            if config.texts
+            else _beir_pairs(config, qrels, queries, corpus, margins)
+        )
     if config.eval_split:
         qrels = read_qrels(directory, config.eval_split, queries, corpus, "eval_split")
         asked = [q for q in queries if q in qrels]
@@ -327,7 +369,10 @@ def make_retrieval_dataset(
     else:
         queries, passages = texts.queries, texts.passages
         width = config.passages_per_row
-    query_side = _Side(tokenizer, queries, config.max_query_length, config.length_buckets)
+    query_length = config.max_seq_length if config.texts and split == "train" else None
+    query_side = _Side(
+        tokenizer, queries, query_length or config.max_query_length, config.length_buckets
+    )
     passage_side = _Side(tokenizer, passages, config.max_seq_length, config.length_buckets)
     layout = functools.partial(_features, query_side, passage_side, width, tokenizer.vocab)
     rows = batching["batch_size"]

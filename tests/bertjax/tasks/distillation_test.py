@@ -206,6 +206,44 @@ def test_margin_mse_reads_the_mined_margins_and_the_student_learns_them(
     assert distilled[-1] < 0.5 * distilled[0], distilled
 
 
+@pytest.mark.slow  # a train step compiled: 12 s of CPU
+def test_mse_over_texts_without_pairs_learns_the_teachers_vectors(pretrained_workdir, tmp_path):
+    student = str(tmp_path / "student")
+    shrink.shrink(pretrained_workdir, student, "1")
+    config = distill_config(tmp_path, student, pretrained_workdir, "mse")
+    config.data.texts, config.loss.in_batch_weight = "collection", 0.0
+    config.embedding.normalize = False  # as the teacher's (a pretraining workdir's mean)
+    # Dropout's noise would be most of the squared differences of this small model.
+    config.model.hidden_dropout_prob = config.model.attention_probs_dropout_prob = 0.0
+    config.num_train_epochs = 8  # 40 steps: the rate still high at the eighth
+    run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
+    # Both slots hold texts cut as passages are (32 tokens), one passage a row.
+    assert run.setup.model.inputs["query_ids"] == run.setup.model.inputs["passage_ids"] == 32
+    assert run.setup.objective.console == (("distill_loss", "distill"),)
+    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
+    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+    step, _ = train.jit_steps(run)
+    state, rng = train.create_state(run), jax.random.key(0)
+    distilled = []
+    for _ in range(16):
+        state, sums = step(state, batch, rng)
+        distilled.append(float(sums["distill_sum"]))
+    assert float(sums["loss_sum"]) == distilled[-1]  # the teacher's loss alone
+    assert distilled[-1] < 0.5 * distilled[0], distilled
+
+
+def test_texts_without_pairs_teach_mse_alone(pretrained_workdir, tmp_path):
+    config = distill_config(tmp_path, pretrained_workdir, pretrained_workdir, "kl")
+    config.data.texts = "collection"
+    with pytest.raises(ConfigError, match="texts='collection': texts without pairs teach a"):
+        retrieval.check_config(config)
+    config.loss.name = "mse"
+    with pytest.raises(ConfigError, match="set config.loss.in_batch_weight=0"):
+        retrieval.check_config(config)
+    config.loss.in_batch_weight = 0.0
+    retrieval.check_config(config)
+
+
 def test_a_distillation_loss_needs_a_teacher_and_in_batch_takes_none(pretrained_workdir, tmp_path):
     config = distill_config(tmp_path, pretrained_workdir, "")
     with pytest.raises(ConfigError, match="config.loss.name='kl': learns from a teacher"):
@@ -250,6 +288,11 @@ def test_mse_refuses_a_teacher_of_another_width_and_a_reranker_teaches_no_embedd
     config = distill_config(tmp_path, pretrained_workdir, str(teacher), loss="mse")
     with pytest.raises(ConfigError, match="its vectors have 32 dimensions, the student's 64"):
         retrieval.setup(config, str(tmp_path / "w"))
+    # A pretraining workdir pools by its mean, not normalized; minilm_l3's student normalizes.
+    config.distill.teacher = pretrained_workdir
+    with pytest.raises(ConfigError, match="its vectors are not normalized, the student's are;"):
+        retrieval.setup(config, str(tmp_path / "w"))
+    config.distill.teacher = str(teacher)
     workdir_lib.write_run_description(
         str(teacher),
         config,

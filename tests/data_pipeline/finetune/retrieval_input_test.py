@@ -259,3 +259,49 @@ def test_margin_options_that_cannot_be_read_are_refused(tmp_path):
     for options, margins, error, message in cases:
         with pytest.raises(error, match=message):
             retrieval_input.load_retrieval_task(options, margins=margins)
+
+
+def test_texts_without_pairs_are_laid_two_to_a_row_and_cut_as_passages(tmp_path, tokenizer):
+    lines = ["first text", "", "second text here", "third"]
+    path = write(tmp_path / "texts.txt", "\n".join(lines) + "\n")
+    task = retrieval_input.load_retrieval_task({"texts": str(path), "max_seq_length": 8})
+    # An odd count's last row repeats the first text; blank lines are skipped.
+    assert task.train.queries == ["first text", "third"]
+    assert task.train.passages == [["second text here"], ["first text"]]
+    assert task.eval is None and task.config.passages_per_row == 1
+    dataset, _ = retrieval_input.make_retrieval_dataset(
+        task, tokenizer, split="train", batch_size=2, seed=0, num_epochs=1
+    )
+    (batch,) = list(dataset.as_numpy_iterator())
+    # Both slots at a bucket of max_seq_length (8), not of max_query_length (64).
+    assert batch["query_ids"].shape[1] == batch["passage_ids"].shape[1] <= 8
+    jsonl = write(tmp_path / "texts.jsonl", '{"text": "one"}\n{"text": "two"}\n')
+    assert retrieval_input.load_retrieval_task({"texts": str(jsonl)}).train.queries == ["one"]
+
+
+def test_the_collections_texts_are_its_passages_and_train_queries(tmp_path):
+    directory = str(write_beir(tmp_path / "beir"))
+    task = retrieval_input.load_retrieval_task({"beir_dir": directory, "texts": "collection"})
+    rows = zip(task.train.queries, task.train.passages, strict=True)
+    texts = [text for query, passages in rows for text in (query, *passages)]
+    assert len(texts) == 30 + 40  # the train split's queries, then every passage
+    assert texts[0] == "where is zorax 0" and texts[30].startswith("Item 0 the zorax")
+    assert len(task.eval.query_ids) == 10  # evaluated on eval_split as before
+    assert retrieval_input.train_files(task.config)[-1].endswith("train.tsv")
+
+
+def test_bad_texts_options_are_refused(tmp_path):
+    directory = str(write_beir(tmp_path / "beir"))
+    empty = write(tmp_path / "empty.txt", "\n  \n")
+    cases = [
+        ({"texts": "collection"}, ConfigError, "texts='collection': the collection's texts need"),
+        ({"texts": "notes.md"}, ConfigError, "'collection' or a file of texts: .txt, .tsv"),
+        ({"beir_dir": directory, "texts": "t.txt", "negatives_file": "n.jsonl"}, ConfigError,
+         "negatives_file='n.jsonl': texts \\('t.txt'\\) replace the training pairs"),
+        ({"texts": "t.txt", "train_file": "p.tsv"}, ConfigError, "drop train_file"),
+        ({"texts": str(empty)}, TaskDataError, "empty.txt \\(config.data.texts\\): no texts"),
+        ({"texts": str(tmp_path / "missing.txt")}, TaskDataError, "missing.txt .*cannot read"),
+    ]  # fmt: skip
+    for options, error, message in cases:
+        with pytest.raises(error, match=message):
+            retrieval_input.load_retrieval_task(options)

@@ -217,7 +217,9 @@ def make_global_batch(host_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[
     own rows, and the result is one array spanning all of them.
     """
     sharding = batch_sharding(mesh)
-    return {
-        name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-        for name, value in host_batch.items()
-    }
+
+    def global_array(value):
+        return jax.make_array_from_process_local_data(sharding, np.asarray(value))
+
+    # A column may be a tuple of arrays (a teacher's stored outputs).
+    return {name: jax.tree.map(global_array, value) for name, value in host_batch.items()}

@@ -43,12 +43,13 @@ from bertjax import (
     profiling,
     sharding,
     tasks,
+    teacher_cache,
 )
 from bertjax import hooks as hooks_lib
 from bertjax import workdir as workdir_lib
 from bertjax.hooks import Hook
 from bertjax.model import stack_layers, unstack_layers
-from bertjax.tasks.contract import Setup, Task, apply_model, host_share
+from bertjax.tasks.contract import Setup, Task, Teacher, apply_model, host_share
 from data_pipeline import streams
 from data_pipeline.errors import ConfigError, UserError
 
@@ -135,6 +136,48 @@ def teacher_outputs(setup: Setup, params, batch, num_microbatches: int):
             jax.lax.map(forward, split_microbatches(inputs, num_microbatches))
         )
     return jax.lax.stop_gradient(outputs)
+
+
+def fill_teacher_cache(run: "Run") -> None:
+    """Computes and stores the teacher outputs the run's batches carry (Setup.teacher_cache,
+    bertjax/teacher_cache.py): every training row once, in order, the teacher's parameters
+    sharded as in a step; each host computes its share, the first host writes."""
+    cache, setup = run.setup.teacher_cache, run.setup
+    abstract, _ = _teacher_params(cache.teacher, setup.model.inputs, run.mesh)
+    params, _ = checkpoint.restore_params(
+        cache.teacher.workdir, abstract, what="config.distill.teacher"
+    )
+    with_teacher_setup = dataclasses.replace(setup, teacher=cache.teacher)
+    microbatches = run.optimizer.num_microbatches
+    forward = jax.jit(
+        lambda params, batch: teacher_outputs(with_teacher_setup, params, batch, microbatches)
+    )
+    rows, started = cache.fingerprints["rows"], time.monotonic()
+    logging.info(
+        "computing the teacher's outputs for %d training rows into %s", rows, cache.directory
+    )
+    hosts = jax.process_count()
+    batches = cache.rows_dataset(
+        batch_size=run.config.train_batch_size // hosts,
+        process_index=jax.process_index(),
+        process_count=hosts,
+    )
+    outputs = None
+    for host_batch in batches.as_numpy_iterator():
+        inputs = {name: host_batch[name] for name in setup.model.inputs}
+        computed = forward(params, sharding.make_global_batch(inputs, run.mesh))
+        computed = multihost_utils.process_allgather(computed, tiled=True)
+        index = multihost_utils.process_allgather(host_batch[teacher_cache.ROW_INDEX], tiled=True)
+        if outputs is None:
+            outputs = tuple(np.zeros((rows, *x.shape[1:]), np.float32) for x in computed)
+        for stored, values in zip(outputs, computed, strict=True):
+            stored[index[index >= 0]] = np.asarray(values, np.float32)[index >= 0]
+    if jax.process_index() == 0:
+        cache.write(outputs)
+    multihost_utils.sync_global_devices("teacher cache written")
+    logging.info(
+        "stored the teacher's outputs in %s (%.0f s)", cache.directory, time.monotonic() - started
+    )
 
 
 def all_finite(tree) -> jax.Array:
@@ -317,16 +360,27 @@ def build_run(
         mesh,
     )
     if setup.teacher is not None:
-        boxed = jax.eval_shape(
-            functools.partial(_init_params, module=setup.teacher.module, inputs=setup.model.inputs),
-            jax.random.key(0),
-        )
-        teacher_shardings = sharding.logical_shardings(boxed, mesh)
-        teacher = nn.meta.unbox(boxed)
-        sharding.check_divisible(teacher, teacher_shardings)
+        teacher, teacher_shardings = _teacher_params(setup.teacher, setup.model.inputs, mesh)
         state_shardings = state_shardings.replace(teacher=teacher_shardings)
-        abstract_state = abstract_state.replace(teacher=_placed(teacher, teacher_shardings))
+        abstract_state = abstract_state.replace(teacher=teacher)
     return Run(config, task, setup, optimizer, tx, mesh, state_shardings, abstract_state)
+
+
+def _teacher_params(teacher: Teacher, inputs: dict[str, int], mesh):
+    """A teacher's abstract parameters, placed, and their shardings: by their logical axis
+    names, as the student's are."""
+    boxed = jax.eval_shape(
+        functools.partial(_init_params, module=teacher.module, inputs=inputs), jax.random.key(0)
+    )
+    shardings = sharding.logical_shardings(boxed, mesh)
+    # Shapes only: no sharding constraint, which a mesh in context would apply to them.
+    params = jax.tree.map(
+        lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.meta.AxisMetadata) else x,
+        boxed,
+        is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata),
+    )
+    sharding.check_divisible(params, shardings)
+    return _placed(params, shardings), shardings
 
 
 def _init_params(rng, *, module: nn.Module, inputs: dict[str, int]):
@@ -527,6 +581,8 @@ def _train(
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
     saved = (restored[2] or {}).get("stream_positions") if restored else None
+    if setup.teacher_cache is not None and not setup.teacher_cache.complete:
+        fill_teacher_cache(run)
     batches = _train_stream(run, start_step, saved, f"{workdir}: checkpoint {start_step}")
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.

@@ -205,6 +205,10 @@ class Setup:
     description: Description
     init: Initialization = Initialization()
     teacher: Teacher | None = None
+    # A teacher's outputs stored with the data (bertjax/teacher_cache.TeacherCache), which
+    # the training loop computes once when missing; the batches then carry them, and
+    # `teacher` is None.
+    teacher_cache: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,6 +65,11 @@ def check_config(config) -> None:
         positive=("num_train_steps",),
     )
     if "distill" in config:
+        if "cache" in config.distill:
+            raise ConfigError(
+                "config.distill.cache: a pretraining teacher reads inputs masked anew at every "
+                "epoch, so its outputs cannot be stored; remove the key"
+            )
         distillation.check_config(config, DISTILL_KEYS)
         if not config.distill.temperature > 0:
             raise ConfigError(

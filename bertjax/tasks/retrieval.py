@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from bertjax import flops, losses, retrieval_metrics, search
+from bertjax import flops, losses, retrieval_metrics, search, teacher_cache
 from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
 from bertjax.tasks import distillation, embedding_serving, finetune, reranking, scores
 from bertjax.tasks.contract import (
@@ -47,6 +47,8 @@ from data_pipeline.finetune import records, retrieval_config, retrieval_input
 
 # The keys of a retrieval config besides a fine-tuning config's.
 TASK_KEYS = ("embedding", "loss", "distill")
+# config.distill: a teacher workdir, and where its outputs are stored (teacher_cache.py).
+DISTILL_KEYS = ("teacher", "cache")
 # The losses that read a teacher embedder in the step (config.distill.teacher); Margin-MSE
 # reads its teacher's margins with the data instead (retrieval_input.py).
 TEACHER_LOSSES = ("mse", "kl")
@@ -80,8 +82,13 @@ def check_options(config) -> None:
 
 def _check_distillation(config) -> None:
     """A loss that learns from a teacher, and a teacher only with one."""
-    distillation.check_config(config)
+    distillation.check_config(config, DISTILL_KEYS)
     name, teacher = config.loss.name, config.distill.teacher
+    if config.distill.cache and not teacher:
+        raise ConfigError(
+            f"config.distill.cache={config.distill.cache!r}: stores a teacher's outputs; "
+            "give the teacher, config.distill.teacher=WORKDIR"
+        )
     if name not in losses.EMBEDDING_LOSSES:
         raise ConfigError(
             f"config.loss.name={name!r}: use one of {', '.join(losses.EMBEDDING_LOSSES)}"
@@ -155,17 +162,27 @@ def setup(config, workdir: str) -> Setup:
         config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length
     )
 
-    def make_dataset(split, position=None, **kwargs):
+    teacher = _teacher(config, pretrained, width)
+    cache = None
+
+    def make_dataset(split, position=None, in_order=False, **kwargs):
+        # The stored outputs, once computed (train.fill_teacher_cache, before the stream).
+        stored = split == "train" and not in_order and cache is not None and cache.complete
         dataset, info = retrieval_input.make_retrieval_dataset(
-            data, pretrained.tokenizer, split=split, position=position, **kwargs
-        )
+            data, pretrained.tokenizer, split=split, position=position, in_order=in_order,
+            teacher=cache.read() if stored else None, **kwargs,
+        )  # fmt: skip
         return dataset, info.num_batches
 
-    teacher = _teacher(config, pretrained, width)
+    if teacher is not None and config.distill.cache:
+        rows = functools.partial(finetune.dataset, make_dataset, "train", 1, in_order=True)
+        cache = _teacher_cache(config, data, teacher, lengths, rows)
+        teacher = None  # the batches carry its outputs
     num_train_steps = finetune.train_steps(config, make_dataset)
     epoch = max(1, round(num_train_steps / config.num_train_epochs))
     return Setup(
         teacher=teacher,
+        teacher_cache=cache,
         model=Model(
             pretrained.model_config,
             BertForEmbedding(pretrained.model_config, pooling, width),
@@ -178,7 +195,7 @@ def setup(config, workdir: str) -> Setup:
             ),
             token_inputs=("query_ids", "passage_ids"),
         ),
-        objective=_objective(config, num_train_steps),
+        objective=_objective(config, num_train_steps, cached=cache is not None),
         data=Data(
             vocab_file=pretrained.vocab_file,
             train=functools.partial(
@@ -211,11 +228,13 @@ def setup(config, workdir: str) -> Setup:
     )
 
 
-def _objective(config, num_train_steps: int) -> Objective:
+def _objective(config, num_train_steps: int, *, cached: bool = False) -> Objective:
     """config.loss over whole global batches (microbatches encode; the loss sees every
-    negative), with a distillation's losses on the train lines."""
+    negative), with a distillation's losses on the train lines; `cached`: the teacher's
+    outputs come with the batches."""
     alone = config.loss.name == "in_batch"
     margins = ("teacher_margins",) if config.loss.name == MARGIN_MSE else ()
+    margins += ("teacher",) if cached else ()
     return Objective(
         num_train_steps=num_train_steps,
         optimizer=finetune.optimizer_values(config, num_train_steps),
@@ -291,6 +310,20 @@ def _teacher(config, pretrained, width: int):
     return distillation.teacher(read, pretrained.model_config, make_module)
 
 
+def _teacher_cache(config, data, teacher, lengths, rows_dataset) -> teacher_cache.TeacherCache:
+    """config.distill.cache for this run's training rows: their texts, and what shapes the
+    teacher's outputs of them (the lengths texts are cut to, the dtype it computes in)."""
+    described = {
+        "queries": data.train.queries,
+        "passages": data.train.passages,
+        "lengths": list(lengths),
+        "dtype": str(teacher.module.config.dtype),
+    }
+    return teacher_cache.open_cache(
+        config.distill.cache, teacher, rows_dataset, rows=len(data.train), data=described
+    )
+
+
 def without_data(config, workdir: str):
     """The config reading placeholder pairs in WORKDIR (as many as the larger batch, every
     column the config names, each text its own) instead of its data, and, where its init
@@ -315,6 +348,7 @@ def without_data(config, workdir: str):
         with open(texts_path, "w", encoding="utf-8") as f:
             f.writelines(f"text {k}\n" for k in range(2 * rows))
     with config.unlocked():
+        config.distill.cache = ""  # the teacher in the step: the larger program
         config.data.beir_dir = config.data.negatives_file = ""
         config.data.texts = texts_path
         config.data.train_file = "" if texts_path else path

@@ -357,10 +357,19 @@ def checked_text(path, line, column, value, *, empty_ok=False) -> str:
 
 
 def make_retrieval_dataset(
-    task: RetrievalTask, tokenizer, *, split: str, **batching
+    task: RetrievalTask,
+    tokenizer,
+    *,
+    split: str,
+    in_order: bool = False,
+    teacher: tuple[np.ndarray, ...] | None = None,
+    **batching,
 ) -> tuple[tf.data.Dataset, records.SplitInfo]:
     """This host's batches of `split` ('train' or 'eval'), as the module docstring says.
-    `batching` is records.batch_indices' keyword arguments."""
+    `batching` is records.batch_indices' keyword arguments. Of the training rows,
+    `in_order` gives each row once, in order, with its `row_index` (-1 on padding rows),
+    for a teacher to compute its outputs of; `teacher` (those outputs, each [rows, ...])
+    adds them to each batch as a "teacher" column, a tuple."""
     config = task.config
     texts = records.task_split(task, split)
     if split == "train":
@@ -381,10 +390,12 @@ def make_retrieval_dataset(
         query_keys, passage_keys = tf.constant(_keys(queries)), tf.constant(_keys(passages))
         margins = None if texts.margins is None else tf.constant(texts.margins)
         buckets = (query_side.bucket, passage_side.bucket.reshape(count, width).max(axis=1))
-        indices, info = batch_indices(count, training=True, buckets=buckets, **batching)
+        indices, info = batch_indices(count, training=not in_order, buckets=buckets, **batching)
+        outputs = None if teacher is None else tuple(tf.constant(x) for x in teacher)
 
         @tf.autograph.experimental.do_not_convert
-        def encode(index, weight, position, query_bucket, passage_bucket):
+        def encode(index, weight, *rest):
+            *position, query_bucket, passage_bucket = rest
             slots = index[:, None] * width + tf.range(width)[None, :]
             batch = layout(index, slots, query_bucket, passage_bucket)
             batch["query_key"] = tf.gather(query_keys, index)
@@ -392,7 +403,12 @@ def make_retrieval_dataset(
             batch["example_weight"] = weight
             if margins is not None:
                 batch["teacher_margins"] = tf.gather(margins, index)
-            return records.finish_batch(batch, (position,), batch_size=rows, rows=rows)
+            if in_order:
+                batch["row_index"] = tf.where(weight > 0, index, -1)
+            batch = records.finish_batch(batch, tuple(position), batch_size=rows, rows=rows)
+            if outputs is not None:
+                batch["teacher"] = tuple(tf.gather(x, index) for x in outputs)
+            return batch
 
     else:
         count = max(len(queries), -(-len(passages) // width))

@@ -53,7 +53,9 @@ def get_config() -> ml_collections.ConfigDict:
             "margin_scale": 1.0,
         }
     )
-    # A teacher embedder's workdir, for the losses that learn from one ("": none).
-    config.distill = ml_collections.ConfigDict({"teacher": ""})
+    # A teacher embedder's workdir, for the losses that learn from one ("": none); `cache`,
+    # a directory where its outputs of the training rows are computed once and read
+    # after ("": the teacher runs in every step).
+    config.distill = ml_collections.ConfigDict({"teacher": "", "cache": ""})
     config.model.hidden_dropout_prob = 0.1
     return config

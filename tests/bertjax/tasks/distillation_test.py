@@ -174,6 +174,49 @@ def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
     assert any(jax.tree.leaves(moved))
 
 
+@pytest.mark.slow  # two runs built, the teacher and two steps compiled: 25 s of CPU
+def test_a_cached_teachers_outputs_equal_the_teacher_in_the_step(pretrained_workdir, tmp_path):
+    student = str(tmp_path / "student")
+    shrink.shrink(pretrained_workdir, student, "1")
+    config = distill_config(tmp_path, student, pretrained_workdir, "kl")
+    in_step = train.build_run(config, str(tmp_path / "a"), devices=jax.devices()[:2])
+    config.distill.cache = str(tmp_path / "cache")
+    cached = train.build_run(config, str(tmp_path / "b"), devices=jax.devices()[:2])
+    cache = cached.setup.teacher_cache
+    assert cached.setup.teacher is None and not cache.complete
+    train.fill_teacher_cache(cached)
+    assert cache.complete
+    queries, passages = cache.read()
+    assert queries.shape == (30, 64) and passages.shape == (30, 1, 64)
+
+    def first_batch(run):
+        batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
+        return jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+
+    batch, stored = first_batch(in_step), first_batch(cached)
+    state = train.create_state(in_step)
+    computed = train.teacher_outputs(in_step.setup, state.teacher, batch, num_microbatches=1)
+    for ours, theirs in zip(stored["teacher"], jax.device_get(computed), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+    rng = jax.random.key(0)
+    _, in_step_sums = train.jit_steps(in_step)[0](state, batch, rng)
+    features = {name: stored[name] for name in cached.setup.objective.features}
+    _, cached_sums = train.jit_steps(cached)[0](train.create_state(cached), features, rng)
+    np.testing.assert_allclose(cached_sums["loss_sum"], in_step_sums["loss_sum"], rtol=1e-4)
+    # The step's FLOPs no longer count the teacher: it does not run there.
+    assert flops.flops_per_step(retrieval.TASK, cached.setup, 8) < flops.flops_per_step(
+        retrieval.TASK, in_step.setup, 8
+    )
+
+    # Another teacher's cache, or one of other rows, is refused before anything compiles.
+    config.distill.teacher = student
+    with pytest.raises(ConfigError, match="cache=.*: made by another teacher than"):
+        retrieval.setup(config, str(tmp_path / "c"))
+    config.distill.teacher, config.data.max_seq_length = pretrained_workdir, 16
+    with pytest.raises(ConfigError, match="made for other training texts or lengths"):
+        retrieval.setup(config, str(tmp_path / "c"))
+
+
 @pytest.mark.slow  # a train step compiled: 10 s of CPU
 def test_margin_mse_reads_the_mined_margins_and_the_student_learns_them(
     pretrained_workdir, tmp_path
@@ -254,6 +297,10 @@ def test_a_distillation_loss_needs_a_teacher_and_in_batch_takes_none(pretrained_
     config.loss.name = "kd"
     with pytest.raises(ConfigError, match="config.loss.name='kd': use one of in_batch, mse, kl"):
         retrieval.check_config(config)
+    config.loss.name, config.distill.teacher, config.distill.cache = "kl", "", "somewhere"
+    with pytest.raises(ConfigError, match="cache='somewhere': stores a teacher's outputs; give"):
+        retrieval.check_config(config)
+    config.distill.cache, config.distill.teacher = "", pretrained_workdir
     config.loss.name = "margin_mse"
     with pytest.raises(ConfigError, match="'margin_mse' reads its teacher's margins with the data"):
         retrieval.check_config(config)
@@ -348,19 +395,30 @@ def test_a_pretraining_teacher_must_share_the_vocabulary_and_be_a_pretraining_wo
     del config.distill["mlm_weight"]
     with pytest.raises(ConfigError, match="missing config key: config.distill.mlm_weight"):
         pretraining.check_config(config)
+    config.distill.mlm_weight, config.distill.cache = 1.0, "runs/cache"
+    with pytest.raises(ConfigError, match="config.distill.cache: a pretraining teacher reads"):
+        pretraining.check_config(config)
 
 
-@pytest.mark.integration  # two starts of a run, each restoring the teacher
-def test_a_distillation_resumes_with_its_teacher_restored_again(pretrained_workdir, tmp_path):
+@pytest.mark.integration  # two starts of a run, each restoring the teacher or its cache
+@pytest.mark.parametrize("cached", [False, True], ids=["teacher in the step", "cached"])
+def test_a_distillation_resumes_with_its_teacher_restored_again(
+    pretrained_workdir, tmp_path, cached
+):
     student = str(tmp_path / "student")
     shrink.shrink(pretrained_workdir, student, "1")
     config = distill_config(tmp_path, student, pretrained_workdir)
     config.train_batch_size, config.num_train_epochs = 4, 1.0  # 7 steps
     config.checkpoint_every_steps = 2
+    cache = tmp_path / "cache" / "cache.json"
+    config.distill.cache = str(cache.parent) if cached else ""
     workdir = str(tmp_path / "w")
     devices = jax.devices()[:2]
     train.train_and_evaluate(config, workdir, stop_after=4, devices=devices)
+    written = cache.stat().st_mtime_ns if cached else None
     resumed = train.train_and_evaluate(config, workdir, devices=devices)
+    if cached:  # computed by the first start, read by the second
+        assert cache.stat().st_mtime_ns == written
     assert resumed["eval"]["step"] == 7
     lines = [json.loads(line) for line in (tmp_path / "w/metrics.jsonl").read_text().splitlines()]
     train_lines = [line for line in lines if line["split"] == "train"]

@@ -13,7 +13,7 @@ turns (median of --steps, after --warmup):
 
     in-batch only      the student's step with no teacher (config.loss.name='in_batch')
     teacher outputs    the distillation step given the teacher's outputs with the batch,
-                       as stored outputs would give them
+                       as `config.distill.cache` gives them
     teacher in step    the distillation step that runs the teacher (what a run does)
 
 Then `bertjax.embed` of the first --texts passages of the built-in corpus (cut to

@@ -14,7 +14,9 @@ scored as trec_eval scores (bertjax/retrieval_metrics.py); the best checkpoint i
 by nDCG@10 (results.json's "best" names its step). With `config.distill.teacher` and
 `config.loss.name` 'mse' or 'kl', the student learns a teacher embedder's vectors or
 rankings instead (losses.embedding_distillation_sums; docs/distillation.md), the teacher
-applied to each batch in the same step; with 'margin_mse', a teacher's margins over each
+applied to each batch in the same step, or its outputs computed once and read with the
+batches (config.distill.cache, bertjax/teacher_cache.py); 'mse' also learns from texts
+without pairs (config.data.texts); with 'margin_mse', a teacher's margins over each
 row's hard negatives, read with the data (a negatives file mined with a reranker's
 scores, or margin columns). A fine-tuned workdir embeds with
 `bertjax.embed(restore(workdir), texts)` as it trained, and `python -m bertjax.retrieval

@@ -153,8 +153,8 @@ def fill_teacher_cache(run: "Run") -> None:
         lambda params, batch: teacher_outputs(with_teacher_setup, params, batch, microbatches)
     )
     rows, started = cache.fingerprints["rows"], time.monotonic()
-    logging.info(
-        "computing the teacher's outputs for %d training rows into %s", rows, cache.directory
+    _first_host_says(
+        f"computing the teacher's outputs of {rows:,} training rows into {cache.directory}"
     )
     hosts = jax.process_count()
     batches = cache.rows_dataset(
@@ -175,9 +175,15 @@ def fill_teacher_cache(run: "Run") -> None:
     if jax.process_index() == 0:
         cache.write(outputs)
     multihost_utils.sync_global_devices("teacher cache written")
-    logging.info(
-        "stored the teacher's outputs in %s (%.0f s)", cache.directory, time.monotonic() - started
+    _first_host_says(
+        f"stored the teacher's outputs in {cache.directory} "
+        f"({time.monotonic() - started:.0f} s); the teacher is not run again"
     )
+
+
+def _first_host_says(line: str) -> None:
+    if jax.process_index() == 0:
+        print(line, flush=True)
 
 
 def all_finite(tree) -> jax.Array:
@@ -583,6 +589,8 @@ def _train(
     saved = (restored[2] or {}).get("stream_positions") if restored else None
     if setup.teacher_cache is not None and not setup.teacher_cache.complete:
         fill_teacher_cache(run)
+    elif setup.teacher_cache is not None:
+        _first_host_says(f"the teacher's outputs: stored in {setup.teacher_cache.directory}")
     batches = _train_stream(run, start_step, saved, f"{workdir}: checkpoint {start_step}")
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.

@@ -129,6 +129,24 @@ def distill_config(tmp_path, student: str, teacher: str, loss: str = "kl"):
     return config
 
 
+def first_batch(run) -> dict:
+    """The run's first training batch of 8 rows, on the host."""
+    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
+    return jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+
+
+def distill_sums(run, batch, *, steps: int) -> tuple[list[float], dict]:
+    """The teacher's loss at each of `steps` steps on `batch` from the run's first state,
+    and the last step's sums."""
+    step, _ = train.jit_steps(run)
+    state, rng = train.create_state(run), jax.random.key(0)
+    distilled = []
+    for _ in range(steps):
+        state, sums = step(state, batch, rng)
+        distilled.append(float(sums["distill_sum"]))
+    return distilled, sums
+
+
 @pytest.mark.slow  # a student shrunk, two train steps compiled: 15 s of CPU
 def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
     pretrained_workdir, tmp_path
@@ -138,8 +156,7 @@ def test_the_teacher_in_the_step_equals_its_outputs_given_and_is_never_updated(
     shrink.shrink(pretrained_workdir, student, "1")
     config = distill_config(tmp_path, student, pretrained_workdir, "kl")
     run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
-    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
-    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+    batch = first_batch(run)
     step, _ = train.jit_steps(run)
     rng = jax.random.key(0)
 
@@ -189,10 +206,6 @@ def test_a_cached_teachers_outputs_equal_the_teacher_in_the_step(pretrained_work
     queries, passages = cache.read()
     assert queries.shape == (30, 64) and passages.shape == (30, 1, 64)
 
-    def first_batch(run):
-        batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
-        return jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
-
     batch, stored = first_batch(in_step), first_batch(cached)
     state = train.create_state(in_step)
     computed = train.teacher_outputs(in_step.setup, state.teacher, batch, num_microbatches=1)
@@ -236,16 +249,10 @@ def test_margin_mse_reads_the_mined_margins_and_the_student_learns_them(
     config.num_train_epochs = 8  # 32 steps: the rate still high at the eighth
     run = train.build_run(config, str(tmp_path / "w"), devices=jax.devices()[:2])
     assert run.setup.teacher is None  # the margins come with the data
-    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
-    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
+    batch = first_batch(run)
     np.testing.assert_array_equal(batch["teacher_margins"], [[0.5, 0.25]] * 8)
     assert run.setup.model.inputs["passage_ids"] == 3 * 32  # the positive and 2 negatives
-    step, _ = train.jit_steps(run)
-    state, rng = train.create_state(run), jax.random.key(0)
-    distilled = []
-    for _ in range(8):
-        state, sums = step(state, batch, rng)
-        distilled.append(float(sums["distill_sum"]))
+    distilled, _ = distill_sums(run, batch, steps=8)
     assert distilled[-1] < 0.5 * distilled[0], distilled
 
 
@@ -263,14 +270,8 @@ def test_mse_over_texts_without_pairs_learns_the_teachers_vectors(pretrained_wor
     # Both slots hold texts cut as passages are (32 tokens), one passage a row.
     assert run.setup.model.inputs["query_ids"] == run.setup.model.inputs["passage_ids"] == 32
     assert run.setup.objective.console == (("distill_loss", "distill"),)
-    batches = run.setup.data.train(batch_size=8, process_index=0, process_count=1, seed=0)
-    batch = jax.tree.map(np.asarray, next(iter(batches.as_numpy_iterator())))
-    step, _ = train.jit_steps(run)
-    state, rng = train.create_state(run), jax.random.key(0)
-    distilled = []
-    for _ in range(16):
-        state, sums = step(state, batch, rng)
-        distilled.append(float(sums["distill_sum"]))
+    batch = first_batch(run)
+    distilled, sums = distill_sums(run, batch, steps=16)
     assert float(sums["loss_sum"]) == distilled[-1]  # the teacher's loss alone
     assert distilled[-1] < 0.5 * distilled[0], distilled
 

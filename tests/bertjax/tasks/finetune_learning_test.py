@@ -96,11 +96,12 @@ def test_the_readme_topic_classifier_learns_and_beats_random_init(
     topics, task_dir, minilm_workdir, tmp_path
 ):
     pretrained = json.loads((topics / "results.json").read_text())
-    # The same from random initialization in a quarter of the steps: it learns nothing either way.
+    # The same from random initialization in a twelfth of the steps: it learns nothing
+    # either way (at 0.75 epochs it stayed as far below).
     scratch_tour = tour(tmp_path / "tour", task_dir, minilm_workdir)
     finetune = readme.command("python -m bertjax.main --config experiments/finetune/builtin_topics")
     scratch_run = ["--workdir=runs/scratch", "--config.random_init=True"]
-    run([*finetune, *scratch_run, "--config.num_train_epochs=0.75"], scratch_tour)
+    run([*finetune, *scratch_run, "--config.num_train_epochs=0.25"], scratch_tour)
     scratch = json.loads((scratch_tour / "runs" / "scratch" / "results.json").read_text())
     print(
         f"\nheld-out topic accuracy: pretrained {pretrained['eval']['accuracy']:.3f}, "

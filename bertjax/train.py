@@ -43,12 +43,12 @@ from bertjax import (
     profiling,
     sharding,
     tasks,
-    teacher_cache,
 )
 from bertjax import hooks as hooks_lib
 from bertjax import workdir as workdir_lib
 from bertjax.hooks import Hook
 from bertjax.model import stack_layers, unstack_layers
+from bertjax.tasks import teacher_cache
 from bertjax.tasks.contract import Setup, Task, Teacher, apply_model, host_share
 from data_pipeline import streams
 from data_pipeline.errors import ConfigError, UserError
@@ -138,9 +138,18 @@ def teacher_outputs(setup: Setup, params, batch, num_microbatches: int):
     return jax.lax.stop_gradient(outputs)
 
 
+def _ready_teacher_cache(run: "Run") -> None:
+    """A cached teacher's outputs (Setup.teacher_cache) computed if they are missing."""
+    cache = run.setup.teacher_cache
+    if cache is not None and not cache.complete:
+        fill_teacher_cache(run)
+    elif cache is not None:
+        _first_host_says(f"the teacher's outputs: stored in {cache.directory}")
+
+
 def fill_teacher_cache(run: "Run") -> None:
     """Computes and stores the teacher outputs the run's batches carry (Setup.teacher_cache,
-    bertjax/teacher_cache.py): every training row once, in order, the teacher's parameters
+    bertjax/tasks/teacher_cache.py): every training row once, in order, the teacher's parameters
     sharded as in a step; each host computes its share, the first host writes."""
     cache, setup = run.setup.teacher_cache, run.setup
     abstract, _ = _teacher_params(cache.teacher, setup.model.inputs, run.mesh)
@@ -587,10 +596,7 @@ def _train(
     # the run (an empty corpus, evaluation off or not) is one line, and leaves a new
     # workdir free for the corrected config.
     saved = (restored[2] or {}).get("stream_positions") if restored else None
-    if setup.teacher_cache is not None and not setup.teacher_cache.complete:
-        fill_teacher_cache(run)
-    elif setup.teacher_cache is not None:
-        _first_host_says(f"the teacher's outputs: stored in {setup.teacher_cache.directory}")
+    _ready_teacher_cache(run)
     batches = _train_stream(run, start_step, saved, f"{workdir}: checkpoint {start_step}")
     # The run's config.json, before its first step: from here on the workdir takes no
     # other run (check_same_run), whether or not this one lives to save a checkpoint.

@@ -205,9 +205,9 @@ class Setup:
     description: Description
     init: Initialization = Initialization()
     teacher: Teacher | None = None
-    # A teacher's outputs stored with the data (bertjax/teacher_cache.TeacherCache), which
-    # the training loop computes once when missing; the batches then carry them, and
-    # `teacher` is None.
+    # A teacher's outputs stored with the data (teacher_cache.py's TeacherCache), which the
+    # training loop computes once when missing; the batches then carry them, and `teacher`
+    # is None.
     teacher_cache: Any = None
 
 

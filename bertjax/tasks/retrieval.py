@@ -15,10 +15,10 @@ by nDCG@10 (results.json's "best" names its step). With `config.distill.teacher`
 `config.loss.name` 'mse' or 'kl', the student learns a teacher embedder's vectors or
 rankings instead (losses.embedding_distillation_sums; docs/distillation.md), the teacher
 applied to each batch in the same step, or its outputs computed once and read with the
-batches (config.distill.cache, bertjax/teacher_cache.py); 'mse' also learns from texts
-without pairs (config.data.texts); with 'margin_mse', a teacher's margins over each
-row's hard negatives, read with the data (a negatives file mined with a reranker's
-scores, or margin columns). A fine-tuned workdir embeds with
+batches (config.distill.cache, bertjax/tasks/teacher_cache.py); 'mse' also learns
+from texts without pairs (config.data.texts); with 'margin_mse', a teacher's margins
+over each row's hard negatives, read with the data (a negatives file mined with a
+reranker's scores, or margin columns). A fine-tuned workdir embeds with
 `bertjax.embed(restore(workdir), texts)` as it trained, and `python -m bertjax.retrieval
 evaluate` scores it on any collection.
 """
@@ -29,9 +29,16 @@ import os
 
 import numpy as np
 
-from bertjax import flops, losses, retrieval_metrics, search, teacher_cache
+from bertjax import flops, losses, retrieval_metrics, search
 from bertjax.embedding import POOLINGS, BertForEmbedding, Pooling
-from bertjax.tasks import distillation, embedding_serving, finetune, reranking, scores
+from bertjax.tasks import (
+    distillation,
+    embedding_serving,
+    finetune,
+    reranking,
+    scores,
+    teacher_cache,
+)
 from bertjax.tasks.contract import (
     Data,
     Description,

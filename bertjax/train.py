@@ -48,10 +48,10 @@ from bertjax import hooks as hooks_lib
 from bertjax import workdir as workdir_lib
 from bertjax.hooks import Hook
 from bertjax.model import stack_layers, unstack_layers
-from bertjax.tasks import teacher_cache
 from bertjax.tasks.contract import Setup, Task, Teacher, apply_model, host_share
 from data_pipeline import streams
 from data_pipeline.errors import ConfigError, UserError
+from data_pipeline.finetune import records
 
 
 class TrainingError(UserError):
@@ -176,7 +176,7 @@ def fill_teacher_cache(run: "Run") -> None:
         inputs = {name: host_batch[name] for name in setup.model.inputs}
         computed = forward(params, sharding.make_global_batch(inputs, run.mesh))
         computed = multihost_utils.process_allgather(computed, tiled=True)
-        index = multihost_utils.process_allgather(host_batch[teacher_cache.ROW_INDEX], tiled=True)
+        index = multihost_utils.process_allgather(host_batch[records.ROW_INDEX], tiled=True)
         if outputs is None:
             outputs = tuple(np.zeros((rows, *x.shape[1:]), np.float32) for x in computed)
         for stored, values in zip(outputs, computed, strict=True):

@@ -163,9 +163,7 @@ def setup(config, workdir: str) -> Setup:
     pretrained = finetune.load_pretrained(config, workdir, TASK_KEYS)
     check_config(config)
     data = _load_data(config, pretrained)
-    # Texts (config.data.texts) fill the query's slot too, cut as passages are.
-    query_length = data.config.max_seq_length if data.config.texts else None
-    lengths = query_length or data.config.max_query_length, data.config.max_seq_length
+    lengths = data.config.train_query_length, data.config.max_seq_length
     width = data.config.passages_per_row
     pooling = Pooling(
         config.embedding.pooling, config.embedding.normalize, data.config.max_seq_length
@@ -242,12 +240,12 @@ def _objective(config, num_train_steps: int, *, cached: bool = False) -> Objecti
     negative), with a distillation's losses on the train lines; `cached`: the teacher's
     outputs come with the batches."""
     alone = config.loss.name == "in_batch"
-    margins = ("teacher_margins",) if config.loss.name == MARGIN_MSE else ()
-    margins += ("teacher",) if cached else ()
+    teacher = ("teacher_margins",) if config.loss.name == MARGIN_MSE else ()
+    teacher += ("teacher",) if cached else ()
     return Objective(
         num_train_steps=num_train_steps,
         optimizer=finetune.optimizer_values(config, num_train_steps),
-        features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight", *margins),
+        features=(*MODEL_INPUTS, "query_key", "passage_keys", "example_weight", *teacher),
         sums=_sums(config),
         denominators=finetune.example_weight,
         loss=weighted_mean_loss,

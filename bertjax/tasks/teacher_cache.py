@@ -35,16 +35,13 @@ from data_pipeline.errors import ConfigError
 
 FILE = "cache.json"
 OPTION = "config.distill.cache"
-# The dataset column that gives each row of a pass over the training rows its index
-# (-1 on padding rows).
-ROW_INDEX = "row_index"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TeacherCache:
     """Where a run's teacher outputs are stored, whose they must be, and how to compute
     them: `teacher` over `rows_dataset` (every training row once, in order, each batch
-    with its ROW_INDEX)."""
+    with its data_pipeline.finetune.records.ROW_INDEX)."""
 
     directory: str
     teacher: Teacher

@@ -45,6 +45,9 @@ from data_pipeline.errors import UserError
 from data_pipeline.tfrecords import PositionError, check_position
 
 SPLITS = ("train", "eval")
+# The column of a pass over the training rows in order that gives each batch row its
+# row's index (-1 on padding rows): where a teacher's outputs of it are stored.
+ROW_INDEX = "row_index"
 # A train row's stream_position: the global batches consumed after it.
 POSITION_FIELDS = ("batches",)
 # Options are named as the experiment config spells them.

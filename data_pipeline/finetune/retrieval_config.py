@@ -107,6 +107,12 @@ class RetrievalConfig:
                 )  # fmt: skip
 
     @property
+    def train_query_length(self) -> int:
+        """What a training row's query slot is cut to: a query's length, or, with texts,
+        a passage's (texts fill both slots)."""
+        return self.max_seq_length if self.texts else self.max_query_length
+
+    @property
     def passages_per_row(self) -> int:
         return passages_per_row(dataclasses.asdict(self))
 

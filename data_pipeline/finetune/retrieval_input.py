@@ -378,10 +378,8 @@ def make_retrieval_dataset(
     else:
         queries, passages = texts.queries, texts.passages
         width = config.passages_per_row
-    query_length = config.max_seq_length if config.texts and split == "train" else None
-    query_side = _Side(
-        tokenizer, queries, query_length or config.max_query_length, config.length_buckets
-    )
+    query_length = config.train_query_length if split == "train" else config.max_query_length
+    query_side = _Side(tokenizer, queries, query_length, config.length_buckets)
     passage_side = _Side(tokenizer, passages, config.max_seq_length, config.length_buckets)
     layout = functools.partial(_features, query_side, passage_side, width, tokenizer.vocab)
     rows = batching["batch_size"]
@@ -404,7 +402,7 @@ def make_retrieval_dataset(
             if margins is not None:
                 batch["teacher_margins"] = tf.gather(margins, index)
             if in_order:
-                batch["row_index"] = tf.where(weight > 0, index, -1)
+                batch[records.ROW_INDEX] = tf.where(weight > 0, index, -1)
             batch = records.finish_batch(batch, tuple(position), batch_size=rows, rows=rows)
             if outputs is not None:
                 batch["teacher"] = tuple(tf.gather(x, index) for x in outputs)
